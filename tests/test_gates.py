@@ -1,0 +1,77 @@
+"""The registry mirrors DESIGN.md's gate table; verdict and exit codes follow it."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from verifylib import gates
+from verifylib.gates import Status, Verdict
+
+DESIGN = Path(__file__).resolve().parents[2] / "shared" / "DESIGN.md"
+
+
+def _design_rows():
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text.split("## The gates")[1].split("\n## ")[0]
+    rows = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for gid in re.findall(r"`([a-z_]+\.[a-z0-9_]+)`", cells[0]):
+            rows[gid] = (cells[1], cells[2])
+    return rows
+
+
+@pytest.mark.skipif(not DESIGN.exists(), reason="../shared/DESIGN.md not present")
+def test_registry_matches_design_table():
+    rows = _design_rows()
+    assert set(rows) == set(gates.BY_ID)
+    for gid, (stage, required) in rows.items():
+        g = gates.gate(gid)
+        assert g.stage.startswith(stage), gid
+        assert g.required == (required == "yes"), gid
+
+
+def test_prerequisites_are_known_and_earlier_or_same_stage():
+    order = {s: i for i, s in enumerate(gates.STAGES)}
+    for g in gates.GATES:
+        for p in g.prerequisites:
+            assert order[gates.gate(p).stage] <= order[g.stage], (g.id, p)
+
+
+def _all(status):
+    return {g.id: status for g in gates.GATES}
+
+
+def test_verdicts():
+    assert gates.verdict(_all(Status.PASS)) is Verdict.ADMISSIBLE
+    st = _all(Status.PASS)
+    st["parity.runtime_fp16"] = Status.NOT_RUN  # not required
+    assert gates.verdict(st) is Verdict.ADMISSIBLE
+    st["build.coreml"] = Status.NOT_RUN
+    assert gates.verdict(st) is Verdict.INCOMPLETE
+    st["parity.program_fp16"] = Status.FAIL  # even an informational FAIL rejects
+    assert gates.verdict(st) is Verdict.REJECTED
+    st = _all(Status.NOT_RUN)
+    st["build.ggml"] = Status.ERROR
+    assert gates.verdict(st) is Verdict.REJECTED
+    with pytest.raises(ValueError, match="missing"):
+        gates.verdict({"build.ggml": Status.PASS})
+
+
+def test_exit_codes_and_worst():
+    assert gates.exit_code(Verdict.ADMISSIBLE) == 0
+    assert gates.exit_code(Verdict.INCOMPLETE) == 0
+    assert gates.exit_code(Verdict.INCOMPLETE, require_admissible=True) == 1
+    assert gates.exit_code(Verdict.REJECTED) == 1
+    assert gates.worst([Verdict.ADMISSIBLE, Verdict.INCOMPLETE]) is Verdict.INCOMPLETE
+    assert gates.worst(["INCOMPLETE", "REJECTED", "ADMISSIBLE"]) is Verdict.REJECTED
+
+
+def test_rule_registration_refuses_unknown_gate():
+    with pytest.raises(KeyError):
+        gates.rule("build.nonsense")
+    with pytest.raises(ValueError):
+        gates.Judgement(Status.NOT_RUN, "a rule cannot say NOT_RUN")

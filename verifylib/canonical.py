@@ -1,0 +1,225 @@
+"""Canonical JSON, digests and atomic publishing writes.
+
+Written by hand because the evidence format has two rules no serializer offers
+together: strict JSON (no ``NaN``/``Infinity`` tokens, non-finite floats become the
+strings ``"nan"``, ``"inf"``, ``"-inf"``) and byte-stable output (sorted keys, UTF-8,
+fixed separators) so that a SHA-256 of a sidecar identifies its content.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _normalize(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _normalize(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return _normalize(value.value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"canonical JSON keys must be strings, got {k!r}")
+            out[k] = _normalize(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_normalize(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    # numpy scalars and similar expose item(); keep this import-free.
+    item = getattr(value, "item", None)
+    if callable(item):
+        return _normalize(item())
+    raise TypeError(f"cannot write {type(value).__name__} as canonical JSON")
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize ``value`` to canonical JSON bytes.
+
+    Parameters
+    ----------
+    value : Any
+        Dicts, lists, strings, numbers, booleans, ``None``, dataclasses, enums and paths.
+
+    Returns
+    -------
+    bytes
+        UTF-8 JSON with sorted keys and no insignificant whitespace, ending in a newline.
+        Non-finite floats are written as ``"nan"``, ``"inf"`` or ``"-inf"``.
+    """
+    text = json.dumps(_normalize(value), sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"), allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse strict JSON, refusing ``NaN``/``Infinity`` tokens.
+
+    Parameters
+    ----------
+    data : bytes or str
+        The JSON document.
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    ValueError
+        If the document is not strict JSON.
+    """
+    def _refuse(token: str) -> Any:
+        raise ValueError(f"non-strict JSON token {token!r}")
+
+    if isinstance(data, bytes):
+        data = data.decode("utf-8")
+    return json.loads(data, parse_constant=_refuse)
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Return the hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Return the hex SHA-256 of a file's bytes, read in chunks.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to hash.
+
+    Returns
+    -------
+    str
+        64 lower-case hex digits.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(root: str | os.PathLike) -> str:
+    """Digest a directory: SHA-256 over sorted ``relative-path NUL file-sha256`` lines.
+
+    Parameters
+    ----------
+    root : path-like
+        Directory to digest (symlinks are digested as their target text).
+
+    Returns
+    -------
+    str
+        Hex SHA-256 identifying the tree's paths and file contents.
+    """
+    root = Path(root)
+    lines = []
+    for p in sorted(root.rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            lines.append(f"{rel}\0link:{os.readlink(p)}\n")
+        elif p.is_file():
+            lines.append(f"{rel}\0{sha256_file(p)}\n")
+    return sha256_bytes("".join(lines).encode("utf-8"))
+
+
+def is_sha256(value: Any) -> bool:
+    """Return True if ``value`` is a well-formed lower-case hex SHA-256 string."""
+    return isinstance(value, str) and bool(SHA256_RE.match(value))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
+    """Write ``data`` to a staging file beside ``path`` and rename it into place.
+
+    Parameters
+    ----------
+    path : path-like
+        Final location; its parent folder is created if needed.
+    data : bytes
+        Content to publish.
+
+    Returns
+    -------
+    str
+        SHA-256 of the published bytes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".staging", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return sha256_bytes(data)
+
+
+def write_json(path: str | os.PathLike, value: Any) -> str:
+    """Publish ``value`` as canonical JSON at ``path`` atomically and return its SHA-256."""
+    return atomic_write_bytes(path, dumps(value))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a strict JSON file."""
+    return loads(Path(path).read_bytes())
+
+
+def publish_dir(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Rename a fully written staging folder into its final place.
+
+    An existing ``final`` folder is replaced only after the new one is complete, so a
+    reader never sees a half-written folder.
+
+    Parameters
+    ----------
+    staging : path-like
+        Complete folder, on the same filesystem as ``final``.
+    final : path-like
+        Destination.
+
+    Returns
+    -------
+    Path
+        The final path.
+    """
+    staging, final = Path(staging), Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(staging, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+    return final

@@ -1,0 +1,35 @@
+"""Glue for the stage notebooks: one call turns the parameters cell into a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .params import REPO_ROOT, Params, from_notebook
+from .stage import init_run_dir, new_run_id
+
+
+def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
+    """Validate a notebook's parameters and open its run directory.
+
+    Parameters
+    ----------
+    namespace : mapping
+        The notebook's ``globals()`` after the parameters cell (and papermill's injection).
+    stage : str
+        The notebook's stage, shown in the first output line.
+
+    Returns
+    -------
+    (Params, Path)
+        Validated parameters and the run directory. Without a ``run_dir`` parameter a new
+        folder ``reports/<name>/<run-id>`` is created, so a notebook also runs alone.
+    """
+    params = from_notebook(namespace)
+    run_dir = namespace.get("run_dir")
+    if not run_dir:
+        run_dir = REPO_ROOT / "reports" / params.name / new_run_id()
+    run_dir = Path(run_dir).resolve()
+    init_run_dir(run_dir, params)
+    print(f"stage {stage} · model {params.name} · run directory {run_dir}")
+    return params, run_dir

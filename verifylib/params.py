@@ -1,0 +1,341 @@
+"""Parameter files: one YAML per model, validated before any work starts.
+
+The shape is declared once as a JSON Schema (checked with the maintained ``jsonschema``
+package) and followed by the checks a schema cannot express: the pin exists in
+``patches/manifest.yaml``, local files exist, a git commit agrees with its pin. Every
+error names the file and the dotted key, and nothing is written before validation ends.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PARAMETERS_DIR = REPO_ROOT / "parameters"
+DEFAULT_PARAMETERS = PARAMETERS_DIR / "tiny-en.yaml"
+PATCHES_MANIFEST = REPO_ROOT / "patches" / "manifest.yaml"
+
+_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"}
+_STR = {"type": "string", "minLength": 1}
+
+SOURCE_SCHEMA = {
+    "type": "object",
+    "required": ["kind"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"enum": ["pypi-sdist", "git", "archive", "folder"]},
+        "package": _STR,
+        "subdir": _STR,
+        "url": _STR,
+        "commit": {"type": "string", "pattern": r"^[0-9a-f]{40}$"},
+        "path": _STR,
+    },
+    "allOf": [
+        {"if": {"properties": {"kind": {"const": "pypi-sdist"}}},
+         "then": {"required": ["package"]}},
+        {"if": {"properties": {"kind": {"const": "git"}}}, "then": {"required": ["url"]}},
+        {"if": {"properties": {"kind": {"enum": ["archive", "folder"]}}},
+         "then": {"required": ["path"]}},
+    ],
+}
+
+MODEL_SCHEMA = {
+    "type": "object",
+    "required": ["kind"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"enum": ["ct2-pypi", "ct2-dir", "hf-dir", "hf-hub"]},
+        "package": _STR,
+        "subdir": _STR,
+        "path": _STR,
+        "id": _STR,
+        "revision": _STR,
+        "language": {"type": "string", "pattern": r"^[a-z]{2,3}$"},
+    },
+    "allOf": [
+        {"if": {"properties": {"kind": {"const": "ct2-pypi"}}},
+         "then": {"required": ["package", "subdir"]}},
+        {"if": {"properties": {"kind": {"enum": ["ct2-dir", "hf-dir"]}}},
+         "then": {"required": ["path"]}},
+        {"if": {"properties": {"kind": {"const": "hf-hub"}}}, "then": {"required": ["id"]}},
+    ],
+}
+
+FIXTURE_SCHEMA = {
+    "type": "object",
+    "required": ["id", "public"],
+    "additionalProperties": False,
+    "properties": {
+        "id": _NAME,
+        "runtime_file": _STR,   # a file inside the verified runtime source tree
+        "path": _STR,           # a local file, relative to the parameter file
+        "text": {"type": "string"},
+        "public": {"type": "boolean"},
+    },
+    "oneOf": [{"required": ["runtime_file"]}, {"required": ["path"]}],
+}
+
+SCHEMA = {
+    "type": "object",
+    "required": ["name", "runtime", "model"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _NAME,
+        "description": {"type": "string"},
+        "runtime": {
+            "type": "object",
+            "required": ["pin", "source"],
+            "additionalProperties": False,
+            "properties": {
+                "pin": _STR,
+                "source": SOURCE_SCHEMA,
+                "ggml_native": {"type": "boolean"},
+                "jobs": {"type": "integer", "minimum": 1, "maximum": 64},
+            },
+        },
+        "model": MODEL_SCHEMA,
+        "fixtures": {"type": "array", "items": FIXTURE_SCHEMA},
+        "canary": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"runs": {"type": "integer", "minimum": 1, "maximum": 1000},
+                           "enabled": {"type": "boolean"}},
+        },
+        "export": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"fp16": {"type": "boolean"}},
+        },
+    },
+}
+
+# Every top-level key a notebook's parameters cell must declare (plus ``run_dir``).
+PARAMETER_KEYS: tuple[str, ...] = tuple(SCHEMA["properties"])
+
+DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "runtime": {"ggml_native": True, "jobs": 2},
+    "fixtures": [],
+    "canary": {"runs": 20, "enabled": True},
+    "export": {"fp16": True},
+}
+
+
+class ParameterError(ValueError):
+    """A parameter file is unusable; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Params:
+    """A validated parameter set.
+
+    Attributes
+    ----------
+    name : str
+        Model name, used for ``reports/<name>/``.
+    data : dict
+        The full parameter tree with defaults filled in.
+    origin : str
+        Where the values came from (a file path, or ``"notebook"``).
+    base_dir : Path
+        Folder that relative paths in the parameters are resolved against.
+    """
+
+    name: str
+    data: dict
+    origin: str
+    base_dir: Path
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def resolve(self, rel: str) -> Path:
+        """Resolve a path from the parameters against :attr:`base_dir`."""
+        p = Path(rel).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    def as_papermill(self) -> dict:
+        """Return the values as papermill parameters (one per top-level key)."""
+        return copy.deepcopy(self.data)
+
+
+def _merge_defaults(data: dict) -> dict:
+    out = copy.deepcopy(data)
+    for key, default in DEFAULTS.items():
+        if key not in out:
+            out[key] = copy.deepcopy(default)
+        elif isinstance(default, dict) and isinstance(out[key], dict):
+            for k, v in default.items():
+                out[key].setdefault(k, copy.deepcopy(v))
+    return out
+
+
+def _dotted(path) -> str:
+    parts = []
+    for p in path:
+        parts.append(f"[{p}]" if isinstance(p, int) else (("." if parts else "") + str(p)))
+    return "".join(parts) or "<top level>"
+
+
+def _schema_error_message(err: jsonschema.ValidationError) -> str:
+    key = _dotted(err.absolute_path)
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        where = _dotted(err.absolute_path)
+        names = ", ".join(f"{where}.{e}" if err.absolute_path else e for e in extra)
+        return f"unknown key {names}"
+    if err.validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", err.message)
+        name = missing[0] if missing else err.message
+        full = f"{key}.{name}" if err.absolute_path else name
+        return f"missing key {full}"
+    if err.validator == "type":
+        return f"key {key}: expected {err.validator_value}, got {type(err.instance).__name__}"
+    if err.validator == "oneOf" and isinstance(err.instance, dict):
+        return f"key {key}: give exactly one of runtime_file or path"
+    return f"key {key}: {err.message}"
+
+
+def load_pins_manifest(path: Path = PATCHES_MANIFEST) -> dict:
+    """Read ``patches/manifest.yaml`` and return its ``pins`` mapping."""
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict) or not isinstance(data.get("pins"), dict):
+        raise ParameterError(f"{path}: expected a 'pins' mapping")
+    return data["pins"]
+
+
+def validate(data: Any, origin: str, base_dir: Path,
+             manifest: Path = PATCHES_MANIFEST) -> Params:
+    """Validate a parameter tree.
+
+    Parameters
+    ----------
+    data : Any
+        The parsed YAML.
+    origin : str
+        Name of the file (or other origin) used in error messages.
+    base_dir : Path
+        Folder against which relative paths resolve.
+    manifest : Path
+        The pins manifest.
+
+    Returns
+    -------
+    Params
+        The validated parameters with defaults filled in.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``origin`` and the offending key.
+    """
+    if not isinstance(data, dict):
+        raise ParameterError(f"{origin}: expected a mapping at the top level, "
+                             f"got {type(data).__name__}")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path),
+                                                                 list(map(str, e.absolute_path))))
+    if errors:
+        raise ParameterError(f"{origin}: " + "; ".join(_schema_error_message(e)
+                                                        for e in errors[:5]))
+    p = _merge_defaults(data)
+    pins = load_pins_manifest(manifest)
+    pin = p["runtime"]["pin"]
+    if pin not in pins:
+        raise ParameterError(f"{origin}: key runtime.pin: unknown pin {pin!r} "
+                             f"(known: {', '.join(sorted(pins))}; see {manifest})")
+    src = p["runtime"]["source"]
+    if src["kind"] == "git":
+        want = pins[pin]["commit"]
+        if src.get("commit", want) != want:
+            raise ParameterError(f"{origin}: key runtime.source.commit: {src['commit']} is "
+                                 f"not pin {pin}'s commit {want}")
+    if src["kind"] in ("archive", "folder"):
+        path = (base_dir / Path(src["path"]).expanduser())
+        if not path.exists():
+            raise ParameterError(f"{origin}: key runtime.source.path: {path} does not exist")
+        if src["kind"] == "archive" and not path.is_file():
+            raise ParameterError(f"{origin}: key runtime.source.path: {path} is not a file")
+        if src["kind"] == "folder" and not path.is_dir():
+            raise ParameterError(f"{origin}: key runtime.source.path: {path} is not a folder")
+    model = p["model"]
+    if model["kind"] in ("ct2-dir", "hf-dir"):
+        mp = base_dir / Path(model["path"]).expanduser()
+        if not mp.is_dir():
+            raise ParameterError(f"{origin}: key model.path: {mp} is not a folder")
+    seen = set()
+    for i, fx in enumerate(p["fixtures"]):
+        if fx["id"] in seen:
+            raise ParameterError(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
+        seen.add(fx["id"])
+        if "path" in fx:
+            fp = base_dir / Path(fx["path"]).expanduser()
+            if not fp.is_file():
+                raise ParameterError(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
+    return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
+
+
+def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
+    """Load and validate one parameter file.
+
+    Parameters
+    ----------
+    path : path-like
+        A YAML file in the layout of ``parameters/tiny-en.yaml``.
+    manifest : Path
+        The pins manifest.
+
+    Returns
+    -------
+    Params
+
+    Raises
+    ------
+    ParameterError
+        If the file is missing, is not YAML, or fails validation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(f"{path}: parameter file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ParameterError(f"{path}: not UTF-8 text") from None
+    # Relative paths in a parameter file are relative to the repository root when the
+    # file lives in parameters/, which keeps the shipped files portable.
+    base = REPO_ROOT if path.resolve().parent == PARAMETERS_DIR else path.resolve().parent
+    return validate(data, str(path), base, manifest)
+
+
+def from_notebook(namespace: Mapping[str, Any]) -> Params:
+    """Build parameters inside a notebook from its parameters-cell variables.
+
+    A notebook's parameters cell declares every key of :data:`PARAMETER_KEYS` as ``None``;
+    papermill's ``-f file.yaml`` overrides them. When nothing was injected (``name`` is
+    None) the default parameter file is used, so a researcher can open a notebook and run
+    it as is.
+
+    Parameters
+    ----------
+    namespace : mapping
+        Usually ``globals()`` of the notebook.
+
+    Returns
+    -------
+    Params
+    """
+    values = {k: namespace.get(k) for k in PARAMETER_KEYS}
+    if values.get("name") is None:
+        return load(DEFAULT_PARAMETERS)
+    data = {k: v for k, v in values.items() if v is not None}
+    return validate(data, "notebook parameters", REPO_ROOT)

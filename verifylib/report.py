@@ -1,0 +1,145 @@
+"""The audit report: executed notebooks merged into one self-contained HTML file.
+
+nbformat merges the notebooks and nbconvert renders them with the ``audit`` template
+(JupyterLab's look without any script tag). The report opens with the verdict, the gate
+table and the identity table built from the receipt; every value from a run (paths,
+log lines, transcripts) is escaped before it is placed in HTML.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+
+from . import canonical, gates
+from .receipt import RECEIPT_FILE
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+REPORT = "report.html"
+REPORT_FULL = "report-full.html"
+
+
+def summary_html(receipt: dict, receipt_sha256: str) -> str:
+    """Render the verdict, gate table and identity table of a receipt as escaped HTML.
+
+    Parameters
+    ----------
+    receipt : dict
+        A receipt as written by :func:`verifylib.receipt.build_receipt`.
+    receipt_sha256 : str
+        Digest of ``receipt.json``, shown so a reader can tie the page to the file.
+
+    Returns
+    -------
+    str
+        An HTML fragment with no script.
+    """
+    e = lambda v: html.escape(str(v))  # noqa: E731
+    v = receipt["verdict"]
+    counts: dict[str, int] = {}
+    for row in receipt["gates"]:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    count_txt = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    parts = [
+        f"<h1>Core ML encoder verification: {e(receipt['name'])}</h1>",
+        f"<p><span class='vl-verdict vl-{e(v)}'>Verdict: <b>{e(v)}</b></span></p>",
+        f"<p>Run <code>{e(receipt['run_id'])}</code> &middot; gates: {e(count_txt)} &middot; "
+        f"receipt SHA-256 <code>{e(receipt_sha256)}</code></p>",
+        "<p>ADMISSIBLE only when every required gate PASSed in a physical run made now; "
+        "REJECTED when any gate FAILed or ERRORed; otherwise INCOMPLETE. NOT_RUN is never "
+        "a pass. Re-check this run with <code>verifylib verify &lt;run dir&gt;</code>.</p>",
+        "<h2>Gates</h2><table class='vl'><tr><th>gate</th><th>stage</th><th>required</th>"
+        "<th>status</th><th>reason</th><th>detail</th><th>evidence</th></tr>",
+    ]
+    for row in receipt["gates"]:
+        ev = "<br>".join(f"<code>{e(x['path'])}</code><br><small>{e(x['sha256'])}</small>"
+                         for x in row["evidence"])
+        detail = row["reason"]["detail"]
+        if len(detail) > 4000:
+            detail = detail[:4000] + "\n[... cut; full text in receipt.json]"
+        parts.append(
+            f"<tr><td><code>{e(row['id'])}</code></td><td>{e(row['stage'])}</td>"
+            f"<td>{'yes' if row['required'] else 'no'}</td>"
+            f"<td class='vl-{e(row['status'])}'><b>{e(row['status'])}</b></td>"
+            f"<td>{e(row['reason']['kind'])}</td><td class='vl-detail'>{e(detail)}</td>"
+            f"<td>{ev}</td></tr>")
+    parts.append("</table><h2>Identities</h2><table class='vl'>")
+    for k, val in sorted(receipt["identities"].items()):
+        parts.append(f"<tr><td>{e(k)}</td><td><code>{e(val)}</code></td></tr>")
+    host = receipt.get("host", {})
+    parts.append("</table><h2>Host</h2><table class='vl'>")
+    for k in ("system", "machine", "macos_version", "python", "coremlc"):
+        parts.append(f"<tr><td>{e(k)}</td><td><code>{e(host.get(k))}</code></td></tr>")
+    caps = ", ".join(f"{k}: {'yes' if ok else 'no'}"
+                     for k, ok in sorted(host.get("capabilities", {}).items()))
+    parts.append(f"<tr><td>capabilities</td><td>{e(caps)}</td></tr></table>")
+    return "\n".join(parts)
+
+
+def _summary_cell(fragment: str):
+    cell = nbformat.v4.new_code_cell(source="# verdict, gates and identities (from receipt.json)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": fragment})]
+    cell.metadata["tags"] = ["verifylib-summary"]
+    return cell
+
+
+def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
+    """Merge the executed stage notebooks of a run into one notebook behind a summary."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["title"] = "verifylib audit report"
+    nb.cells.append(_summary_cell(fragment))
+    for stage in stages:
+        path = run_dir / "notebooks" / f"{stage}.ipynb"
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"# Stage {stage}"))
+        if not path.exists():
+            nb.cells.append(nbformat.v4.new_markdown_cell("*This stage's notebook did not run.*"))
+            continue
+        sub = nbformat.read(path, as_version=4)
+        nb.metadata.setdefault("kernelspec", sub.metadata.get("kernelspec", {}))
+        nb.metadata.setdefault("language_info", sub.metadata.get("language_info", {}))
+        for cell in sub.cells:
+            # Markdown inside notebooks is ours, but outputs may carry run text: the
+            # exporter's sanitizer and the audit template keep both inert.
+            nb.cells.append(cell)
+    return nb
+
+
+def _export(nb, exclude_input: bool) -> str:
+    exporter = HTMLExporter(template_name="audit", extra_template_basedirs=[str(TEMPLATES)])
+    exporter.exclude_input = exclude_input
+    exporter.exclude_input_prompt = exclude_input
+    exporter.exclude_output_prompt = exclude_input
+    exporter.sanitize_html = True
+    exporter.embed_images = True
+    body, _ = exporter.from_notebook_node(nb)
+    return body
+
+
+def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, Path]:
+    """Render ``report.html`` (code hidden) and ``report-full.html`` (with code).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A run directory holding ``receipt.json`` and ``notebooks/``.
+    stages : list of str, optional
+        Stages to include, in order; all by default.
+
+    Returns
+    -------
+    (Path, Path)
+        The two report files, each written atomically.
+    """
+    run_dir = Path(run_dir)
+    raw = (run_dir / RECEIPT_FILE).read_bytes()
+    receipt = canonical.loads(raw)
+    fragment = summary_html(receipt, canonical.sha256_bytes(raw))
+    nb = merged_notebook(run_dir, list(stages or gates.STAGES), fragment)
+    short = run_dir / REPORT
+    full = run_dir / REPORT_FULL
+    canonical.atomic_write_bytes(short, _export(nb, True).encode("utf-8"))
+    canonical.atomic_write_bytes(full, _export(nb, False).encode("utf-8"))
+    return short, full

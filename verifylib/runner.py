@@ -1,0 +1,206 @@
+"""Headless subprocess runner: list argv, no shell, credential-free env, both streams kept.
+
+Every external program (git, cmake, whisper-cli) goes through :func:`run`, so the rules
+of the guide's headless contract hold everywhere: no shell, a stripped environment, both
+streams captured and hashed, a timeout, no retry, and a decoded signal when the child
+was killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .canonical import sha256_bytes
+
+# Names that may carry credentials: never handed to a child process.
+_SECRET_PATTERNS = (
+    re.compile(r"^HF_"), re.compile(r"^HUGGING_FACE"), re.compile(r"^AWS_"),
+    re.compile(r"^AZURE_"), re.compile(r"^GOOGLE_"), re.compile(r"^GCP_"),
+    re.compile(r"^GITHUB_"), re.compile(r"^GH_"), re.compile(r"^GITLAB_"),
+    re.compile(r"^OPENAI_"), re.compile(r"^ANTHROPIC_"),
+    re.compile(r"TOKEN"), re.compile(r"_KEY$"), re.compile(r"SECRET"),
+    re.compile(r"PASSWORD"), re.compile(r"PASSWD"), re.compile(r"CREDENTIAL"),
+    re.compile(r"^SSH_AUTH_SOCK$"), re.compile(r"^NETRC$"),
+)
+
+
+def sanitized_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return a copy of the environment without credential-like variables.
+
+    Parameters
+    ----------
+    extra : mapping, optional
+        Variables to set after stripping (they are not filtered: the caller owns them).
+
+    Returns
+    -------
+    dict
+        The child environment.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not any(p.search(k.upper()) for p in _SECRET_PATTERNS)}
+    env["LC_ALL"] = "C"
+    env["LANG"] = "C"
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one child process.
+
+    Attributes
+    ----------
+    argv : list of str
+        The exact argument vector.
+    returncode : int or None
+        Raw return code (negative N when killed by signal N); None on timeout.
+    signal : str or None
+        Signal name when the child died by a signal (directly or as shell-style 128+N).
+    timed_out : bool
+        True if the child was killed for exceeding its timeout.
+    stdout, stderr : bytes
+        Both streams, complete.
+    wall_s : float
+        Wall time in seconds.
+    """
+
+    argv: list[str]
+    returncode: int | None
+    signal: str | None
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    wall_s: float
+    cwd: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the child exited normally with status 0."""
+        return self.returncode == 0 and not self.timed_out and self.signal is None
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+    @property
+    def stdout_sha256(self) -> str:
+        return sha256_bytes(self.stdout)
+
+    @property
+    def stderr_sha256(self) -> str:
+        return sha256_bytes(self.stderr)
+
+    def describe(self) -> str:
+        """One line naming how the child ended, for error messages."""
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.1f}s"
+        if self.signal:
+            return f"killed by {self.signal} (return code {self.returncode})"
+        return f"exit {self.returncode}"
+
+
+def decode_signal(returncode: int | None) -> str | None:
+    """Name the signal behind a return code, if any.
+
+    Parameters
+    ----------
+    returncode : int or None
+        A raw ``Popen.returncode``: negative N means killed by signal N; 128+N is how
+        shells and some launchers report the same death.
+
+    Returns
+    -------
+    str or None
+        E.g. ``"SIGSEGV"``, or None for a normal exit.
+    """
+    if returncode is None:
+        return None
+    num = None
+    if returncode < 0:
+        num = -returncode
+    elif 128 < returncode < 128 + 65:
+        num = returncode - 128
+    if num is None:
+        return None
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
+
+
+class CommandError(RuntimeError):
+    """A required helper command (git, cmake, ...) did not succeed."""
+
+    def __init__(self, result: RunResult, what: str):
+        tail = result.stderr_text.strip().splitlines()[-15:]
+        super().__init__(f"{what} failed ({result.describe()}): {' '.join(result.argv)}\n"
+                         + "\n".join(tail))
+        self.result = result
+
+
+def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
+        timeout: float | None = 600.0, env_extra: Mapping[str, str] | None = None,
+        stdin: bytes | None = None, check: bool = False, what: str | None = None) -> RunResult:
+    """Run one child process headlessly.
+
+    Parameters
+    ----------
+    argv : sequence
+        Program and arguments; never interpreted by a shell.
+    cwd : path-like, optional
+        Working directory.
+    timeout : float, optional
+        Seconds before the child (and its process group) is killed. No retry follows.
+    env_extra : mapping, optional
+        Variables added to the sanitized environment.
+    stdin : bytes, optional
+        Data for the child's standard input (otherwise it reads from /dev/null).
+    check : bool
+        Raise :class:`CommandError` unless the child exited 0.
+    what : str, optional
+        Human name of the step, used in error messages.
+
+    Returns
+    -------
+    RunResult
+        The complete outcome.
+    """
+    argv = [os.fspath(a) for a in argv]
+    if not argv:
+        raise ValueError("empty argv")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=sanitized_env(env_extra), shell=False,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(input=stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    wall = time.monotonic() - t0
+    rc = None if timed_out else proc.returncode
+    result = RunResult(argv=argv, returncode=rc, signal=None if timed_out else decode_signal(rc),
+                       timed_out=timed_out, stdout=out or b"", stderr=err or b"", wall_s=wall,
+                       cwd=None if cwd is None else str(Path(cwd)))
+    if check and not result.ok:
+        raise CommandError(result, what or Path(argv[0]).name)
+    return result

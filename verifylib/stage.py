@@ -1,0 +1,336 @@
+"""Stage plumbing: run directories, prerequisite checks, and gate recording.
+
+A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.begin` for
+each gate it implements, gathers evidence, and lets the gate's registered rule judge it.
+Gates the stage never begins are recorded as NOT_RUN(not-implemented) when it finishes,
+so a gate cannot silently disappear or pass by default.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+import secrets
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import canonical, gates
+from .capabilities import detect
+from .evidence import EvidenceRef, EvidenceView, GateRecord, Reason
+from .gates import Gate, NotRunKind, Status
+from .params import REPO_ROOT, Params
+
+RUN_FILE = "run.json"
+GATES_DIR = "gates"
+EVIDENCE_DIR = "evidence"
+
+
+def new_run_id() -> str:
+    """Return a sortable, unique run id such as ``20261130T062000Z-3f9a``."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{secrets.token_hex(2)}"
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose behaviour the evidence depends on."""
+    from importlib import metadata
+    out = {}
+    for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
+                 "papermill", "nbconvert", "nbformat", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> dict:
+    """Create a run directory's ``run.json`` unless it exists, and return its content.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory (created if missing).
+    params : Params
+        Validated parameters; a run directory belongs to one parameter set.
+    run_id : str, optional
+        Id to record; defaults to the folder name.
+
+    Returns
+    -------
+    dict
+        The run record.
+
+    Raises
+    ------
+    ValueError
+        If ``run.json`` exists and was written for other parameters.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_FILE
+    params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
+    if path.exists():
+        rec = canonical.read_json(path)
+        if rec.get("params_sha256") != params_sha:
+            raise ValueError(f"{run_dir} was created for other parameters "
+                             f"({rec.get('name')!r}); use a fresh run directory")
+        return rec
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "schema": "verifylib-run/1",
+        "run_id": run_id or run_dir.name,
+        "name": params.name,
+        "params": params.data,
+        "params_origin": params.origin,
+        "params_sha256": params_sha,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": detect().as_record(),
+        "packages": package_versions(),
+    }
+    canonical.write_json(path, rec)
+    return rec
+
+
+def read_stage_file(run_dir: Path, stage: str) -> dict | None:
+    """Return a stage's gates file, or None if the stage has not written one."""
+    path = Path(run_dir) / GATES_DIR / f"{stage}.json"
+    return canonical.read_json(path) if path.exists() else None
+
+
+def recorded_gates(run_dir: Path) -> dict[str, GateRecord]:
+    """All gate records written so far in a run directory, by gate id."""
+    out = {}
+    for stage in gates.STAGES:
+        data = read_stage_file(run_dir, stage)
+        if data:
+            for rec in data["gates"]:
+                out[rec["id"]] = GateRecord.from_record(rec)
+    return out
+
+
+@dataclass
+class StageReport:
+    """What a stage concluded, for display in its notebook.
+
+    Attributes
+    ----------
+    stage : str
+        Stage name.
+    records : list of GateRecord
+        One per gate of the stage, in table order.
+    identities : dict
+        Identities recorded by the stage.
+    seconds : float
+        Time spent inside the stage's verifylib work.
+    facts : dict
+        Measured values worth showing (paths, timings, versions).
+    """
+
+    stage: str
+    records: list[GateRecord]
+    identities: dict
+    seconds: float
+    facts: dict = field(default_factory=dict)
+
+    def status(self, gate_id: str) -> Status:
+        return next(r.status for r in self.records if r.id == gate_id)
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rows = "".join(
+            f"<tr><td><code>{e(r.id)}</code></td><td class='st-{e(r.status.value)}'>"
+            f"<b>{e(r.status.value)}</b></td><td>{e(r.reason.kind)}</td>"
+            f"<td style='white-space:pre-wrap'>{e(r.reason.detail)}</td></tr>"
+            for r in self.records)
+        ids = "".join(f"<tr><td>{e(k)}</td><td><code>{e(str(v))}</code></td></tr>"
+                      for k, v in sorted(self.identities.items()))
+        out = (f"<h4>Stage {e(self.stage)}: gates</h4><table><tr><th>gate</th><th>status</th>"
+               f"<th>reason</th><th>detail</th></tr>{rows}</table>")
+        if ids:
+            out += f"<h4>Identities</h4><table>{ids}</table>"
+        out += f"<p>verifylib work in this stage: {self.seconds:.2f} s</p>"
+        return out
+
+
+class GateRun:
+    """One gate being evaluated; created by :meth:`StageContext.begin`."""
+
+    def __init__(self, ctx: "StageContext", g: Gate):
+        self.ctx = ctx
+        self.gate = g
+        self.done = False
+
+    def judge(self, evidence: Iterable[EvidenceRef], identities: dict | None = None) -> GateRecord:
+        """Judge the gate by its registered rule on ``evidence`` and record the outcome.
+
+        Parameters
+        ----------
+        evidence : iterable of EvidenceRef
+            Files written with :meth:`StageContext.write_json` / ``write_bytes``.
+        identities : dict, optional
+            Identity values the evidence binds to (also merged into the stage's table).
+
+        Returns
+        -------
+        GateRecord
+        """
+        refs = tuple(evidence)
+        fn = gates.RULES.get(self.gate.id)
+        if fn is None:
+            raise RuntimeError(f"no rule registered for {self.gate.id}")
+        j = fn(EvidenceView(self.ctx.run_dir, refs))
+        ids = dict(identities or {})
+        rec = GateRecord(self.gate.id, j.status, Reason("rule", j.detail), refs, ids)
+        self.ctx._record(rec, ids)
+        self.done = True
+        return rec
+
+    def __enter__(self) -> "GateRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            if not self.done:
+                self.ctx._record(GateRecord(self.gate.id, Status.ERROR, Reason(
+                    "exception", "the stage ended this gate without judging it")), {})
+            return False
+        if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            return False
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        self.ctx._record(GateRecord(self.gate.id, Status.ERROR, Reason("exception", text)), {})
+        self.done = True
+        return True  # the stage goes on; dependants become NOT_RUN(prerequisite)
+
+
+class StageContext:
+    """Evaluation context of one stage inside one run directory.
+
+    Parameters
+    ----------
+    stage : str
+        One of :data:`verifylib.gates.STAGES`.
+    params : Params
+        Validated parameters.
+    run_dir : path-like
+        The run directory; ``run.json`` is created if missing.
+    """
+
+    def __init__(self, stage: str, params: Params, run_dir: str | os.PathLike):
+        self.stage = stage
+        self.gates = gates.stage_gates(stage)
+        self.params = params
+        self.run_dir = Path(run_dir).resolve()
+        self.run = init_run_dir(self.run_dir, params)
+        self.evidence_dir = self.run_dir / EVIDENCE_DIR / stage
+        self.records: dict[str, GateRecord] = {}
+        self.identities: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}
+        self._t0 = time.perf_counter()
+        # A stage re-run in the same folder replaces its previous outcome entirely.
+        (self.run_dir / GATES_DIR / f"{stage}.json").unlink(missing_ok=True)
+        shutil.rmtree(self.evidence_dir, ignore_errors=True)
+
+    # -- evidence -------------------------------------------------------------
+    def write_json(self, name: str, value: Any, filename: str | None = None) -> EvidenceRef:
+        """Write a canonical JSON evidence sidecar and return its reference."""
+        path = self.evidence_dir / (filename or f"{name}.json")
+        sha = canonical.write_json(path, value)
+        return EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+
+    def write_bytes(self, name: str, data: bytes, filename: str) -> EvidenceRef:
+        """Write raw evidence bytes (a log stream, say) and return the reference."""
+        path = self.evidence_dir / filename
+        sha = canonical.atomic_write_bytes(path, data)
+        return EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+
+    # -- gates ----------------------------------------------------------------
+    def prior(self) -> dict[str, GateRecord]:
+        """Gate records of this run so far (other stages' files plus this stage's)."""
+        out = recorded_gates(self.run_dir)
+        out.update(self.records)
+        return out
+
+    def blocked_reason(self, gate_id: str, disabled_by: str | None = None) -> Reason | None:
+        """Return why ``gate_id`` cannot run now, or None if it can.
+
+        Order: disabled parameter, missing platform capability, unmet prerequisite.
+        """
+        g = gates.gate(gate_id)
+        if disabled_by:
+            return Reason(NotRunKind.DISABLED.value, f"disabled by parameter {disabled_by}")
+        missing = detect().missing(g.capability)
+        if missing:
+            return Reason(NotRunKind.PLATFORM.value, missing)
+        prior = self.prior()
+        unmet = [p for p in g.prerequisites
+                 if p not in prior or prior[p].status is not Status.PASS]
+        if unmet:
+            states = ", ".join(f"{p} is {prior[p].status.value if p in prior else 'not run yet'}"
+                               for p in unmet)
+            return Reason(NotRunKind.PREREQUISITE.value, states)
+        return None
+
+    def begin(self, gate_id: str, disabled_by: str | None = None) -> GateRun | None:
+        """Start evaluating a gate of this stage.
+
+        Returns None after recording NOT_RUN when the gate is disabled, lacks a platform
+        capability, or has a prerequisite that did not pass; otherwise a :class:`GateRun`
+        to use as a context manager (an exception inside it records ERROR).
+        """
+        g = gates.gate(gate_id)
+        if g.stage != self.stage:
+            raise ValueError(f"{gate_id} belongs to stage {g.stage}, not {self.stage}")
+        reason = self.blocked_reason(gate_id, disabled_by)
+        if reason:
+            self._record(GateRecord(gate_id, Status.NOT_RUN, reason), {})
+            return None
+        return GateRun(self, g)
+
+    def identity(self, key: str, value: Any) -> None:
+        """Record an identity of this run (e.g. ``runtime.tree``)."""
+        old = self.identities.get(key)
+        if old is not None and old != value:
+            raise ValueError(f"identity {key} recorded twice with different values")
+        self.identities[key] = value
+        self._write()
+
+    def _record(self, rec: GateRecord, identities: dict) -> None:
+        for k, v in identities.items():
+            self.identities.setdefault(k, v)
+        self.records[rec.id] = rec
+        self._write()
+
+    def _write(self) -> None:
+        elapsed = time.perf_counter() - self._t0
+        data = {
+            "schema": "verifylib-stage/1",
+            "stage": self.stage,
+            "gates": [self.records[g.id].to_record() for g in self.gates if g.id in self.records],
+            "identities": self.identities,
+            "verifylib_seconds": round(elapsed, 3),
+        }
+        canonical.write_json(self.run_dir / GATES_DIR / f"{self.stage}.json", data)
+
+    def finish(self) -> StageReport:
+        """Record every gate never begun as NOT_RUN(not-implemented) and return the report."""
+        for g in self.gates:
+            if g.id not in self.records:
+                missing = detect().missing(g.capability)
+                extra = f"; it would also need: {missing}" if missing else ""
+                self.records[g.id] = GateRecord(g.id, Status.NOT_RUN, Reason(
+                    NotRunKind.NOT_IMPLEMENTED.value,
+                    f"this gate's code is not written yet{extra}"))
+        self._write()
+        seconds = time.perf_counter() - self._t0
+        return StageReport(self.stage, [self.records[g.id] for g in self.gates],
+                           dict(self.identities), seconds, dict(self.facts))
+
+
+def repo_path(*parts: str) -> Path:
+    """A path inside the repository checkout."""
+    return REPO_ROOT.joinpath(*parts)
