@@ -117,9 +117,12 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                           "verifylib": data.get("verifylib_seconds")}
         statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
         log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
-    canonical.write_json(staging / "timings.json", seconds)
+    t0 = time.perf_counter()
     receipt = build_receipt(staging, errors)
     short, _ = report.render(staging, list(stages))
+    seconds["receipt+report"] = {"wall": round(time.perf_counter() - t0, 3), "verifylib": None}
+    canonical.write_json(staging / "timings.json", seconds)
+    log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
     canonical.publish_dir(staging, final)
     try:
         (reports_root / params.name / ".staging").rmdir()

@@ -1,0 +1,170 @@
+"""The validator fails closed on every kind of tampering (synthetic runs, no build needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from verifylib import canonical, gates, params, receipt
+from verifylib.gates import Judgement, Status
+from verifylib.stage import StageContext
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def rules(monkeypatch):
+    """A pure rule for build.source_identity: PASS iff the two recorded trees agree."""
+    monkeypatch.setattr(receipt, "_ensure_rules_loaded", lambda: None)
+
+    def rule(ev):
+        d = ev.json("source")
+        ok = d["computed"] == d["pin"]
+        return Judgement(Status.PASS if ok else Status.FAIL, "trees agree" if ok else "differ")
+    monkeypatch.setitem(gates.RULES, "build.source_identity", rule)
+
+
+def make_run(tmp_path, computed="a" * 40):
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    run_dir = tmp_path / "run"
+    ctx = StageContext("01_build", p, run_dir)
+    g = ctx.begin("build.source_identity")
+    with g:
+        ref = ctx.write_json("source", {"pin": "a" * 40, "computed": computed})
+        g.judge([ref], {"runtime.tree": computed})
+    ctx.finish()
+    for stage in gates.STAGES[1:]:
+        StageContext(stage, p, run_dir).finish()
+    receipt.build_receipt(run_dir)
+    return run_dir
+
+
+def _rewrite(path: Path, fn):
+    data = canonical.read_json(path)
+    fn(data)
+    canonical.write_json(path, data)
+
+
+def _refresh_digests(run_dir):
+    # The most careful forger: recompute every listed digest after editing.
+    def fix(r):
+        for f in r["files"]:
+            f["sha256"] = canonical.sha256_file(run_dir / f["path"])
+    _rewrite(run_dir / "receipt.json", fix)
+
+
+def test_untouched_run_verifies(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+    res = receipt.verify(run_dir)
+    assert res.ok, res.problems
+    assert res.verdict == "INCOMPLETE"
+    rec = canonical.read_json(run_dir / "receipt.json")
+    statuses = {g["id"]: g["status"] for g in rec["gates"]}
+    assert statuses["build.source_identity"] == "PASS"
+    assert statuses["build.patch_exact"] == "NOT_RUN"
+    assert set(statuses) == set(gates.BY_ID)
+
+
+def test_flipped_evidence_byte_is_rejected(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+    ev = run_dir / "evidence" / "01_build" / "source.json"
+    data = bytearray(ev.read_bytes())
+    data[10] ^= 0x01
+    ev.write_bytes(bytes(data))
+    res = receipt.verify(run_dir)
+    assert not res.ok
+    assert any("evidence/01_build/source.json: changed" in p for p in res.problems)
+
+
+def test_not_run_edited_to_pass_is_rejected_even_with_fresh_digests(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+
+    def edit(d):
+        for g in d["gates"]:
+            if g["id"] == "build.patch_exact":
+                g["status"] = "PASS"
+                g["reason"] = {"kind": "rule", "detail": "trust me"}
+    _rewrite(run_dir / "receipt.json", edit)
+    assert any("build.patch_exact" in p for p in receipt.verify(run_dir).problems)
+    _rewrite(run_dir / "gates" / "01_build.json", edit)
+    _refresh_digests(run_dir)
+    res = receipt.verify(run_dir)
+    assert not res.ok
+    assert any("build.patch_exact: PASS but no rule" in p or "without evidence" in p
+               for p in res.problems), res.problems
+
+
+def test_fail_edited_to_pass_is_rejected(tmp_path, rules):
+    run_dir = make_run(tmp_path, computed="b" * 40)
+    rec = canonical.read_json(run_dir / "receipt.json")
+    assert rec["verdict"] == "REJECTED"
+
+    def edit(d):
+        for g in d["gates"]:
+            if g["id"] == "build.source_identity":
+                g["status"] = "PASS"
+        if "verdict" in d:
+            d["verdict"] = "INCOMPLETE"
+    _rewrite(run_dir / "gates" / "01_build.json", edit)
+    _rewrite(run_dir / "receipt.json", edit)
+    _refresh_digests(run_dir)
+    res = receipt.verify(run_dir)
+    assert not res.ok
+    assert any("recorded PASS but the evidence gives FAIL" in p for p in res.problems)
+
+
+def test_edited_verdict_is_rejected(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+    _rewrite(run_dir / "receipt.json", lambda d: d.__setitem__("verdict", "ADMISSIBLE"))
+    res = receipt.verify(run_dir)
+    assert any(p.startswith("verdict:") for p in res.problems)
+
+
+def test_malformed_digest_missing_and_planted_files(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+
+    def bad_digest(d):
+        d["files"][0]["sha256"] = "XYZ"
+    _rewrite(run_dir / "receipt.json", bad_digest)
+    assert any("malformed digest" in p for p in receipt.verify(run_dir).problems)
+
+    run_dir = make_run(tmp_path / "2")
+    (run_dir / "evidence" / "01_build" / "source.json").unlink()
+    assert any("source.json: missing" in p for p in receipt.verify(run_dir).problems)
+
+    run_dir = make_run(tmp_path / "3")
+    (run_dir / "evidence" / "01_build" / "extra.json").write_text("{}")
+    assert any("not listed" in p for p in receipt.verify(run_dir).problems)
+
+
+def test_identity_disagreement_is_rejected(tmp_path, rules):
+    run_dir = make_run(tmp_path)
+    _rewrite(run_dir / "receipt.json",
+             lambda d: d["identities"].__setitem__("runtime.tree", "c" * 40))
+    res = receipt.verify(run_dir)
+    assert any("identity runtime.tree differs" in p for p in res.problems)
+
+
+def test_crashed_stage_becomes_error_and_dependants_not_run(tmp_path, rules):
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    run_dir = tmp_path / "run"
+    StageContext("01_build", p, run_dir)  # started, then the notebook died
+    for stage in gates.STAGES[1:]:
+        StageContext(stage, p, run_dir).finish()
+    rec = receipt.build_receipt(run_dir, {"01_build": "RuntimeError: boom"})
+    st = {g["id"]: g for g in rec["gates"]}
+    assert st["build.ggml"]["status"] == "ERROR" and "boom" in st["build.ggml"]["reason"]["detail"]
+    assert rec["verdict"] == "REJECTED"
+    assert receipt.verify(run_dir).ok
+
+
+def test_platform_gates_are_not_run_with_reason_on_linux(tmp_path, rules):
+    import platform
+    if platform.system() == "Darwin":
+        pytest.skip("Linux-only expectation")
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    ctx = StageContext("01_build", p, tmp_path / "run")
+    assert ctx.begin("build.coreml") is None
+    r = ctx.records["build.coreml"]
+    assert r.status is Status.NOT_RUN and r.reason.kind == "platform"
+    assert "needs macOS" in r.reason.detail
