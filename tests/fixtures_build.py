@@ -1,0 +1,63 @@
+"""Session fixtures for the physical source/build tests (register with pytest_plugins).
+
+The cache is the one the user's audit uses (``$VERIFYLIB_CACHE`` or
+``~/.cache/verifylib``), so a test session and ``verifylib run`` share one sdist download
+and one whisper-cli build per content key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from verifylib import build, source
+
+
+@dataclass(frozen=True)
+class GgmlBuild:
+    """The patched v1.8.5 work tree, its checks around the build, and the build."""
+
+    patched: source.PatchedTree
+    before: source.PatchCheck
+    after: source.PatchCheck
+    result: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def verifylib_cache() -> Path:
+    """The shared cache root."""
+    env = os.environ.get("VERIFYLIB_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"
+
+
+@pytest.fixture(scope="session")
+def v185_pin() -> source.Pin:
+    """The repository's v1.8.5 pin."""
+    return source.load_pins()["v1.8.5"]
+
+
+@pytest.fixture(scope="session")
+def v185_source(verifylib_cache) -> source.SourceTree:
+    """whisper.cpp v1.8.5 from the pywhispercpp 1.5.1 sdist (downloaded once, then cached)."""
+    return source.obtain_source(source.PYWHISPERCPP_V185, verifylib_cache)
+
+
+@pytest.fixture(scope="session")
+def v185_patched(v185_source, v185_pin, tmp_path_factory) -> source.PatchedTree:
+    """A fresh patched work tree of v1.8.5 (private to this session)."""
+    return source.prepare_patched_tree(v185_source.path, v185_pin, tmp_path_factory.mktemp("work"))
+
+
+@pytest.fixture(scope="session")
+def v185_ggml_build(v185_patched, v185_pin, verifylib_cache) -> GgmlBuild:
+    """The static patched GGML whisper-cli, with exactness checks before and after."""
+    before = source.check_patch_exact(v185_patched.path, v185_pin)
+    assert before.ok, before.problems
+    result = build.build_whisper_cli(
+        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
+        variant="ggml", options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    after = source.check_patch_exact(v185_patched.path, v185_pin)
+    return GgmlBuild(patched=v185_patched, before=before, after=after, result=result)
