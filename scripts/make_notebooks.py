@@ -21,7 +21,7 @@ STAGES = {
                  "Obtain the pinned whisper.cpp source, prove its git tree id, apply and verify "
                  "the exact compatibility patch, build a static `whisper-cli` outside the source "
                  "tree, hash it and read its `system_info` line from a real run.",
-                 ["build.show(report)"]),
+                 ["stage.show(report)"]),
     "02_export": ("export", "Export",
                   "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 "
                   "mlprogram, IO-contract validation and (macOS + Xcode) compilation to "
@@ -58,9 +58,11 @@ def make(stage: str) -> nbformat.NotebookNode:
     cell.metadata["tags"] = ["parameters"]
     nb.cells.append(cell)
     nb.cells.append(nbformat.v4.new_code_cell(
-        f"import verifylib.notebook as vnb\nfrom verifylib.stages import {mod}\n\n"
+        # Imported as `stage`: a module named like a parameter (export, canary) would
+        # shadow that parameter in the notebook's namespace.
+        f"import verifylib.notebook as vnb\nfrom verifylib.stages import {mod} as stage\n\n"
         f"params, run_dir = vnb.setup(globals(), {stage!r})"))
-    nb.cells.append(nbformat.v4.new_code_cell(f"report = {mod}.run(params, run_dir)\nreport"))
+    nb.cells.append(nbformat.v4.new_code_cell("report = stage.run(params, run_dir)\nreport"))
     for src in extra:
         nb.cells.append(nbformat.v4.new_code_cell(src))
     for i, c in enumerate(nb.cells):

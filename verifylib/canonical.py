@@ -174,6 +174,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".staging", dir=path.parent)
     try:
+        # mkstemp creates 0600; published files get the usual umask-based mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

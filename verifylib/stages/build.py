@@ -49,6 +49,8 @@ def _rule_ggml(ev) -> Judgement:
 
 def _source_spec(params: Params) -> "_source.SourceSpec":
     src = dict(params["runtime"]["source"])
+    if src["kind"] == "git":
+        src.setdefault("commit", _source.load_pins()[params["runtime"]["pin"]].commit)
     if "path" in src:
         src["path"] = str(params.resolve(src["path"]))
     return _source.SourceSpec(**src)
