@@ -41,7 +41,7 @@ _VARIANT_OPTIONS = {
 _DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
 _OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_SCHEMA = "verifylib-whisper-cli-build-v2"
-_FORBIDDEN_PROBE_FLAGS = ("-np", "--no-prints", "-ac", "--audio-ctx")
+_FORBIDDEN_PROBE_FLAGS = contracts.FORBIDDEN_FLAGS
 _SHARED_RUNTIME_PREFIXES = ("libwhisper", "libggml")
 
 

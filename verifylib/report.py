@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 from nbconvert import HTMLExporter
+from nbconvert.preprocessors.sanitize import SanitizeHTML
 
 from . import canonical, gates
 from .receipt import RECEIPT_FILE
@@ -107,13 +108,24 @@ def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
     return nb
 
 
+# Tags our own HTML outputs use; anything else in an output (script, iframe, event
+# attributes) is escaped by bleach, and non-HTML active types (JavaScript, widgets) dropped.
+_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2", "h3", "h4",
+         "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub", "sup",
+         "table", "tbody", "td", "th", "thead", "tr", "ul"]
+_ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"]}
+_STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
+           "background-color", "padding", "margin", "width"]
+
+
 def _export(nb, exclude_input: bool) -> str:
     exporter = HTMLExporter(template_name="audit", extra_template_basedirs=[str(TEMPLATES)])
     exporter.exclude_input = exclude_input
     exporter.exclude_input_prompt = exclude_input
     exporter.exclude_output_prompt = exclude_input
-    exporter.sanitize_html = True
     exporter.embed_images = True
+    exporter.register_preprocessor(
+        SanitizeHTML(tags=_TAGS, attributes=_ATTRS, styles=_STYLES, strip=False), enabled=True)
     body, _ = exporter.from_notebook_node(nb)
     return body
 

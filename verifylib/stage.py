@@ -143,16 +143,16 @@ class StageReport:
     def _repr_html_(self) -> str:
         e = html.escape
         rows = "".join(
-            f"<tr><td><code>{e(r.id)}</code></td><td class='st-{e(r.status.value)}'>"
+            f"<tr><td><code>{e(r.id)}</code></td><td class='vl-{e(r.status.value)}'>"
             f"<b>{e(r.status.value)}</b></td><td>{e(r.reason.kind)}</td>"
             f"<td style='white-space:pre-wrap'>{e(r.reason.detail)}</td></tr>"
             for r in self.records)
         ids = "".join(f"<tr><td>{e(k)}</td><td><code>{e(str(v))}</code></td></tr>"
                       for k, v in sorted(self.identities.items()))
-        out = (f"<h4>Stage {e(self.stage)}: gates</h4><table><tr><th>gate</th><th>status</th>"
+        out = (f"<h4>Stage {e(self.stage)}: gates</h4><table class='vl'><tr><th>gate</th><th>status</th>"
                f"<th>reason</th><th>detail</th></tr>{rows}</table>")
         if ids:
-            out += f"<h4>Identities</h4><table>{ids}</table>"
+            out += f"<h4>Identities</h4><table class='vl'>{ids}</table>"
         out += f"<p>verifylib work in this stage: {self.seconds:.2f} s</p>"
         return out
 

@@ -1,0 +1,126 @@
+"""The default audit end to end, as a user runs it: CLI, papermill, report, receipt, verify."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verifylib import canonical
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.physical, pytest.mark.notebook]
+
+LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
+                       "export.ggml_model", "wer.ggml_vs_source"}
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "verifylib", *args], capture_output=True,
+                          text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory, v185_ggml_build):
+    reports = tmp_path_factory.mktemp("reports")
+    res = _cli("run", str(ROOT / "parameters" / "tiny-en.yaml"), "--reports", str(reports),
+               "--no-progress")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
+    return res, run_dir
+
+
+def _statuses(run_dir):
+    rec = canonical.read_json(run_dir / "receipt.json")
+    return rec, {g["id"]: g for g in rec["gates"]}
+
+
+def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
+    res, run_dir = audit
+    assert "verdict INCOMPLETE" in res.stdout
+    assert str(run_dir / "report.html") in res.stdout
+    rec, gates = _statuses(run_dir)
+    assert rec["verdict"] == "INCOMPLETE"
+    for gid, g in gates.items():
+        if gid in LINUX_PHYSICAL_PASS and gid.startswith("build."):
+            assert g["status"] == "PASS", (gid, g["reason"])
+        elif gid not in LINUX_PHYSICAL_PASS:
+            assert g["status"] == "NOT_RUN", gid
+            assert g["reason"]["kind"] in {"platform", "prerequisite", "disabled",
+                                           "not-implemented"}
+            assert g["reason"]["detail"].strip()
+    assert gates["build.coreml"]["reason"]["detail"].find("macOS") >= 0
+    assert canonical.is_sha256(rec["identities"]["binary.ggml.sha256"])
+    assert not list((run_dir.parent).glob(".staging/*")), "staging left behind"
+
+
+def test_report_is_self_contained_and_code_hidden(audit):
+    _, run_dir = audit
+    short = (run_dir / "report.html").read_text()
+    full = (run_dir / "report-full.html").read_text()
+    for page in (short, full):
+        assert "<script" not in page.lower()
+        assert 'src="http' not in page and "src='http" not in page
+        assert "Verdict: <b>INCOMPLETE</b>" in page
+        assert "build.patch_exact" in page
+    assert "import verifylib.notebook" not in short
+    assert 'class="nn">verifylib.notebook' in full  # code shown, highlighted
+
+
+def test_verify_accepts_untouched_and_rejects_tampering(audit, tmp_path):
+    _, run_dir = audit
+    ok = _cli("verify", str(run_dir))
+    assert ok.returncode == 0 and "verifies" in ok.stdout, ok.stdout
+
+    flipped = shutil.copytree(run_dir, tmp_path / "flipped")
+    side = flipped / "evidence" / "01_build" / "build.json"
+    data = bytearray(side.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    side.write_bytes(bytes(data))
+    bad = _cli("verify", str(flipped))
+    assert bad.returncode == 1
+    assert "evidence/01_build/build.json" in bad.stdout
+
+    edited = shutil.copytree(run_dir, tmp_path / "edited")
+    rec = canonical.read_json(edited / "receipt.json")
+    for g in rec["gates"]:
+        if g["id"] == "build.coreml":
+            assert g["status"] == "NOT_RUN"
+            g["status"] = "PASS"
+            g["reason"] = {"kind": "rule", "detail": "edited"}
+    canonical.write_json(edited / "receipt.json", rec)
+    bad = _cli("verify", str(edited))
+    assert bad.returncode == 1
+    assert "build.coreml" in bad.stdout
+
+
+def test_second_run_reuses_the_cached_build(audit):
+    _, run_dir = audit
+    build = canonical.read_json(run_dir / "evidence" / "01_build" / "build.json")
+    # The session fixture built (or found) the binary before the audit ran.
+    assert build["cached"] is True
+    timings = canonical.read_json(run_dir / "timings.json")
+    assert timings["01_build"]["verifylib"] < 60
+
+
+def test_a_notebook_runs_alone_with_papermill(tmp_path, v185_ggml_build):
+    run_dir = tmp_path / "D"
+    out = tmp_path / "out.ipynb"
+    res = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / "notebooks" / "01_build.ipynb"),
+                          str(out), "-f", str(ROOT / "parameters" / "tiny-en.yaml"),
+                          "-p", "run_dir", str(run_dir), "--no-progress-bar"],
+                         capture_output=True, text=True, cwd=ROOT / "notebooks")
+    assert res.returncode == 0, res.stderr[-3000:]
+    stage = canonical.read_json(run_dir / "gates" / "01_build.json")
+    st = {g["id"]: g["status"] for g in stage["gates"]}
+    assert st["build.ggml"] == "PASS"
+    # A later stage alone in a fresh folder: prerequisites missing -> NOT_RUN, no crash.
+    lone = tmp_path / "E"
+    res = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / "notebooks" / "03_canary.ipynb"),
+                          str(tmp_path / "o3.ipynb"), "-f", str(ROOT / "parameters" / "tiny-en.yaml"),
+                          "-p", "run_dir", str(lone), "--no-progress-bar"],
+                         capture_output=True, text=True, cwd=ROOT / "notebooks")
+    assert res.returncode == 0, res.stderr[-3000:]
+    stage = canonical.read_json(lone / "gates" / "03_canary.json")
+    assert all(g["status"] == "NOT_RUN" for g in stage["gates"])
