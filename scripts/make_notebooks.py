@@ -25,7 +25,7 @@ STAGES = {
     "02_export": ("export", "Export",
                   "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 "
                   "mlprogram, IO-contract validation and (macOS + Xcode) compilation to "
-                  "`.mlmodelc` placed beside the model.", []),
+                  "`.mlmodelc` placed beside the model.", ["stage.show(report)"]),
     "03_canary": ("canary", "Canaries",
                   "The fail-closed negative control, the four-condition positive gate and the "
                   "batch-lifecycle A/B.", []),
@@ -34,7 +34,7 @@ STAGES = {
                   "judged by the frozen SNR + cosine policy.", []),
     "05_wer": ("wer", "WER",
                "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
-               "normalized WER and its deltas.", []),
+               "normalized WER and its deltas.", ["stage.show(report)"]),
     "06_placement": ("placement", "Placement",
                      "`MLComputePlan` per-operation preferred devices and cost shares for the "
                      "published `.mlmodelc`.", []),

@@ -22,7 +22,7 @@ from .stage import GATES_DIR, RUN_FILE, read_stage_file
 RECEIPT_FILE = "receipt.json"
 SCHEMA = "verifylib-receipt/1"
 # Files the receipt covers; the rendered reports are derived from it and come after.
-COVERED_DIRS = ("evidence", GATES_DIR, "notebooks")
+COVERED_DIRS = ("evidence", GATES_DIR, "notebooks", "fp32", "fp16")
 
 
 def _ensure_rules_loaded() -> None:

@@ -255,6 +255,25 @@ class StageContext:
         out.update(self.records)
         return out
 
+    def evidence_of(self, gate_id: str, name: str) -> Any:
+        """Read evidence ``name`` of an earlier gate that PASSed, verifying its digest.
+
+        Raises
+        ------
+        RuntimeError
+            If the gate has not passed in this run directory.
+        """
+        rec = self.prior().get(gate_id)
+        if rec is None or rec.status is not Status.PASS:
+            raise RuntimeError(f"{gate_id} has not passed in {self.run_dir}")
+        return EvidenceView(self.run_dir, rec.evidence).json(name)
+
+    def artifact_path(self, *parts: str) -> Path:
+        """A path for a published artifact inside the run directory (e.g. ``fp32/...``)."""
+        p = self.run_dir.joinpath(*parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
     def blocked_reason(self, gate_id: str, disabled_by: str | None = None) -> Reason | None:
         """Return why ``gate_id`` cannot run now, or None if it can.
 

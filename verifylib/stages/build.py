@@ -153,3 +153,35 @@ def show(report: StageReport):
                    for k, v in report.facts.items())
     return HTML(f"<h4>Build facts</h4><table>{rows}</table>" if rows else
                 "<p>No build facts: the build gates did not run (see the table above).</p>")
+
+
+def runtime_tree(ctx: StageContext) -> Path:
+    """The verified whisper.cpp source folder of this run (from ``build.source_identity``).
+
+    Raises
+    ------
+    RuntimeError
+        If the gate did not pass, or the folder no longer has the pinned tree id.
+    """
+    ev = ctx.evidence_of("build.source_identity", "source")
+    path = Path(ev["path"])
+    # The folder is a cache entry: re-check it is still the bytes that passed.
+    if not path.is_dir() or _source.git_tree_id(path) != ev["computed_tree"]:
+        raise RuntimeError(f"runtime source {path} changed since build.source_identity passed")
+    return path
+
+
+def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
+    """The ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+
+    Raises
+    ------
+    RuntimeError
+        If the gate did not pass or the binary's bytes changed since.
+    """
+    from ..canonical import sha256_file
+    ev = ctx.evidence_of("build.ggml", "build")
+    binary = Path(ev["binary"])
+    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+        raise RuntimeError(f"{binary} is not the whisper-cli that passed build.ggml")
+    return binary, ev["sha256"]

@@ -1,0 +1,219 @@
+"""Transcript normalization and word error rate under a versioned policy.
+
+Library first: the normalizer is OpenAI's English normalizer as shipped by transformers,
+fed the spelling mapping file that ``whisper-normalizer`` packages (byte-identical to
+OpenAI's, checked by digest); word alignment and counts come from ``jiwer``. What is
+written here is only the policy arithmetic: corpus sums and the wer-v1 pass rule, kept
+pure so ``verifylib verify`` can re-judge stored counts.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from . import canonical
+
+POLICY_DIR = Path(__file__).resolve().parent / "policies"
+ENGLISH_JSON_SHA256 = "6607f948be9824d2e1b2fa2223cd94c06c45afa4e05ea0e3d5e1f2bdffde2465"
+
+
+class PolicyError(ValueError):
+    """A policy resource is missing or not what its id says."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A versioned policy resource.
+
+    Attributes
+    ----------
+    id : str
+        E.g. ``"wer-v1"``; a new threshold is a new id.
+    sha256 : str
+        Digest of the resource file's bytes, recorded before measuring.
+    rules : dict
+        The parsed resource.
+    """
+
+    id: str
+    sha256: str
+    rules: dict
+
+
+def load_policy(policy_id: str) -> Policy:
+    """Load ``verifylib/policies/<policy_id>.json``.
+
+    Raises
+    ------
+    PolicyError
+        If the file is missing or names another id.
+    """
+    path = POLICY_DIR / f"{policy_id}.json"
+    if not path.is_file():
+        raise PolicyError(f"unknown policy {policy_id!r} (no {path})")
+    raw = path.read_bytes()
+    rules = canonical.loads(raw)
+    if rules.get("id") != policy_id:
+        raise PolicyError(f"{path}: declares id {rules.get('id')!r}, expected {policy_id!r}")
+    return Policy(policy_id, canonical.sha256_bytes(raw), rules)
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """The text normalizer and its identity.
+
+    Attributes
+    ----------
+    fn : callable
+        ``str -> str``.
+    identity : dict
+        Class, transformers version and the spelling mapping's digest.
+    """
+
+    fn: Callable[[str], str]
+    identity: dict
+
+    def __call__(self, text: str) -> str:
+        return self.fn(text)
+
+
+@lru_cache(maxsize=1)
+def english_normalizer() -> Normalizer:
+    """OpenAI's English normalizer with its standard spelling mapping, offline.
+
+    Raises
+    ------
+    PolicyError
+        If the packaged mapping is not the expected bytes.
+    """
+    from importlib import metadata
+
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    res = importlib.resources.files("whisper_normalizer") / "normalizers" / "english.json"
+    raw = res.read_bytes()
+    digest = canonical.sha256_bytes(raw)
+    if digest != ENGLISH_JSON_SHA256:
+        raise PolicyError(f"whisper_normalizer's english.json has digest {digest}, expected "
+                          f"{ENGLISH_JSON_SHA256} (OpenAI's mapping)")
+    fn = EnglishTextNormalizer(json.loads(raw))
+    return Normalizer(fn, {
+        "class": "transformers.models.whisper.english_normalizer.EnglishTextNormalizer",
+        "transformers": metadata.version("transformers"),
+        "mapping": "whisper_normalizer/normalizers/english.json",
+        "mapping_sha256": digest,
+        "whisper_normalizer": metadata.version("whisper-normalizer"),
+    })
+
+
+@dataclass(frozen=True)
+class WordCounts:
+    """Alignment counts of one hypothesis against one reference (normalized words)."""
+
+    hits: int
+    substitutions: int
+    deletions: int
+    insertions: int
+
+    @property
+    def ref_words(self) -> int:
+        return self.hits + self.substitutions + self.deletions
+
+    @property
+    def errors(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+    @property
+    def wer(self) -> float:
+        """WER; an empty reference gives 0 for an empty hypothesis, else infinity."""
+        if self.ref_words == 0:
+            return 0.0 if self.insertions == 0 else float("inf")
+        return self.errors / self.ref_words
+
+    def as_dict(self) -> dict:
+        return {"hits": self.hits, "substitutions": self.substitutions,
+                "deletions": self.deletions, "insertions": self.insertions}
+
+
+def count_words(reference: str, hypothesis: str) -> WordCounts:
+    """Align two already-normalized texts with jiwer and return the counts.
+
+    Parameters
+    ----------
+    reference, hypothesis : str
+        Normalized texts (either may be empty).
+
+    Returns
+    -------
+    WordCounts
+    """
+    import jiwer
+    ref, hyp = reference.split(), hypothesis.split()
+    if not ref:
+        return WordCounts(0, 0, 0, len(hyp))
+    if not hyp:
+        return WordCounts(0, 0, len(ref), 0)
+    out = jiwer.process_words(" ".join(ref), " ".join(hyp))
+    return WordCounts(out.hits, out.substitutions, out.deletions, out.insertions)
+
+
+def corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> float:
+    """Corpus WER: summed errors over summed reference words."""
+    cs = [c if isinstance(c, WordCounts) else WordCounts(**c) for c in counts]
+    ref = sum(c.ref_words for c in cs)
+    err = sum(c.errors for c in cs)
+    if ref == 0:
+        return 0.0 if err == 0 else float("inf")
+    return err / ref
+
+
+def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
+    """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
+
+    Parameters
+    ----------
+    evidence : mapping
+        ``policy`` (the wer-v1 resource), ``clips``: per clip ``source`` and ``ggml`` counts
+        against the reference, ``source_empty`` and ``ggml_empty`` flags, and for public
+        clips the normalized ``reference``, ``source_text`` and ``ggml_text`` (their counts
+        are recomputed and must agree).
+
+    Returns
+    -------
+    (bool, str)
+        Whether the rule held, and the figures behind the decision.
+    """
+    policy = evidence["policy"]
+    if policy.get("id") != "wer-v1":
+        return False, f"unexpected policy {policy.get('id')!r}"
+    rules = policy["ggml_vs_source"]
+    clips = evidence["clips"]
+    if not clips:
+        return False, "no fixture was transcribed"
+    problems = []
+    for c in clips:
+        if "reference" in c:
+            for side in ("source", "ggml"):
+                again = count_words(c["reference"], c[f"{side}_text"]).as_dict()
+                if again != c[side]:
+                    problems.append(f"{c['id']}: stored {side} counts do not match its texts")
+                if (c[f"{side}_text"].strip() == "") != bool(c[f"{side}_empty"]):
+                    problems.append(f"{c['id']}: stored {side}_empty flag contradicts the text")
+    if problems:
+        return False, "; ".join(problems)
+    src = corpus_wer([c["source"] for c in clips])
+    ggml = corpus_wer([c["ggml"] for c in clips])
+    limit = src + rules["max_corpus_wer_delta"]
+    empties = [c["id"] for c in clips if c["ggml_empty"] and not c["source_empty"]]
+    figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
+               f"(limit {limit:.4f}) over {len(clips)} clip(s)")
+    if rules.get("no_empty_where_source_nonempty") and empties:
+        return False, f"GGML transcript empty where the source's is not: {empties}; {figures}"
+    if not ggml <= limit:
+        return False, f"GGML corpus WER above the limit; {figures}"
+    return True, figures
