@@ -43,7 +43,7 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     rec, gates = _statuses(run_dir)
     assert rec["verdict"] == "INCOMPLETE"
     for gid, g in gates.items():
-        if gid in LINUX_PHYSICAL_PASS and gid.startswith("build."):
+        if gid in LINUX_PHYSICAL_PASS:
             assert g["status"] == "PASS", (gid, g["reason"])
         elif gid not in LINUX_PHYSICAL_PASS:
             assert g["status"] == "NOT_RUN", gid
@@ -53,6 +53,21 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     assert gates["build.coreml"]["reason"]["detail"].find("macOS") >= 0
     assert canonical.is_sha256(rec["identities"]["binary.ggml.sha256"])
     assert not list((run_dir.parent).glob(".staging/*")), "staging left behind"
+    assert rec["identities"]["policy.wer.id"] == "wer-v1"
+    assert canonical.is_sha256(rec["identities"]["model.ggml.sha256"])
+
+
+def test_transcripts_side_by_side_and_wer_zero_on_jfk(audit):
+    _, run_dir = audit
+    wer = canonical.read_json(run_dir / "evidence" / "05_wer" / "wer.json")
+    (clip,) = wer["clips"]
+    assert clip["id"] == "jfk"
+    assert clip["ggml"]["substitutions"] + clip["ggml"]["deletions"] + clip["ggml"]["insertions"] == 0
+    assert clip["source"] == clip["ggml"]
+    assert clip["ggml_text"].startswith("and so my fellow americans ask not")
+    page = (run_dir / "report.html").read_text()
+    assert "GGML whisper-cli" in page and "And so my fellow Americans" in page
+    assert (run_dir / "fp32" / "ggml-model.bin").is_file()
 
 
 def test_report_is_self_contained_and_code_hidden(audit):

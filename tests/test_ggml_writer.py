@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from verifylib import contracts
+
 from verifylib.canonical import read_json, sha256_file
 from verifylib.ct2 import read_ct2
 from verifylib.ggml_writer import (GGML_FILE_MAGIC, GgmlError, expected_tensors, ggml_name,
@@ -161,31 +163,15 @@ def test_read_refuses_bad_magic_and_truncation(tiny_en_ggml, tmp_path):
 # ----------------------------------------------------------------------------- whisper-cli
 
 @pytest.fixture(scope="session")
-def ggml_whisper_cli(cache_root) -> Path:
-    """A published static GGML whisper-cli from the shared build cache.
-
-    Looks for ``<cache>/builds/<key>/whisper-cli`` whose ``build.json`` says variant
-    ``ggml``, static, and whose recorded SHA-256 still matches; skips (naming the place
-    searched) only when no such build exists.
-    """
-    for meta_path in sorted((cache_root / "builds").glob("*/build.json")):
-        try:
-            meta = read_json(meta_path)
-        except ValueError:
-            continue
-        binary = meta_path.parent / "whisper-cli"
-        if (meta.get("variant") == "ggml" and meta.get("static") and binary.is_file()
-                and sha256_file(binary) == meta.get("sha256")):
-            return binary
-    pytest.skip(f"no published static GGML whisper-cli under {cache_root / 'builds'}; "
-                "run the build stage (or tests/test_build.py) first")
+def ggml_whisper_cli(v185_ggml_build) -> Path:
+    """The session's shared static GGML whisper-cli (built once, or taken from the cache)."""
+    return v185_ggml_build.result.binary
 
 
 @pytest.mark.physical
 def test_whisper_cli_transcribes_the_written_model(ggml_whisper_cli, tiny_en_ggml, jfk_wav):
-    res = run([ggml_whisper_cli, "-m", tiny_en_ggml.path, "-f", jfk_wav, "-bs", "1", "-bo", "1",
-               "-l", "en", "-nt", "--temperature", "0", "--temperature-inc", "0", "-t", "2",
-               "-p", "1"], timeout=300)
+    res = run([ggml_whisper_cli, "-m", tiny_en_ggml.path, "-f", jfk_wav, "-t", "2",
+               *contracts.greedy_decoding_args("en")], timeout=300)
     assert res.ok, (res.describe(), res.stderr_text[-2000:])
     err = res.stderr_text
     assert "whisper_model_load: ftype         = 1" in err
