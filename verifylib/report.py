@@ -56,8 +56,8 @@ def summary_html(receipt: dict, receipt_sha256: str) -> str:
         "<th>status</th><th>reason</th><th>detail</th><th>evidence</th></tr>",
     ]
     for row in receipt["gates"]:
-        ev = "<br>".join(f"<code>{e(x['path'])}</code><br><small>{e(x['sha256'])}</small>"
-                         for x in row["evidence"])
+        ev = "<br>".join(f"<code title='{e(x['sha256'])}'>{e(x['path'].split('/')[-1])}</code> "
+                         f"<small>{e(x['sha256'][:12])}…</small>" for x in row["evidence"])
         detail = row["reason"]["detail"]
         if len(detail) > 4000:
             detail = detail[:4000] + "\n[... cut; full text in receipt.json]"
