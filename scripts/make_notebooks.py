@@ -37,7 +37,7 @@ STAGES = {
                "normalized WER and its deltas.", ["stage.show(report)"]),
     "06_placement": ("placement", "Placement",
                      "`MLComputePlan` per-operation preferred devices and cost shares for the "
-                     "published `.mlmodelc`.", []),
+                     "published `.mlmodelc`.", ["stage.show(report)"]),
 }
 
 
