@@ -40,6 +40,8 @@ CASES = [
     (lambda d: d["fixtures"][0].update({"path": "nope.wav"}) or d["fixtures"][0].pop("runtime_file"),
      "key fixtures[0].path"),
     (lambda d: d.pop("model"), "missing key model"),
+    (lambda d: d["fixtures"][0].__setitem__("public", False), "key fixtures[0].text: a non-public"),
+    (lambda d: d["fixtures"][0].__setitem__("text_file", "nope.txt"), "give text or text_file"),
     (lambda d: d["runtime"].__setitem__("source", {"kind": "git", "url": "x", "commit": "a" * 40}),
      "key runtime.source.commit"),
 ]

@@ -77,6 +77,7 @@ FIXTURE_SCHEMA = {
         "runtime_file": _STR,   # a file inside the verified runtime source tree
         "path": _STR,           # a local file, relative to the parameter file
         "text": {"type": "string"},
+        "text_file": _STR,      # reference text in a UTF-8 file, relative to the parameter file
         "public": {"type": "boolean"},
     },
     "oneOf": [{"required": ["runtime_file"]}, {"required": ["path"]}],
@@ -280,6 +281,17 @@ def validate(data: Any, origin: str, base_dir: Path,
             fp = base_dir / Path(fx["path"]).expanduser()
             if not fp.is_file():
                 raise ParameterError(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
+        if "text" in fx and "text_file" in fx:
+            raise ParameterError(f"{origin}: key fixtures[{i}]: give text or text_file, not both")
+        if "text" in fx and not fx["public"]:
+            # Parameters are copied into every executed notebook and run.json; a private
+            # reference text must stay in its own file and be persisted only as counts.
+            raise ParameterError(f"{origin}: key fixtures[{i}].text: a non-public fixture's "
+                                 "reference must be given as text_file, not inline")
+        if "text_file" in fx:
+            tp = base_dir / Path(fx["text_file"]).expanduser()
+            if not tp.is_file():
+                raise ParameterError(f"{origin}: key fixtures[{i}].text_file: {tp} does not exist")
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
 
 
@@ -315,6 +327,15 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
     # file lives in parameters/, which keeps the shipped files portable.
     base = REPO_ROOT if path.resolve().parent == PARAMETERS_DIR else path.resolve().parent
     return validate(data, str(path), base, manifest)
+
+
+def fixture_text(params: "Params", fixture: Mapping[str, Any]) -> str | None:
+    """A fixture's reference text (inline ``text`` or the content of ``text_file``), or None."""
+    if fixture.get("text") is not None:
+        return fixture["text"]
+    if fixture.get("text_file"):
+        return params.resolve(fixture["text_file"]).read_text(encoding="utf-8").strip()
+    return None
 
 
 def from_notebook(namespace: Mapping[str, Any]) -> Params:

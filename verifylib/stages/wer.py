@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
 from ..gates import Judgement, Status, rule
-from ..params import Params
+from ..params import Params, fixture_text
 from ..runner import run as run_child
 from ..scoring import (count_words, corpus_wer, english_normalizer, judge_ggml_vs_source,
                        load_policy)
@@ -104,13 +104,13 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 if not res.ok:
                     raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: "
                                        f"{res.describe()}\n{res.stderr_text[-2000:]}")
-                reference_raw = fx.get("text") or raw_src
+                reference_raw = fixture_text(params, fx) or raw_src
                 ref, src, ggml = norm(reference_raw), norm(raw_src), norm(raw_ggml)
                 c_src, c_ggml = count_words(ref, src), count_words(ref, ggml)
                 pair = count_words(src, ggml)
                 clip = {"id": fx["id"], "public": fx["public"],
                         "audio_sha256": audio_sha256(audio_path),
-                        "reference_from": "text" if fx.get("text") else "source",
+                        "reference_from": "text" if fixture_text(params, fx) else "source",
                         "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
                         "pairwise": pair.as_dict(),
                         "source_empty": not src.strip(), "ggml_empty": not ggml.strip(),
