@@ -69,13 +69,13 @@ def main() -> None:
     sums, total = [], 0.0
     for fx in params["fixtures"]:
         path = fx.get("path")
-        if not path or not path.startswith("parameters/fixtures/"):
+        if not path or not path.startswith("fixtures/"):
             continue
-        text = fx.get("text") or (ROOT / fx["text_file"]).read_text(encoding="utf-8").strip()
+        text = fx.get("text") or (OUT.parent / fx["text_file"]).read_text(encoding="utf-8").strip()
         x, rate = speak(text)
         y = resample(x, rate)
         data = wav_bytes(y)
-        atomic_write_bytes(ROOT / path, data)
+        atomic_write_bytes(OUT.parent / path, data)
         seconds = len(y) / RATE
         total += seconds
         sums.append(f"{sha256_bytes(data)}  {Path(path).name}")

@@ -80,6 +80,8 @@ def test_cli_exits_2_fast_and_leaves_no_run_directory(tmp_path):
 def test_batch_validates_every_file_before_running(tmp_path):
     good = tmp_path / "good.yaml"
     shutil.copy(ROOT / "parameters" / "tiny-en.yaml", good)
+    shutil.copytree(ROOT / "parameters" / "fixtures", tmp_path / "fixtures")
+    assert params.load(good).name == "tiny-en"  # relative paths follow the file
     bad = _write(tmp_path, lambda d: d.__setitem__("extra", 1))
     reports = tmp_path / "reports"
     res = subprocess.run([sys.executable, "-m", "verifylib", "run", str(good), str(bad),

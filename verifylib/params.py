@@ -292,7 +292,21 @@ def validate(data: Any, origin: str, base_dir: Path,
             tp = base_dir / Path(fx["text_file"]).expanduser()
             if not tp.is_file():
                 raise ParameterError(f"{origin}: key fixtures[{i}].text_file: {tp} does not exist")
+    _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
+
+
+def _absolutize(p: dict, base_dir: Path) -> None:
+    # Paths are stored resolved, so the same parameters give the same digest whether they
+    # come from a file, from papermill's injection, or from a copy in another folder.
+    def fix(holder: dict, key: str) -> None:
+        if key in holder:
+            holder[key] = str((base_dir / Path(holder[key]).expanduser()).resolve())
+    fix(p["runtime"]["source"], "path")
+    fix(p["model"], "path")
+    for fx in p["fixtures"]:
+        fix(fx, "path")
+        fix(fx, "text_file")
 
 
 def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
@@ -323,10 +337,8 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
         raise ParameterError(f"{path}: not valid YAML: {exc}") from None
     except UnicodeDecodeError:
         raise ParameterError(f"{path}: not UTF-8 text") from None
-    # Relative paths in a parameter file are relative to the repository root when the
-    # file lives in parameters/, which keeps the shipped files portable.
-    base = REPO_ROOT if path.resolve().parent == PARAMETERS_DIR else path.resolve().parent
-    return validate(data, str(path), base, manifest)
+    # Relative paths in a parameter file are relative to the file's own folder.
+    return validate(data, str(path), path.resolve().parent, manifest)
 
 
 def fixture_text(params: "Params", fixture: Mapping[str, Any]) -> str | None:
@@ -359,4 +371,6 @@ def from_notebook(namespace: Mapping[str, Any]) -> Params:
     if values.get("name") is None:
         return load(DEFAULT_PARAMETERS)
     data = {k: v for k, v in values.items() if v is not None}
-    return validate(data, "notebook parameters", REPO_ROOT)
+    # `papermill -f parameters/x.yaml` injects the file's values without its location;
+    # relative paths then resolve against parameters/, where parameter files live.
+    return validate(data, "notebook parameters", PARAMETERS_DIR)
