@@ -28,8 +28,11 @@ def _cmd_run(args) -> int:
         print(f"  report:  {out.report}")
         print(f"  receipt: {out.run_dir / 'receipt.json'}")
     worst = gates.worst(o.verdict for o in outcomes)
+    from .report import render_index
+    index = render_index(outcomes, reports)
     if len(outcomes) > 1:
         print(f"worst verdict: {worst.value}")
+        print(f"  index:   {index}")
     return gates.exit_code(worst, require_admissible=args.require == "admissible")
 
 

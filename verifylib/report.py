@@ -155,3 +155,56 @@ def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, 
     canonical.atomic_write_bytes(short, _export(nb, True).encode("utf-8"))
     canonical.atomic_write_bytes(full, _export(nb, False).encode("utf-8"))
     return short, full
+
+
+INDEX = "index.html"
+
+
+def render_index(outcomes, reports_root: str | Path) -> Path:
+    """Write ``<reports>/index.html``: every model of a batch with its verdict and links.
+
+    Parameters
+    ----------
+    outcomes : sequence of RunOutcome
+        The runs of one ``verifylib run`` invocation.
+    reports_root : path-like
+        The reports folder (links are relative to it).
+
+    Returns
+    -------
+    Path
+        The index page, written atomically; self-contained and script-free.
+    """
+    root = Path(reports_root)
+    e = lambda v: html.escape(str(v))  # noqa: E731
+    worst = gates.worst(o.verdict for o in outcomes)
+    rows = []
+    for o in outcomes:
+        raw = (o.run_dir / RECEIPT_FILE).read_bytes()
+        rec = canonical.loads(raw)
+        counts: dict[str, int] = {}
+        for g in rec["gates"]:
+            counts[g["status"]] = counts.get(g["status"], 0) + 1
+        rel = o.run_dir.relative_to(root).as_posix()
+        rows.append(
+            f"<tr><td>{e(o.name)}</td><td class='vl-{e(o.verdict.value)}'><b>"
+            f"{e(o.verdict.value)}</b></td>"
+            + "".join(f"<td>{counts.get(s, 0)}</td>" for s in ("PASS", "FAIL", "NOT_RUN", "ERROR"))
+            + f"<td><a href='{e(rel)}/{REPORT}'>{e(rel)}</a></td>"
+              f"<td><code>{e(canonical.sha256_bytes(raw)[:16])}…</code></td></tr>")
+    page = (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<title>verifylib batch index</title><style>"
+        "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+        ".vl-ADMISSIBLE{background:#bfe8bf}.vl-INCOMPLETE{background:#ffe9a8}"
+        ".vl-REJECTED{background:#f4b6b6}</style></head><body>"
+        f"<h1>verifylib batch: {len(outcomes)} model(s)</h1>"
+        f"<p>Worst verdict: <b class='vl-{e(worst.value)}'>{e(worst.value)}</b>. Each run "
+        "re-verifies with <code>verifylib verify &lt;run dir&gt;</code>.</p>"
+        "<table><tr><th>model</th><th>verdict</th><th>PASS</th><th>FAIL</th><th>NOT_RUN</th>"
+        "<th>ERROR</th><th>report</th><th>receipt SHA-256</th></tr>"
+        + "".join(rows) + "</table></body></html>\n")
+    path = root / INDEX
+    canonical.atomic_write_bytes(path, page.encode("utf-8"))
+    return path
