@@ -122,6 +122,7 @@ def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> 
         "name": run["name"],
         "params_sha256": run["params_sha256"],
         "host": run["host"],
+        "packages": run.get("packages", {}),
         "identities": identities,
         "gates": [dict(records[g.id].to_record(), stage=g.stage, required=g.required)
                   for g in gates.GATES],

@@ -77,6 +77,12 @@ def summary_html(receipt: dict, receipt_sha256: str) -> str:
     caps = ", ".join(f"{k}: {'yes' if ok else 'no'}"
                      for k, ok in sorted(host.get("capabilities", {}).items()))
     parts.append(f"<tr><td>capabilities</td><td>{e(caps)}</td></tr></table>")
+    pkgs = receipt.get("packages", {})
+    if pkgs:
+        parts.append("<h2>Package versions</h2><table class='vl'>")
+        for k, val in sorted(pkgs.items()):
+            parts.append(f"<tr><td>{e(k)}</td><td><code>{e(val)}</code></td></tr>")
+        parts.append("</table>")
     return "\n".join(parts)
 
 
@@ -99,8 +105,9 @@ def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
             nb.cells.append(nbformat.v4.new_markdown_cell("*This stage's notebook did not run.*"))
             continue
         sub = nbformat.read(path, as_version=4)
-        nb.metadata.setdefault("kernelspec", sub.metadata.get("kernelspec", {}))
-        nb.metadata.setdefault("language_info", sub.metadata.get("language_info", {}))
+        for key in ("kernelspec", "language_info"):
+            if key in sub.metadata:
+                nb.metadata.setdefault(key, sub.metadata[key])
         for cell in sub.cells:
             # Markdown inside notebooks is ours, but outputs may carry run text: the
             # exporter's sanitizer and the audit template keep both inert.
