@@ -27,8 +27,11 @@ STAGES = {
                   "mlprogram, IO-contract validation and (macOS + Xcode) compilation to "
                   "`.mlmodelc` placed beside the model.", ["stage.show(report)"]),
     "03_canary": ("canary", "Canaries",
-                  "The fail-closed negative control, the four-condition positive gate and the "
-                  "batch-lifecycle A/B.", []),
+                  "The batch-lifecycle A/B (unpatched vs patched static GGML `whisper-cli`, "
+                  "N runs each with the `-nfa -dtw` trigger: outcome table and chart), the "
+                  "fail-closed Core ML negative control (first run only) and the "
+                  "four-condition positive gate (one warm-up, one measured run).",
+                  ["stage.show(report)"]),
     "04_parity": ("parity", "Parity",
                   "The same real log-mel through the Hugging Face reference and each candidate, "
                   "judged by the frozen SNR + cosine policy.", []),

@@ -61,3 +61,26 @@ def v185_ggml_build(v185_patched, v185_pin, verifylib_cache) -> GgmlBuild:
         variant="ggml", options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
     after = source.check_patch_exact(v185_patched.path, v185_pin)
     return GgmlBuild(patched=v185_patched, before=before, after=after, result=result)
+
+
+@dataclass(frozen=True)
+class UnpatchedBuild:
+    """The unpatched static v1.8.5 whisper-cli, built from the pristine cached source."""
+
+    source: source.SourceTree
+    tree_before: str
+    tree_after: str
+    result: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def v185_unpatched_build(v185_source, v185_pin, verifylib_cache) -> UnpatchedBuild:
+    """The "A" side of the lifecycle A/B: same cache and options as ``verifylib run``, so it
+    is built once per machine (about 2 minutes). The pristine source folder is a cache
+    entry: its tree id is taken before and after to prove the build wrote nothing into it."""
+    before = source.git_tree_id(v185_source.path)
+    result = build.build_whisper_cli(
+        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None, variant="ggml-unpatched",
+        options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    after = source.git_tree_id(v185_source.path)
+    return UnpatchedBuild(source=v185_source, tree_before=before, tree_after=after, result=result)

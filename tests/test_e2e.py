@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
-                       "export.ggml_model", "wer.ggml_vs_source"}
+                       "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab"}
 
 
 def _cli(*args, **kw):

@@ -107,7 +107,11 @@ SCHEMA = {
             "type": "object",
             "additionalProperties": False,
             "properties": {"runs": {"type": "integer", "minimum": 1, "maximum": 1000},
-                           "enabled": {"type": "boolean"}},
+                           "enabled": {"type": "boolean"},
+                           # seconds per whisper-cli canary run, and for the first Core ML
+                           # run (on-device compilation of the .mlmodelc: minutes)
+                           "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                           "first_run_timeout_s": {"type": "number", "exclusiveMinimum": 0}},
         },
         "export": {
             "type": "object",
@@ -124,7 +128,7 @@ DEFAULTS: dict[str, Any] = {
     "description": "",
     "runtime": {"ggml_native": True, "jobs": 2},
     "fixtures": [],
-    "canary": {"runs": 20, "enabled": True},
+    "canary": {"runs": 20, "enabled": True, "timeout_s": 120, "first_run_timeout_s": 900},
     "export": {"fp16": True},
 }
 

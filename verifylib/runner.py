@@ -3,7 +3,10 @@
 Every external program (git, cmake, whisper-cli) goes through :func:`run`, so the rules
 of the guide's headless contract hold everywhere: no shell, a stripped environment, both
 streams captured and hashed, a timeout, no retry, and a decoded signal when the child
-was killed.
+was killed. whisper-cli gate runs go through :func:`run_whisper_cli`, which refuses a
+command line that breaks the runtime contract before anything is launched, and
+:func:`run_record` turns a result into the record the classifiers of
+:mod:`verifylib.contracts` judge (and ``verifylib verify`` judges again).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from . import contracts
 from .canonical import sha256_bytes
+from .contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
 
 # Names that may carry credentials: never handed to a child process.
 _SECRET_PATTERNS = (
@@ -112,35 +117,6 @@ class RunResult:
         return f"exit {self.returncode}"
 
 
-def decode_signal(returncode: int | None) -> str | None:
-    """Name the signal behind a return code, if any.
-
-    Parameters
-    ----------
-    returncode : int or None
-        A raw ``Popen.returncode``: negative N means killed by signal N; 128+N is how
-        shells and some launchers report the same death.
-
-    Returns
-    -------
-    str or None
-        E.g. ``"SIGSEGV"``, or None for a normal exit.
-    """
-    if returncode is None:
-        return None
-    num = None
-    if returncode < 0:
-        num = -returncode
-    elif 128 < returncode < 128 + 65:
-        num = returncode - 128
-    if num is None:
-        return None
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"SIG{num}"
-
-
 class CommandError(RuntimeError):
     """A required helper command (git, cmake, ...) did not succeed."""
 
@@ -204,3 +180,60 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     if check and not result.ok:
         raise CommandError(result, what or Path(argv[0]).name)
     return result
+
+
+def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
+                    cwd: str | os.PathLike | None = None,
+                    env_extra: Mapping[str, str] | None = None) -> RunResult:
+    """Run whisper-cli once for a gate, under the runtime contract.
+
+    The argv is checked by :func:`verifylib.contracts.check_cli_argv` first: ``-np``,
+    ``-ac`` and any processor count but 1 are refused before launch. Then the child runs
+    through :func:`run` (no shell, credential-free environment, both streams kept, the
+    process group killed at the timeout). There is no retry: a crash or a timeout is the
+    result.
+
+    Parameters
+    ----------
+    argv : sequence
+        The binary and its arguments.
+    timeout : float
+        Seconds before the run is killed. Required: a first Core ML run needs a generous
+        value (on-device compilation), later runs a short one.
+    cwd : path-like, optional
+        Working directory.
+    env_extra : mapping, optional
+        Variables added to the sanitized environment.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    verifylib.contracts.ContractError
+        If the argv breaks the contract (nothing is launched).
+    ValueError
+        If ``timeout`` is not a positive number.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"a whisper-cli run needs a positive timeout, got {timeout!r}")
+    args = [os.fspath(a) for a in argv]
+    contracts.check_cli_argv(args)
+    return run(args, cwd=cwd, timeout=float(timeout), env_extra=env_extra)
+
+
+def run_record(result: RunResult) -> dict:
+    """The JSON-able record of one run that the classifiers judge.
+
+    Returns
+    -------
+    dict
+        ``argv``, ``returncode`` (None on timeout), ``signal``, ``timed_out``, ``wall_s``,
+        and the SHA-256 and length of both streams. The streams themselves are stored
+        beside it as evidence files.
+    """
+    return {"argv": list(result.argv), "returncode": result.returncode, "signal": result.signal,
+            "timed_out": result.timed_out, "wall_s": round(result.wall_s, 3),
+            "stdout_sha256": result.stdout_sha256, "stderr_sha256": result.stderr_sha256,
+            "stdout_bytes": len(result.stdout), "stderr_bytes": len(result.stderr)}
