@@ -217,3 +217,68 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     if not ggml <= limit:
         return False, f"GGML corpus WER above the limit; {figures}"
     return True, figures
+
+
+def judge_hybrid(evidence: Mapping[str, Any],
+                 classify: Callable[[Mapping[str, Any]], tuple[bool, str]]) -> tuple[bool, str]:
+    """The wer-v1 rule for ``wer.hybrid`` (Core ML encoder inside whisper-cli).
+
+    Parameters
+    ----------
+    evidence : mapping
+        ``policy`` (wer-v1) and ``clips``: per clip the ``source``, ``ggml`` and ``hybrid``
+        counts against the reference, ``hybrid_vs_ggml`` counts, ``hybrid_empty``, and for
+        public clips the normalized texts (``reference``, ``ggml_text``, ``hybrid_text``),
+        whose counts are recomputed.
+    classify : callable
+        Re-judges one clip's hybrid run from its stored streams (the four load conditions
+        of guide section 2.3); returns ``(ok, detail)``.
+
+    Returns
+    -------
+    (bool, str)
+        PASS iff every hybrid run met the four conditions, no hybrid transcript is empty,
+        the hybrid corpus WER is at most min(GGML, source) + 0.05, and no clip's
+        hybrid-vs-GGML WER exceeds 0.5 (the detector for a silent nil prediction).
+    """
+    policy = evidence["policy"]
+    if policy.get("id") != "wer-v1":
+        return False, f"unexpected policy {policy.get('id')!r}"
+    rules = policy["hybrid"]
+    clips = evidence["clips"]
+    if not clips:
+        return False, "no fixture was transcribed"
+    problems = []
+    for c in clips:
+        if "reference" in c:
+            pairs = (("hybrid", c["reference"], c["hybrid_text"]),
+                     ("ggml", c["reference"], c["ggml_text"]),
+                     ("hybrid_vs_ggml", c["ggml_text"], c["hybrid_text"]))
+            for key, ref, hyp in pairs:
+                if count_words(ref, hyp).as_dict() != c[key]:
+                    problems.append(f"{c['id']}: stored {key} counts do not match its texts")
+            if (c["hybrid_text"].strip() == "") != bool(c["hybrid_empty"]):
+                problems.append(f"{c['id']}: stored hybrid_empty flag contradicts the text")
+        if rules.get("four_load_conditions_every_run"):
+            ok, detail = classify(c)
+            if not ok:
+                problems.append(f"{c['id']}: hybrid run fails the load conditions: {detail}")
+    if problems:
+        return False, "; ".join(problems)
+    empty = [c["id"] for c in clips if c["hybrid_empty"]]
+    if rules.get("all_nonempty") and empty:
+        return False, f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)"
+    hyb = corpus_wer([c["hybrid"] for c in clips])
+    ggml = corpus_wer([c["ggml"] for c in clips])
+    src = corpus_wer([c["source"] for c in clips])
+    limit = min(ggml, src) + rules["max_corpus_wer_delta_vs_best"]
+    worst = max(clips, key=lambda c: WordCounts(**c["hybrid_vs_ggml"]).wer)
+    worst_wer = WordCounts(**worst["hybrid_vs_ggml"]).wer
+    figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
+               f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
+               f"({worst['id']}) over {len(clips)} clip(s)")
+    if worst_wer > rules["max_clip_wer_vs_ggml"]:
+        return False, f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}"
+    if not hyb <= limit:
+        return False, f"hybrid corpus WER above the limit; {figures}"
+    return True, figures

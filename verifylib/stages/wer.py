@@ -1,36 +1,75 @@
 """Stage 05_wer: transcripts under identical greedy decoding, scored by policy wer-v1.
 
-Implemented: ``wer.ggml_vs_source`` — for every fixture, the Hugging Face source model's
+``wer.ggml_vs_source`` (any OS): for every fixture, the Hugging Face source model's
 transcript and the patched GGML ``whisper-cli`` transcript of the written
 ``ggml-model.bin``, both normalized by OpenAI's English normalizer and scored against
 the fixture's reference text with jiwer. The pairwise GGML-vs-source WER is reported,
-not gated. ``wer.hybrid`` (Core ML build, macOS) is not written yet.
+not gated.
+
+``wer.hybrid`` (macOS): the Core ML build with the ``.mlmodelc`` beside the model, one run
+per fixture, each run held to the four load conditions of guide section 2.3, and the
+transcripts held to wer-v1's hybrid rule (which alone catches a silent nil prediction).
+
+Non-public fixtures persist only digests and edit counts: their texts and transcripts
+stay in memory and never reach evidence, notebooks or the report.
 """
 
 from __future__ import annotations
 
 import html
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
 from ..gates import Judgement, Status, rule
 from ..params import Params, fixture_text
-from ..runner import run as run_child
+from ..runner import run_record, run_whisper_cli
 from ..scoring import (count_words, corpus_wer, english_normalizer, judge_ggml_vs_source,
-                       load_policy)
+                       judge_hybrid, load_policy)
 from ..stage import StageContext, StageReport
 from .build import ggml_binary, runtime_tree
 from .export import GGML_MODEL, model_language
 
 STAGE = "05_wer"
 POLICY_ID = "wer-v1"
+PRIVATE = "(not public)"
+
+
+@dataclass(frozen=True)
+class ClipText:
+    """One fixture's texts in memory (normalized), whatever its ``public`` flag."""
+
+    id: str
+    public: bool
+    audio: Path
+    reference: str
+    source: str
+    ggml: str
+    raw_reference: str
+    raw_source: str
+    raw_ggml: str
 
 
 @rule("wer.ggml_vs_source")
 def _rule_ggml_vs_source(ev) -> Judgement:
     ok, detail = judge_ggml_vs_source(ev.json("wer"))
+    return Judgement(Status.PASS if ok else Status.FAIL, detail)
+
+
+def _classifier(ev):
+    def classify(clip):
+        stdout = ev.bytes(f"hybrid_stdout_{clip['id']}") if clip["public"] else None
+        c = contracts.classify_positive(clip["run"], ev.bytes(f"hybrid_stderr_{clip['id']}"),
+                                        stdout)
+        return c.ok, c.detail
+    return classify
+
+
+@rule("wer.hybrid")
+def _rule_hybrid(ev) -> Judgement:
+    ok, detail = judge_hybrid(ev.json("hybrid"), _classifier(ev))
     return Judgement(Status.PASS if ok else Status.FAIL, detail)
 
 
@@ -45,19 +84,134 @@ def fixture_audio(ctx: StageContext, fixture: dict) -> Path:
     return path
 
 
-def ggml_transcribe(binary: Path, model: Path, audio: Path, language: str):
-    """Transcribe one clip with whisper-cli's GGML encoder under the pinned greedy decoding.
+def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
+                   timeout: float = 600.0):
+    """Transcribe one clip with whisper-cli under the pinned greedy decoding.
 
     Returns
     -------
     (str, RunResult)
         The transcript (stdout, whitespace-joined) and the complete run.
     """
-    argv = [str(binary), "-m", str(model), "-f", str(audio), "-t", "2",
+    argv = [str(binary), "-m", model_arg, "-f", str(audio), "-t", "2",
             *contracts.greedy_decoding_args(language)]
-    contracts.check_cli_argv(argv)
-    res = run_child(argv, timeout=600)
+    res = run_whisper_cli(argv, timeout=timeout)
     return " ".join(res.stdout_text.split()), res
+
+
+def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[ClipText]]:
+    """Transcribe every fixture with HF and GGML and write ``wer.ggml_vs_source`` evidence.
+
+    Returns
+    -------
+    (refs, identities, texts)
+    """
+    from ..model import load_hf, transcribe_hf
+
+    policy = load_policy(POLICY_ID)
+    norm = english_normalizer()
+    # The policy is bound to the run before anything is measured.
+    refs = [ctx.write_json("policy", {"id": policy.id, "sha256": policy.sha256,
+                                      "rules": policy.rules})]
+    fixtures = params["fixtures"]
+    if not fixtures:
+        raise ValueError("no fixtures in the parameters: nothing to transcribe")
+    model_ev = ctx.evidence_of("export.ggml_model", "model")
+    ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
+    model_file = ctx.run_dir.joinpath(*GGML_MODEL)
+    binary, binary_sha = ggml_binary(ctx)
+    bundle = load_hf(model_ev["hf_dir"])
+    lang = model_language(params)
+    clips, texts = [], []
+    for fx in fixtures:
+        audio_path = fixture_audio(ctx, fx)
+        raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
+        raw_ggml, res = cli_transcribe(binary, str(model_file), audio_path, lang)
+        if not res.ok:
+            raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: {res.describe()}\n"
+                               f"{res.stderr_text[-2000:]}")
+        given = fixture_text(params, fx)
+        raw_ref = given or raw_src
+        t = ClipText(fx["id"], fx["public"], audio_path, norm(raw_ref), norm(raw_src),
+                     norm(raw_ggml), raw_ref, raw_src, raw_ggml)
+        texts.append(t)
+        c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
+        clip = {"id": t.id, "public": t.public, "audio_sha256": audio_sha256(audio_path),
+                "reference_from": "text" if given else "source",
+                "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
+                "pairwise": count_words(t.source, t.ggml).as_dict(),
+                "source_empty": not t.source.strip(), "ggml_empty": not t.ggml.strip(),
+                "ggml_run": {"returncode": res.returncode, "signal": res.signal,
+                             "wall_s": round(res.wall_s, 3), "stderr_sha256": res.stderr_sha256}}
+        if t.public:
+            clip.update({"reference": t.reference, "source_text": t.source,
+                         "ggml_text": t.ggml, "raw_source": raw_src, "raw_ggml": raw_ggml})
+            refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr,
+                                        f"ggml-{t.id}.stderr.txt"))
+        clips.append(clip)
+        print(f"{t.id}: WER source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
+              f"pairwise {count_words(t.source, t.ggml).wer:.3f}")
+    refs.append(ctx.write_json("wer", {
+        "policy": policy.rules, "policy_sha256": policy.sha256, "normalizer": norm.identity,
+        "model_ggml_sha256": ggml_ev["sha256"], "binary_sha256": binary_sha,
+        "decoding": contracts.greedy_decoding_args(lang), "clips": clips}))
+    ids = {"policy.wer.id": policy.id, "policy.wer.sha256": policy.sha256,
+           "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
+           "model.ggml.sha256": ggml_ev["sha256"], "binary.ggml.sha256": binary_sha}
+    ids.update({f"fixture.{c['id']}.sha256": c["audio_sha256"] for c in clips})
+    return refs, ids, texts
+
+
+def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
+           texts: list[ClipText], language: str, timeout: float = 600.0
+           ) -> tuple[list, dict, dict]:
+    """Transcribe every fixture with the Core ML build and write ``wer.hybrid`` evidence.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The 05_wer stage context.
+    binary, binary_sha256 : Path, str
+        The ``build.coreml`` whisper-cli and its digest.
+    model_arg : str
+        The ``-m`` string; its ``.mlmodelc`` must sit at ``coreml_encoder_path(model_arg)``.
+    texts : list of ClipText
+        The GGML and source results of ``wer.ggml_vs_source``.
+    language : str
+        Decoding language.
+    timeout : float
+        Per-run timeout (the first, compiling run happened in the canary stage).
+
+    Returns
+    -------
+    (refs, identities, transcripts)
+        ``transcripts`` maps clip id to the raw hybrid transcript (public clips only).
+    """
+    norm = english_normalizer()
+    policy = load_policy(POLICY_ID)
+    refs, clips, shown = [], [], {}
+    for t in texts:
+        raw, res = cli_transcribe(binary, model_arg, t.audio, language, timeout)
+        text = norm(raw)
+        clip = {"id": t.id, "public": t.public, "run": run_record(res),
+                "source": count_words(t.reference, t.source).as_dict(),
+                "ggml": count_words(t.reference, t.ggml).as_dict(),
+                "hybrid": count_words(t.reference, text).as_dict(),
+                "hybrid_vs_ggml": count_words(t.ggml, text).as_dict(),
+                "hybrid_empty": not text.strip()}
+        # stderr carries logs only (the transcript is on stdout), so it is kept for every
+        # clip: the validator re-checks the four load conditions on it.
+        refs.append(ctx.write_bytes(f"hybrid_stderr_{t.id}", res.stderr, f"hybrid-{t.id}.stderr.txt"))
+        if t.public:
+            refs.append(ctx.write_bytes(f"hybrid_stdout_{t.id}", res.stdout,
+                                        f"hybrid-{t.id}.stdout.txt"))
+            clip.update({"reference": t.reference, "ggml_text": t.ggml, "hybrid_text": text})
+            shown[t.id] = raw
+        clips.append(clip)
+    refs.append(ctx.write_json("hybrid", {"policy": policy.rules, "policy_sha256": policy.sha256,
+                                          "binary_sha256": binary_sha256, "model_arg": model_arg,
+                                          "clips": clips}))
+    return refs, {"binary.coreml.sha256": binary_sha256, "policy.wer.sha256": policy.sha256}, shown
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
@@ -75,106 +229,88 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     StageReport
         With ``facts["clips"]`` holding the per-clip table shown by :func:`show`.
     """
-    from ..model import load_hf, transcribe_hf
-
     ctx = StageContext(STAGE, params, run_dir)
+    texts: list[ClipText] = []
     g = ctx.begin("wer.ggml_vs_source")
     if g:
         with g:
-            policy = load_policy(POLICY_ID)
-            norm = english_normalizer()
-            # The policy is bound to the run before anything is measured.
-            refs = [ctx.write_json("policy", {"id": policy.id, "sha256": policy.sha256,
-                                              "rules": policy.rules})]
-            fixtures = params["fixtures"]
-            if not fixtures:
-                raise ValueError("no fixtures in the parameters: nothing to transcribe")
-            model_ev = ctx.evidence_of("export.ggml_model", "model")
-            ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
-            model_file = ctx.run_dir.joinpath(*GGML_MODEL)
-            binary, binary_sha = ggml_binary(ctx)
-            bundle = load_hf(model_ev["hf_dir"])
-            lang = model_language(params)
-            clips, table = [], []
-            for fx in fixtures:
-                audio_path = fixture_audio(ctx, fx)
-                audio = read_wav_16k(audio_path)
-                raw_src = transcribe_hf(bundle, audio, lang)
-                raw_ggml, res = ggml_transcribe(binary, model_file, audio_path, lang)
-                if not res.ok:
-                    raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: "
-                                       f"{res.describe()}\n{res.stderr_text[-2000:]}")
-                reference_raw = fixture_text(params, fx) or raw_src
-                ref, src, ggml = norm(reference_raw), norm(raw_src), norm(raw_ggml)
-                c_src, c_ggml = count_words(ref, src), count_words(ref, ggml)
-                pair = count_words(src, ggml)
-                clip = {"id": fx["id"], "public": fx["public"],
-                        "audio_sha256": audio_sha256(audio_path),
-                        "reference_from": "text" if fixture_text(params, fx) else "source",
-                        "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
-                        "pairwise": pair.as_dict(),
-                        "source_empty": not src.strip(), "ggml_empty": not ggml.strip(),
-                        "ggml_run": {"returncode": res.returncode, "signal": res.signal,
-                                     "wall_s": round(res.wall_s, 3),
-                                     "stderr_sha256": res.stderr_sha256}}
-                if fx["public"]:
-                    clip.update({"reference": ref, "source_text": src, "ggml_text": ggml,
-                                 "raw_source": raw_src, "raw_ggml": raw_ggml})
-                    refs.append(ctx.write_bytes(f"ggml_stderr_{fx['id']}", res.stderr,
-                                                f"ggml-{fx['id']}.stderr.txt"))
-                clips.append(clip)
-                table.append({"id": fx["id"], "public": fx["public"],
-                              "reference": reference_raw if fx["public"] else "(not public)",
-                              "source": raw_src if fx["public"] else "(not public)",
-                              "ggml": raw_ggml if fx["public"] else "(not public)",
-                              "wer_source": c_src.wer, "wer_ggml": c_ggml.wer,
-                              "wer_pairwise": pair.wer})
-                print(f"{fx['id']}: WER source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
-                      f"pairwise {pair.wer:.3f}")
-            refs.append(ctx.write_json("wer", {
-                "policy": policy.rules, "policy_sha256": policy.sha256,
-                "normalizer": norm.identity, "model_ggml_sha256": ggml_ev["sha256"],
-                "binary_sha256": binary_sha, "decoding": contracts.greedy_decoding_args(lang),
-                "clips": clips}))
-            ids = {"policy.wer.id": policy.id, "policy.wer.sha256": policy.sha256,
-                   "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
-                   "model.ggml.sha256": ggml_ev["sha256"], "binary.ggml.sha256": binary_sha}
-            ids.update({f"fixture.{c['id']}.sha256": c["audio_sha256"] for c in clips})
+            refs, ids, texts = ggml_vs_source(ctx, params)
             g.judge(refs, ids)
-            ctx.facts["clips"] = table
-            ctx.facts["corpus"] = {
-                "source": corpus_wer([c["source"] for c in clips]),
-                "ggml": corpus_wer([c["ggml"] for c in clips]),
-                "pairwise": corpus_wer([c["pairwise"] for c in clips])}
+    hybrid_raw: dict[str, str] = {}
+    g = ctx.begin("wer.hybrid")
+    if g:
+        with g:
+            from .build import coreml_binary
+            from .canary import published_model
+            binary, sha = coreml_binary(ctx)
+            _, model_arg = published_model(ctx)
+            refs, ids, hybrid_raw = hybrid(ctx, binary=binary, binary_sha256=sha,
+                                           model_arg=model_arg, texts=texts,
+                                           language=model_language(params))
+            g.judge(refs, ids)
+    if texts:
+        ctx.facts["clips"] = [_table_row(t, hybrid_raw.get(t.id)) for t in texts]
+        ctx.facts["corpus"] = {
+            "source": corpus_wer([count_words(t.reference, t.source) for t in texts]),
+            "ggml": corpus_wer([count_words(t.reference, t.ggml) for t in texts]),
+            "pairwise": corpus_wer([count_words(t.source, t.ggml) for t in texts])}
     return ctx.finish()
 
 
+def _table_row(t: ClipText, hybrid_raw: str | None) -> dict:
+    hyb = None if hybrid_raw is None else count_words(t.reference, english_normalizer()(hybrid_raw))
+    return {"id": t.id, "public": t.public,
+            "reference": t.raw_reference if t.public else PRIVATE,
+            "source": t.raw_source if t.public else PRIVATE,
+            "ggml": t.raw_ggml if t.public else PRIVATE,
+            "hybrid": (hybrid_raw if t.public else PRIVATE) if hybrid_raw is not None else None,
+            "wer_source": count_words(t.reference, t.source).wer,
+            "wer_ggml": count_words(t.reference, t.ggml).wer,
+            "wer_hybrid": None if hyb is None else hyb.wer,
+            "wer_pairwise": count_words(t.source, t.ggml).wer}
+
+
 def show(report: StageReport):
-    """Show the transcripts side by side (escaped) and a per-clip WER chart."""
+    """Show the transcripts side by side (escaped), per-clip and corpus WER, and a chart."""
     from IPython.display import HTML, display
     clips = report.facts.get("clips")
     if not clips:
         return HTML("<p>No transcripts: the WER gates did not run (see the table above).</p>")
     e = html.escape
     corpus = report.facts["corpus"]
-    rows = "".join(
-        f"<tr><td>{e(c['id'])}</td><td>{e(c['reference'])}</td><td>{e(c['source'])}</td>"
-        f"<td>{e(c['ggml'])}</td><td>{c['wer_source']:.3f}</td><td>{c['wer_ggml']:.3f}</td>"
-        f"<td>{c['wer_pairwise']:.3f}</td></tr>" for c in clips)
+    has_hybrid = any(c["hybrid"] is not None for c in clips)
+    hyb_head = "<th>hybrid (Core ML)</th>" if has_hybrid else ""
+    hyb_wer_head = "<th>WER hybrid</th>" if has_hybrid else ""
+    rows = []
+    for c in clips:
+        hyb = f"<td>{e(c['hybrid'] or '')}</td>" if has_hybrid else ""
+        hyb_wer = (f"<td>{c['wer_hybrid']:.3f}</td>" if c["wer_hybrid"] is not None else
+                   "<td></td>") if has_hybrid else ""
+        rows.append(f"<tr><td>{e(c['id'])}</td><td>{e(c['reference'])}</td><td>{e(c['source'])}</td>"
+                    f"<td>{e(c['ggml'])}</td>{hyb}<td>{c['wer_source']:.3f}</td>"
+                    f"<td>{c['wer_ggml']:.3f}</td>{hyb_wer}<td>{c['wer_pairwise']:.3f}</td></tr>")
+    no_worse = sum(1 for c in clips if c["wer_ggml"] <= c["wer_source"])
     display(HTML(
         "<h4>Transcripts (raw, before normalization)</h4><table class='vl'><tr><th>clip</th>"
-        "<th>reference</th><th>HF source</th><th>GGML whisper-cli</th><th>WER source</th>"
-        f"<th>WER GGML</th><th>GGML vs source</th></tr>{rows}</table>"
+        f"<th>reference</th><th>HF source</th><th>GGML whisper-cli</th>{hyb_head}"
+        f"<th>WER source</th><th>WER GGML</th>{hyb_wer_head}<th>GGML vs source</th></tr>"
+        + "".join(rows) + "</table>"
         f"<p>Corpus WER against the references: HF source {corpus['source']:.4f}, GGML "
-        f"{corpus['ggml']:.4f}; pairwise GGML vs source {corpus['pairwise']:.4f} (reported, "
-        f"not gated).</p>"))
+        f"{corpus['ggml']:.4f} (delta {corpus['ggml'] - corpus['source']:+.4f}); pairwise GGML "
+        f"vs source {corpus['pairwise']:.4f} (reported, not gated). GGML is no worse than the "
+        f"source on {no_worse} of {len(clips)} clips.</p>"))
     import matplotlib.pyplot as plt
     import numpy as np
     ids = [c["id"] for c in clips]
     x = np.arange(len(ids))
-    fig, ax = plt.subplots(figsize=(max(4, 0.9 * len(ids) + 2), 3))
-    ax.bar(x - 0.2, [c["wer_source"] for c in clips], 0.4, label="HF source")
-    ax.bar(x + 0.2, [c["wer_ggml"] for c in clips], 0.4, label="GGML whisper-cli")
+    series = [("HF source", "wer_source"), ("GGML whisper-cli", "wer_ggml")]
+    if has_hybrid:
+        series.append(("hybrid (Core ML)", "wer_hybrid"))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(ids) + 2), 3.2))
+    for i, (label, key) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width,
+               [c[key] if c[key] is not None else 0 for c in clips], width, label=label)
     ax.set_xticks(x, ids, rotation=30, ha="right")
     ax.set_ylabel("WER vs reference")
     ax.set_title("Per-clip WER (normalized)")

@@ -1,0 +1,86 @@
+"""wer.hybrid's real macOS code path, driven against the fake whisper-cli on Linux."""
+
+from pathlib import Path
+
+import pytest
+
+from tests import fake_whisper_cli
+from verifylib import gates, params
+from verifylib.evidence import EvidenceView
+from verifylib.gates import Status
+from verifylib.scoring import english_normalizer
+from verifylib.stage import StageContext
+from verifylib.stages import wer
+
+ROOT = Path(__file__).resolve().parents[1]
+JFK = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+
+
+def _texts(tmp_path, private=False):
+    n = english_normalizer()
+    audio = tmp_path / "clip.wav"
+    audio.write_bytes(b"RIFF")  # the fake reads no audio
+    clip = wer.ClipText("jfk", not private, audio, n(JFK), n(JFK), n(JFK), JFK, JFK, JFK)
+    return [clip]
+
+
+def _run(tmp_path, scenario, with_mlmodelc=True, private=False):
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    ctx = StageContext("05_wer", p, tmp_path / "run")
+    binary = fake_whisper_cli.install(tmp_path / "bin", scenario)
+    model = tmp_path / "fp32" / "ggml-model.bin"
+    model.parent.mkdir()
+    model.write_bytes(b"ggml")
+    if with_mlmodelc:
+        (tmp_path / "fp32" / "ggml-model-encoder.mlmodelc").mkdir()
+    refs, ids, shown = wer.hybrid(ctx, binary=binary, binary_sha256="0" * 64,
+                                  model_arg=str(model), texts=_texts(tmp_path, private),
+                                  language="en", timeout=60)
+    return gates.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs)), refs, ctx, shown
+
+
+def test_supported_runtime_passes(tmp_path):
+    j, _, _, shown = _run(tmp_path, "coreml")
+    assert j.status is Status.PASS, j.detail
+    assert "hybrid 0.0000" in j.detail
+    assert shown["jfk"].startswith("And so my fellow Americans")
+
+
+def test_nil_prediction_is_caught_only_by_the_transcript(tmp_path):
+    j, refs, ctx, _ = _run(tmp_path, "coreml-nil")
+    assert j.status is Status.FAIL
+    assert "hybrid transcript empty for ['jfk']" in j.detail
+    # The load conditions alone held: the run log is a clean positive.
+    hybrid = EvidenceView(ctx.run_dir, refs).json("hybrid")
+    assert hybrid["clips"][0]["run"]["returncode"] == 0
+
+
+@pytest.mark.parametrize("scenario,reason", [
+    ("coreml-fallback", "failed to load Core ML model"),
+    ("ggml", "COREML"),
+    ("coreml-stale-log", "loading line"),
+])
+def test_load_condition_failures(tmp_path, scenario, reason):
+    j, _, _, _ = _run(tmp_path, scenario, with_mlmodelc=scenario != "coreml-fallback")
+    assert j.status is Status.FAIL
+    assert "fails the load conditions" in j.detail and reason in j.detail, j.detail
+
+
+def test_private_clip_keeps_no_text_and_is_still_judged(tmp_path):
+    j, refs, ctx, shown = _run(tmp_path, "coreml", private=True)
+    assert j.status is Status.PASS, j.detail
+    assert shown == {}
+    names = {r.name for r in refs}
+    assert "hybrid_stdout_jfk" not in names and "hybrid_stderr_jfk" in names
+    text = (ctx.run_dir / "evidence" / "05_wer" / "hybrid.json").read_text()
+    assert "americans" not in text.lower()
+
+
+def test_wer_hybrid_is_not_run_on_linux(tmp_path):
+    import platform
+    if platform.system() == "Darwin":
+        pytest.skip("Linux expectation")
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    ctx = StageContext("05_wer", p, tmp_path / "run")
+    assert ctx.begin("wer.hybrid") is None
+    assert ctx.records["wer.hybrid"].reason.kind == "platform"
