@@ -25,6 +25,19 @@ from .stage import init_run_dir, new_run_id, read_stage_file
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from traitlets import CaselessStrEnum  # noqa: E402
+
+
+class LocalKernelManager(AsyncKernelManager):
+    """A kernel manager that talks to the stage kernels over local IPC sockets.
+
+    The default TCP transport makes every kernel warn that it runs unencrypted on
+    localhost; the kernels here never leave this host, and IPC needs no open port.
+    """
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
 
 @dataclass
 class RunOutcome:
@@ -105,7 +118,8 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                 str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
                 parameters=dict(params.as_papermill(), run_dir=str(staging)),
                 progress_bar=progress, kernel_name="python3", cwd=str(NOTEBOOKS_DIR),
-                report_mode=False)
+                report_mode=False,
+                kernel_manager_class=f"{__name__}.LocalKernelManager")
         except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
             if isinstance(exc, KeyboardInterrupt):
                 raise
