@@ -454,3 +454,19 @@ def test_physical_lifecycle_ab_v185(tmp_path, v185_source, v185_ggml_build, v185
     assert lc["patched"]["counts"] == {CLEAN: 3}
     # FACTS.md: the unpatched static build crashed 10/10 with this trigger.
     assert lc["unpatched"]["counts"] == {"SIGSEGV": 3}
+
+
+def test_show_renders_tables_and_chart_without_script(tmp_path, tree, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    run_dir = tmp_path / "run"
+    forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
+    report = canary.run(make_params(runs=2), run_dir, progress=False)
+    assert canary.show(report) is None
+    html = "".join(getattr(o, "data", "") for o in shown)
+    assert "Batch-lifecycle A/B" in html and "2 &times; SIGSEGV" in html
+    assert "<script" not in html.lower()
+    if not detect().has(gates.Capability.MACOS):
+        assert "canary.coreml_negative</code> did not run here: NOT_RUN (platform)" in html

@@ -1,4 +1,5 @@
-"""The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory."""
+"""The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory,
+``pin-check`` a candidate upstream source."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def _cmd_verify(args) -> int:
     return 1
 
 
+def _cmd_pin_check(args) -> int:
+    from .pincheck import cli_main
+    return cli_main(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``verifylib`` console script.
 
@@ -79,6 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="re-verify a run directory from its files")
     v.add_argument("run_dir")
     v.set_defaults(fn=_cmd_verify)
+    pc = sub.add_parser("pin-check", help="assess a candidate whisper.cpp source against the "
+                                          "guide's patch-deletion conditions (never deletes)")
+    pc.add_argument("candidate", help="40-hex upstream commit id, source archive or folder")
+    pc.add_argument("--pin", help="pin whose patch to try (default: by tree id)")
+    pc.add_argument("--url", default="https://github.com/ggml-org/whisper.cpp.git",
+                    help="repository for a commit id")
+    pc.add_argument("--subdir", help="whisper.cpp root inside the archive or folder")
+    pc.add_argument("--runs", type=int, default=20, help="lifecycle runs (default 20)")
+    pc.add_argument("--no-build", action="store_true", help="skip building and running")
+    pc.add_argument("--jobs", type=int, default=2, help="parallel compile jobs")
+    pc.add_argument("--model", help="a ggml model for the GGML positive path (default: the "
+                                    "default parameter file's model, written by verifylib)")
+    pc.set_defaults(fn=_cmd_pin_check)
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:
