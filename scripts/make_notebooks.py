@@ -24,7 +24,8 @@ STAGES = {
                  ["stage.show(report)"]),
     "02_export": ("export", "Export",
                   "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 "
-                  "mlprogram, IO-contract validation and (macOS + Xcode) compilation to "
+                  "mlprogram (and the fp16 variant), IO-contract validation of the saved "
+                  "package before placement, build facts, and (macOS + Xcode) compilation to "
                   "`.mlmodelc` placed beside the model.", ["stage.show(report)"]),
     "03_canary": ("canary", "Canaries",
                   "The batch-lifecycle A/B (unpatched vs patched static GGML `whisper-cli`, "
@@ -34,7 +35,10 @@ STAGES = {
                   ["stage.show(report)"]),
     "04_parity": ("parity", "Parity",
                   "The same real log-mel through the Hugging Face reference and each candidate, "
-                  "judged by the frozen SNR + cosine policy.", []),
+                  "judged by the frozen SNR + cosine policy: the saved ML program executed op "
+                  "by op (conversion drift, any OS) and the compiled `.mlmodelc` under "
+                  "`ComputeUnit.ALL` (runtime drift, macOS); error histogram, SNR along time "
+                  "frames and SNR per layer.", ["stage.show(report)"]),
     "05_wer": ("wer", "WER",
                "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
                "normalized WER and its deltas.", ["stage.show(report)"]),

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
-                       "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab"}
+                       "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab",
+                       "export.contract", "parity.program", "parity.program_fp16"}
 
 
 def _cli(*args, **kw):

@@ -1,20 +1,31 @@
-"""Stage 02_export: model intake and the whisper.cpp model file.
+"""Stage 02_export: model intake, the whisper.cpp model file and the Core ML encoder.
 
-Implemented: ``export.ggml_model`` — the model is taken in (a Hugging Face folder, a hub
-id, or a CTranslate2 Whisper imported once), written as ``fp32/ggml-model.bin`` by our
-writer, and loaded by ``build.ggml``'s own binary, whose loader must print exactly the
-hyper-parameters we wrote. The Core ML conversion gates (``export.contract``,
-``export.compile``) are not written yet and say so.
+- ``export.ggml_model`` — the model is taken in (a Hugging Face folder, a hub id, or a
+  CTranslate2 Whisper imported once), written as ``fp32/ggml-model.bin`` by our writer,
+  and loaded by ``build.ggml``'s own binary, whose loader must print exactly the
+  hyper-parameters we wrote.
+- ``export.contract`` — the encoder contract is derived from the model's config and conv
+  strides; the eager encoder is traced once and converted to an ML program per variant
+  (``fp32``: float32 compute, gated; ``fp16``: float16 compute, parameter
+  ``export.fp16``), both with float32 IO; each package is saved to a staging folder,
+  read back from disk and checked against the contract. Only when every variant holds
+  are they renamed into ``fp32/ggml-model-encoder.mlpackage`` (and ``fp16/…``, beside a
+  hard link or copy of ``ggml-model.bin``); a mismatch places nothing. coremltools and
+  torch versions and coremltools' torch-above-tested warning are recorded as build facts.
+- ``export.compile`` (macOS + full Xcode, else NOT_RUN(platform)) — ``xcrun coremlc
+  compile`` of each placed package to ``<variant>/ggml-model-encoder.mlmodelc``; the path
+  ``coreml_encoder_path`` derives from the ``-m`` string used later must be that folder.
 """
 
 from __future__ import annotations
 
 import html
 import os
+import shutil
 from pathlib import Path
 
 from .. import contracts
-from ..canonical import is_sha256
+from ..canonical import is_sha256, sha256_file
 from ..gates import Judgement, Status, rule
 from ..ggml_writer import write_ggml_model
 from ..model import obtain_model
@@ -26,6 +37,10 @@ from .build import cache_dir, ggml_binary, runtime_tree
 STAGE = "02_export"
 GGML_MODEL = ("fp32", "ggml-model.bin")
 LOAD_PROBE_MS = "2000"
+ENCODER_PACKAGE = "ggml-model-encoder.mlpackage"
+"""Named after the model file: coremlc names its output after the input (guide 4.3), so
+this compiles to ``ggml-model-encoder.mlmodelc``, the path whisper.cpp derives from
+``…/ggml-model.bin``."""
 
 
 @rule("export.ggml_model")
@@ -53,6 +68,227 @@ def _rule_ggml_model(ev) -> Judgement:
                                   f"{g['n_tensors']} tensors) loaded by whisper-cli "
                                   f"{g['binary_sha256'][:12]}…; the loader printed the written "
                                   f"hyper-parameters {wrote}")
+
+
+@rule("export.contract")
+def _rule_contract(ev) -> Judgement:
+    from ..coreml_export import PRECISIONS, EncoderContract, contract_problems
+    d = ev.json("contract")
+    try:
+        c = EncoderContract(**d["config"])
+    except (TypeError, ValueError) as exc:
+        return Judgement(Status.FAIL, f"malformed model values in the evidence: {exc}")
+    if c.as_dict() != d["contract"]:
+        return Judgement(Status.FAIL, "the stored contract is not the one the stored model "
+                                      "values give")
+    variants = {v["precision"]: v for v in d["variants"]}
+    if len(variants) != len(d["variants"]) or not set(variants) <= set(PRECISIONS):
+        return Judgement(Status.FAIL, f"malformed variant list {sorted(variants)}")
+    if "fp32" not in variants:
+        return Judgement(Status.FAIL, "no fp32 variant was exported")
+    build = d.get("build") or {}
+    for key in ("coremltools", "torch", "torch_max_tested_by_coremltools",
+                "torch_version_warning"):
+        if key not in build:
+            return Judgement(Status.FAIL, f"build fact {key!r} was not recorded")
+    if build.get("torch_above_tested") and not build["torch_version_warning"]:
+        return Judgement(Status.FAIL, "torch is above coremltools' tested version but the "
+                                      "warning was not recorded")
+    problems, shown = [], []
+    for prec in PRECISIONS:
+        v = variants.get(prec)
+        if v is None:
+            continue
+        again = contract_problems(v["description"], c, prec)
+        if again != v["problems"]:
+            return Judgement(Status.FAIL, f"{prec}: stored contract problems disagree with the "
+                                          f"stored description")
+        if again:
+            problems += [f"{prec}: {p}" for p in again]
+            if v["placed"]:
+                return Judgement(Status.FAIL, f"{prec}: placed although it breaks the contract")
+            continue
+        if not v["placed"] or not is_sha256(v.get("tree_digest")):
+            problems.append(f"{prec}: not placed (another variant broke the contract)"
+                            if not v["placed"] else f"{prec}: malformed tree digest")
+            continue
+        desc = v["description"]
+        shown.append(f"{v['path']} (tree {v['tree_digest'][:12]}…): "
+                     f"{desc['inputs'][0]['name']} {desc['inputs'][0]['dtype']} "
+                     f"{desc['inputs'][0]['shape']} -> {desc['outputs'][0]['name']} "
+                     f"{desc['outputs'][0]['dtype']} {desc['outputs'][0]['shape']}, computes "
+                     f"{'/'.join(desc['compute_dtypes'])}")
+    if problems:
+        return Judgement(Status.FAIL, "refused before placement, nothing placed: "
+                                      + "; ".join(problems))
+    warn = (f"torch {build['torch']} above coremltools' tested "
+            f"{build['torch_max_tested_by_coremltools']} (warning recorded)"
+            if build.get("torch_above_tested") else f"torch {build['torch']}")
+    return Judgement(Status.PASS, f"contract from the config {c.values()}: " + "; ".join(shown)
+                     + f"; coremltools {build['coremltools']}, {warn}")
+
+
+@rule("export.compile")
+def _rule_compile(ev) -> Judgement:
+    d = ev.json("compile")
+    variants = {v["precision"]: v for v in d["variants"]}
+    if "fp32" not in variants:
+        return Judgement(Status.FAIL, "the fp32 package was not compiled")
+    problems, shown = [], []
+    for prec, v in sorted(variants.items()):
+        r = v["coremlc"]
+        if r["timed_out"] or r["signal"] or r["returncode"] != 0:
+            problems.append(f"{prec}: coremlc did not succeed ({r})")
+            continue
+        if v["derived_path"] != v["placed_path"]:
+            problems.append(f"{prec}: coreml_encoder_path({v['model_arg']!r}) is "
+                            f"{v['derived_path']!r}, but the .mlmodelc was placed at "
+                            f"{v['placed_path']!r}")
+            continue
+        if not is_sha256(v.get("tree_digest")):
+            problems.append(f"{prec}: malformed tree digest")
+            continue
+        shown.append(f"{prec}: {v['placed_path']} (tree {v['tree_digest'][:12]}…) is what "
+                     f"-m {v['model_arg']} derives")
+    if problems:
+        return Judgement(Status.FAIL, "; ".join(problems))
+    return Judgement(Status.PASS, "; ".join(shown))
+
+
+def model_source(ctx: StageContext) -> dict:
+    """The model folder of this run: ``export.ggml_model``'s evidence when it passed,
+    otherwise the same intake done again (cached), so the Core ML gates do not depend on
+    the whisper.cpp build."""
+    try:
+        ev = ctx.evidence_of("export.ggml_model", "model")
+        return {"hf_dir": ev["hf_dir"], "source_digest": ev["source_digest"],
+                "from": "export.ggml_model evidence"}
+    except RuntimeError:
+        params = ctx.params
+        info = obtain_model(params["model"], cache_dir(), log=print, base_dir=params.base_dir)
+        return {"hf_dir": str(info.hf_dir), "source_digest": info.source_digest,
+                "from": "model intake (export.ggml_model did not pass)"}
+
+
+def export_variants(params: Params) -> list[str]:
+    """The Core ML variants to export: fp32 always, fp16 unless ``export.fp16`` is false."""
+    return ["fp32"] + (["fp16"] if params["export"].get("fp16", True) else [])
+
+
+def _export_contract(ctx: StageContext) -> None:
+    from ..coreml_export import (build_facts, contract_of, convert_traced, discard_staged,
+                                 link_or_copy, publish_staged, stage_mlpackage, trace_encoder)
+    from ..model import load_hf
+
+    g = ctx.begin("export.contract")
+    if not g:
+        return
+    with g:
+        src = model_source(ctx)
+        bundle = load_hf(src["hf_dir"])
+        encoder = bundle.model.get_encoder()
+        contract = contract_of(encoder)
+        facts = build_facts()
+        variants = export_variants(ctx.params)
+        # A re-run replaces this stage's artifacts entirely: stale encoders go first, so a
+        # refused export leaves no older package (or compiled model) behind either.
+        for v in ("fp32", "fp16"):
+            for name in (ENCODER_PACKAGE, ENCODER_PACKAGE.replace(".mlpackage", ".mlmodelc")):
+                shutil.rmtree(ctx.run_dir / v / name, ignore_errors=True)
+        traced, trace_log, trace_s = trace_encoder(encoder, contract)
+        refs, staged, convs = [], [], {}
+        try:
+            for v in variants:
+                conv = convert_traced(traced, contract, v)
+                convs[v] = conv
+                refs.append(ctx.write_bytes(f"convert_log_{v}", (trace_log + conv.log).encode(),
+                                            f"convert-{v}.log.txt"))
+                staged.append(stage_mlpackage(conv.model, ctx.artifact_path(v, ENCODER_PACKAGE),
+                                              contract, v))
+            all_ok = all(s.ok for s in staged)
+            if all_ok:
+                for s in staged:
+                    publish_staged(s)
+        finally:
+            for s in staged:
+                discard_staged(s)
+        copies = {}
+        if all_ok and "fp16" in variants:
+            src_bin = ctx.run_dir.joinpath(*GGML_MODEL)
+            if src_bin.is_file():
+                dest = ctx.artifact_path("fp16", GGML_MODEL[1])
+                how = link_or_copy(src_bin, dest)
+                copies["fp16/" + GGML_MODEL[1]] = {"from": "/".join(GGML_MODEL), "how": how,
+                                                  "sha256": sha256_file(dest)}
+        records = [{"precision": s.precision, "path": f"{s.precision}/{ENCODER_PACKAGE}",
+                    "description": s.description, "problems": s.problems,
+                    "placed": s.tree_digest is not None, "tree_digest": s.tree_digest,
+                    "conversion": {"options": convs[s.precision].options,
+                                   "seconds": round(convs[s.precision].seconds, 3)}}
+                   for s in staged]
+        facts["trace_seconds"] = round(trace_s, 3)
+        refs.append(ctx.write_json("contract", {
+            "model": src, "config": contract.values(), "contract": contract.as_dict(),
+            "variants": records, "build": facts, "model_copies": copies}))
+        ids = {"model.source_digest": src["source_digest"]}
+        for s in staged:
+            if s.tree_digest:
+                ids[f"artifact.{s.precision}.mlpackage.tree_digest"] = s.tree_digest
+        g.judge(refs, ids)
+        ctx.facts.update({
+            "encoder contract": (f"{contract.input_name} float32 {list(contract.input_shape)} "
+                                 f"-> {contract.output_name} float32 "
+                                 f"{list(contract.output_shape)} (from {contract.values()})"),
+            "coremltools / torch": f"{facts['coremltools']} / {facts['torch']}",
+            "torch-above-tested warning": " ".join(facts["torch_version_warning"]) or "none",
+            "trace": f"{trace_s:.2f} s",
+        })
+        for r in records:
+            state = (f"placed, tree digest {r['tree_digest']}" if r["placed"]
+                     else f"NOT placed: {'; '.join(r['problems']) or 'another variant failed'}")
+            ctx.facts[f"{r['precision']} package"] = (
+                f"{r['path']}: converted in {r['conversion']['seconds']:.2f} s, computes "
+                f"{'/'.join(r['description']['compute_dtypes'])}; {state}")
+        for k, v in copies.items():
+            ctx.facts[k] = f"{v['how']} of {v['from']} (sha256 {v['sha256']})"
+
+
+def _export_compile(ctx: StageContext) -> None:
+    from ..coreml_export import compile_mlpackage
+
+    g = ctx.begin("export.compile")
+    if not g:
+        return
+    with g:
+        exported = ctx.evidence_of("export.contract", "contract")
+        try:
+            fp32_arg = ctx.evidence_of("export.ggml_model", "ggml")["model_arg"]
+        except RuntimeError:
+            fp32_arg = str(ctx.run_dir.joinpath(*GGML_MODEL))
+        refs, entries, ids = [], [], {}
+        for v in exported["variants"]:
+            if not v["placed"]:
+                continue
+            prec = v["precision"]
+            pkg = ctx.run_dir / v["path"]
+            dest = pkg.with_suffix(".mlmodelc")
+            res = compile_mlpackage(pkg, dest)
+            model_arg = fp32_arg if prec == "fp32" else str(ctx.run_dir / prec / GGML_MODEL[1])
+            refs.append(ctx.write_bytes(f"coremlc_stderr_{prec}", res.stderr,
+                                        f"coremlc-{prec}.stderr.txt"))
+            entries.append({
+                "precision": prec, "package": v["path"],
+                "package_tree_digest": v["tree_digest"], "model_arg": model_arg,
+                "derived_path": contracts.coreml_encoder_path(model_arg),
+                "placed_path": str(dest), "tree_digest": res.tree_digest,
+                "coremlc": {"argv": res.argv, "returncode": res.returncode,
+                            "signal": res.signal, "timed_out": res.timed_out,
+                            "wall_s": round(res.wall_s, 3)}})
+            ids[f"artifact.{prec}.mlmodelc.tree_digest"] = res.tree_digest
+            ctx.facts[f"{prec} .mlmodelc"] = f"{dest} (tree {res.tree_digest}) in {res.wall_s:.1f} s"
+        from ..capabilities import detect
+        refs.append(ctx.write_json("compile", {"variants": entries, "coremlc": detect().coremlc}))
+        g.judge(refs, ids)
 
 
 def model_language(params: Params) -> str:
@@ -111,6 +347,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                               "ggml-model.bin": f"{written.sha256} ({written.bytes} bytes)",
                               "hyper-parameters": written.hparams,
                               "load probe": f"{res.describe()} in {res.wall_s:.2f} s"})
+    _export_contract(ctx)
+    _export_compile(ctx)
     return ctx.finish()
 
 

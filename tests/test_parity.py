@@ -1,0 +1,360 @@
+"""Parity: the float64 statistic, the versioned policies and their rule, and the export +
+parity stages end to end on tiny.en (including an artifact whose weight was edited)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verifylib import canonical
+from verifylib.evidence import EvidenceRef, EvidenceView
+from verifylib.parity import (FP16_POLICY, FP32_POLICY, as_float, compare, cosine_from_sums,
+                              error_histogram, frame_snr_db, judge_parity, policy_record,
+                              snr_from_energies)
+from verifylib.scoring import load_policy
+
+from tests.test_mil_exec import edit_weight
+from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
+
+
+# ----------------------------------------------------------------------------- statistic
+
+def test_identical_tensors_give_infinite_snr():
+    x = np.random.default_rng(0).normal(size=(1, 7, 5)).astype(np.float32)
+    m = compare(x, x.copy())
+    assert m.snr_db == math.inf and m.cosine == pytest.approx(1.0, abs=1e-15)
+    assert m.max_abs_error == 0 and m.mean_abs_error == 0 and m.finite
+    assert canonical.loads(canonical.dumps(m.as_dict()))["snr_db"] == "inf"
+
+
+def test_snr_has_no_epsilon_floor_and_the_reference_is_the_signal():
+    ref = np.ones(1000)
+    cand = ref + 1e-10
+    m = compare(ref, cand)
+    assert m.snr_db == pytest.approx(200.0, abs=1e-3)
+    # coremltools' helper saturates near 100 dB on the same data (FACTS.md) ...
+    from coremltools.converters.mil.testing_utils import compute_snr_and_psnr
+    ct_snr, _ = compute_snr_and_psnr(cand, ref)
+    assert ct_snr < 101
+    # ... and the reference, not the candidate, is the signal.
+    assert compare(np.full(4, 2.0), np.full(4, 1.0)).snr_db == pytest.approx(
+        10 * math.log10(4 / 1))
+    assert compare(np.full(4, 1.0), np.full(4, 2.0)).snr_db == pytest.approx(0.0)
+
+
+def test_degenerate_energies():
+    assert snr_from_energies(0.0, 0.0) != snr_from_energies(0.0, 0.0)   # nan
+    assert snr_from_energies(0.0, 1.0) == -math.inf
+    assert snr_from_energies(1.0, 0.0) == math.inf
+    assert math.isnan(snr_from_energies(float("nan"), 1.0))
+    assert math.isnan(cosine_from_sums(1.0, 0.0, 1.0))
+    m = compare(np.ones(3), np.array([1.0, np.nan, 1.0]))
+    assert not m.finite and math.isnan(m.snr_db)
+    with pytest.raises(ValueError):
+        compare(np.ones(3), np.ones(4))
+    assert as_float("inf") == math.inf and math.isnan(as_float("nan"))
+    with pytest.raises(ValueError):
+        as_float("12")
+
+
+def test_frame_snr_and_histogram():
+    rng = np.random.default_rng(3)
+    ref = rng.normal(size=(1, 6, 4))
+    cand = ref.copy()
+    cand[0, 2] += 1e-3
+    snr = frame_snr_db(ref, cand)
+    assert len(snr) == 6 and snr[0] == math.inf and math.isfinite(snr[2])
+    h = error_histogram(ref, cand, bins=11)
+    assert len(h["edges"]) == 12 and sum(h["counts"]) == ref.size
+    assert h["max_abs_error"] == pytest.approx(1e-3)
+
+
+def test_policies_are_versioned_resources():
+    p32, p16 = load_policy(FP32_POLICY), load_policy(FP16_POLICY)
+    assert p32.rules["pass"] == {"snr_db_min": 100.0, "cosine_min": 0.9999}
+    assert p16.rules["pass"] == {"snr_db_min": 40.0, "cosine_min": 0.999}
+    for p in (p32, p16):
+        assert p.rules["statistic"] == {"signal": "reference", "arithmetic": "float64",
+                                        "epsilon_floor": False}
+        assert p.rules["gated"]["input"] == "fixture"
+        assert set(p.rules["recorded_not_gating"]) == {"max_abs_error", "mean_abs_error"}
+
+
+# ----------------------------------------------------------------------------- the rule
+
+def _evidence(snr_noise=1e-14, policy=FP32_POLICY, digest="a" * 64):
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(1, 10, 8))
+    meas = []
+    for inp, ex, noise in (("fixture", "float32", snr_noise), ("fixture", "float64", 1e-13),
+                           ("random", "float32", 0.0)):
+        cand = ref + noise * rng.normal(size=ref.shape)
+        meas.append({"input": inp, "execution": ex, "metrics": compare(ref, cand).as_dict()})
+    ev = {"policy": policy_record(load_policy(policy)),
+          "variant": load_policy(policy).rules["variant"], "kind": "program",
+          "artifact": {"path": "fp32/x.mlpackage", "tree_digest": digest,
+                       "exported_tree_digest": digest},
+          "measurements": meas}
+    return canonical.loads(canonical.dumps(ev))   # through strict JSON, as stored
+
+
+def test_rule_passes_within_policy_and_reports_every_measurement():
+    ok, detail = judge_parity(_evidence(), FP32_POLICY, "program")
+    assert ok, detail
+    assert "fixture/float32" in detail and "fixture/float64" in detail
+    assert "random/float32: SNR inf dB" in detail
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda e: None, None),
+    (lambda e: e["measurements"][0]["metrics"].update(noise_energy=1.0), "disagrees"),
+    (lambda e: e["measurements"][0]["metrics"].update(snr_db=150.0), "disagrees"),
+    (lambda e: e["policy"]["rules"]["pass"].update(snr_db_min=10.0), "packaged resource"),
+    (lambda e: e["policy"].update(sha256="0" * 64), "packaged resource"),
+    (lambda e: e["artifact"].update(tree_digest="b" * 64), "not the exported one"),
+    (lambda e: e["measurements"].pop(0), "exactly one fixture/float32"),
+    (lambda e: e["measurements"][0]["metrics"].update(finite=False), "non-finite"),
+    (lambda e: e.update(variant="fp16"), "variant"),
+])
+def test_rule_fails_closed(edit, needle):
+    ev = _evidence()
+    edit(ev)
+    ok, detail = judge_parity(ev, FP32_POLICY, "program")
+    if needle is None:
+        assert ok
+    else:
+        assert not ok and needle in detail, detail
+
+
+def test_rule_applies_the_thresholds():
+    ok, detail = judge_parity(_evidence(snr_noise=1e-4), FP32_POLICY, "program")
+    assert not ok and "below 100 dB" in detail
+    # The same numbers pass the looser fp16 policy, and only under its own id.
+    ev = _evidence(snr_noise=1e-4, policy=FP16_POLICY)
+    assert judge_parity(ev, FP16_POLICY, "program")[0]
+    assert not judge_parity(ev, FP32_POLICY, "program")[0]
+    # A runtime record must carry the runtime execution.
+    assert "coreml-all" in judge_parity(_evidence(), FP32_POLICY, "runtime")[1]
+
+
+def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
+    """The macOS path's decision logic: CompiledMLModel is faked, never run here."""
+    from verifylib.coreml_export import EncoderContract
+    from verifylib.stages.parity import ReferenceRun, measure_runtime
+    c = EncoderContract(8, 5, 4, 1, 2)
+    rng = np.random.default_rng(5)
+    ref_out = {k: rng.normal(size=c.output_shape).astype(np.float32) for k in ("fixture", "random")}
+    ins = {k: rng.normal(size=c.input_shape).astype(np.float32) for k in ("fixture", "random")}
+    ref = ReferenceRun(c, ins, {}, ref_out, {}, {"fixture": 0.1, "random": 0.1}, 3)
+
+    class Fake:
+        def __init__(self, path, compute_units=None):
+            self.compute_units = compute_units
+
+        def predict(self, feeds):
+            x = feeds["logmel_data"]
+            kind = "fixture" if np.array_equal(x, ins["fixture"]) else "random"
+            return {"output": (ref_out[kind] * (1 + 1e-3)).astype(np.float32)}
+
+    meas, drift = measure_runtime("/x.mlmodelc", ref, loader=Fake)
+    assert [(m["input"], m["execution"]) for m in meas] == [("fixture", "coreml-all"),
+                                                           ("random", "coreml-all")]
+    assert 55 < meas[0]["metrics"]["snr_db"] < 65   # a 1e-3 relative error is 60 dB
+    assert "layers_unavailable" in drift and len(drift["frames"]["coreml-all"]) == 5
+    ev = {"policy": policy_record(load_policy(FP32_POLICY)), "variant": "fp32",
+          "artifact": {"tree_digest": "c" * 64, "exported_tree_digest": "c" * 64},
+          "measurements": canonical.loads(canonical.dumps(meas))}
+    ok, detail = judge_parity(ev, FP32_POLICY, "runtime")
+    assert not ok and "below 100 dB" in detail
+    assert judge_parity({**ev, "policy": policy_record(load_policy(FP16_POLICY)),
+                         "variant": "fp16"}, FP16_POLICY, "runtime")[0]
+
+
+# ----------------------------------------------------------------------------- stages
+
+def _params(jfk: Path, fp16: bool = True):
+    from verifylib.params import DEFAULT_PARAMETERS, Params, load
+    base = load(DEFAULT_PARAMETERS)
+    data = copy.deepcopy(base.data)
+    # A local copy of jfk.wav: the runtime-tree fixture needs the build stage.
+    data["fixtures"] = [{"id": "jfk", "path": str(jfk), "public": True,
+                         "text": base.data["fixtures"][0]["text"]}]
+    data["export"] = {"fp16": fp16}
+    return Params(base.name, data, "test", base.base_dir)
+
+
+def _records(run_dir: Path, stage: str) -> dict:
+    data = canonical.read_json(run_dir / "gates" / f"{stage}.json")
+    return {g["id"]: g for g in data["gates"]}
+
+
+@pytest.fixture(scope="module")
+def staged_run(tmp_path_factory, jfk_wav, tiny_en_info):
+    """export + parity stages in a fresh run directory (no build stage: export.ggml_model is
+    NOT_RUN(prerequisite), the Core ML gates do not depend on it)."""
+    from verifylib.stages import export, parity
+    run_dir = tmp_path_factory.mktemp("run") / "R"
+    params = _params(jfk_wav)
+    export.run(params, run_dir)
+    report = parity.run(params, run_dir)
+    return params, run_dir, report
+
+
+@pytest.mark.physical
+def test_linux_statuses_of_the_export_and_parity_gates(staged_run):
+    _, run_dir, report = staged_run
+    ex = _records(run_dir, "02_export")
+    assert ex["export.ggml_model"]["status"] == "NOT_RUN"
+    assert ex["export.contract"]["status"] == "PASS", ex["export.contract"]["reason"]
+    assert ex["export.compile"]["status"] == "NOT_RUN"
+    assert ex["export.compile"]["reason"]["kind"] == "platform"
+    pa = _records(run_dir, "04_parity")
+    for gid in ("parity.program", "parity.program_fp16"):
+        assert pa[gid]["status"] == "PASS", pa[gid]["reason"]
+    for gid in ("parity.runtime", "parity.runtime_fp16"):
+        assert pa[gid]["status"] == "NOT_RUN" and pa[gid]["reason"]["kind"] == "platform"
+    ids = pa["parity.program"]["identities"]
+    assert ids["policy.fp32.id"] == "fp32-v1"
+    assert ids["artifact.fp32.mlpackage.tree_digest"] == \
+        ex["export.contract"]["identities"]["artifact.fp32.mlpackage.tree_digest"]
+    # Artifacts: both variants, each beside nothing half-written.
+    assert sorted(p.name for p in (run_dir / "fp32").iterdir()) == ["ggml-model-encoder.mlpackage"]
+    assert sorted(p.name for p in (run_dir / "fp16").iterdir()) == ["ggml-model-encoder.mlpackage"]
+    # The evidence holds the build facts and the drift series.
+    contract = canonical.read_json(run_dir / "evidence" / "02_export" / "contract.json")
+    assert "has not been tested" in contract["build"]["torch_version_warning"][0]
+    drift = canonical.read_json(run_dir / "evidence" / "04_parity" / "program-drift.json")
+    assert [r["label"] for r in drift["layers"]["float64"]][-1] == "output"
+    assert len(drift["frames"]["float32"]) == 1500
+    assert 0 < drift["speech_frames"] < 1500
+    assert report.facts["candidates"]["parity.program"]["status"] == "PASS"
+
+
+@pytest.mark.physical
+def test_the_policy_is_recorded_before_measuring(staged_run):
+    _, run_dir, _ = staged_run
+    rec = _records(run_dir, "04_parity")["parity.program"]
+    assert [e["name"] for e in rec["evidence"]][0] == "policy_program"
+    pol = canonical.read_json(run_dir / rec["evidence"][0]["path"])
+    assert pol["id"] == "fp32-v1" and pol["sha256"] == load_policy("fp32-v1").sha256
+
+
+@pytest.mark.physical
+def test_receipt_of_the_stages_verifies(staged_run, tmp_path):
+    from verifylib.receipt import build_receipt, verify
+    _, run_dir, _ = staged_run
+    copy_dir = shutil.copytree(run_dir, tmp_path / "R")
+    build_receipt(copy_dir)
+    res = verify(copy_dir)
+    assert res.ok, res.problems
+    # Editing a stored SNR is caught by re-judging.
+    ev = copy_dir / "evidence" / "04_parity" / "program.json"
+    data = canonical.read_json(ev)
+    data["measurements"][0]["metrics"]["noise_energy"] = 1.0
+    canonical.write_json(ev, data)
+    res = verify(copy_dir)
+    assert not res.ok and any("program.json" in p for p in res.problems)
+
+
+@pytest.mark.physical
+def test_an_edited_weight_constant_fails_parity_program(staged_run, tmp_path):
+    from verifylib.stages import parity
+    params, run_dir, _ = staged_run
+    bad = shutil.copytree(run_dir, tmp_path / "R")
+    edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_2_fc2_weight", 1000, 0.5)
+    parity.run(params, bad)
+    rec = _records(bad, "04_parity")
+    assert rec["parity.program"]["status"] == "FAIL"
+    detail = rec["parity.program"]["reason"]["detail"]
+    assert "not the exported one" in detail and "below 100 dB" in detail, detail
+    assert "artifact.fp32.mlpackage.tree_digest" not in rec["parity.program"]["identities"]
+    assert rec["parity.program_fp16"]["status"] == "PASS"   # the fp16 package is untouched
+
+
+@pytest.mark.physical
+def test_fp16_disabled_is_not_run_disabled(tmp_path, jfk_wav, tiny_en_info):
+    from verifylib.stages import export, parity
+    params = _params(jfk_wav, fp16=False)
+    export.run(params, tmp_path / "R")
+    parity.run(params, tmp_path / "R")
+    pa = _records(tmp_path / "R", "04_parity")
+    assert pa["parity.program"]["status"] == "PASS"
+    assert pa["parity.program_fp16"]["status"] == "NOT_RUN"
+    assert pa["parity.program_fp16"]["reason"]["kind"] == "disabled"
+    assert "export.fp16" in pa["parity.program_fp16"]["reason"]["detail"]
+    assert not (tmp_path / "R" / "fp16").exists()
+
+
+def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
+    """export.contract re-judged on stored evidence: edits to the description, the model
+    values or the build facts are caught without touching the artifact."""
+    from verifylib.gates import RULES, Status
+    from verifylib.coreml_export import EncoderContract
+    import verifylib.stages  # noqa: F401  (registers the rules)
+    c = EncoderContract(80, 1500, 384, 1, 2)
+    desc = {"model_type": "mlProgram", "compute_dtypes": ["FLOAT32"],
+            "inputs": [{"name": "logmel_data", "type": "multiArrayType", "dtype": "FLOAT32",
+                        "shape": [1, 80, 3000], "flexible_shape": None}],
+            "outputs": [{"name": "output", "type": "multiArrayType", "dtype": "FLOAT32",
+                         "shape": [1, 1500, 384], "flexible_shape": None}]}
+    good = {"config": c.values(), "contract": c.as_dict(),
+            "variants": [{"precision": "fp32", "path": "fp32/ggml-model-encoder.mlpackage",
+                          "description": desc, "problems": [], "placed": True,
+                          "tree_digest": "d" * 64}],
+            "build": {"coremltools": "9.0", "torch": "2.13.0", "torch_above_tested": True,
+                      "torch_max_tested_by_coremltools": "2.7.0",
+                      "torch_version_warning": ["Torch version 2.13.0 has not been tested"]}}
+
+    def judge(d):
+        path = tmp_path / "contract.json"
+        sha = canonical.write_json(path, d)
+        return RULES["export.contract"](EvidenceView(tmp_path, [EvidenceRef(
+            "contract", "contract.json", sha)]))
+
+    assert judge(good).status is Status.PASS
+    edits = [
+        (lambda d: d["variants"][0]["description"]["outputs"][0].update(dtype="FLOAT16"),
+         "disagree"),
+        (lambda d: d["config"].update(n_mels=128), "not the one"),
+        (lambda d: d["build"].update(torch_version_warning=[]), "warning was not recorded"),
+        (lambda d: d["variants"][0].update(precision="fp16"), "no fp32 variant"),
+        (lambda d: (d["variants"][0]["description"]["inputs"][0].update(shape=[1, 80, 1500]),
+                    d["variants"][0].update(placed=False, tree_digest=None,
+                                            problems=["logmel_data: shape [1, 80, 1500], the "
+                                                      "contract is [1, 80, 3000]"])),
+         "refused before placement"),
+        (lambda d: (d["variants"][0]["description"]["inputs"][0].update(shape=[1, 80, 1500]),
+                    d["variants"][0].update(problems=["logmel_data: shape [1, 80, 1500], the "
+                                                      "contract is [1, 80, 3000]"])),
+         "placed although"),
+    ]
+    for edit, needle in edits:
+        d = copy.deepcopy(good)
+        edit(d)
+        j = judge(d)
+        assert j.status is Status.FAIL and needle in j.detail, (needle, j.detail)
+
+
+def test_compile_rule_requires_the_derived_path(tmp_path):
+    from verifylib.gates import RULES, Status
+    import verifylib.stages  # noqa: F401
+    entry = {"precision": "fp32", "model_arg": "/r/fp32/ggml-model.bin",
+             "derived_path": "/r/fp32/ggml-model-encoder.mlmodelc",
+             "placed_path": "/r/fp32/ggml-model-encoder.mlmodelc", "tree_digest": "e" * 64,
+             "coremlc": {"argv": [], "returncode": 0, "signal": None, "timed_out": False}}
+
+    def judge(entries):
+        sha = canonical.write_json(tmp_path / "compile.json", {"variants": entries})
+        return RULES["export.compile"](EvidenceView(tmp_path, [EvidenceRef(
+            "compile", "compile.json", sha)]))
+
+    assert judge([entry]).status is Status.PASS
+    assert judge([{**entry, "placed_path": "/r/fp32/encoder.mlmodelc"}]).status is Status.FAIL
+    assert judge([{**entry, "coremlc": {**entry["coremlc"], "returncode": 1}}]).status \
+        is Status.FAIL
+    assert judge([{**entry, "precision": "fp16"}]).status is Status.FAIL
