@@ -70,8 +70,11 @@ def test_frame_snr_and_histogram():
     snr = frame_snr_db(ref, cand)
     assert len(snr) == 6 and snr[0] == math.inf and math.isfinite(snr[2])
     h = error_histogram(ref, cand, bins=11)
-    assert len(h["edges"]) == 12 and sum(h["counts"]) == ref.size
-    assert h["max_abs_error"] == pytest.approx(1e-3)
+    assert len(h["edges"]) == 12 and sum(h["counts"]) == 4 and h["zeros"] == ref.size - 4
+    assert h["max_abs_error"] == pytest.approx(1e-3) and h["nonfinite"] == 0
+    assert h["edges"][0] == pytest.approx(1e-12) and h["edges"][-1] == pytest.approx(1e-3)
+    same = error_histogram(ref, ref)
+    assert sum(same["counts"]) == 0 and same["zeros"] == ref.size
 
 
 def test_policies_are_versioned_resources():

@@ -156,21 +156,31 @@ def frame_snr_db(reference, candidate) -> list[float]:
     return [snr_from_energies(s, n) for s, n in zip(sig.tolist(), noise.tolist())]
 
 
-def error_histogram(reference, candidate, bins: int = 101) -> dict:
-    """Histogram of the signed error ``candidate - reference`` on symmetric linear bins.
+def error_histogram(reference, candidate, bins: int = 80, floor: float = 1e-12) -> dict:
+    """Histogram of the absolute error ``|candidate - reference|`` on log-spaced bins.
+
+    Exact zeros cannot sit on a log axis, so they are counted apart (``zeros``); errors
+    between 0 and ``floor`` fall in the first bin.
 
     Returns
     -------
     dict
-        ``edges`` (bins + 1 floats), ``counts`` (bins ints) and ``max_abs_error``.
+        ``edges`` (bins + 1 floats, from ``floor`` to the largest error), ``counts`` (bins
+        ints), ``zeros``, ``nonfinite`` and ``max_abs_error``.
     """
-    err = (np.asarray(candidate, dtype=np.float64)
-           - np.asarray(reference, dtype=np.float64)).ravel()
-    err = err[np.isfinite(err)]
-    m = float(np.abs(err).max()) if err.size else 0.0
-    m = m if m > 0 else 1e-12
-    counts, edges = np.histogram(err, bins=bins, range=(-m, m))
-    return {"edges": edges.tolist(), "counts": counts.astype(int).tolist(), "max_abs_error": m}
+    err = np.abs(np.asarray(candidate, dtype=np.float64)
+                 - np.asarray(reference, dtype=np.float64)).ravel()
+    finite = np.isfinite(err)
+    nonfinite = int((~finite).sum())
+    err = err[finite]
+    zeros = int((err == 0).sum())
+    nz = np.maximum(err[err > 0], floor)
+    top = float(err.max()) if err.size else 0.0
+    hi = max(top, floor * 10)
+    edges = np.logspace(math.log10(floor), math.log10(hi), bins + 1)
+    counts, _ = np.histogram(nz, bins=edges)
+    return {"edges": edges.tolist(), "counts": counts.astype(int).tolist(), "zeros": zeros,
+            "nonfinite": nonfinite, "max_abs_error": top}
 
 
 def policy_record(policy: Policy) -> dict:

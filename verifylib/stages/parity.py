@@ -484,29 +484,32 @@ def _plots(cands: dict) -> None:
             series.append((f"{c['variant']} {c['kind']} {mode}", c["drift"], mode))
     if not series:
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    colors = {label: f"C{i}" for i, (label, _, _) in enumerate(series)}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+
     ax = axes[0]
     for label, d, mode in series:
         h = d["histogram"][mode]
         edges = np.asarray(h["edges"])
         counts = np.asarray(h["counts"], dtype=float)
-        if counts.sum() and h["max_abs_error"] <= 1e-12:
-            ax.axvline(0.0, lw=2, label=f"{label}: all errors exactly 0")
-            continue
-        centers = (edges[:-1] + edges[1:]) / 2
-        ax.step(centers, np.where(counts > 0, counts, np.nan), where="mid", label=label)
+        n = counts.sum() + h["zeros"]
+        tag = f"{label} ({100 * h['zeros'] / n:.0f}% exactly 0)" if n else label
+        if counts.sum():
+            ax.stairs(counts, edges, color=colors[label], label=tag)
+        else:
+            ax.plot([], [], color=colors[label], label=tag)
+    ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xscale("symlog", linthresh=1e-6)
-    ax.set_xlabel("candidate - reference (fixture input)")
+    ax.set_xlabel("|candidate - reference| (fixture input)")
     ax.set_ylabel("elements")
     ax.set_title("Error histogram")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")
 
     ax = axes[1]
     speech = None
     for label, d, mode in series:
         snr, exact = _capped(d["frames"][mode])
-        ax.plot(np.arange(len(snr)), snr, lw=0.8,
+        ax.plot(np.arange(len(snr)), snr, lw=0.8, color=colors[label],
                 label=label + (f" (inf drawn at {SNR_CAP_DB:g})" if exact else ""))
         speech = d.get("speech_frames", speech)
     if speech:
@@ -516,23 +519,23 @@ def _plots(cands: dict) -> None:
     ax.set_xlabel("encoder output frame")
     ax.set_ylabel("SNR dB")
     ax.set_title("SNR along time frames (fixture)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center right")
 
     ax = axes[2]
     plotted = False
     for c in cands.values():
         for mode, rows in c["drift"].get("layers", {}).items():
-            labels = [r["label"] for r in rows]
+            label = f"{c['variant']} {c['kind']} {mode}"
+            names = [r["label"] for r in rows]
             snr, exact = _capped([r["snr_db"] for r in rows])
-            ax.plot(range(len(rows)), snr, marker="o",
-                    label=f"{c['variant']} {mode}"
-                          + (f" (inf drawn at {SNR_CAP_DB:g})" if exact else ""))
-            ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=7)
+            ax.plot(range(len(rows)), snr, marker="o", color=colors.get(label),
+                    label=label + (f" (inf drawn at {SNR_CAP_DB:g})" if exact else ""))
+            ax.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=7)
             plotted = True
     if plotted:
         ax.set_ylabel("SNR dB")
         ax.set_title("SNR per layer (program executor vs HF)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     else:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no per-layer drift available", ha="center")
