@@ -361,3 +361,38 @@ def test_compile_rule_requires_the_derived_path(tmp_path):
     assert judge([{**entry, "coremlc": {**entry["coremlc"], "returncode": 1}}]).status \
         is Status.FAIL
     assert judge([{**entry, "precision": "fp16"}]).status is Status.FAIL
+
+
+@pytest.mark.physical
+def test_a_contract_mismatch_stops_the_stage_and_places_nothing(tmp_path, jfk_wav,
+                                                                 tiny_en_info, monkeypatch):
+    """Here the fp16 conversion renames its output: the fp32 package was fine, but the
+    stage places neither, export.contract FAILs, and every Core ML gate after it is
+    NOT_RUN(prerequisite)."""
+    import verifylib.coreml_export as ce
+    from verifylib.stages import export, parity
+    real = ce.convert_traced
+
+    def renaming(traced, contract, precision, **kw):
+        if precision == "fp16":
+            kw["output_name"] = "encoder_out"
+        return real(traced, contract, precision, **kw)
+
+    monkeypatch.setattr(ce, "convert_traced", renaming)
+    params = _params(jfk_wav)
+    run_dir = tmp_path / "R"
+    export.run(params, run_dir)
+    parity.run(params, run_dir)
+    ex = _records(run_dir, "02_export")
+    detail = ex["export.contract"]["reason"]["detail"]
+    assert ex["export.contract"]["status"] == "FAIL"
+    assert "refused before placement" in detail and "['encoder_out']" in detail
+    assert "fp32: not placed" in detail
+    for v in ("fp32", "fp16"):
+        folder = run_dir / v
+        assert not folder.exists() or list(folder.iterdir()) == [], list(folder.iterdir())
+    assert ex["export.compile"]["status"] == "NOT_RUN"
+    pa = _records(run_dir, "04_parity")
+    assert pa["parity.program"]["status"] == "NOT_RUN"
+    assert pa["parity.program"]["reason"]["kind"] == "prerequisite"
+    assert "export.contract is FAIL" in pa["parity.program"]["reason"]["detail"]
