@@ -155,6 +155,13 @@ def is_sha256(value: Any) -> bool:
     return isinstance(value, str) and bool(SHA256_RE.match(value))
 
 
+def set_published_mode(fd: int) -> None:
+    """Give a staging file made by ``mkstemp`` (mode 0600) the usual umask-based mode."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
     """Write ``data`` to a staging file beside ``path`` and rename it into place.
 
@@ -174,10 +181,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".staging", dir=path.parent)
     try:
-        # mkstemp creates 0600; published files get the usual umask-based mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        set_published_mode(fd)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

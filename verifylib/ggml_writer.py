@@ -49,6 +49,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .canonical import set_published_mode
+
 GGML_FILE_MAGIC = 0x67676D6C
 """``"ggml"``: the first four bytes of a legacy whisper.cpp model file."""
 
@@ -392,6 +394,7 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".staging", dir=out_path.parent)
+    set_published_mode(fd)
     lossless, max_err = True, 0.0
     try:
         with os.fdopen(fd, "wb") as fh:
