@@ -172,10 +172,15 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
         with g:
             if patched is None or tree is None:
                 raise RuntimeError("build.patch_exact passed but left no patched work tree")
-            cli, bench = build_coreml_variant(patched.path, tree_id=pin.tree,
-                                              patch_sha256=pin.patch_sha256,
-                                              options=build_options(params), cache_dir=cache,
-                                              jobs=params["runtime"]["jobs"])
+            try:
+                cli, bench = build_coreml_variant(patched.path, tree_id=pin.tree,
+                                                  patch_sha256=pin.patch_sha256,
+                                                  options=build_options(params), cache_dir=cache,
+                                                  jobs=params["runtime"]["jobs"])
+            except _build.BuildError as exc:
+                # A Core ML build that does not build is this gate's FAIL, with its log tail.
+                g.judge([ctx.write_json("coreml_build", {"built": False, "error": str(exc)})])
+                return ctx.finish()
             after = _source.check_patch_exact(patched.path, pin)
             probe = probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
             refs, ids = write_coreml_evidence(
@@ -471,8 +476,10 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> tup
 
 @rule("build.coreml")
 def _rule_coreml(ev) -> Judgement:
-    return _j(judge_coreml_build(ev.json("coreml_build"), ev.bytes("bench_stderr"),
-                                 ev.bytes("bench_stdout")))
+    def stream(name):
+        return ev.bytes(name) if ev.has(name) else b""
+    return _j(judge_coreml_build(ev.json("coreml_build"), stream("bench_stderr"),
+                                 stream("bench_stdout")))
 
 
 def coreml_binary(ctx: StageContext) -> tuple[Path, str]:

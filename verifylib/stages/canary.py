@@ -497,7 +497,7 @@ def judge_positive(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
         return False, "; ".join(problems)
     enc = run.get("encode_time_ms")
     return True, (f"measured run of whisper-cli {doc['binary_sha256'][:12]}...: exit 0, "
-                  f"COREML = 1, one 'Core ML model loaded' line for "
+                  f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} line for "
                   f"{Path(model_arg).name}, no load failure (wall {run.get('wall_s')} s, encode "
                   f"{enc} ms; warm-up wall {warm.get('wall_s')} s)")
 
