@@ -7,3 +7,24 @@ the rules in :mod:`verifylib.gates`, and writes canonical JSON sidecars that
 """
 
 __version__ = "0.1.0"
+
+
+def _quiet_native_proxy_warnings() -> None:
+    # Off macOS, importing coremltools logs one "Failed to load _ML...Proxy" warning per
+    # native class. The capability check already reports the missing platform once, as
+    # each affected gate's NOT_RUN reason, so these lines would only clutter the reports.
+    import logging
+    import platform
+
+    if platform.system() == "Darwin":
+        return
+
+    class _DropProxyNoise(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            msg = record.getMessage()
+            return not (msg.startswith("Failed to load _ML") and "libcoremlpython" in msg)
+
+    logging.getLogger("coremltools").addFilter(_DropProxyNoise())
+
+
+_quiet_native_proxy_warnings()
