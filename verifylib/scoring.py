@@ -172,6 +172,20 @@ def corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> float:
     return err / ref
 
 
+def _stored_count_problems(clip: Mapping[str, Any], counts: Mapping[str, tuple[str, str]],
+                           empties: Mapping[str, str]) -> list[str]:
+    # A public clip stores its normalized texts: its counts and empty flags are recomputed
+    # from them, so an edited count or flag cannot pass.
+    out = []
+    for key, (ref, hyp) in counts.items():
+        if count_words(clip[ref], clip[hyp]).as_dict() != clip[key]:
+            out.append(f"{clip['id']}: stored {key} counts do not match its texts")
+    for flag, text in empties.items():
+        if (clip[text].strip() == "") != bool(clip[flag]):
+            out.append(f"{clip['id']}: stored {flag} flag contradicts the text")
+    return out
+
+
 def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
 
@@ -198,12 +212,10 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     problems = []
     for c in clips:
         if "reference" in c:
-            for side in ("source", "ggml"):
-                again = count_words(c["reference"], c[f"{side}_text"]).as_dict()
-                if again != c[side]:
-                    problems.append(f"{c['id']}: stored {side} counts do not match its texts")
-                if (c[f"{side}_text"].strip() == "") != bool(c[f"{side}_empty"]):
-                    problems.append(f"{c['id']}: stored {side}_empty flag contradicts the text")
+            problems += _stored_count_problems(c, {"source": ("reference", "source_text"),
+                                                   "ggml": ("reference", "ggml_text")},
+                                               {"source_empty": "source_text",
+                                                "ggml_empty": "ggml_text"})
     if problems:
         return False, "; ".join(problems)
     src = corpus_wer([c["source"] for c in clips])
@@ -251,14 +263,10 @@ def judge_hybrid(evidence: Mapping[str, Any],
     problems = []
     for c in clips:
         if "reference" in c:
-            pairs = (("hybrid", c["reference"], c["hybrid_text"]),
-                     ("ggml", c["reference"], c["ggml_text"]),
-                     ("hybrid_vs_ggml", c["ggml_text"], c["hybrid_text"]))
-            for key, ref, hyp in pairs:
-                if count_words(ref, hyp).as_dict() != c[key]:
-                    problems.append(f"{c['id']}: stored {key} counts do not match its texts")
-            if (c["hybrid_text"].strip() == "") != bool(c["hybrid_empty"]):
-                problems.append(f"{c['id']}: stored hybrid_empty flag contradicts the text")
+            problems += _stored_count_problems(
+                c, {"hybrid": ("reference", "hybrid_text"), "ggml": ("reference", "ggml_text"),
+                    "hybrid_vs_ggml": ("ggml_text", "hybrid_text")},
+                {"hybrid_empty": "hybrid_text"})
         if rules.get("four_load_conditions_every_run"):
             ok, detail = classify(c)
             if not ok:

@@ -483,18 +483,8 @@ def _rule_coreml(ev) -> Judgement:
 
 
 def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
-    """The ``build.coreml`` whisper-cli of this run and its SHA-256, re-hashed before use.
-
-    Raises
-    ------
-    RuntimeError
-        If the gate did not pass or the binary's bytes changed since.
-    """
-    ev = ctx.evidence_of("build.coreml", "coreml_build")
-    binary = Path(ev["binary"])
-    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
-        raise RuntimeError(f"{binary} is not the whisper-cli that passed build.coreml")
-    return binary, ev["sha256"]
+    """The ``build.coreml`` whisper-cli of this run and its SHA-256, re-hashed before use."""
+    return _passed_binary(ctx, "build.coreml", "coreml_build")
 
 
 def show(report: StageReport):
@@ -502,7 +492,7 @@ def show(report: StageReport):
     from IPython.display import HTML
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(str(v))}</code></td></tr>"
                    for k, v in report.facts.items())
-    return HTML(f"<h4>Build facts</h4><table>{rows}</table>" if rows else
+    return HTML(f"<h4>Build facts</h4><table class='vl'>{rows}</table>" if rows else
                 "<p>No build facts: the build gates did not run (see the table above).</p>")
 
 
@@ -523,16 +513,20 @@ def runtime_tree(ctx: StageContext) -> Path:
 
 
 def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
-    """The ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+    """The ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use."""
+    return _passed_binary(ctx, "build.ggml", "build")
+
+
+def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path, str]:
+    """The binary a passed build gate recorded, refused if its bytes changed since.
 
     Raises
     ------
     RuntimeError
-        If the gate did not pass or the binary's bytes changed since.
+        If the gate did not pass or the binary is not the recorded bytes.
     """
-    from ..canonical import sha256_file
-    ev = ctx.evidence_of("build.ggml", "build")
+    ev = ctx.evidence_of(gate_id, evidence)
     binary = Path(ev["binary"])
     if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
-        raise RuntimeError(f"{binary} is not the whisper-cli that passed build.ggml")
+        raise RuntimeError(f"{binary} is not the whisper-cli that passed {gate_id}")
     return binary, ev["sha256"]
