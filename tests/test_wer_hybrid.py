@@ -84,3 +84,24 @@ def test_wer_hybrid_is_not_run_on_linux(tmp_path):
     ctx = StageContext("05_wer", p, tmp_path / "run")
     assert ctx.begin("wer.hybrid") is None
     assert ctx.records["wer.hybrid"].reason.kind == "platform"
+
+
+def _ggml_doc(stderr: bytes, beside=False, rc=0):
+    from verifylib.canonical import sha256_bytes
+    return {"mlmodelc_beside": beside,
+            "clips": [{"id": "jfk", "ggml_run": {"returncode": rc, "signal": None,
+                                                 "stderr_sha256": sha256_bytes(stderr)}}]}
+
+
+def test_ggml_runs_must_show_coreml_0_with_no_mlmodelc_beside():
+    ok = b"system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 |\n"
+    assert wer.ggml_run_problems(_ggml_doc(ok), lambda cid: ok) == []
+    bad = ok.replace(b"COREML = 0", b"COREML = 1")
+    (p,) = wer.ggml_run_problems(_ggml_doc(bad), lambda cid: bad)
+    assert "does not show COREML = 0 (found 1)" in p
+    (p,) = wer.ggml_run_problems(_ggml_doc(ok, beside=True), lambda cid: ok)
+    assert ".mlmodelc beside" in p
+    (p,) = wer.ggml_run_problems(_ggml_doc(ok), lambda cid: ok + b"x")
+    assert "not the run's stream" in p
+    (p,) = wer.ggml_run_problems(_ggml_doc(ok, rc=-11), lambda cid: ok)
+    assert "exit -11" in p

@@ -9,6 +9,25 @@ from .params import REPO_ROOT, Params, from_notebook
 from .stage import init_run_dir, new_run_id
 
 
+def _quiet_library_chatter() -> None:
+    # Weight-loading progress bars, the missing-ipywidgets notice and transformers'
+    # deprecation chatter say nothing about the model under audit; in the report they
+    # only bury the evidence. Warnings that do matter (e.g. coremltools' untested torch
+    # version) are recorded as build facts by the stage that meets them.
+    import os
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
 def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     """Validate a notebook's parameters and open its run directory.
 
@@ -25,6 +44,7 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
         Validated parameters and the run directory. Without a ``run_dir`` parameter a new
         folder ``reports/<name>/<run-id>`` is created, so a notebook also runs alone.
     """
+    _quiet_library_chatter()
     params = from_notebook(namespace)
     run_dir = namespace.get("run_dir")
     if not run_dir:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import html
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
+from ..canonical import sha256_bytes as canonical_sha
 from ..gates import Judgement, Status, rule
 from ..params import Params, fixture_text
 from ..runner import run_record, run_whisper_cli
@@ -52,10 +55,40 @@ class ClipText:
     raw_ggml: str
 
 
+def ggml_run_problems(doc: dict, stderr_of) -> list[str]:
+    """Problems with the GGML runs behind ``wer.ggml_vs_source`` (re-derived from streams).
+
+    Every run must come from a build without Core ML (``COREML = 0`` on its own stderr),
+    exit 0 without a signal, and have used a model path with no ``.mlmodelc`` beside it.
+    """
+    problems = []
+    if doc.get("mlmodelc_beside") is not False:
+        problems.append("the GGML runs' model had a .mlmodelc beside it (or it was not checked)")
+    for c in doc["clips"]:
+        run = c["ggml_run"]
+        stderr = stderr_of(c["id"])
+        if canonical_sha(stderr) != run["stderr_sha256"]:
+            problems.append(f"{c['id']}: stored GGML stderr is not the run's stream")
+            continue
+        if run["returncode"] != 0 or run["signal"]:
+            problems.append(f"{c['id']}: GGML run ended {run['signal'] or 'exit ' + str(run['returncode'])}")
+        coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
+        if coreml != 0:
+            problems.append(f"{c['id']}: GGML run's system_info does not show "
+                            f"{contracts.COREML_OFF} (found {coreml})")
+    return problems
+
+
 @rule("wer.ggml_vs_source")
 def _rule_ggml_vs_source(ev) -> Judgement:
-    ok, detail = judge_ggml_vs_source(ev.json("wer"))
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
+    doc = ev.json("wer")
+    problems = ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"))
+    if problems:
+        return Judgement(Status.FAIL, "; ".join(problems))
+    ok, detail = judge_ggml_vs_source(doc)
+    return Judgement(Status.PASS if ok else Status.FAIL,
+                     detail + ("; every GGML run showed " + contracts.COREML_OFF + " with no "
+                               ".mlmodelc beside its model" if ok else ""))
 
 
 def _classifier(ev):
@@ -106,7 +139,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     -------
     (refs, identities, texts)
     """
-    from ..model import load_hf, transcribe_hf
+    from ..model import load_hf
 
     policy = load_policy(POLICY_ID)
     norm = english_normalizer()
@@ -123,43 +156,66 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     bundle = load_hf(model_ev["hf_dir"])
     lang = model_language(params)
     clips, texts = [], []
-    for fx in fixtures:
-        audio_path = fixture_audio(ctx, fx)
-        raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
-        raw_ggml, res = cli_transcribe(binary, str(model_file), audio_path, lang)
-        if not res.ok:
-            raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: {res.describe()}\n"
-                               f"{res.stderr_text[-2000:]}")
-        given = fixture_text(params, fx)
-        raw_ref = given or raw_src
-        t = ClipText(fx["id"], fx["public"], audio_path, norm(raw_ref), norm(raw_src),
-                     norm(raw_ggml), raw_ref, raw_src, raw_ggml)
-        texts.append(t)
-        c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
-        clip = {"id": t.id, "public": t.public, "audio_sha256": audio_sha256(audio_path),
-                "reference_from": "text" if given else "source",
-                "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
-                "pairwise": count_words(t.source, t.ggml).as_dict(),
-                "source_empty": not t.source.strip(), "ggml_empty": not t.ggml.strip(),
-                "ggml_run": {"returncode": res.returncode, "signal": res.signal,
-                             "wall_s": round(res.wall_s, 3), "stderr_sha256": res.stderr_sha256}}
-        if t.public:
-            clip.update({"reference": t.reference, "source_text": t.source,
-                         "ggml_text": t.ggml, "raw_source": raw_src, "raw_ggml": raw_ggml})
-            refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr,
-                                        f"ggml-{t.id}.stderr.txt"))
-        clips.append(clip)
-        print(f"{t.id}: WER source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
-              f"pairwise {count_words(t.source, t.ggml).wer:.3f}")
+    # The GGML runs read the model from a scratch folder with nothing beside it, so no
+    # .mlmodelc can be near the model whatever the run directory holds.
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-ggml-"))
+    try:
+        ggml_arg = str(scratch / GGML_MODEL[-1])
+        try:
+            os.link(model_file, ggml_arg)
+        except OSError:
+            shutil.copyfile(model_file, ggml_arg)
+        mlmodelc_beside = os.path.exists(contracts.coreml_encoder_path(ggml_arg))
+        for fx in fixtures:
+            clips.append(_ggml_clip(ctx, params, fx, bundle, binary, ggml_arg, lang, norm,
+                                    refs, texts))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     refs.append(ctx.write_json("wer", {
         "policy": policy.rules, "policy_sha256": policy.sha256, "normalizer": norm.identity,
         "model_ggml_sha256": ggml_ev["sha256"], "binary_sha256": binary_sha,
+        "mlmodelc_beside": mlmodelc_beside,
         "decoding": contracts.greedy_decoding_args(lang), "clips": clips}))
     ids = {"policy.wer.id": policy.id, "policy.wer.sha256": policy.sha256,
            "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
            "model.ggml.sha256": ggml_ev["sha256"], "binary.ggml.sha256": binary_sha}
     ids.update({f"fixture.{c['id']}.sha256": c["audio_sha256"] for c in clips})
     return refs, ids, texts
+
+
+def _ggml_clip(ctx: StageContext, params: Params, fx: dict, bundle, binary: Path,
+               ggml_arg: str, lang: str, norm, refs: list, texts: list) -> dict:
+    """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
+    from ..model import transcribe_hf
+
+    audio_path = fixture_audio(ctx, fx)
+    raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
+    raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
+    if not res.ok:
+        raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: {res.describe()}\n"
+                           f"{res.stderr_text[-2000:]}")
+    given = fixture_text(params, fx)
+    raw_ref = given or raw_src
+    t = ClipText(fx["id"], fx["public"], audio_path, norm(raw_ref), norm(raw_src),
+                 norm(raw_ggml), raw_ref, raw_src, raw_ggml)
+    texts.append(t)
+    c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
+    clip = {"id": t.id, "public": t.public, "audio_sha256": audio_sha256(audio_path),
+            "reference_from": "text" if given else "source",
+            "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
+            "pairwise": count_words(t.source, t.ggml).as_dict(),
+            "source_empty": not t.source.strip(), "ggml_empty": not t.ggml.strip(),
+            "ggml_run": {"returncode": res.returncode, "signal": res.signal,
+                         "wall_s": round(res.wall_s, 3), "stderr_sha256": res.stderr_sha256}}
+    if t.public:
+        clip.update({"reference": t.reference, "source_text": t.source,
+                     "ggml_text": t.ggml, "raw_source": raw_src, "raw_ggml": raw_ggml})
+    # stderr holds logs only (the transcript is on stdout): kept for every clip so the
+    # validator can re-check COREML = 0 on each run.
+    refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
+    print(f"{t.id}: WER source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
+          f"pairwise {count_words(t.source, t.ggml).wer:.3f}")
+    return clip
 
 
 def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
@@ -259,7 +315,10 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
 
 def _table_row(t: ClipText, hybrid_raw: str | None) -> dict:
     hyb = None if hybrid_raw is None else count_words(t.reference, english_normalizer()(hybrid_raw))
-    return {"id": t.id, "public": t.public,
+    src, ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
+    return {"id": t.id, "public": t.public, "words": src.ref_words,
+            "counts": {"source": src.as_dict(), "ggml": ggml.as_dict(),
+                       "hybrid": None if hyb is None else hyb.as_dict()},
             "reference": t.raw_reference if t.public else PRIVATE,
             "source": t.raw_source if t.public else PRIVATE,
             "ggml": t.raw_ggml if t.public else PRIVATE,
@@ -268,6 +327,40 @@ def _table_row(t: ClipText, hybrid_raw: str | None) -> dict:
             "wer_ggml": count_words(t.reference, t.ggml).wer,
             "wer_hybrid": None if hyb is None else hyb.wer,
             "wer_pairwise": count_words(t.source, t.ggml).wer}
+
+
+def _counts_table(clips: list[dict], has_hybrid: bool) -> str:
+    """Per-clip and corpus substitution/deletion/insertion counts against the references."""
+    sides = ["source", "ggml"] + (["hybrid"] if has_hybrid else [])
+    label = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
+    head = "".join(f"<th>{label[k]} S/D/I</th><th>{label[k]} WER</th>" for k in sides)
+    rows, totals = [], {k: [] for k in sides}
+    for c in clips:
+        cells = ""
+        for k in sides:
+            n = c["counts"][k]
+            if n is None:
+                cells += "<td></td><td></td>"
+                continue
+            totals[k].append(n)
+            cells += (f"<td>{n['substitutions']}/{n['deletions']}/{n['insertions']}</td>"
+                      f"<td>{count_words_wer(n):.3f}</td>")
+        rows.append(f"<tr><td>{html.escape(c['id'])}</td><td>{c['words']}</td>{cells}</tr>")
+    corpus = ""
+    for k in sides:
+        t = totals[k]
+        s_, d_, i_ = (sum(n[x] for n in t) for x in ("substitutions", "deletions", "insertions"))
+        corpus += f"<td><b>{s_}/{d_}/{i_}</b></td><td><b>{corpus_wer(t):.4f}</b></td>"
+    words = sum(c["words"] for c in clips)
+    return ("<h4>Edit counts against the reference texts</h4><table class='vl'><tr><th>clip</th>"
+            f"<th>words</th>{head}</tr>" + "".join(rows)
+            + f"<tr><td><b>corpus</b></td><td><b>{words}</b></td>{corpus}</tr></table>")
+
+
+def count_words_wer(counts: dict) -> float:
+    """WER of stored counts."""
+    from ..scoring import WordCounts
+    return WordCounts(**counts).wer
 
 
 def show(report: StageReport):
@@ -299,6 +392,7 @@ def show(report: StageReport):
         f"{corpus['ggml']:.4f} (delta {corpus['ggml'] - corpus['source']:+.4f}); pairwise GGML "
         f"vs source {corpus['pairwise']:.4f} (reported, not gated). GGML is no worse than the "
         f"source on {no_worse} of {len(clips)} clips.</p>"))
+    display(HTML(_counts_table(clips, has_hybrid)))
     import matplotlib.pyplot as plt
     import numpy as np
     ids = [c["id"] for c in clips]
