@@ -35,6 +35,7 @@ import numpy as np
 
 from . import contracts
 from .canonical import publish_dir, tree_digest
+from .runner import RunResult
 
 PRECISIONS = ("fp32", "fp16")
 """Export variants: float32 compute (gated) and float16 compute (informational); both
@@ -530,15 +531,19 @@ def link_or_copy(src: str | os.PathLike, dest: str | os.PathLike) -> str:
 
 @dataclass(frozen=True)
 class CompileResult:
-    """One ``xcrun coremlc compile`` run and the ``.mlmodelc`` it published."""
+    """One ``xcrun coremlc compile`` run and the ``.mlmodelc`` it published.
 
-    argv: list[str]
-    returncode: int | None
-    signal: str | None
-    timed_out: bool
-    stdout: bytes
-    stderr: bytes
-    wall_s: float
+    Attributes
+    ----------
+    run : RunResult
+        The compiler run (argv, exit, streams, wall time).
+    path : Path
+        The published ``.mlmodelc``.
+    tree_digest : str
+        Its tree digest.
+    """
+
+    run: RunResult
     path: Path
     tree_digest: str
 
@@ -589,9 +594,7 @@ def compile_mlpackage(package: str | os.PathLike, dest: str | os.PathLike, *,
         publish_dir(produced, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return CompileResult(argv=list(res.argv), returncode=res.returncode, signal=res.signal,
-                         timed_out=res.timed_out, stdout=res.stdout, stderr=res.stderr,
-                         wall_s=res.wall_s, path=dest, tree_digest=digest)
+    return CompileResult(run=res, path=dest, tree_digest=digest)
 
 
 def load_compiled(mlmodelc: str | os.PathLike, *, loader: Callable | None = None):

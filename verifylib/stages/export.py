@@ -274,18 +274,18 @@ def _export_compile(ctx: StageContext) -> None:
             dest = pkg.with_suffix(".mlmodelc")
             res = compile_mlpackage(pkg, dest)
             model_arg = fp32_arg if prec == "fp32" else str(ctx.run_dir / prec / GGML_MODEL[1])
-            refs.append(ctx.write_bytes(f"coremlc_stderr_{prec}", res.stderr,
+            refs.append(ctx.write_bytes(f"coremlc_stderr_{prec}", res.run.stderr,
                                         f"coremlc-{prec}.stderr.txt"))
             entries.append({
                 "precision": prec, "package": v["path"],
                 "package_tree_digest": v["tree_digest"], "model_arg": model_arg,
                 "derived_path": contracts.coreml_encoder_path(model_arg),
                 "placed_path": str(dest), "tree_digest": res.tree_digest,
-                "coremlc": {"argv": res.argv, "returncode": res.returncode,
-                            "signal": res.signal, "timed_out": res.timed_out,
-                            "wall_s": round(res.wall_s, 3)}})
+                "coremlc": {"argv": res.run.argv, "returncode": res.run.returncode,
+                            "signal": res.run.signal, "timed_out": res.run.timed_out,
+                            "wall_s": round(res.run.wall_s, 3)}})
             ids[f"artifact.{prec}.mlmodelc.tree_digest"] = res.tree_digest
-            ctx.facts[f"{prec} .mlmodelc"] = f"{dest} (tree {res.tree_digest}) in {res.wall_s:.1f} s"
+            ctx.facts[f"{prec} .mlmodelc"] = f"{dest} (tree {res.tree_digest}) in {res.run.wall_s:.1f} s"
         from ..capabilities import detect
         refs.append(ctx.write_json("compile", {"variants": entries, "coremlc": detect().coremlc}))
         g.judge(refs, ids)
