@@ -498,6 +498,20 @@ def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Cla
                           problems)
 
 
+def _exit0_preamble(record, stderr: bytes, stdout: bytes | None):
+    """Checks shared by the classifiers of runs that must exit 0: the record's integrity
+    and how the run ended. Returns (problems, ending label or None if malformed, stderr)."""
+    problems = _integrity(record, stderr, stdout)
+    if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
+        return problems, None, ""
+    label, rec_problems = termination(record)
+    problems += rec_problems
+    end = _ending_problem(label, record.get("returncode"), EXIT_OK)
+    if end:
+        problems.append(end)
+    return problems, label, bytes(stderr).decode("utf-8", "replace")
+
+
 def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
     """The four-condition positive gate (guide section 2.3) from ONE run.
 
@@ -510,15 +524,9 @@ def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     The transcript is not looked at: a nil prediction (load marker, empty or garbage text)
     passes here and is caught only by transcript comparison (``wer.hybrid``, guide 4.2).
     """
-    problems = _integrity(record, stderr, stdout)
-    if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
+    problems, label, text = _exit0_preamble(record, stderr, stdout)
+    if label is None:
         return Classification("malformed", problems)
-    label, rec_problems = termination(record)
-    problems += rec_problems
-    end = _ending_problem(label, record.get("returncode"), EXIT_OK)
-    if end:
-        problems.append(end)
-    text = bytes(stderr).decode("utf-8", "replace")
     coreml = system_info_coreml(text)
     if coreml is None:
         problems.append(f"no {SYSTEM_INFO_PREFIX!r} line with {COREML_ON!r} on stderr")
@@ -587,15 +595,9 @@ def classify_lifecycle(record, stderr: bytes, stdout: bytes | None = None) -> Cl
 def classify_ggml_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
     """An ordinary GGML transcription run: exit 0, ``COREML = 0``, no Core ML line, and a
     non-empty transcript on stdout (used by ``verifylib pin-check``)."""
-    problems = _integrity(record, stderr, stdout)
-    if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
+    problems, label, text = _exit0_preamble(record, stderr, stdout)
+    if label is None:
         return Classification("malformed", problems)
-    label, rec_problems = termination(record)
-    problems += rec_problems
-    end = _ending_problem(label, record.get("returncode"), EXIT_OK)
-    if end:
-        problems.append(end)
-    text = bytes(stderr).decode("utf-8", "replace")
     coreml = system_info_coreml(text)
     if coreml != 0:
         problems.append(f"no {SYSTEM_INFO_PREFIX!r} line with {COREML_OFF!r} on stderr")
