@@ -473,15 +473,9 @@ def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     init-failure line, no ``Core ML model loaded`` line, and the record is this run's
     (stream digests, contract-clean argv).
     """
-    problems = _integrity(record, stderr, stdout)
-    if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
+    problems, label, text = _run_preamble(record, stderr, stdout, EXIT_INIT_FAILURE)
+    if label is None:
         return Classification("malformed", problems)
-    label, rec_problems = termination(record)
-    problems += rec_problems
-    end = _ending_problem(label, record.get("returncode"), EXIT_INIT_FAILURE)
-    if end:
-        problems.append(end)
-    text = bytes(stderr).decode("utf-8", "replace")
     if COREML_LOAD_FAILURE_MARKER not in text:
         problems.append(_missing(COREML_LOAD_FAILURE_MARKER))
     else:
@@ -498,15 +492,16 @@ def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Cla
                           problems)
 
 
-def _exit0_preamble(record, stderr: bytes, stdout: bytes | None):
-    """Checks shared by the classifiers of runs that must exit 0: the record's integrity
-    and how the run ended. Returns (problems, ending label or None if malformed, stderr)."""
+def _run_preamble(record, stderr: bytes, stdout: bytes | None, want: int):
+    """Checks every classifier starts with: the record's integrity and whether the run
+    ended with exit status ``want``. Returns (problems, ending label or None if the record
+    is malformed, stderr text)."""
     problems = _integrity(record, stderr, stdout)
     if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
         return problems, None, ""
     label, rec_problems = termination(record)
     problems += rec_problems
-    end = _ending_problem(label, record.get("returncode"), EXIT_OK)
+    end = _ending_problem(label, record.get("returncode"), want)
     if end:
         problems.append(end)
     return problems, label, bytes(stderr).decode("utf-8", "replace")
@@ -524,7 +519,7 @@ def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     The transcript is not looked at: a nil prediction (load marker, empty or garbage text)
     passes here and is caught only by transcript comparison (``wer.hybrid``, guide 4.2).
     """
-    problems, label, text = _exit0_preamble(record, stderr, stdout)
+    problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
     if label is None:
         return Classification("malformed", problems)
     coreml = system_info_coreml(text)
@@ -595,7 +590,7 @@ def classify_lifecycle(record, stderr: bytes, stdout: bytes | None = None) -> Cl
 def classify_ggml_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
     """An ordinary GGML transcription run: exit 0, ``COREML = 0``, no Core ML line, and a
     non-empty transcript on stdout (used by ``verifylib pin-check``)."""
-    problems, label, text = _exit0_preamble(record, stderr, stdout)
+    problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
     if label is None:
         return Classification("malformed", problems)
     coreml = system_info_coreml(text)

@@ -208,15 +208,6 @@ def _schema_error_message(err: jsonschema.ValidationError) -> str:
     return f"key {key}: {err.message}"
 
 
-def load_pins_manifest(path: Path = PATCHES_MANIFEST) -> dict:
-    """Read ``patches/manifest.yaml`` and return its ``pins`` mapping."""
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    if not isinstance(data, dict) or not isinstance(data.get("pins"), dict):
-        raise ParameterError(f"{path}: expected a 'pins' mapping")
-    return data["pins"]
-
-
 def validate(data: Any, origin: str, base_dir: Path,
              manifest: Path = PATCHES_MANIFEST) -> Params:
     """Validate a parameter tree.
@@ -252,14 +243,18 @@ def validate(data: Any, origin: str, base_dir: Path,
         raise ParameterError(f"{origin}: " + "; ".join(_schema_error_message(e)
                                                         for e in errors[:5]))
     p = _merge_defaults(data)
-    pins = load_pins_manifest(manifest)
+    from .source import load_pins  # the one strict reader of the pin manifest
+    try:
+        pins = load_pins(manifest)
+    except ValueError as exc:
+        raise ParameterError(f"{origin}: key runtime.pin: the pin manifest is unusable: {exc}") from None
     pin = p["runtime"]["pin"]
     if pin not in pins:
         raise ParameterError(f"{origin}: key runtime.pin: unknown pin {pin!r} "
                              f"(known: {', '.join(sorted(pins))}; see {manifest})")
     src = p["runtime"]["source"]
     if src["kind"] == "git":
-        want = pins[pin]["commit"]
+        want = pins[pin].commit
         if src.get("commit", want) != want:
             raise ParameterError(f"{origin}: key runtime.source.commit: {src['commit']} is "
                                  f"not pin {pin}'s commit {want}")

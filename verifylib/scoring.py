@@ -172,6 +172,16 @@ def corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> float:
     return err / ref
 
 
+def _wer_v1_section(evidence: Mapping[str, Any], section: str):
+    """The wer-v1 rules of one gate and the clips, or why the evidence cannot be judged."""
+    policy = evidence["policy"]
+    if policy.get("id") != "wer-v1":
+        return None, None, f"unexpected policy {policy.get('id')!r}"
+    if not evidence["clips"]:
+        return None, None, "no fixture was transcribed"
+    return policy[section], evidence["clips"], None
+
+
 def _stored_count_problems(clip: Mapping[str, Any], counts: Mapping[str, tuple[str, str]],
                            empties: Mapping[str, str]) -> list[str]:
     # A public clip stores its normalized texts: its counts and empty flags are recomputed
@@ -202,13 +212,9 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     (bool, str)
         Whether the rule held, and the figures behind the decision.
     """
-    policy = evidence["policy"]
-    if policy.get("id") != "wer-v1":
-        return False, f"unexpected policy {policy.get('id')!r}"
-    rules = policy["ggml_vs_source"]
-    clips = evidence["clips"]
-    if not clips:
-        return False, "no fixture was transcribed"
+    rules, clips, refusal = _wer_v1_section(evidence, "ggml_vs_source")
+    if refusal:
+        return False, refusal
     problems = []
     for c in clips:
         if "reference" in c:
@@ -253,13 +259,9 @@ def judge_hybrid(evidence: Mapping[str, Any],
         the hybrid corpus WER is at most min(GGML, source) + 0.05, and no clip's
         hybrid-vs-GGML WER exceeds 0.5 (the detector for a silent nil prediction).
     """
-    policy = evidence["policy"]
-    if policy.get("id") != "wer-v1":
-        return False, f"unexpected policy {policy.get('id')!r}"
-    rules = policy["hybrid"]
-    clips = evidence["clips"]
-    if not clips:
-        return False, "no fixture was transcribed"
+    rules, clips, refusal = _wer_v1_section(evidence, "hybrid")
+    if refusal:
+        return False, refusal
     problems = []
     for c in clips:
         if "reference" in c:
