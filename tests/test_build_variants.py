@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, gates
+from verifylib import canonical, gates, rules
 from verifylib.build import build_whisper_cli
 from verifylib.evidence import EvidenceView
 from verifylib.gates import Status
@@ -61,7 +61,7 @@ def coreml_gate(tmp_path, coreml=1, ggml_key=None, after=()):
 
 def test_core_ml_build_reads_coreml_1_from_whisper_bench(tmp_path):
     ctx, refs, ids, cli, bench, src = coreml_gate(tmp_path)
-    j = gates.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs))
+    j = rules.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs))
     assert j.status is Status.PASS, j.detail
     assert "'COREML = 1' read from whisper-bench built with the same options (exit 2)" in j.detail
     assert cli.options["WHISPER_COREML"] == "1"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.fake_whisper_cli import install
-from verifylib import canonical, contracts, gates, params, receipt, source
+from verifylib import canonical, contracts, gates, params, receipt, rules, source
 from verifylib.capabilities import HostCapabilities, detect
 from verifylib.evidence import EvidenceRef, EvidenceView, GateRecord, Reason
 from verifylib.gates import Status
@@ -38,7 +38,7 @@ def make_params(runs: int = 3, **canary_cfg) -> params.Params:
 
 
 def judge(gate_id: str, ctx: StageContext, refs) -> gates.Judgement:
-    return gates.RULES[gate_id](EvidenceView(ctx.run_dir, refs))
+    return rules.RULES[gate_id](EvidenceView(ctx.run_dir, refs))
 
 
 @pytest.fixture

@@ -52,8 +52,15 @@ def test_verdicts():
     assert gates.verdict(st) is Verdict.ADMISSIBLE
     st["build.coreml"] = Status.NOT_RUN
     assert gates.verdict(st) is Verdict.INCOMPLETE
-    st["parity.program_fp16"] = Status.FAIL  # even an informational FAIL rejects
+    st["parity.program_fp16"] = Status.FAIL  # informational: shown, never the verdict
+    assert gates.verdict(st) is Verdict.INCOMPLETE
+    st["parity.runtime_fp16"] = Status.ERROR
+    assert gates.verdict(st) is Verdict.INCOMPLETE
+    st["build.coreml"] = Status.FAIL
     assert gates.verdict(st) is Verdict.REJECTED
+    all_pass = _all(Status.PASS)
+    all_pass["canary.sanitizer"] = Status.FAIL
+    assert gates.verdict(all_pass) is Verdict.ADMISSIBLE
     st = _all(Status.NOT_RUN)
     st["build.ggml"] = Status.ERROR
     assert gates.verdict(st) is Verdict.REJECTED
@@ -70,8 +77,27 @@ def test_exit_codes_and_worst():
     assert gates.worst(["INCOMPLETE", "REJECTED", "ADMISSIBLE"]) is Verdict.REJECTED
 
 
-def test_rule_registration_refuses_unknown_gate():
+def test_rules_registry_is_explicit_and_complete():
+    from verifylib import rules
+    implemented = {g.id for g in gates.GATES if g.implemented}
+    assert set(rules.RULES) == implemented
+    # Only the sanitizer gate may say not-implemented in this version.
+    assert {g.id for g in gates.GATES if not g.implemented} == {"canary.sanitizer"}
     with pytest.raises(KeyError):
-        gates.rule("build.nonsense")
+        rules.judge("canary.sanitizer", None)
+
+
+def test_registry_lists_which_parameter_disables_a_gate():
+    canary = gates.gate("canary.coreml_negative")
+    assert gates.disabling_key(canary, {"canary": {"enabled": False}}) == "canary.enabled"
+    assert gates.disabling_key(canary, {"canary": {"enabled": True}}) is None
+    assert gates.disabling_key(canary, {"canary": {"enabled": 0}}) is None  # not the value
+    fp16 = gates.gate("parity.program_fp16")
+    assert gates.disabling_key(fp16, {"export": {"fp16": False}}) == "export.fp16"
+    assert gates.disabling_key(fp16, {"export": {}}) is None
+    assert gates.disabling_key(gates.gate("build.ggml"), {"canary": {"enabled": False}}) is None
+
+
+def test_judgement_is_pass_or_fail_only():
     with pytest.raises(ValueError):
         gates.Judgement(Status.NOT_RUN, "a rule cannot say NOT_RUN")

@@ -296,7 +296,8 @@ def test_fp16_disabled_is_not_run_disabled(tmp_path, jfk_wav, tiny_en_info):
 def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
     """export.contract re-judged on stored evidence: edits to the description, the model
     values or the build facts are caught without touching the artifact."""
-    from verifylib.gates import RULES, Status
+    from verifylib.gates import Status
+    from verifylib.rules import RULES
     from verifylib.coreml_export import EncoderContract
     import verifylib.stages  # noqa: F401  (registers the rules)
     c = EncoderContract(80, 1500, 384, 1, 2)
@@ -344,7 +345,8 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
 
 
 def test_compile_rule_requires_the_derived_path(tmp_path):
-    from verifylib.gates import RULES, Status
+    from verifylib.gates import Status
+    from verifylib.rules import RULES
     import verifylib.stages  # noqa: F401
     entry = {"precision": "fp32", "model_arg": "/r/fp32/ggml-model.bin",
              "derived_path": "/r/fp32/ggml-model-encoder.mlmodelc",

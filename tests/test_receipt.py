@@ -6,37 +6,17 @@ from pathlib import Path
 import pytest
 
 from verifylib import canonical, gates, params, receipt
-from verifylib.gates import Judgement, Status
+from verifylib.gates import Status
 from verifylib.stage import StageContext
+
+from .synthetic import install_rules, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def rules(monkeypatch):
-    """A pure rule for build.source_identity: PASS iff the two recorded trees agree."""
-    monkeypatch.setattr(receipt, "_ensure_rules_loaded", lambda: None)
-
-    def rule(ev):
-        d = ev.json("source")
-        ok = d["computed"] == d["pin"]
-        return Judgement(Status.PASS if ok else Status.FAIL, "trees agree" if ok else "differ")
-    monkeypatch.setitem(gates.RULES, "build.source_identity", rule)
-
-
-def make_run(tmp_path, computed="a" * 40):
-    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
-    run_dir = tmp_path / "run"
-    ctx = StageContext("01_build", p, run_dir)
-    g = ctx.begin("build.source_identity")
-    with g:
-        ref = ctx.write_json("source", {"pin": "a" * 40, "computed": computed})
-        g.judge([ref], {"runtime.tree": computed})
-    ctx.finish()
-    for stage in gates.STAGES[1:]:
-        StageContext(stage, p, run_dir).finish()
-    receipt.build_receipt(run_dir)
-    return run_dir
+    install_rules(monkeypatch)
 
 
 def _rewrite(path: Path, fn):
@@ -61,19 +41,21 @@ def test_untouched_run_verifies(tmp_path, rules):
     rec = canonical.read_json(run_dir / "receipt.json")
     statuses = {g["id"]: g["status"] for g in rec["gates"]}
     assert statuses["build.source_identity"] == "PASS"
-    assert statuses["build.patch_exact"] == "NOT_RUN"
+    assert statuses["build.coreml"] == "NOT_RUN"
+    assert statuses["canary.sanitizer"] == "NOT_RUN"
     assert set(statuses) == set(gates.BY_ID)
 
 
 def test_flipped_evidence_byte_is_rejected(tmp_path, rules):
     run_dir = make_run(tmp_path)
-    ev = run_dir / "evidence" / "01_build" / "source.json"
+    ev = run_dir / "evidence" / "01_build" / "build.source_identity.json"
     data = bytearray(ev.read_bytes())
-    data[10] ^= 0x01
+    data[3] ^= 0x01
     ev.write_bytes(bytes(data))
     res = receipt.verify(run_dir)
     assert not res.ok
-    assert any("evidence/01_build/source.json: changed" in p for p in res.problems)
+    assert any("evidence/01_build/build.source_identity.json: changed" in p
+               for p in res.problems)
 
 
 def test_not_run_edited_to_pass_is_rejected_even_with_fresh_digests(tmp_path, rules):
@@ -81,21 +63,22 @@ def test_not_run_edited_to_pass_is_rejected_even_with_fresh_digests(tmp_path, ru
 
     def edit(d):
         for g in d["gates"]:
-            if g["id"] == "build.patch_exact":
+            if g["id"] == "build.coreml":
                 g["status"] = "PASS"
                 g["reason"] = {"kind": "rule", "detail": "trust me"}
     _rewrite(run_dir / "receipt.json", edit)
-    assert any("build.patch_exact" in p for p in receipt.verify(run_dir).problems)
+    assert any("build.coreml" in p for p in receipt.verify(run_dir).problems)
     _rewrite(run_dir / "gates" / "01_build.json", edit)
     _refresh_digests(run_dir)
     res = receipt.verify(run_dir)
     assert not res.ok
-    assert any("build.patch_exact: PASS but no rule" in p or "without evidence" in p
+    assert any("build.coreml: PASS recorded on a host without capability" in p
                for p in res.problems), res.problems
+    assert any("build.coreml: PASS without evidence" in p for p in res.problems)
 
 
 def test_fail_edited_to_pass_is_rejected(tmp_path, rules):
-    run_dir = make_run(tmp_path, computed="b" * 40)
+    run_dir = make_run(tmp_path, fail={"build.source_identity"})
     rec = canonical.read_json(run_dir / "receipt.json")
     assert rec["verdict"] == "REJECTED"
 
@@ -129,8 +112,9 @@ def test_malformed_digest_missing_and_planted_files(tmp_path, rules):
     assert any("malformed digest" in p for p in receipt.verify(run_dir).problems)
 
     run_dir = make_run(tmp_path / "2")
-    (run_dir / "evidence" / "01_build" / "source.json").unlink()
-    assert any("source.json: missing" in p for p in receipt.verify(run_dir).problems)
+    (run_dir / "evidence" / "01_build" / "build.source_identity.json").unlink()
+    assert any("build.source_identity.json: missing" in p
+               for p in receipt.verify(run_dir).problems)
 
     run_dir = make_run(tmp_path / "3")
     (run_dir / "evidence" / "01_build" / "extra.json").write_text("{}")

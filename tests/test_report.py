@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from verifylib import canonical, gates, params, receipt, report
+from verifylib import canonical, gates, params, receipt, report, rules
 from verifylib.gates import Judgement, Status
 from verifylib.stage import StageContext
 
@@ -17,8 +17,7 @@ HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 @pytest.fixture
 def hostile_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(receipt, "_ensure_rules_loaded", lambda: None)
-    monkeypatch.setitem(gates.RULES, "build.source_identity",
+    monkeypatch.setitem(rules.RULES, "build.source_identity",
                         lambda ev: Judgement(Status.FAIL, ev.json("t")["transcript"]))
     p = params.load(ROOT / "parameters" / "tiny-en.yaml")
     run_dir = tmp_path / "run"

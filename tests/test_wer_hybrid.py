@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests import fake_whisper_cli
-from verifylib import gates, params
+from verifylib import gates, params, rules
 from verifylib.evidence import EvidenceView
 from verifylib.gates import Status
 from verifylib.scoring import english_normalizer
@@ -36,7 +36,7 @@ def _run(tmp_path, scenario, with_mlmodelc=True, private=False):
     refs, ids, shown = wer.hybrid(ctx, binary=binary, binary_sha256="0" * 64,
                                   model_arg=str(model), texts=_texts(tmp_path, private),
                                   language="en", timeout=60)
-    return gates.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs)), refs, ctx, shown
+    return rules.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs)), refs, ctx, shown
 
 
 def test_supported_runtime_passes(tmp_path):

@@ -507,6 +507,28 @@ def _run_preamble(record, stderr: bytes, stdout: bytes | None, want: int):
     return problems, label, bytes(stderr).decode("utf-8", "replace")
 
 
+def warmup_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[str]:
+    """What disqualifies the positive gate's warm-up run (guide section 10: never accept or
+    retry a SIGABRT).
+
+    The warm-up is not classified by the four conditions (its first-run compilation may
+    print differently), but it must be this run's record (stream digests, clean argv) and
+    end with exit 0: a signal, a timeout, any other exit status, or a ``failed to load
+    Core ML model`` line (a fallback to the GGML encoder) fails the gate.
+
+    Returns
+    -------
+    list of str
+        Empty when the warm-up is acceptable.
+    """
+    problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
+    if label is None:
+        return problems
+    if COREML_LOAD_FAILURE_MARKER in text:
+        problems.append(_present(COREML_LOAD_FAILURE_MARKER) + " (a fallback)")
+    return problems
+
+
 def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
     """The four-condition positive gate (guide section 2.3) from ONE run.
 

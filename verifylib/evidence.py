@@ -59,6 +59,9 @@ class EvidenceView:
         The run directory.
     refs : sequence of EvidenceRef
         The gate's evidence.
+    identities : mapping, optional
+        The identities the gate binds to (a rule may require its evidence to agree with
+        them; the validator checks them against the run's identity table).
 
     Raises
     ------
@@ -66,12 +69,16 @@ class EvidenceView:
         On construction, if any file is missing or its digest differs.
     """
 
-    def __init__(self, run_dir: Path, refs):
+    def __init__(self, run_dir: Path, refs, identities=None):
         self.run_dir = Path(run_dir)
+        self.identities = dict(identities or {})
         self._refs = {r.name: r for r in refs}
+        if len(self._refs) != len(refs):
+            raise EvidenceError("two evidence files share one name")
         self._cache: dict[str, bytes] = {}
+        self._read: set[str] = set()
         for r in refs:
-            self.bytes(r.name)
+            self._load(r.name)
 
     def names(self) -> list[str]:
         """Names of the available evidence files."""
@@ -80,8 +87,17 @@ class EvidenceView:
     def has(self, name: str) -> bool:
         return name in self._refs
 
+    def unread(self) -> list[str]:
+        """Names of cited files the rule has not read (a rule must read what a gate cites)."""
+        return sorted(set(self._refs) - self._read)
+
     def bytes(self, name: str) -> bytes:
         """Return the verified bytes of evidence ``name``."""
+        data = self._load(name)
+        self._read.add(name)
+        return data
+
+    def _load(self, name: str) -> bytes:
         if name in self._cache:
             return self._cache[name]
         if name not in self._refs:

@@ -1,16 +1,16 @@
 """The gate registry: DESIGN.md's gate table, status semantics and the verdict.
 
 Ids are stable API. Reports, the receipt, the verdict and the exit code are all derived
-from :data:`GATES`; nothing else in the package lists gates. Stage modules attach the
-pass rule of each gate they implement with :func:`rule`, and the same function judges
-the evidence at run time and again inside ``verifylib verify``.
+from :data:`GATES`; nothing else in the package lists gates. The pass rule of each gate
+lives in :mod:`verifylib.rules` (gate id -> pure judge), which judges the evidence at run
+time and again inside ``verifylib verify``.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
 
 class Status(str, enum.Enum):
@@ -70,6 +70,12 @@ class Gate:
         Gates that must PASS before this one can run.
     pass_rule : str
         The rule in words, as shown in the report.
+    implemented : bool
+        False while this version has no code for the gate; only such a gate may be
+        NOT_RUN(not-implemented).
+    disabled_by : tuple of (str, object)
+        Dotted parameter keys and the value that switches the gate off; only these may
+        justify NOT_RUN(disabled).
     """
 
     id: str
@@ -78,11 +84,17 @@ class Gate:
     capability: Capability
     prerequisites: tuple[str, ...]
     pass_rule: str
-    reasons: tuple[NotRunKind, ...] = tuple(NotRunKind)
+    implemented: bool = True
+    disabled_by: tuple[tuple[str, Any], ...] = ()
 
 
-def _g(id, stage, required, cap, prereq, rule_text):
-    return Gate(id, stage, required, cap, tuple(prereq), rule_text)
+_CANARY_SWITCH = (("canary.enabled", False),)
+_FP16_SWITCH = (("export.fp16", False),)
+
+
+def _g(id, stage, required, cap, prereq, rule_text, *, implemented=True, disabled_by=()):
+    return Gate(id, stage, required, cap, tuple(prereq), rule_text, implemented,
+                tuple(disabled_by))
 
 
 GATES: tuple[Gate, ...] = (
@@ -104,13 +116,15 @@ GATES: tuple[Gate, ...] = (
        ".mlmodelc compiled, placed at coreml_encoder_path(-m), tree digest recorded"),
     _g("canary.lifecycle_ab", "03_canary", True, Capability.ANY, ["build.ggml"],
        "patched build: N/N exit 3 + both markers, no signal (unpatched outcomes recorded, "
-       "not gated)"),
+       "not gated)", disabled_by=_CANARY_SWITCH),
     _g("canary.coreml_negative", "03_canary", True, Capability.MACOS,
        ["build.coreml", "export.ggml_model"],
-       "exit exactly 3 + load-failure + init-failure markers, no signal, first run only"),
+       "exit exactly 3 + load-failure + init-failure markers, no signal, first run only",
+       disabled_by=_CANARY_SWITCH),
     _g("canary.coreml_positive", "03_canary", True, Capability.MACOS,
        ["build.coreml", "export.compile", "canary.coreml_negative"],
-       "guide 2.3 four conditions from one measured run"),
+       "guide 2.3 four conditions from the measured run; a warm-up that crashed, timed out, "
+       "exited non-zero or fell back fails the gate", disabled_by=_CANARY_SWITCH),
     _g("parity.program", "04_parity", True, Capability.ANY, ["export.contract"],
        "MIL program executed in float32 vs HF reference meets the fp32 policy (float64 "
        "shown beside)"),
@@ -127,9 +141,15 @@ GATES: tuple[Gate, ...] = (
        "MLComputePlan loaded for the published .mlmodelc; per-op devices + costs recorded; "
        "cost shares sum to 1 +/- 0.01"),
     _g("parity.program_fp16", "04_parity", False, Capability.ANY, ["export.contract"],
-       "the fp16 variant's MIL program against policy fp16-v1 (informational)"),
+       "the fp16 variant's MIL program against policy fp16-v1 (informational)",
+       disabled_by=_FP16_SWITCH),
     _g("parity.runtime_fp16", "04_parity", False, Capability.MACOS, ["export.compile"],
-       "the fp16 variant's .mlmodelc against policy fp16-v1 (informational)"),
+       "the fp16 variant's .mlmodelc against policy fp16-v1 (informational)",
+       disabled_by=_FP16_SWITCH),
+    _g("canary.sanitizer", "03_canary", False, Capability.ANY, ["build.patch_exact"],
+       "AddressSanitizer builds (patched, unpatched) under the lifecycle trigger: unpatched "
+       "reports the memory error, patched exits 3 clean (informational; supports, never "
+       "replaces, canary.lifecycle_ab)", implemented=False, disabled_by=_CANARY_SWITCH),
 )
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
@@ -168,25 +188,6 @@ class Judgement:
             raise ValueError("a pass rule can only PASS or FAIL")
 
 
-RuleFn = Callable[["object"], Judgement]
-RULES: dict[str, RuleFn] = {}
-
-
-def rule(gate_id: str) -> Callable[[RuleFn], RuleFn]:
-    """Register the pass rule of ``gate_id``.
-
-    The function receives an evidence view (see :mod:`verifylib.evidence`) and returns a
-    :class:`Judgement`. It must be deterministic on the evidence: ``verifylib verify``
-    calls it again on the stored files.
-    """
-    gate(gate_id)
-
-    def deco(fn: RuleFn) -> RuleFn:
-        RULES[gate_id] = fn
-        return fn
-    return deco
-
-
 def verdict(statuses: Mapping[str, Status | str]) -> Verdict:
     """Combine gate statuses into the verdict.
 
@@ -198,16 +199,17 @@ def verdict(statuses: Mapping[str, Status | str]) -> Verdict:
     Returns
     -------
     Verdict
-        REJECTED if any gate FAILed or ERRORed, ADMISSIBLE if every required gate PASSed,
-        otherwise INCOMPLETE.
+        Over the required gates only: REJECTED if any FAILed or ERRORed, ADMISSIBLE if
+        every one PASSed, otherwise INCOMPLETE. An informational gate is shown and
+        verified but never moves the verdict.
     """
     missing = [g.id for g in GATES if g.id not in statuses]
     if missing:
         raise ValueError(f"statuses missing for gates: {', '.join(missing)}")
-    st = {k: Status(v) for k, v in statuses.items()}
+    st = {g.id: Status(statuses[g.id]) for g in GATES if g.required}
     if any(s in (Status.FAIL, Status.ERROR) for s in st.values()):
         return Verdict.REJECTED
-    if all(st[g.id] is Status.PASS for g in GATES if g.required):
+    if all(s is Status.PASS for s in st.values()):
         return Verdict.ADMISSIBLE
     return Verdict.INCOMPLETE
 
@@ -239,3 +241,18 @@ def exit_code(v: Verdict | str, require_admissible: bool = False) -> int:
     if v is Verdict.INCOMPLETE and require_admissible:
         return 1
     return 0
+
+
+def disabling_key(g: Gate, params: Mapping[str, Any]) -> str | None:
+    """The parameter key that switches ``g`` off in ``params``, or None.
+
+    Only the keys the registry lists for the gate count, so a NOT_RUN(disabled) can be
+    re-justified from the bound parameters alone.
+    """
+    for key, value in g.disabled_by:
+        node: Any = params
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if type(node) is type(value) and node == value:
+            return key
+    return None

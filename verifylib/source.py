@@ -832,7 +832,8 @@ def _phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[st
     return problems
 
 
-def _pin_fields(pin: Pin) -> dict[str, Any]:
+def pin_fields(pin: Pin) -> dict[str, Any]:
+    """What a build sidecar records of its pin (the validator compares it with the manifest)."""
     return {"pin": pin.name, "pin_commit": pin.commit, "pin_tree": pin.tree,
             "declared_patch_sha256": pin.patch_sha256, "touches": list(pin.touches)}
 
@@ -956,7 +957,7 @@ def check_patch_exact(work: Path, pin: Pin) -> PatchCheck:
         diff_equals_patch=diff == patch, status_lines=lines,
         expected_status_lines=tuple(_expected_status(pin.touches)))
     # Problems come from the same pure rule the validator re-runs on stored evidence.
-    return dataclasses.replace(check, problems=tuple(_phase_problems(_pin_fields(pin),
+    return dataclasses.replace(check, problems=tuple(_phase_problems(pin_fields(pin),
                                                                      check.to_evidence())))
 
 
@@ -981,7 +982,7 @@ def patch_evidence(pin: Pin, checks: Mapping[str, Any]) -> dict[str, Any]:
     out_checks: dict[str, Any] = {}
     for when, value in checks.items():
         out_checks[when] = value.to_evidence() if isinstance(value, PatchCheck) else value
-    return {**_pin_fields(pin), "patch_file": pin.patch_path.name, "checks": out_checks}
+    return {**pin_fields(pin), "patch_file": pin.patch_path.name, "checks": out_checks}
 
 
 def judge_patch_exact(evidence: Mapping[str, Any],

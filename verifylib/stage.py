@@ -1,9 +1,10 @@
 """Stage plumbing: run directories, prerequisite checks, and gate recording.
 
 A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.begin` for
-each gate it implements, gathers evidence, and lets the gate's registered rule judge it.
-Gates the stage never begins are recorded as NOT_RUN(not-implemented) when it finishes,
-so a gate cannot silently disappear or pass by default.
+each gate it implements, gathers evidence, and lets the gate's rule (:mod:`verifylib.rules`)
+judge it. When the stage finishes, a gate the registry declares unimplemented is recorded
+NOT_RUN(not-implemented); an implemented gate the stage never judged is an ERROR, so a gate
+cannot silently disappear or pass by default. Every ERROR cites a stored traceback file.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import datetime as _dt
 import html
 import os
 import secrets
-import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import canonical, gates
+from . import canonical, gates, ledger, rules
 from .capabilities import detect
 from .evidence import EvidenceRef, EvidenceView, GateRecord, Reason
 from .gates import Gate, NotRunKind, Status
@@ -28,6 +28,34 @@ from .params import REPO_ROOT, Params
 RUN_FILE = "run.json"
 GATES_DIR = "gates"
 EVIDENCE_DIR = "evidence"
+RECEIPT_FILE = "receipt.json"
+ERROR_SCHEMA = "verifylib-error/1"
+TRACEBACK_EVIDENCE = "traceback"
+
+
+class StageRefused(RuntimeError):
+    """A stage was asked to write into a run directory that already holds its result."""
+
+
+def error_document(gate_id: str, text: str, launches: list | None = None) -> dict:
+    """The stored traceback of an ERROR gate (with the launches made before it broke).
+
+    Parameters
+    ----------
+    gate_id : str
+        The gate that errored.
+    text : str
+        The traceback or the stage's error text.
+    launches : list of dict, optional
+        Run records (with their ledger citations) of launches made inside the gate.
+    """
+    return {"schema": ERROR_SCHEMA, "gate": gate_id, "traceback": text,
+            "launches": list(launches or [])}
+
+
+def error_filename(gate_id: str) -> str:
+    """File name of a gate's stored traceback inside its stage's evidence folder."""
+    return f"error.{gate_id}.json"
 
 
 def new_run_id() -> str:
@@ -164,6 +192,8 @@ class GateRun:
         self.ctx = ctx
         self.gate = g
         self.done = False
+        self._ledger_mark = ledger.mark()
+        self._written_mark = len(ctx.written)
 
     def judge(self, evidence: Iterable[EvidenceRef], identities: dict | None = None) -> GateRecord:
         """Judge the gate by its registered rule on ``evidence`` and record the outcome.
@@ -180,11 +210,13 @@ class GateRun:
         GateRecord
         """
         refs = tuple(evidence)
-        fn = gates.RULES.get(self.gate.id)
-        if fn is None:
-            raise RuntimeError(f"no rule registered for {self.gate.id}")
-        j = fn(EvidenceView(self.ctx.run_dir, refs))
         ids = dict(identities or {})
+        view = EvidenceView(self.ctx.run_dir, refs, ids)
+        j = rules.judge(self.gate.id, view)
+        unread = view.unread()
+        if j.status is Status.PASS and unread:
+            # A PASS must rest on every file it cites; anything else is a harness bug.
+            raise RuntimeError(f"{self.gate.id} cites evidence its rule never read: {unread}")
         rec = GateRecord(self.gate.id, j.status, Reason("rule", j.detail), refs, ids)
         self.ctx._record(rec, ids)
         self.done = True
@@ -196,13 +228,15 @@ class GateRun:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
             if not self.done:
-                self.ctx._record(GateRecord(self.gate.id, Status.ERROR, Reason(
-                    "exception", "the stage ended this gate without judging it")), {})
+                self.ctx.record_error(self.gate.id, "the stage ended this gate without judging "
+                                      "it", ledger.since(self._ledger_mark),
+                                      self.ctx.written[self._written_mark:])
             return False
         if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
             return False
         text = "".join(traceback.format_exception(exc_type, exc, tb))
-        self.ctx._record(GateRecord(self.gate.id, Status.ERROR, Reason("exception", text)), {})
+        self.ctx.record_error(self.gate.id, text, ledger.since(self._ledger_mark),
+                              self.ctx.written[self._written_mark:])
         self.done = True
         return True  # the stage goes on; dependants become NOT_RUN(prerequisite)
 
@@ -228,25 +262,42 @@ class StageContext:
         self.run = init_run_dir(self.run_dir, params)
         self.evidence_dir = self.run_dir / EVIDENCE_DIR / stage
         self.records: dict[str, GateRecord] = {}
+        self.written: list[EvidenceRef] = []
         self.identities: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
         self._t0 = time.perf_counter()
-        # A stage re-run in the same folder replaces its previous outcome entirely.
-        (self.run_dir / GATES_DIR / f"{stage}.json").unlink(missing_ok=True)
-        shutil.rmtree(self.evidence_dir, ignore_errors=True)
+        # Evidence is never replaced: a second outcome in the same folder would hide the
+        # first (a retried run), and a published run is read-only for every command.
+        if (self.run_dir / RECEIPT_FILE).exists():
+            raise StageRefused(f"{self.run_dir} is a published run (it holds {RECEIPT_FILE}); "
+                               f"it is never modified: run the stage with a new run directory")
+        done = self.run_dir / GATES_DIR / f"{stage}.json"
+        if done.exists() or self.evidence_dir.exists():
+            raise StageRefused(f"{self.run_dir} already holds the result of stage {stage}; "
+                               f"a stage never runs twice into one run directory: use a new "
+                               f"run id (a new run_dir)")
+        ledger.bind(self.run_dir)
 
     # -- evidence -------------------------------------------------------------
     def write_json(self, name: str, value: Any, filename: str | None = None) -> EvidenceRef:
         """Write a canonical JSON evidence sidecar and return its reference."""
         path = self.evidence_dir / (filename or f"{name}.json")
+        if path.exists():
+            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
         sha = canonical.write_json(path, value)
-        return EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        self.written.append(ref)
+        return ref
 
     def write_bytes(self, name: str, data: bytes, filename: str) -> EvidenceRef:
         """Write raw evidence bytes (a log stream, say) and return the reference."""
         path = self.evidence_dir / filename
+        if path.exists():
+            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
         sha = canonical.atomic_write_bytes(path, data)
-        return EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        self.written.append(ref)
+        return ref
 
     # -- gates ----------------------------------------------------------------
     def prior(self) -> dict[str, GateRecord]:
@@ -281,7 +332,9 @@ class StageContext:
         """
         g = gates.gate(gate_id)
         if disabled_by:
-            return Reason(NotRunKind.DISABLED.value, f"disabled by parameter {disabled_by}")
+            value = dict(g.disabled_by).get(disabled_by)
+            return Reason(NotRunKind.DISABLED.value,
+                          f"disabled by parameter {disabled_by} = {canonical.dumps(value).decode()}")
         missing = detect().missing(g.capability)
         if missing:
             return Reason(NotRunKind.PLATFORM.value, missing)
@@ -297,14 +350,27 @@ class StageContext:
     def begin(self, gate_id: str, disabled_by: str | None = None) -> GateRun | None:
         """Start evaluating a gate of this stage.
 
-        Returns None after recording NOT_RUN when the gate is disabled, lacks a platform
-        capability, or has a prerequisite that did not pass; otherwise a :class:`GateRun`
-        to use as a context manager (an exception inside it records ERROR).
+        Returns None after recording NOT_RUN when the gate is disabled (by a parameter the
+        registry names for it), lacks a platform capability, or has a prerequisite that did
+        not pass; otherwise a :class:`GateRun` to use as a context manager (an exception
+        inside it records ERROR).
+
+        Parameters
+        ----------
+        gate_id : str
+            A gate of this stage.
+        disabled_by : str, optional
+            The parameter key the caller found switching the gate off; it must agree with
+            the registry's ``disabled_by`` (the validator judges NOT_RUN(disabled) by it).
         """
         g = gates.gate(gate_id)
         if g.stage != self.stage:
             raise ValueError(f"{gate_id} belongs to stage {g.stage}, not {self.stage}")
-        reason = self.blocked_reason(gate_id, disabled_by)
+        key = gates.disabling_key(g, self.params.data)
+        if disabled_by != key:
+            raise ValueError(f"{gate_id}: caller says disabled by {disabled_by!r}, the registry "
+                             f"and the parameters say {key!r}")
+        reason = self.blocked_reason(gate_id, key)
         if reason:
             self._record(GateRecord(gate_id, Status.NOT_RUN, reason), {})
             return None
@@ -317,6 +383,34 @@ class StageContext:
             raise ValueError(f"identity {key} recorded twice with different values")
         self.identities[key] = value
         self._write()
+
+    def record_error(self, gate_id: str, text: str, launches: list | None = None,
+                     partial: list[EvidenceRef] | None = None) -> GateRecord:
+        """Record ``gate_id`` as ERROR, citing its stored traceback.
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate that broke.
+        text : str
+            Its traceback.
+        launches : list of dict, optional
+            Ledger entries appended while the gate ran; those no partial evidence file
+            cites are cited by the traceback, so no launch goes unaccounted for.
+        partial : list of EvidenceRef, optional
+            Evidence the gate wrote before it broke; cited too, so nothing is orphaned.
+        """
+        partial = [r for r in (partial or []) if r.name != TRACEBACK_EVIDENCE]
+        seen: set[int] = set()
+        for r in partial:
+            if r.path.endswith(".json"):
+                _cited_seqs(canonical.read_json(self.run_dir / r.path), seen)
+        cited = [ledger.entry_record(e) for e in (launches or []) if e["seq"] not in seen]
+        ref = self.write_json(TRACEBACK_EVIDENCE, error_document(gate_id, text, cited),
+                              filename=error_filename(gate_id))
+        rec = GateRecord(gate_id, Status.ERROR, Reason("exception", text), (ref, *partial))
+        self._record(rec, {})
+        return rec
 
     def _record(self, rec: GateRecord, identities: dict) -> None:
         for k, v in identities.items():
@@ -336,18 +430,40 @@ class StageContext:
         canonical.write_json(self.run_dir / GATES_DIR / f"{self.stage}.json", data)
 
     def finish(self) -> StageReport:
-        """Record every gate never begun as NOT_RUN(not-implemented) and return the report."""
+        """Close the stage and return its report.
+
+        A gate never begun becomes NOT_RUN(not-implemented) if the registry declares it
+        unimplemented, and ERROR otherwise (the stage skipped a gate it owns).
+        """
         for g in self.gates:
             if g.id not in self.records:
-                missing = detect().missing(g.capability)
-                extra = f"; it would also need: {missing}" if missing else ""
-                self.records[g.id] = GateRecord(g.id, Status.NOT_RUN, Reason(
-                    NotRunKind.NOT_IMPLEMENTED.value,
-                    f"this gate's code is not written yet{extra}"))
+                if not g.implemented:
+                    missing = detect().missing(g.capability)
+                    extra = f"; it would also need: {missing}" if missing else ""
+                    self.records[g.id] = GateRecord(g.id, Status.NOT_RUN, Reason(
+                        NotRunKind.NOT_IMPLEMENTED.value,
+                        f"this version of verifylib declares this gate unimplemented{extra}"))
+                else:
+                    self.record_error(g.id, f"stage {self.stage} finished without judging "
+                                            f"{g.id}, a gate it implements")
         self._write()
         seconds = time.perf_counter() - self._t0
         return StageReport(self.stage, [self.records[g.id] for g in self.gates],
                            dict(self.identities), seconds, dict(self.facts))
+
+
+def _cited_seqs(obj: Any, out: set) -> set:
+    # Ledger citations are dicts holding a "launch" mapping with its "seq".
+    if isinstance(obj, dict):
+        cit = obj.get("launch")
+        if isinstance(cit, dict) and isinstance(cit.get("seq"), int):
+            out.add(cit["seq"])
+        for v in obj.values():
+            _cited_seqs(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _cited_seqs(v, out)
+    return out
 
 
 def repo_path(*parts: str) -> Path:

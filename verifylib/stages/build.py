@@ -26,13 +26,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from .. import contracts
-from ..canonical import (dumps, is_sha256, publish_dir, read_json, sha256_bytes, sha256_file,
+from ..canonical import (dumps, publish_dir, read_json, sha256_bytes, sha256_file,
                          write_json)
-from ..gates import Judgement, Status, rule
+from ..gates import Status
 from ..params import Params
+from ..rules import judge_coreml_build  # noqa: F401  (re-exported for callers)
 from ..runner import RunResult, run as run_child, run_record
 from ..stage import EVIDENCE_DIR, StageContext, StageReport, read_stage_file
 from .. import build as _build
@@ -45,27 +46,6 @@ def cache_dir() -> Path:
     """The shared cache of sources and builds (``$VERIFYLIB_CACHE`` or ``~/.cache/verifylib``)."""
     env = os.environ.get("VERIFYLIB_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"
-
-
-def _j(ok_detail: tuple[bool, str]) -> Judgement:
-    ok, detail = ok_detail
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
-
-
-@rule("build.source_identity")
-def _rule_source(ev) -> Judgement:
-    return _j(_source.judge_source_identity(ev.json("source")))
-
-
-@rule("build.patch_exact")
-def _rule_patch(ev) -> Judgement:
-    return _j(_source.judge_patch_exact(ev.json("patch")))
-
-
-@rule("build.ggml")
-def _rule_ggml(ev) -> Judgement:
-    stream = ev.text("probe_stderr") + "\n" + ev.text("probe_stdout") if ev.has("probe_stderr") else ""
-    return _j(_build.judge_ggml_build(ev.json("build"), stream))
 
 
 def _source_spec(params: Params) -> "_source.SourceSpec":
@@ -408,78 +388,6 @@ def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult", bench: B
             ctx.write_bytes("bench_stderr", probe.stderr, "bench.stderr.txt"),
             ctx.write_bytes("bench_stdout", probe.stdout, "bench.stdout.txt")]
     return refs, {"binary.coreml.sha256": cli.sha256}
-
-
-def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> tuple[bool, str]:
-    """The rule of ``build.coreml`` on stored evidence.
-
-    PASS iff the build exists with a well-formed SHA-256 equal to its recorded one, is the
-    ``coreml`` variant with ``WHISPER_COREML=1``, ``WHISPER_COREML_ALLOW_FALLBACK=OFF`` and
-    ``BUILD_SHARED_LIBS=OFF``, links no ``libwhisper``/``libggml``, sits in its own folder
-    (named by its key, not the GGML build's), the patched tree was still exact after the
-    build, and the ``whisper-bench`` built with the same options and source printed a
-    ``system_info`` line with ``COREML = 1`` without crashing or timing out.
-    """
-    import hashlib
-    if not isinstance(ev, Mapping):
-        return False, "evidence is not a mapping"
-    if ev.get("built") is not True:
-        return False, f"no build: {ev.get('error', 'unknown reason')}"
-    problems = []
-    if ev.get("variant") != "coreml":
-        problems.append(f"variant is {ev.get('variant')!r}, not 'coreml'")
-    sha = ev.get("sha256")
-    if not is_sha256(sha) or ev.get("recorded_sha256") != sha:
-        problems.append(f"binary sha256 {sha!r} malformed or not the recorded one")
-    if not is_sha256(ev.get("patch_sha256")):
-        problems.append("patch sha256 malformed")
-    opts = ev.get("options") if isinstance(ev.get("options"), Mapping) else {}
-    for k, want in (("WHISPER_COREML", "1"), ("WHISPER_COREML_ALLOW_FALLBACK", "OFF"),
-                    ("BUILD_SHARED_LIBS", "OFF")):
-        if opts.get(k) != want:
-            problems.append(f"CMake option {k} is {opts.get(k)!r}, not {want}")
-    libs = ev.get("needed_libs")
-    if ev.get("static") is not True or not isinstance(libs, list) or any(
-            Path(str(x)).name.startswith(("libwhisper", "libggml")) for x in libs):
-        problems.append(f"not static: needs {libs!r}")
-    binary = ev.get("binary")
-    if not isinstance(binary, str) or Path(binary).parent.name != ev.get("key") or \
-            ev.get("key") == ev.get("ggml_key"):
-        problems.append("the Core ML binary does not sit in a folder of its own")
-    if ev.get("patch_after_problems"):
-        problems.append(f"patched tree not exact after the build: {ev['patch_after_problems']}")
-    bench = ev.get("bench") if isinstance(ev.get("bench"), Mapping) else {}
-    if bench.get("options") != opts or bench.get("cli_key") != ev.get("key"):
-        problems.append("whisper-bench was not configured like the Core ML whisper-cli")
-    probe = bench.get("probe") if isinstance(bench.get("probe"), Mapping) else {}
-    argv = probe.get("argv") if isinstance(probe.get("argv"), list) else []
-    if not argv or argv[0] != bench.get("binary"):
-        problems.append("the bench probe did not run the recorded whisper-bench")
-    if hashlib.sha256(bench_stderr).hexdigest() != probe.get("stderr_sha256") or \
-            hashlib.sha256(bench_stdout).hexdigest() != probe.get("stdout_sha256"):
-        problems.append("bench streams are not the probe's (SHA-256 differs)")
-    label, rec_problems = contracts.termination(dict(probe)) if probe else ("none", ["no probe"])
-    problems += rec_problems
-    if label == "timeout" or label.startswith("SIG"):
-        problems.append(f"whisper-bench probe ended by {label}")
-    text = bench_stderr.decode("utf-8", "replace")
-    coreml = contracts.system_info_coreml(text)
-    if coreml != 1:
-        problems.append(f"whisper-bench's system_info does not show {contracts.COREML_ON!r} "
-                        f"(found {contracts.COREML_FLAG}{coreml})")
-    if problems:
-        return False, "; ".join(problems)
-    return True, (f"static Core ML whisper-cli sha256 {sha} (WHISPER_COREML=1, fallback OFF) "
-                  f"in its own folder; {contracts.COREML_ON!r} read from whisper-bench built "
-                  f"with the same options ({label})")
-
-
-@rule("build.coreml")
-def _rule_coreml(ev) -> Judgement:
-    def stream(name):
-        return ev.bytes(name) if ev.has(name) else b""
-    return _j(judge_coreml_build(ev.json("coreml_build"), stream("bench_stderr"),
-                                 stream("bench_stdout")))
 
 
 def coreml_binary(ctx: StageContext) -> tuple[Path, str]:

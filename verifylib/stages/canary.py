@@ -33,32 +33,20 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from .. import contracts
-from ..canonical import is_sha256, sha256_file, tree_digest
+from ..canonical import sha256_file, tree_digest
 from ..evidence import EvidenceRef
-from ..gates import Judgement, Status, rule
 from ..params import Params
+from ..rules import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SIDES,  # noqa: F401
+                     _stream_name, judge_lifecycle, judge_negative, judge_positive)
 from ..runner import RunResult, run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
 from .build import coreml_binary, ggml_binary, runtime_tree, unpatched_binary
 
 STAGE = "03_canary"
-SIDES = ("unpatched", "patched")
-LIFECYCLE_SCHEMA = "verifylib-lifecycle-ab/1"
-NEGATIVE_SCHEMA = "verifylib-coreml-negative/1"
-POSITIVE_SCHEMA = "verifylib-coreml-positive/1"
 GGML_MODEL = ("fp32", "ggml-model.bin")
-
-
-def _judgement(ok_detail: tuple[bool, str]) -> Judgement:
-    ok, detail = ok_detail
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
-
-
-def _stream_name(sha: str) -> str:
-    return f"stream-{sha}"
 
 
 # ----------------------------------------------------------------------------- argv
@@ -203,114 +191,6 @@ def lifecycle_facts(doc: Mapping) -> dict:
     return out
 
 
-def _summary(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{n}x {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
-def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> tuple[bool, str]:
-    """The rule of ``canary.lifecycle_ab`` on stored evidence.
-
-    Every run of both sides is re-classified from its recorded exit status and its stored
-    stream (looked up by digest); a recorded outcome or count the streams do not support,
-    a stream that is missing or not the run's own, or a signal that disagrees with the
-    return code makes the evidence unusable (FAIL). Then: PASS iff the patched side has
-    exactly ``runs_per_side`` runs, every one exit 3 with both markers and no signal. The
-    unpatched side's outcomes are reported, not gated.
-
-    Parameters
-    ----------
-    doc : mapping
-        The ``lifecycle`` document.
-    stream : callable
-        Digest to stored bytes, or None when no such stream is stored.
-    """
-    if not isinstance(doc, Mapping) or doc.get("schema") != LIFECYCLE_SCHEMA:
-        return False, f"not a {LIFECYCLE_SCHEMA} document"
-    n = doc.get("runs_per_side")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        return False, f"malformed runs_per_side {n!r}"
-    trig = doc.get("trigger")
-    if not (isinstance(trig, list) and len(trig) == 3 and isinstance(trig[2], str)
-            and trig == contracts.lifecycle_trigger_args(trig[2])):
-        return False, f"malformed trigger {trig!r}"
-    sides = doc.get("sides")
-    if not isinstance(sides, Mapping) or set(sides) != set(SIDES):
-        return False, "evidence must record both sides (unpatched and patched)"
-    problems: list[str] = []
-    results: dict[str, list] = {}
-    for side in SIDES:
-        s = sides[side]
-        if not isinstance(s, Mapping) or not isinstance(s.get("available"), bool):
-            problems.append(f"{side}: malformed side record")
-            continue
-        if not s["available"]:
-            if side == "patched":
-                problems.append("patched: no runs recorded")
-            continue
-        if not is_sha256(s.get("binary_sha256")):
-            problems.append(f"{side}: malformed binary digest {s.get('binary_sha256')!r}")
-        runs = s.get("runs")
-        if not isinstance(runs, list):
-            problems.append(f"{side}: runs missing")
-            continue
-        classified = []
-        for i, rec in enumerate(runs):
-            if not isinstance(rec, Mapping):
-                problems.append(f"{side} run {i}: malformed record")
-                continue
-            err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
-            out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
-            if err is None or out is None:
-                problems.append(f"{side} run {i}: stream not stored")
-                continue
-            c = contracts.classify_lifecycle(dict(rec), err, out)
-            bad = contracts.record_problems(dict(rec), err, out)
-            argv = rec.get("argv")
-            if isinstance(argv, list) and argv and argv[0] != s.get("binary"):
-                bad.append(f"argv[0] {argv[0]!r} is not the {side} binary")
-            if bad:
-                problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
-            if rec.get("outcome") != c.outcome:
-                problems.append(f"{side} run {i}: recorded outcome {rec.get('outcome')!r}, but the "
-                                f"stored exit status and stream give {c.outcome!r}")
-            classified.append((i, c))
-        counts = dict(sorted(Counter(c.outcome for _, c in classified).items()))
-        if s.get("counts") != counts:
-            problems.append(f"{side}: recorded counts {s.get('counts')!r} differ from the runs' "
-                            f"{counts!r}")
-        results[side] = classified
-    if (sides.get("unpatched") or {}).get("binary_sha256") is not None and \
-            sides["unpatched"].get("binary_sha256") == (sides.get("patched") or {}).get("binary_sha256"):
-        problems.append("the unpatched and the patched binary are the same file")
-    if problems:
-        return False, "evidence does not support the outcomes: " + " | ".join(problems[:5])
-    patched = results.get("patched", [])
-    if len(patched) != n:
-        return False, f"patched: {len(patched)} runs recorded, expected {n}"
-    bad_runs = [(i, c) for i, c in patched if not c.ok]
-    p_counts = _summary(Counter(c.outcome for _, c in patched))
-    if "unpatched" in results:
-        u = results["unpatched"]
-        a_side = (f"unpatched {sides['unpatched']['binary_sha256'][:12]}...: "
-                  f"{_summary(Counter(c.outcome for _, c in u))} (recorded, not gated)")
-    else:
-        a_side = f"unpatched build not available ({sides['unpatched'].get('reason', '')})"
-    if bad_runs:
-        i, c = bad_runs[0]
-        return False, (f"patched {sides['patched']['binary_sha256'][:12]}...: {len(bad_runs)}/{n} "
-                       f"runs not clean ({p_counts}); first, run {i}: {c.detail}. {a_side}")
-    return True, (f"patched {sides['patched']['binary_sha256'][:12]}...: {n}/{n} runs exit 3 with "
-                  f"both markers, no signal; {a_side}")
-
-
-@rule("canary.lifecycle_ab")
-def _rule_lifecycle(ev) -> Judgement:
-    def stream(sha):
-        name = _stream_name(sha)
-        return ev.bytes(name) if ev.has(name) else None
-    return _judgement(judge_lifecycle(ev.json("lifecycle"), stream))
-
-
 # ----------------------------------------------------------------------------- Core ML negative
 
 def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, model_file: Path,
@@ -354,52 +234,6 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
                              "returncode": rec["returncode"], "signal": rec["signal"],
                              "scratch_listing": listing}
     return refs, {"binary.coreml.sha256": binary_sha256, "model.ggml.sha256": model_sha}
-
-
-def judge_negative(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
-    """The rule of ``canary.coreml_negative``: one run only, in a scratch folder holding
-    only the ``ggml-*.bin``, classified by :func:`verifylib.contracts.classify_negative`."""
-    if not isinstance(doc, Mapping) or doc.get("schema") != NEGATIVE_SCHEMA:
-        return False, f"not a {NEGATIVE_SCHEMA} document"
-    problems = []
-    if doc.get("attempts") != 1 or "warmup" in doc:
-        problems.append(f"the negative control must be the first and only run "
-                        f"(attempts {doc.get('attempts')!r})")
-    if not is_sha256(doc.get("binary_sha256")):
-        problems.append("malformed binary digest")
-    run = doc.get("run")
-    if not isinstance(run, Mapping):
-        return False, "; ".join(problems + ["run record missing"])
-    argv = run.get("argv") if isinstance(run.get("argv"), list) else []
-    model_arg = doc.get("model_arg")
-    if not argv or argv[0] != doc.get("binary"):
-        problems.append("the run did not launch the recorded binary")
-    if contracts.model_arg_of(argv) != model_arg or not isinstance(model_arg, str):
-        problems.append("the run's -m is not the scratch model")
-    else:
-        base = Path(model_arg).name
-        derived = contracts.coreml_encoder_path(model_arg)
-        listing = doc.get("scratch_listing")
-        if listing != [base] or not (base.startswith("ggml-") and base.endswith(".bin")):
-            problems.append(f"the scratch folder held {listing!r}, not only the ggml-*.bin")
-        if doc.get("derived_mlmodelc") != derived:
-            problems.append("recorded derived path is not coreml_encoder_path(-m)")
-    c = contracts.classify_negative(dict(run), stderr, stdout)
-    if doc.get("outcome") != c.outcome:
-        problems.append(f"recorded outcome {doc.get('outcome')!r}, but the stored exit status "
-                        f"and stream give {c.outcome!r}")
-    problems += list(c.problems)
-    if problems:
-        return False, "; ".join(problems)
-    return True, (f"first and only run of whisper-cli {doc['binary_sha256'][:12]}... with only "
-                  f"{Path(model_arg).name} in a scratch folder: exit 3, load-failure and "
-                  f"init-failure lines, no signal")
-
-
-@rule("canary.coreml_negative")
-def _rule_negative(ev) -> Judgement:
-    return _judgement(judge_negative(ev.json("negative"), ev.bytes("negative_stderr"),
-                                     ev.bytes("negative_stdout")))
 
 
 # ----------------------------------------------------------------------------- Core ML positive
@@ -457,55 +291,6 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     if before:
         ids["artifact.fp32.mlmodelc.tree_digest"] = before
     return refs, ids
-
-
-def judge_positive(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
-    """The rule of ``canary.coreml_positive``: the measured run alone, by
-    :func:`verifylib.contracts.classify_positive`, with the ``.mlmodelc`` at the derived
-    path and unchanged across both runs."""
-    if not isinstance(doc, Mapping) or doc.get("schema") != POSITIVE_SCHEMA:
-        return False, f"not a {POSITIVE_SCHEMA} document"
-    problems = []
-    if not is_sha256(doc.get("binary_sha256")):
-        problems.append("malformed binary digest")
-    run, warm = doc.get("measured"), doc.get("warmup")
-    if not isinstance(run, Mapping) or not isinstance(warm, Mapping):
-        return False, "; ".join(problems + ["measured or warm-up record missing"])
-    argv = run.get("argv") if isinstance(run.get("argv"), list) else []
-    model_arg = doc.get("model_arg")
-    if not argv or argv[0] != doc.get("binary"):
-        problems.append("the measured run did not launch the recorded binary")
-    if warm.get("argv") != argv:
-        problems.append("the warm-up ran another command line than the measured run")
-    if not isinstance(model_arg, str) or contracts.model_arg_of(argv) != model_arg:
-        problems.append("the measured run's -m is not the recorded model argument")
-    else:
-        ml = doc.get("mlmodelc") or {}
-        if ml.get("path") != contracts.coreml_encoder_path(model_arg):
-            problems.append("recorded .mlmodelc path is not coreml_encoder_path(-m)")
-        b, a = ml.get("tree_digest_before"), ml.get("tree_digest_after")
-        if not is_sha256(b):
-            problems.append(f"no .mlmodelc at {ml.get('path')!r} before the runs")
-        elif a != b:
-            problems.append("the .mlmodelc changed between the warm-up and the measured run")
-    c = contracts.classify_positive(dict(run), stderr, stdout)
-    if doc.get("outcome") != c.outcome:
-        problems.append(f"recorded outcome {doc.get('outcome')!r}, but the stored exit status "
-                        f"and stream give {c.outcome!r}")
-    problems += list(c.problems)
-    if problems:
-        return False, "; ".join(problems)
-    enc = run.get("encode_time_ms")
-    return True, (f"measured run of whisper-cli {doc['binary_sha256'][:12]}...: exit 0, "
-                  f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} line for "
-                  f"{Path(model_arg).name}, no load failure (wall {run.get('wall_s')} s, encode "
-                  f"{enc} ms; warm-up wall {warm.get('wall_s')} s)")
-
-
-@rule("canary.coreml_positive")
-def _rule_positive(ev) -> Judgement:
-    return _judgement(judge_positive(ev.json("positive"), ev.bytes("measured_stderr"),
-                                     ev.bytes("measured_stdout")))
 
 
 # ----------------------------------------------------------------------------- the stage

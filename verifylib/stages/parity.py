@@ -26,18 +26,14 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
 from ..canonical import sha256_bytes, tree_digest
-from ..gates import Judgement, Status, rule
 from ..params import Params
-from ..parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db, judge_parity,
-                      policy_record, snr_series)
+from ..parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db, policy_record, snr_series)
 from ..scoring import load_policy
 from ..stage import StageContext, StageReport
 
@@ -54,18 +50,6 @@ PROGRAM_MODES = ("float32", "float64")
 RUNTIME_EXECUTION = "coreml-all"
 
 
-def _make_rule(gate_id: str, variant: str, kind: str):
-    policy_id = POLICY_OF_VARIANT[variant]
-
-    @rule(gate_id)
-    def _judge(ev) -> Judgement:
-        ok, detail = judge_parity(ev.json("parity"), policy_id, kind)
-        return Judgement(Status.PASS if ok else Status.FAIL, detail)
-    return _judge
-
-
-for _gid, _variant, _kind in CANDIDATES:
-    _make_rule(_gid, _variant, _kind)
 
 
 # ----------------------------------------------------------------------------- reference

@@ -13,18 +13,11 @@ import os
 from pathlib import Path
 
 from ..canonical import tree_digest
-from ..gates import Judgement, Status, rule
 from ..params import Params
-from ..placement import analyze_plan, judge_plan, load_plan, placement_evidence
+from ..placement import analyze_plan, load_plan, placement_evidence
 from ..stage import StageContext, StageReport
 
 STAGE = "06_placement"
-
-
-@rule("placement.plan")
-def _rule_plan(ev) -> Judgement:
-    ok, detail = judge_plan(ev.json("plan_fp32"))
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
 
 
 def published_mlmodelc(ctx: StageContext, variant: str) -> Path | None:

@@ -25,12 +25,10 @@ from pathlib import Path
 
 from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
-from ..canonical import sha256_bytes as canonical_sha
-from ..gates import Judgement, Status, rule
 from ..params import Params, fixture_text
+from ..rules import ggml_run_problems  # noqa: F401  (re-exported for callers)
 from ..runner import run_record, run_whisper_cli
-from ..scoring import (count_words, corpus_wer, english_normalizer, judge_ggml_vs_source,
-                       judge_hybrid, load_policy)
+from ..scoring import (count_words, corpus_wer, english_normalizer, load_policy)
 from ..stage import StageContext, StageReport
 from .build import ggml_binary, runtime_tree
 from .export import GGML_MODEL, model_language
@@ -53,57 +51,6 @@ class ClipText:
     raw_reference: str
     raw_source: str
     raw_ggml: str
-
-
-def ggml_run_problems(doc: dict, stderr_of) -> list[str]:
-    """Problems with the GGML runs behind ``wer.ggml_vs_source`` (re-derived from streams).
-
-    Every run must come from a build without Core ML (``COREML = 0`` on its own stderr),
-    exit 0 without a signal, and have used a model path with no ``.mlmodelc`` beside it.
-    """
-    problems = []
-    if doc.get("mlmodelc_beside") is not False:
-        problems.append("the GGML runs' model had a .mlmodelc beside it (or it was not checked)")
-    for c in doc["clips"]:
-        run = c["ggml_run"]
-        stderr = stderr_of(c["id"])
-        if canonical_sha(stderr) != run["stderr_sha256"]:
-            problems.append(f"{c['id']}: stored GGML stderr is not the run's stream")
-            continue
-        if run["returncode"] != 0 or run["signal"]:
-            problems.append(f"{c['id']}: GGML run ended {run['signal'] or 'exit ' + str(run['returncode'])}")
-        coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
-        if coreml != 0:
-            problems.append(f"{c['id']}: GGML run's system_info does not show "
-                            f"{contracts.COREML_OFF} (found {coreml})")
-    return problems
-
-
-@rule("wer.ggml_vs_source")
-def _rule_ggml_vs_source(ev) -> Judgement:
-    doc = ev.json("wer")
-    problems = ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"))
-    if problems:
-        return Judgement(Status.FAIL, "; ".join(problems))
-    ok, detail = judge_ggml_vs_source(doc)
-    return Judgement(Status.PASS if ok else Status.FAIL,
-                     detail + ("; every GGML run showed " + contracts.COREML_OFF + " with no "
-                               ".mlmodelc beside its model" if ok else ""))
-
-
-def _classifier(ev):
-    def classify(clip):
-        stdout = ev.bytes(f"hybrid_stdout_{clip['id']}") if clip["public"] else None
-        c = contracts.classify_positive(clip["run"], ev.bytes(f"hybrid_stderr_{clip['id']}"),
-                                        stdout)
-        return c.ok, c.detail
-    return classify
-
-
-@rule("wer.hybrid")
-def _rule_hybrid(ev) -> Judgement:
-    ok, detail = judge_hybrid(ev.json("hybrid"), _classifier(ev))
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
 
 
 def fixture_audio(ctx: StageContext, fixture: dict) -> Path:
