@@ -31,6 +31,26 @@ def install_rules(monkeypatch) -> None:
             monkeypatch.setitem(rules.RULES, g.id, standin_rule)
 
 
+def params_with(tmp_path: Path, **sections) -> Path:
+    """The default parameter file with some keys changed, written to ``tmp_path``.
+
+    ``sections`` maps a section to the keys to set in it, e.g. ``canary={"enabled": False}``.
+    Relative fixture paths are made absolute so the copy validates where it lies.
+    """
+    import yaml
+    src = ROOT / "parameters" / "tiny-en.yaml"
+    data = yaml.safe_load(src.read_text())
+    for fx in data["fixtures"]:
+        for key in ("path", "text_file"):
+            if key in fx:
+                fx[key] = str((src.parent / fx[key]).resolve())
+    for section, values in sections.items():
+        data[section].update(values)
+    out = Path(tmp_path) / "params.yaml"
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
 def make_run(tmp_path: Path, *, fail: set[str] = frozenset(), error: set[str] = frozenset(),
              identities: dict | None = None, param_file: str = "tiny-en.yaml",
              receipt_too: bool = True) -> Path:
@@ -46,7 +66,7 @@ def make_run(tmp_path: Path, *, fail: set[str] = frozenset(), error: set[str] = 
         Gate id to identities it binds (default: ``build.source_identity`` binds
         ``runtime.tree``).
     """
-    p = params.load(ROOT / "parameters" / param_file)
+    p = params.load(ROOT / "parameters" / param_file)  # an absolute path stays as it is
     run_dir = Path(tmp_path) / "run"
     identities = identities if identities is not None else {
         "build.source_identity": {"runtime.tree": "a" * 40}}

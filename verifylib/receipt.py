@@ -544,11 +544,13 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         chk.problems += found
         chk.verified[g.id] = None if found else rec.status
 
-    # Prerequisites: nothing passes on top of a gate that did not.
+    # Prerequisites: nothing passes on top of a gate that did not (an identity conflict
+    # found when the receipt was built does not count: the dependant ran on a PASS).
     for g in gates.GATES:
         if statuses.get(g.id) is Status.PASS:
             for p in g.prerequisites:
-                if statuses.get(p) is not Status.PASS:
+                if statuses.get(p) is not Status.PASS and not (
+                        p in merged.conflicts and statuses.get(p) is Status.FAIL):
                     chk.problems.append(f"gate {g.id}: PASS although prerequisite {p} is "
                                         f"{getattr(statuses.get(p), 'value', 'missing')}")
 
