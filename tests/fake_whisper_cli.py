@@ -195,6 +195,17 @@ def main() -> int:
             if not os.path.exists(marker):
                 time.sleep(float(os.environ.get("FAKE_SLOW_S", "2")))
                 open(marker, "w").close()
+        if sc in ("coreml-abort-first", "coreml-fallback-first"):
+            # Only the first run of this binary misbehaves: a retry would look clean.
+            marker = os.path.abspath(sys.argv[0]) + ".warm"
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                if sc == "coreml-abort-first":
+                    sys.stderr.write("libc++abi: terminating due to uncaught exception\n")
+                    sys.stderr.flush()
+                    die(signal.SIGABRT)
+                out.log(f"whisper_init_state: failed to load Core ML model from '{path}'")
+                continue
         if sc == "coreml-stale-log" or os.path.isdir(encoder_path(model)):
             out.log("whisper_init_state: Core ML model loaded")
             continue

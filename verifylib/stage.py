@@ -334,7 +334,7 @@ class StageContext:
         if disabled_by:
             value = dict(g.disabled_by).get(disabled_by)
             return Reason(NotRunKind.DISABLED.value,
-                          f"disabled by parameter {disabled_by} = {canonical.dumps(value).decode()}")
+                          f"disabled by parameter {disabled_by} = {canonical.dumps(value).decode().strip()}")
         missing = detect().missing(g.capability)
         if missing:
             return Reason(NotRunKind.PLATFORM.value, missing)
