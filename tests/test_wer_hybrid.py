@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests import fake_whisper_cli
-from verifylib import gates, params, rules
+from verifylib import canonical, gates, params, rules
 from verifylib.evidence import EvidenceView
 from verifylib.gates import Status
 from verifylib.scoring import english_normalizer
@@ -33,10 +33,19 @@ def _run(tmp_path, scenario, with_mlmodelc=True, private=False):
     model.write_bytes(b"ggml")
     if with_mlmodelc:
         (tmp_path / "fp32" / "ggml-model-encoder.mlmodelc").mkdir()
-    refs, ids, shown = wer.hybrid(ctx, binary=binary, binary_sha256="0" * 64,
+    refs, ids, shown = wer.hybrid(ctx, binary=binary,
+                                  binary_sha256=canonical.sha256_file(binary),
                                   model_arg=str(model), texts=_texts(tmp_path, private),
                                   language="en", timeout=60)
-    return rules.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs)), refs, ctx, shown
+    return rules.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs, ids)), refs, ctx, shown
+
+
+def test_hybrid_evidence_is_bound_to_the_core_ml_binary(tmp_path):
+    j, refs, ctx, _ = _run(tmp_path, "coreml")
+    assert j.status is Status.PASS, j.detail
+    other = {"binary.coreml.sha256": "e" * 64, "policy.wer.sha256": "0" * 64}
+    j = rules.RULES["wer.hybrid"](EvidenceView(ctx.run_dir, refs, other))
+    assert j.status is Status.FAIL and "not the Core ML build's" in j.detail
 
 
 def test_supported_runtime_passes(tmp_path):
