@@ -84,3 +84,25 @@ def v185_unpatched_build(v185_source, v185_pin, verifylib_cache) -> UnpatchedBui
         options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
     after = source.git_tree_id(v185_source.path)
     return UnpatchedBuild(source=v185_source, tree_before=before, tree_after=after, result=result)
+
+
+@pytest.fixture(scope="session")
+def default_audit(tmp_path_factory, v185_ggml_build):
+    """The README's default audit, run once per session through the CLI.
+
+    Returns
+    -------
+    (subprocess.CompletedProcess, Path)
+        The CLI's result and the published run directory. Tests must not modify it (copy
+        it with ``tests.forge.clone`` first).
+    """
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    reports = tmp_path_factory.mktemp("reports")
+    res = subprocess.run([sys.executable, "-m", "verifylib", "run",
+                          str(root / "parameters" / "tiny-en.yaml"), "--reports", str(reports),
+                          "--no-progress"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
+    return res, run_dir

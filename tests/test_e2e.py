@@ -23,13 +23,8 @@ def _cli(*args, **kw):
 
 
 @pytest.fixture(scope="module")
-def audit(tmp_path_factory, v185_ggml_build):
-    reports = tmp_path_factory.mktemp("reports")
-    res = _cli("run", str(ROOT / "parameters" / "tiny-en.yaml"), "--reports", str(reports),
-               "--no-progress")
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
-    return res, run_dir
+def audit(default_audit):
+    return default_audit
 
 
 def _statuses(run_dir):
@@ -46,10 +41,11 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     for gid, g in gates.items():
         if gid in LINUX_PHYSICAL_PASS:
             assert g["status"] == "PASS", (gid, g["reason"])
-        elif gid not in LINUX_PHYSICAL_PASS:
+        elif gid == "canary.sanitizer":  # the one gate this version declares unimplemented
+            assert (g["status"], g["reason"]["kind"]) == ("NOT_RUN", "not-implemented")
+        else:
             assert g["status"] == "NOT_RUN", gid
-            assert g["reason"]["kind"] in {"platform", "prerequisite", "disabled",
-                                           "not-implemented"}
+            assert g["reason"]["kind"] in {"platform", "prerequisite"}, (gid, g["reason"])
             assert g["reason"]["detail"].strip()
     assert gates["build.coreml"]["reason"]["detail"].find("macOS") >= 0
     assert canonical.is_sha256(rec["identities"]["binary.ggml.sha256"])

@@ -314,19 +314,26 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
                       "torch_max_tested_by_coremltools": "2.7.0",
                       "torch_version_warning": ["Torch version 2.13.0 has not been tested"]}}
 
-    def judge(d):
+    log_sha = canonical.atomic_write_bytes(tmp_path / "convert-fp32.log.txt", b"converted\n")
+
+    def judge(d, logs=(("fp32", log_sha),)):
         path = tmp_path / "contract.json"
         sha = canonical.write_json(path, d)
-        return RULES["export.contract"](EvidenceView(tmp_path, [EvidenceRef(
-            "contract", "contract.json", sha)]))
+        refs = [EvidenceRef("contract", "contract.json", sha)]
+        refs += [EvidenceRef(f"convert_log_{v}", f"convert-{v}.log.txt", h) for v, h in logs]
+        return RULES["export.contract"](EvidenceView(tmp_path, refs))
 
     assert judge(good).status is Status.PASS
+    j = judge(good, logs=())
+    assert j.status is Status.FAIL and "conversion logs" in j.detail
     edits = [
         (lambda d: d["variants"][0]["description"]["outputs"][0].update(dtype="FLOAT16"),
          "disagree"),
         (lambda d: d["config"].update(n_mels=128), "not the one"),
         (lambda d: d["build"].update(torch_version_warning=[]), "warning was not recorded"),
         (lambda d: d["variants"][0].update(precision="fp16"), "no fp32 variant"),
+        (lambda d: d["variants"].append(dict(d["variants"][0], precision="fp16")),
+         "conversion logs"),
         (lambda d: (d["variants"][0]["description"]["inputs"][0].update(shape=[1, 80, 1500]),
                     d["variants"][0].update(placed=False, tree_digest=None,
                                             problems=["logmel_data: shape [1, 80, 1500], the "

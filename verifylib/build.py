@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from . import contracts
 from .canonical import dumps, is_sha256, publish_dir, read_json, sha256_bytes, sha256_file, write_json
-from .runner import RunResult, run
+from .runner import RunResult, run, run_record, run_whisper_cli
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml")
 
@@ -505,12 +505,11 @@ class SystemInfoProbe:
     coreml: int | None
 
     def to_evidence(self) -> dict[str, Any]:
-        """Return the run's outcome and stream digests as a JSON-able dict."""
-        r = self.result
-        return {"argv": list(r.argv), "returncode": r.returncode, "signal": r.signal,
-                "timed_out": r.timed_out, "wall_s": round(r.wall_s, 3),
-                "stdout_sha256": r.stdout_sha256, "stderr_sha256": r.stderr_sha256,
-                "system_info_line": self.system_info_line, "coreml": self.coreml}
+        """Return the run's record (:func:`verifylib.runner.run_record`, with its launch
+        citation when the launch was recorded) plus what the probe read, as a JSON-able
+        dict."""
+        return dict(run_record(self.result), system_info_line=self.system_info_line,
+                    coreml=self.coreml)
 
 
 def probe_system_info(binary: Path, model: Path, audio: Path, timeout: float = 120.0) -> SystemInfoProbe:
@@ -520,6 +519,8 @@ def probe_system_info(binary: Path, model: Path, audio: Path, timeout: float = 1
     read, so a loadable model and real audio are needed (the tree's own
     ``models/for-tests-ggml-tiny.en.bin`` and ``samples/jfk.wav`` do). Runs greedy, on the
     first second, two threads; never with ``-np`` (it would hide the line) or ``-ac``.
+    The run goes through :func:`verifylib.runner.run_whisper_cli`, so it is recorded in
+    the bound launch ledger and :meth:`SystemInfoProbe.to_evidence` cites it.
 
     Parameters
     ----------
@@ -540,7 +541,7 @@ def probe_system_info(binary: Path, model: Path, audio: Path, timeout: float = 1
     binary = Path(binary).resolve()
     argv = [str(binary), "-m", str(Path(model).resolve()), "-f", str(Path(audio).resolve()),
             "-bs", "1", "-bo", "1", "-d", "1000", "-t", "2"]
-    res = run(argv, cwd=binary.parent, timeout=timeout)
+    res = run_whisper_cli(argv, cwd=binary.parent, timeout=timeout)
     line, coreml = parse_system_info(res.stderr_text)
     if line is None:
         line, coreml = parse_system_info(res.stdout_text)

@@ -1,9 +1,10 @@
 """The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory,
-``pin-check`` a candidate upstream source."""
+``attest`` (sign) a published run, ``pin-check`` a candidate upstream source."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -11,9 +12,63 @@ from . import gates
 from .params import DEFAULT_PARAMETERS, REPO_ROOT, ParameterError
 
 EXIT_BAD_INPUT = 2
+# 128 + signal number: what a shell reports for a process killed by the signal, so a
+# caller sees the same code whether or not verifylib got to clean up.
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+def _interruptible(cmd):
+    """Run ``cmd`` with SIGINT/SIGTERM turned into one orderly path.
+
+    The command's run publishes nothing and removes its staging folder (see
+    :func:`verifylib.orchestrate.run_one`); this prints the one line on stderr and maps
+    the signal to its exit code, with no traceback.
+    """
+    def wrapped(args) -> int:
+        from .orchestrate import interrupts_raise
+        with interrupts_raise() as scope:
+            try:
+                return cmd(args)
+            except KeyboardInterrupt as exc:
+                done = ", ".join(str(p) for p in scope.published)
+                print("interrupted; nothing published" if not done else
+                      f"interrupted; nothing else published (already published: {done})",
+                      file=sys.stderr)
+                sig = getattr(exc, "signum", scope.signum)
+                return EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED
+    return wrapped
+
+
+def _load_sign_key(path):
+    """The signer for ``--sign-key``/``attest --key``, or None after printing why not."""
+    from .attest import AttestKeyError, load_signer
+    try:
+        return load_signer(path)
+    except AttestKeyError as exc:
+        print(f"verifylib: bad signing key: {exc}", file=sys.stderr)
+        return None
+
+
+def _sign_published(run_dir: Path, signer) -> bool:
+    """Attest a just-published run for ``run --sign-key``; True when it was signed."""
+    from .attest import AttestError, attest
+    try:
+        res = attest(run_dir, signer)
+    except AttestError as exc:
+        print(f"verifylib: not signed: {exc}", file=sys.stderr)
+        return False
+    print(f"  attestation: {res.path} (key {res.keyid[:16]}..., {len(res.subjects)} subjects)")
+    return True
 
 
 def _cmd_run(args) -> int:
+    signer = None  # a bad --sign-key is refused before any audit work
+    if getattr(args, "sign_key", None) is not None:
+        signer = _load_sign_key(args.sign_key)
+        if signer is None:
+            return EXIT_BAD_INPUT
+    unsigned = 0
     from .orchestrate import load_all, run_one
     try:
         all_params = load_all(args.parameters or [DEFAULT_PARAMETERS])
@@ -21,6 +76,9 @@ def _cmd_run(args) -> int:
         print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     reports = Path(args.reports).resolve()
+    from .orchestrate import remove_stale_staging
+    for gone in remove_stale_staging(reports):
+        print(f"removed staging left by a process that is gone: {gone}")
     outcomes = []
     for p in all_params:
         out = run_one(p, reports, progress=not args.no_progress)
@@ -28,13 +86,16 @@ def _cmd_run(args) -> int:
         print(f"{out.name}: verdict {out.verdict.value}")
         print(f"  report:  {out.report}")
         print(f"  receipt: {out.run_dir / 'receipt.json'}")
+        if signer is not None and not _sign_published(out.run_dir, signer):
+            unsigned += 1
     worst = gates.worst(o.verdict for o in outcomes)
     from .report import render_index
     index = render_index(outcomes, reports)
     if len(outcomes) > 1:
         print(f"worst verdict: {worst.value}")
         print(f"  index:   {index}")
-    return gates.exit_code(worst, require_admissible=args.require == "admissible")
+    code = gates.exit_code(worst, require_admissible=args.require == "admissible")
+    return max(code, 1) if unsigned else code
 
 
 def _cmd_verify(args) -> int:
@@ -43,14 +104,49 @@ def _cmd_verify(args) -> int:
     if not run_dir.is_dir():
         print(f"verifylib: {run_dir}: not a run directory", file=sys.stderr)
         return EXIT_BAD_INPUT
+    key = None
+    if getattr(args, "key", None) is not None:
+        from .attest import AttestKeyError, load_public_key
+        try:
+            key = load_public_key(args.key)
+        except AttestKeyError as exc:
+            print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     res = verify(run_dir)
+    if key is not None:
+        from .attest import verify_attestation
+        att = verify_attestation(run_dir, key, res)
+        res.problems += att.problems
+        res.ok = res.ok and att.ok
     if res.ok:
         print(f"OK: {run_dir} verifies; verdict {res.verdict}")
+        if key is not None:
+            print(f"OK: attestation signed by {key.keyid[:16]}... matches the run "
+                  f"({len(att.subjects)} subjects)")
         return 0
     print(f"REJECTED: {run_dir} does not verify ({len(res.problems)} problem(s)):")
     for p in res.problems:
         print(f"  - {p}")
     return 1
+
+
+def _cmd_attest(args) -> int:
+    from .attest import AttestError, attest
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"verifylib: {run_dir}: not a run directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    signer = _load_sign_key(args.key)
+    if signer is None:
+        return EXIT_BAD_INPUT
+    try:
+        res = attest(run_dir, signer)
+    except AttestError as exc:
+        print(f"REFUSED: {exc}")
+        return 1
+    print(f"OK: {res.path} written; verdict {res.verdict}, key {res.keyid[:16]}..., "
+          f"{len(res.subjects)} subjects")
+    return 0
 
 
 def _cmd_pin_check(args) -> int:
@@ -70,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     -------
     int
         0 for ADMISSIBLE/INCOMPLETE (or a verifying run dir), 1 for REJECTED, 2 for bad
-        input or usage.
+        input or usage; for ``run``, 130 on SIGINT and 143 on SIGTERM.
     """
     ap = argparse.ArgumentParser(prog="verifylib", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -81,10 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--require", choices=["admissible"], default=None,
                    help="exit 1 unless every verdict is ADMISSIBLE")
     r.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
-    r.set_defaults(fn=_cmd_run)
+    r.add_argument("--sign-key", metavar="KEY.pem", default=None,
+                   help="attest each published run with this Ed25519 private key (PEM)")
+    r.set_defaults(fn=_interruptible(_cmd_run))
     v = sub.add_parser("verify", help="re-verify a run directory from its files")
     v.add_argument("run_dir")
+    v.add_argument("--key", metavar="PUB.pem",
+                   help="also check attestation.intoto.jsonl against this Ed25519 public key")
     v.set_defaults(fn=_cmd_verify)
+    at = sub.add_parser("attest", help="sign a published run: write attestation.intoto.jsonl "
+                                       "(in-toto Statement in a DSSE envelope)")
+    at.add_argument("run_dir")
+    at.add_argument("--key", metavar="KEY.pem", required=True,
+                    help="Ed25519 private key (unencrypted PEM)")
+    at.set_defaults(fn=_cmd_attest)
     pc = sub.add_parser("pin-check", help="assess a candidate whisper.cpp source against the "
                                           "guide's patch-deletion conditions (never deletes)")
     pc.add_argument("candidate", help="40-hex upstream commit id, source archive or folder")

@@ -5,18 +5,31 @@ Each parameter file gets its own run directory, staged under
 receipt and both reports are written. A stage notebook that raises is kept (papermill
 saves it with the error) and its unjudged gates become ERROR; later stages see that and
 record NOT_RUN(prerequisite) for the gates that depended on it.
+
+Interrupts (SIGINT, and SIGTERM under :func:`interrupts_raise`) publish nothing: the
+stage kernel is shut down by papermill, the staging folder is removed and
+:class:`Interrupted` reaches the caller. A process killed outright (SIGKILL, power loss)
+cannot clean up, so every staging folder has an owner record beside it
+(``.staging/<run-id>.owner.json``: pid, process start time, host) and
+:func:`remove_stale_staging` removes the folders whose owner is provably gone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import time
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from . import canonical, gates, report
 from .params import REPO_ROOT, Params, load
@@ -37,6 +50,98 @@ class LocalKernelManager(AsyncKernelManager):
     """
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Shut the kernel down; at once (SIGKILL to its process group) after an interrupt.
+
+        After an interrupt the cell's result is discarded anyway, and a graceful shutdown
+        only lets the kernel race its own socket teardown against the interrupted cell's
+        reply and print that error to the stderr it shares with ``verifylib run``.
+        The interrupted cell's tasks are cancelled first: left pending, they would log
+        "Kernel died" and "Task exception was never retrieved" once the kernel is gone.
+        """
+        interrupted = _interrupt_pending() is not None
+        if interrupted:
+            import asyncio
+            current = asyncio.current_task()
+            for task in asyncio.all_tasks():
+                if task is not current:
+                    task.cancel()
+                    task.add_done_callback(_consume_result)
+            _kill_kernel_tools(self.provisioner)
+        await super().shutdown_kernel(now=now or interrupted, restart=restart)
+
+    async def start_kernel(self, **kw) -> None:
+        """Start the kernel and remember the manager for :func:`_kill_leftover_kernels`."""
+        _KERNEL_MANAGERS.add(self)
+        await super().start_kernel(**kw)
+
+
+# papermill shuts a kernel down only once its client is up: an interrupt while the kernel
+# starts leaves it running until it notices its parent is gone. run_one kills those.
+_KERNEL_MANAGERS: "weakref.WeakSet[LocalKernelManager]" = weakref.WeakSet()
+
+
+def _kill_kernel_tools(provisioner) -> None:
+    """Kill what the kernel started in sessions of its own.
+
+    verifylib.runner starts every tool (git, cmake, the compiler, whisper-cli) in a new
+    session so that a timeout can kill its whole group; the kernel's process-group kill
+    does not reach them, and a build orphaned by an interrupt would go on writing into the
+    cache's work folder that the next run empties. They are found by parentage (psutil,
+    an ipykernel dependency) while the kernel still lives.
+    """
+    proc = getattr(provisioner, "process", None)
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        import psutil
+        tools = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - best effort: without psutil only the kernel dies
+        return
+    spare = {os.getpgrp(), getattr(provisioner, "pgid", None)}
+    groups = set()
+    for tool in tools:
+        try:
+            groups.add(os.getpgid(tool.pid))
+        except OSError:
+            pass
+    for group in groups - spare:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    for tool in tools:
+        try:
+            tool.kill()
+        except psutil.Error:
+            pass
+
+
+def _kill_leftover_kernels() -> None:
+    """Kill every stage kernel (and its tools) that is still running."""
+    for km in list(_KERNEL_MANAGERS):
+        proc = getattr(km.provisioner, "process", None)
+        if proc is not None and proc.poll() is None:
+            _kill_kernel_tools(km.provisioner)
+            try:
+                pgid = getattr(km.provisioner, "pgid", None)
+                if pgid and hasattr(os, "killpg"):
+                    os.killpg(pgid, signal.SIGKILL)  # the kernel leads its own group
+                else:
+                    proc.kill()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            km.cleanup_connection_file()
+            km.cleanup_ipc_files()
+        _KERNEL_MANAGERS.discard(km)
+
+
+def _consume_result(task) -> None:
+    # Reading it marks a cancelled cell's exception as seen, so asyncio does not log it.
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass
@@ -79,6 +184,322 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while :func:`interrupts_raise` was active.
+
+    A subclass of KeyboardInterrupt because asyncio (which papermill's kernel client
+    runs on) re-raises only KeyboardInterrupt and SystemExit out of its callbacks; any
+    other exception raised by a signal handler there is logged and swallowed, and the
+    run would go on.
+
+    Attributes
+    ----------
+    signum : int
+        The signal received.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class InterruptScope:
+    """State of one :func:`interrupts_raise` block.
+
+    Attributes
+    ----------
+    signum : int or None
+        The first signal received, if any.
+    published : list of Path
+        Run directories :func:`run_one` published inside the block, so an interrupt
+        report never says "nothing published" when a complete run was.
+    """
+
+    signum: int | None = None
+    published: list = field(default_factory=list)
+
+
+_SCOPE: InterruptScope | None = None
+
+
+@contextmanager
+def interrupts_raise() -> Iterator[InterruptScope]:
+    """Turn SIGINT and SIGTERM into :class:`Interrupted` for the duration of the block.
+
+    Only the first signal raises; later ones are ignored until the block ends, so a
+    second Ctrl-C cannot cut short the kernel shutdown and staging removal that the
+    first one started (both are bounded: papermill kills the kernel after a few
+    seconds). The previous handlers are restored on exit. Outside the main thread
+    signals cannot be handled, and the block only tracks publications.
+
+    Yields
+    ------
+    InterruptScope
+    """
+    global _SCOPE
+    scope, outer = InterruptScope(), _SCOPE
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        if scope.signum is None:
+            scope.signum = signum
+            raise Interrupted(signum)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        pass
+    _SCOPE = scope
+    try:
+        yield scope
+    finally:
+        _SCOPE = outer
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _interrupt_pending() -> int | None:
+    """The signal that interrupted the active :func:`interrupts_raise` block, if any."""
+    return _SCOPE.signum if _SCOPE is not None else None
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back until the block ends (its handler then runs at once).
+
+    Cleanup that a signal cut short would leave a staging folder, a kernel or an
+    unrecorded publication behind; a signal held back costs at most the block's time.
+    """
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+STAGING = ".staging"
+OWNER_SUFFIX = ".owner.json"
+# A staging folder without a readable owner record comes from a verifylib that wrote
+# none (or a damaged disk); it is removed only when nothing in it changed for this long.
+UNOWNED_STALE_SECONDS = 3600.0
+_RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{4,}$")
+
+
+def _process_start(pid: int) -> str | None:
+    """An identity of process ``pid``'s start, or None when no such live process exists.
+
+    A pid alone is not an identity: the kernel reuses pids, so a dead owner's pid may
+    belong to an unrelated process by the time anyone looks. The start time (in clock
+    ticks since boot, plus the boot id) tells the two apart; a zombie counts as gone.
+    """
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            text = stat.read_text()
+        except OSError:
+            return None
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        try:
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot = "?"
+        return f"linux:{boot}:{fields[19]}"
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return f"psutil:{proc.create_time():.2f}"
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.Error:
+            pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "unknown"
+
+
+def owner_record(pid: int | None = None) -> dict:
+    """The owner record written beside a staging folder.
+
+    Parameters
+    ----------
+    pid : int, optional
+        Owner process (this one by default).
+
+    Returns
+    -------
+    dict
+        ``pid``, ``start`` (see :func:`_process_start`), ``host`` and ``created``.
+    """
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "start": _process_start(pid), "host": socket.gethostname(),
+            "created": time.time()}
+
+
+def owner_is_gone(record: dict) -> bool:
+    """True only when the record's owner provably no longer runs.
+
+    An owner on another host cannot be checked from here and is never called gone; an
+    owner whose start identity cannot be compared (``unknown``, or recorded with another
+    method) is gone only when its pid no longer exists.
+
+    Parameters
+    ----------
+    record : dict
+        As written by :func:`owner_record`.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    KeyError, ValueError
+        For a malformed record.
+    """
+    pid, start, host = record["pid"], record["start"], record["host"]
+    if type(pid) is not int or pid <= 0 or not isinstance(start, (str, type(None))) \
+            or not isinstance(host, str):
+        raise ValueError(f"malformed owner record: {record!r}")
+    if host != socket.gethostname():
+        return False
+    now = _process_start(pid)
+    if now is None:
+        return True
+    comparable = start not in (None, "unknown") and now != "unknown" and \
+        start.split(":", 1)[0] == now.split(":", 1)[0]
+    return comparable and now != start
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+            except OSError:
+                pass
+    return newest
+
+
+def remove_stale_staging(reports_root: Path, *, now: float | None = None) -> list[Path]:
+    """Remove staging folders (and owner records) left by processes that are gone.
+
+    Several ``verifylib run`` processes may share one reports folder, so a staging
+    folder is removed only when (a) its owner record names this host and a process that
+    no longer runs (its pid is free, a zombie, or now belongs to a process started at
+    another time), or (b) it has no readable owner record and nothing in it changed for
+    :data:`UNOWNED_STALE_SECONDS`. A record on another host keeps its folder: whether
+    that owner lives cannot be told from here. Only ``<root>/<name>/.staging/<run-id>``
+    entries are considered.
+
+    Parameters
+    ----------
+    reports_root : Path
+        The reports folder (``reports/`` by default).
+    now : float, optional
+        Current time, for the age rule (tests).
+
+    Returns
+    -------
+    list of Path
+        Staging folders removed (owner records without a folder are removed silently).
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    for area in sorted(Path(reports_root).glob(f"*/{STAGING}")):
+        try:
+            entries = sorted(area.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(OWNER_SUFFIX):
+                run_id, folder = entry.name[:-len(OWNER_SUFFIX)], None
+            elif _RUN_ID.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+                run_id, folder = entry.name, entry
+            else:
+                continue
+            if not _RUN_ID.match(run_id):
+                continue
+            owner = area / f"{run_id}{OWNER_SUFFIX}"
+            if folder is None and (area / run_id).exists():
+                continue  # judged with its folder
+            try:
+                record = json.loads(owner.read_text())
+                gone = owner_is_gone(record)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                record, gone = None, False
+            if record is None:
+                try:
+                    age = now - (_newest_mtime(folder) if folder is not None
+                                 else owner.lstat().st_mtime)
+                except OSError:
+                    continue
+                gone = age > UNOWNED_STALE_SECONDS
+            if not gone:
+                continue
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+                if folder.exists():
+                    continue
+                removed.append(folder)
+            owner.unlink(missing_ok=True)
+        for empty in (area, area.parent):
+            try:
+                empty.rmdir()  # a live run's files keep them
+            except OSError:
+                break
+    return removed
+
+
+def _create_staging(staging: Path) -> None:
+    """Write the owner record, then create the staging folder it owns.
+
+    The record comes first so that no staging folder ever exists without one (a folder
+    without a record is treated as foreign until it is an hour old). Another process may
+    remove the empty ``.staging`` area between our mkdir and our write; retry then.
+    """
+    area = staging.parent
+    for attempt in range(5):
+        area.mkdir(parents=True, exist_ok=True)
+        try:
+            canonical.write_json(area / f"{staging.name}{OWNER_SUFFIX}", owner_record())
+            staging.mkdir()
+            return
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _remove_staging(staging: Path) -> None:
+    """Remove a staging folder (if still there), its owner record and emptied parents."""
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging.parent / f"{staging.name}{OWNER_SUFFIX}").unlink(missing_ok=True)
+    for empty in (staging.parent, staging.parent.parent):
+        try:
+            empty.rmdir()  # other runs' folders keep it alive
+        except OSError:
+            break
+
+
 def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = print,
             progress: bool = True, stages: Sequence[str] = gates.STAGES) -> RunOutcome:
     """Audit one model: run every stage notebook, write the receipt and the reports.
@@ -99,49 +520,63 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
     Returns
     -------
     RunOutcome
+
+    Raises
+    ------
+    KeyboardInterrupt
+        :class:`Interrupted` under :func:`interrupts_raise`. Nothing is published then
+        (unless the interrupt came after the publishing rename), the kernel is shut down
+        and the staging folder is removed, as it is for any other exception.
     """
     import papermill as pm
 
     run_id = new_run_id()
     final = reports_root / params.name / run_id
-    staging = reports_root / params.name / ".staging" / run_id
-    staging.mkdir(parents=True)
-    init_run_dir(staging, params, run_id)
-    (staging / "notebooks").mkdir()
-    errors: dict[str, str] = {}
-    seconds: dict[str, dict] = {}
-    for i, stage in enumerate(stages, 1):
-        log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
-        t0 = time.perf_counter()
-        try:
-            pm.execute_notebook(
-                str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
-                parameters=dict(params.as_papermill(), run_dir=str(staging)),
-                progress_bar=progress, kernel_name="python3", cwd=str(NOTEBOOKS_DIR),
-                report_mode=False,
-                kernel_manager_class=f"{__name__}.LocalKernelManager")
-        except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            errors[stage] = _error_text(exc)
-            log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
-        wall = time.perf_counter() - t0
-        data = read_stage_file(staging, stage) or {}
-        seconds[stage] = {"wall": round(wall, 3),
-                          "verifylib": data.get("verifylib_seconds")}
-        statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
-        log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
-    t0 = time.perf_counter()
-    receipt = build_receipt(staging, errors)
-    short, _ = report.render(staging, list(stages))
-    seconds["receipt+report"] = {"wall": round(time.perf_counter() - t0, 3), "verifylib": None}
-    canonical.write_json(staging / "timings.json", seconds)
-    log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
-    canonical.publish_dir(staging, final)
+    staging = reports_root / params.name / STAGING / run_id
+    # Whatever ends this run (an interrupt, a bug, a full disk), the staging folder goes;
+    # once published it is already gone and only its owner record is left to remove.
     try:
-        (reports_root / params.name / ".staging").rmdir()
-    except OSError:
-        pass
+        _create_staging(staging)
+        init_run_dir(staging, params, run_id)
+        (staging / "notebooks").mkdir()
+        errors: dict[str, str] = {}
+        seconds: dict[str, dict] = {}
+        for i, stage in enumerate(stages, 1):
+            log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
+            t0 = time.perf_counter()
+            try:
+                pm.execute_notebook(
+                    str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
+                    parameters=dict(params.as_papermill(), run_dir=str(staging)),
+                    progress_bar=progress, kernel_name="python3", cwd=str(NOTEBOOKS_DIR),
+                    report_mode=False,
+                    kernel_manager_class=f"{__name__}.LocalKernelManager")
+            except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
+                if _interrupt_pending() is not None:
+                    # papermill's kernel cleanup may replace the interrupt with its own error
+                    raise Interrupted(_interrupt_pending()) from exc
+                errors[stage] = _error_text(exc)
+                log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
+            wall = time.perf_counter() - t0
+            data = read_stage_file(staging, stage) or {}
+            seconds[stage] = {"wall": round(wall, 3),
+                              "verifylib": data.get("verifylib_seconds")}
+            statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
+            log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
+        t0 = time.perf_counter()
+        receipt = build_receipt(staging, errors)
+        short, _ = report.render(staging, list(stages))
+        seconds["receipt+report"] = {"wall": round(time.perf_counter() - t0, 3),
+                                     "verifylib": None}
+        canonical.write_json(staging / "timings.json", seconds)
+        log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
+        canonical.publish_dir(staging, final)
+    finally:
+        with _signals_deferred():
+            if final.is_dir() and _SCOPE is not None:
+                _SCOPE.published.append(final)
+            _kill_leftover_kernels()
+            _remove_staging(staging)
     return RunOutcome(params.name, final, gates.Verdict(receipt["verdict"]),
                       final / short.name, seconds)
 

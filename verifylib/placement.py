@@ -9,7 +9,9 @@ exactly the code that runs on a Mac.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -153,7 +155,8 @@ def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     """The ``placement.plan`` rule on stored evidence.
 
     PASS iff the plan lists operations, every operation that carries a cost names a
-    preferred device, and the cost shares sum to 1 +/- 0.01.
+    preferred device, every cost is a finite number, and the cost shares sum to
+    1 +/- 0.01 (limits included).
     """
     ops = evidence.get("ops") or []
     if not ops:
@@ -164,8 +167,16 @@ def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     missing = [o["operator"] for o in costed if not o.get("preferred")]
     if missing:
         return False, f"{len(missing)} costed operation(s) without a preferred device"
+    # A NaN share would make every comparison below false, i.e. pass the sum check.
+    nonfinite = [o["operator"] for o in costed if isinstance(o["cost"], bool)
+                 or not isinstance(o["cost"], (int, float)) or not math.isfinite(o["cost"])]
+    if nonfinite:
+        return False, f"{len(nonfinite)} operation(s) with a cost that is not a finite number"
     total = sum(o["cost"] for o in costed)
-    if abs(total - 1.0) > COST_SUM_TOLERANCE:
+    # Decided on the exact sum of the decimals the evidence stores, not on the float sum
+    # shown: in floats |(0.5 + 0.51) - 1| > 0.01, so a plan exactly at the tolerance would fail.
+    exact = sum(Fraction(str(o["cost"])) for o in costed)
+    if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
         return False, f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}"
     shares = ", ".join(f"{k} {100 * v / total:.1f}%"
                        for k, v in sorted(evidence["cost_by_device"].items()))

@@ -444,6 +444,15 @@ def _rule_contract(ev) -> Judgement:
         return Judgement(Status.FAIL, f"malformed variant list {sorted(variants)}")
     if "fp32" not in variants:
         return Judgement(Status.FAIL, "no fp32 variant was exported")
+    # Each converted variant cites its conversion log, and no log stands for a variant
+    # the contract record does not list.
+    logs = {n[len("convert_log_"):] for n in ev.names() if n.startswith("convert_log_")}
+    if logs != set(variants):
+        return Judgement(Status.FAIL, f"conversion logs {sorted(logs)} do not match the "
+                                      f"exported variants {sorted(variants)}")
+    for v in sorted(logs):
+        if not ev.bytes(f"convert_log_{v}").strip():
+            return Judgement(Status.FAIL, f"{v}: the conversion log is empty")
     build = d.get("build") or {}
     for key in ("coremltools", "torch", "torch_max_tested_by_coremltools",
                 "torch_version_warning"):

@@ -6,13 +6,18 @@ streams captured and hashed, a timeout, no retry, and a decoded signal when the 
 was killed. whisper-cli gate runs go through :func:`run_whisper_cli`, which refuses a
 command line that breaks the runtime contract before anything is launched, and
 :func:`run_record` turns a result into the record the classifiers of
-:mod:`verifylib.contracts` judge (and ``verifylib verify`` judges again).
+:mod:`verifylib.contracts` judge (and ``verifylib verify`` judges again). Every launch of
+a whisper.cpp binary (:func:`run_whisper_cli`, :func:`run_whisper_binary`) is appended to
+the bound run directory's launch ledger (:mod:`verifylib.ledger`) and its result carries
+the entry's citation, which :func:`run_record` passes on to the evidence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -20,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import contracts
-from .canonical import sha256_bytes
+from . import contracts, ledger
+from .canonical import sha256_bytes, sha256_file
 from .contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
 
 # Names that may carry credentials: never handed to a child process.
@@ -76,6 +81,12 @@ class RunResult:
         Both streams, complete.
     wall_s : float
         Wall time in seconds.
+    cwd : str or None
+        Working directory of the child, if one was given.
+    launch : dict or None
+        The launch-ledger citation ``{"seq", "binary_sha256"}`` of a whisper.cpp launch
+        recorded in the bound run directory's ledger (:mod:`verifylib.ledger`); None
+        when the run was not recorded.
     """
 
     argv: list[str]
@@ -86,6 +97,7 @@ class RunResult:
     stderr: bytes
     wall_s: float
     cwd: str | None = None
+    launch: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,9 +201,9 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
 
     The argv is checked by :func:`verifylib.contracts.check_cli_argv` first: ``-np``,
     ``-ac`` and any processor count but 1 are refused before launch. Then the child runs
-    through :func:`run` (no shell, credential-free environment, both streams kept, the
-    process group killed at the timeout). There is no retry: a crash or a timeout is the
-    result.
+    through :func:`run_whisper_binary` (no shell, credential-free environment, both
+    streams kept, the process group killed at the timeout, the launch recorded in the
+    bound ledger). There is no retry: a crash or a timeout is the result.
 
     Parameters
     ----------
@@ -208,6 +220,7 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
     Returns
     -------
     RunResult
+        With ``launch`` set when a ledger is bound.
 
     Raises
     ------
@@ -216,11 +229,77 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
     ValueError
         If ``timeout`` is not a positive number.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"a whisper-cli run needs a positive timeout, got {timeout!r}")
+    _check_timeout(timeout, "whisper-cli")
     args = [os.fspath(a) for a in argv]
     contracts.check_cli_argv(args)
-    return run(args, cwd=cwd, timeout=float(timeout), env_extra=env_extra)
+    return run_whisper_binary(args, timeout=timeout, cwd=cwd, env_extra=env_extra)
+
+
+def _check_timeout(timeout, what: str) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"a {what} run needs a positive timeout, got {timeout!r}")
+
+
+def _binary_path(program: str, cwd: str | os.PathLike | None) -> str:
+    """The file ``program`` names, resolved the way the child's launch resolves it."""
+    if os.sep not in program:
+        found = shutil.which(program)
+        if found is None:
+            raise FileNotFoundError(f"no executable {program!r} on PATH")
+        return found
+    if cwd is not None and not os.path.isabs(program):
+        return os.path.join(os.fspath(cwd), program)
+    return program
+
+
+def run_whisper_binary(argv: Sequence[str | os.PathLike], *, timeout: float,
+                       cwd: str | os.PathLike | None = None,
+                       env_extra: Mapping[str, str] | None = None) -> RunResult:
+    """Launch any whisper.cpp binary once (whisper-bench, a probe) and record the launch.
+
+    ``argv[0]`` is hashed right before the launch; the child runs through :func:`run`;
+    when a ledger is bound (:func:`verifylib.ledger.bind`) the launch is appended to it
+    before this function returns, and the result's ``launch`` holds the entry's citation.
+    No whisper-cli argv contract is applied here: :func:`run_whisper_cli` adds it for
+    whisper-cli gate runs. There is no retry.
+
+    Parameters
+    ----------
+    argv : sequence
+        The binary and its arguments.
+    timeout : float
+        Seconds before the run is killed (required, positive).
+    cwd : path-like, optional
+        Working directory.
+    env_extra : mapping, optional
+        Variables added to the sanitized environment.
+
+    Returns
+    -------
+    RunResult
+        With ``launch`` set when a ledger is bound.
+
+    Raises
+    ------
+    ValueError
+        If ``timeout`` is not a positive number.
+    OSError
+        If the binary cannot be read or launched (nothing is recorded then).
+    """
+    _check_timeout(timeout, "whisper.cpp")
+    args = [os.fspath(a) for a in argv]
+    if not args:
+        raise ValueError("empty argv")
+    binary_sha = sha256_file(_binary_path(args[0], cwd))
+    started = ledger.utc_now()
+    result = run(args, cwd=cwd, timeout=float(timeout), env_extra=env_extra)
+    if ledger.active() is None:
+        return result
+    entry = ledger.append(args, binary_sha256=binary_sha, started_utc=started,
+                          returncode=result.returncode, signal=result.signal,
+                          timed_out=result.timed_out, stdout_sha256=result.stdout_sha256,
+                          stderr_sha256=result.stderr_sha256)
+    return dataclasses.replace(result, launch=ledger.citation(entry))
 
 
 def run_record(result: RunResult) -> dict:
@@ -230,10 +309,12 @@ def run_record(result: RunResult) -> dict:
     -------
     dict
         ``argv``, ``returncode`` (None on timeout), ``signal``, ``timed_out``, ``wall_s``,
-        and the SHA-256 and length of both streams. The streams themselves are stored
-        beside it as evidence files.
+        the SHA-256 and length of both streams, and ``launch`` (the ledger citation) when
+        the run was recorded in a launch ledger. The streams themselves are stored beside
+        it as evidence files.
     """
     return {"argv": list(result.argv), "returncode": result.returncode, "signal": result.signal,
             "timed_out": result.timed_out, "wall_s": round(result.wall_s, 3),
             "stdout_sha256": result.stdout_sha256, "stderr_sha256": result.stderr_sha256,
-            "stdout_bytes": len(result.stdout), "stderr_bytes": len(result.stderr)}
+            "stdout_bytes": len(result.stdout), "stderr_bytes": len(result.stderr),
+            **({"launch": dict(result.launch)} if result.launch is not None else {})}

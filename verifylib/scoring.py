@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -172,6 +174,39 @@ def corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> float:
     return err / ref
 
 
+def exact_corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> Fraction | float:
+    """Corpus WER as an exact rational of the integer counts, for the pass rules.
+
+    Parameters
+    ----------
+    counts : sequence of WordCounts or mapping
+        Per-clip alignment counts (one clip gives that clip's WER).
+
+    Returns
+    -------
+    Fraction or float
+        ``Fraction(errors, reference words)``; ``Fraction(0)`` when both sums are zero and
+        ``math.inf`` when errors meet no reference word (as :func:`corpus_wer`).
+    """
+    cs = [c if isinstance(c, WordCounts) else WordCounts(**c) for c in counts]
+    ref = sum(c.ref_words for c in cs)
+    err = sum(c.errors for c in cs)
+    if ref == 0:
+        return Fraction(0) if err == 0 else math.inf
+    return Fraction(err, ref)
+
+
+def policy_fraction(value: int | float) -> Fraction:
+    """A policy threshold as the decimal its resource spells (``0.05`` is exactly 1/20).
+
+    ``Fraction(0.05)`` would be the binary double just above 1/20; ``str`` gives the
+    shortest decimal that reads back as the same double, i.e. what the JSON file says.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PolicyError(f"policy threshold {value!r} is not a finite number")
+    return Fraction(str(value))
+
+
 def _wer_v1_section(evidence: Mapping[str, Any], section: str):
     """The wer-v1 rules of one gate and the clips, or why the evidence cannot be judged."""
     policy = evidence["policy"]
@@ -232,7 +267,11 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
                f"(limit {limit:.4f}) over {len(clips)} clip(s)")
     if rules.get("no_empty_where_source_nonempty") and empties:
         return False, f"GGML transcript empty where the source's is not: {empties}; {figures}"
-    if not ggml <= limit:
+    # Decided on exact rationals, not on the floats shown: in binary floating point
+    # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
+    exact_limit = (exact_corpus_wer([c["source"] for c in clips])
+                   + policy_fraction(rules["max_corpus_wer_delta"]))
+    if not exact_corpus_wer([c["ggml"] for c in clips]) <= exact_limit:
         return False, f"GGML corpus WER above the limit; {figures}"
     return True, figures
 
@@ -282,13 +321,17 @@ def judge_hybrid(evidence: Mapping[str, Any],
     ggml = corpus_wer([c["ggml"] for c in clips])
     src = corpus_wer([c["source"] for c in clips])
     limit = min(ggml, src) + rules["max_corpus_wer_delta_vs_best"]
-    worst = max(clips, key=lambda c: WordCounts(**c["hybrid_vs_ggml"]).wer)
+    # Exact rationals decide (see judge_ggml_vs_source); the floats are only shown.
+    worst = max(clips, key=lambda c: exact_corpus_wer([c["hybrid_vs_ggml"]]))
     worst_wer = WordCounts(**worst["hybrid_vs_ggml"]).wer
     figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
                f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
                f"({worst['id']}) over {len(clips)} clip(s)")
-    if worst_wer > rules["max_clip_wer_vs_ggml"]:
+    if exact_corpus_wer([worst["hybrid_vs_ggml"]]) > policy_fraction(rules["max_clip_wer_vs_ggml"]):
         return False, f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}"
-    if not hyb <= limit:
+    exact_limit = (min(exact_corpus_wer([c["ggml"] for c in clips]),
+                       exact_corpus_wer([c["source"] for c in clips]))
+                   + policy_fraction(rules["max_corpus_wer_delta_vs_best"]))
+    if not exact_corpus_wer([c["hybrid"] for c in clips]) <= exact_limit:
         return False, f"hybrid corpus WER above the limit; {figures}"
     return True, figures

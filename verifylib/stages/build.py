@@ -34,7 +34,7 @@ from ..canonical import (dumps, publish_dir, read_json, sha256_bytes, sha256_fil
 from ..gates import Status
 from ..params import Params
 from ..rules import judge_coreml_build  # noqa: F401  (re-exported for callers)
-from ..runner import RunResult, run as run_child, run_record
+from ..runner import RunResult, run as run_child, run_record, run_whisper_binary
 from ..stage import EVIDENCE_DIR, StageContext, StageReport, read_stage_file
 from .. import build as _build
 from .. import source as _source
@@ -356,13 +356,17 @@ def probe_bench(bench: Path, model: Path, timeout: float = 300.0) -> RunResult:
     """Run ``whisper-bench`` once to read its ``system_info`` line (printed before loading).
 
     The model is copied alone into a scratch folder, so a Core ML build finds no
-    ``.mlmodelc`` and stops after printing the line; the exit status does not matter.
+    ``.mlmodelc`` and stops after printing the line; the exit status does not matter. The
+    launch goes through :func:`verifylib.runner.run_whisper_binary` (whisper-bench is not
+    whisper-cli: no argv contract), so it is recorded in the bound launch ledger and the
+    ``build.coreml`` evidence (:func:`write_coreml_evidence`) cites it.
     """
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-bench-"))
     try:
         m = scratch / Path(model).name
         shutil.copyfile(model, m)
-        return run_child([str(bench), "-m", str(m), "-t", "1", "-w", "0"], timeout=timeout)
+        return run_whisper_binary([str(bench), "-m", str(m), "-t", "1", "-w", "0"],
+                                  timeout=timeout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

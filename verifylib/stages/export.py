@@ -28,7 +28,7 @@ from ..canonical import sha256_file
 from ..ggml_writer import write_ggml_model
 from ..model import obtain_model
 from ..params import Params
-from ..runner import run as run_child
+from ..runner import run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
 from .build import cache_dir, ggml_binary, runtime_tree
 
@@ -212,8 +212,9 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             model_arg = str(out)
             argv = [str(binary), "-m", model_arg, "-f", str(audio), "-d", LOAD_PROBE_MS,
                     "-t", "2", *contracts.greedy_decoding_args(model_language(params))]
-            contracts.check_cli_argv(argv)
-            res = run_child(argv, timeout=300)
+            # Through run_whisper_cli: the argv contract is checked before launch and the
+            # launch is recorded in the run's ledger; run_record carries its citation.
+            res = run_whisper_cli(argv, timeout=300)
             refs = [model_ref,
                     ctx.write_bytes("load_stderr", res.stderr, "load.stderr.txt"),
                     ctx.write_bytes("load_stdout", res.stdout, "load.stdout.txt")]
@@ -222,10 +223,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 "sha256": written.sha256, "bytes": written.bytes,
                 "hparams": written.hparams, "n_tensors": written.n_tensors,
                 "lossless": written.lossless, "binary_sha256": binary_sha,
-                "probe": {"argv": res.argv, "returncode": res.returncode, "signal": res.signal,
-                          "timed_out": res.timed_out, "wall_s": round(res.wall_s, 3),
-                          "stderr_sha256": res.stderr_sha256,
-                          "stdout_sha256": res.stdout_sha256}}))
+                "probe": run_record(res)}))
             g.judge(refs, {"model.source_digest": info.source_digest,
                            "model.ggml.sha256": written.sha256,
                            "binary.ggml.sha256": binary_sha})

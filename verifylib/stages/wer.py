@@ -152,8 +152,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: dict, bundle, binary: Path
             "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
             "pairwise": count_words(t.source, t.ggml).as_dict(),
             "source_empty": not t.source.strip(), "ggml_empty": not t.ggml.strip(),
-            "ggml_run": {"returncode": res.returncode, "signal": res.signal,
-                         "wall_s": round(res.wall_s, 3), "stderr_sha256": res.stderr_sha256}}
+            # The full run record: the ledger check matches its argv, exit, signal and
+            # stream digests (digests only, never the text) against the launch it cites.
+            "ggml_run": run_record(res)}
     if t.public:
         clip.update({"reference": t.reference, "source_text": t.source,
                      "ggml_text": t.ggml, "raw_source": raw_src, "raw_ggml": raw_ggml})

@@ -1,0 +1,182 @@
+"""Consistent forgeries of the real default audit, each rejected naming the gate.
+
+The audit is the session's ``default_audit`` (whisper.cpp built and run for real). Each
+forgery clones it, edits the evidence the way a careful forger would -- every digest,
+receipt row, identity and the verdict refreshed (``tests/forge.py``) -- and checks that
+``verifylib verify`` still refuses it, for a reason that names the gate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verifylib import canonical, ledger, receipt, source
+
+from .forge import clone, edit_json, problems_naming, relabel, reseal
+
+pytestmark = [pytest.mark.physical, pytest.mark.notebook]
+
+E01, E04, E05 = "evidence/01_build", "evidence/04_parity", "evidence/05_wer"
+
+
+@pytest.fixture(scope="module")
+def honest(default_audit):
+    _, run_dir = default_audit
+    res = receipt.verify(run_dir)
+    assert res.ok, res.problems
+    assert res.verdict == "INCOMPLETE"
+    return run_dir
+
+
+@pytest.fixture
+def forged(honest, tmp_path):
+    return clone(honest, tmp_path / "forged")
+
+
+def rejected(run_dir, gate_id, needle=""):
+    res = receipt.verify(run_dir)
+    assert not res.ok, f"forgery of {gate_id} verified"
+    named = problems_naming(res, gate_id)
+    assert named, res.problems
+    assert any(needle in p for p in named), named
+    return named
+
+
+def _policy_sha(rules):
+    return canonical.sha256_bytes(canonical.dumps(rules))
+
+
+def test_relaxed_wer_policy_is_rejected(forged):
+    def relax(doc):
+        doc["policy"]["ggml_vs_source"]["max_corpus_wer_delta"] = 0.9
+        doc["policy_sha256"] = _policy_sha(doc["policy"])
+    edit_json(forged, f"{E05}/wer.json", relax)
+    edit_json(forged, f"{E05}/policy.json", lambda d: (
+        d["rules"]["ggml_vs_source"].update(max_corpus_wer_delta=0.9),
+        d.update(sha256=_policy_sha(d["rules"]))))
+    reseal(forged)
+    rejected(forged, "wer.ggml_vs_source", "not the packaged resource")
+
+
+@pytest.mark.parametrize("gate, short", [("parity.program", "program"),
+                                         ("parity.program_fp16", "program_fp16")])
+def test_relaxed_parity_policy_is_rejected(forged, gate, short):
+    def relax(doc):
+        doc["policy"]["rules"]["pass"].update(snr_db_min=1.0, cosine_min=0.5)
+        doc["policy"]["sha256"] = _policy_sha(doc["policy"]["rules"])
+    edit_json(forged, f"{E04}/{short}.json", relax)
+    edit_json(forged, f"{E04}/policy_{short}.json", lambda d: (
+        d["rules"]["pass"].update(snr_db_min=1.0, cosine_min=0.5),
+        d.update(sha256=_policy_sha(d["rules"]))))
+    reseal(forged)
+    rejected(forged, gate, "packaged resource")
+
+
+OTHER_TREE = "1" * 40
+
+
+@pytest.mark.parametrize("field", ["pin_tree", "pin_commit"])
+def test_swapped_pin_ids_are_rejected(forged, field):
+    # The forger makes source and pin agree on another tree (or commit) everywhere.
+    def swap(doc):
+        doc[field] = OTHER_TREE
+        if field == "pin_tree":
+            doc["computed_tree"] = OTHER_TREE
+    edit_json(forged, f"{E01}/source.json", swap)
+    edit_json(forged, f"{E01}/patch.json", lambda d: d.update({field: OTHER_TREE}))
+    reseal(forged)
+    named = rejected(forged, "build.source_identity", "is not the manifest's")
+    assert any(field in p for p in named)
+    rejected(forged, "build.patch_exact", "is not the manifest's")
+
+
+def test_swapped_patch_digest_is_rejected(forged):
+    other = "2" * 64
+    def swap(doc):
+        doc["declared_patch_sha256"] = other
+        for phase in doc["checks"].values():
+            if isinstance(phase, dict) and "patch_sha256" in phase:
+                phase["patch_sha256"] = other
+    edit_json(forged, f"{E01}/patch.json", swap)
+    reseal(forged)
+    rejected(forged, "build.patch_exact", "declared_patch_sha256")
+
+
+@pytest.mark.parametrize("gate, kind, detail", [
+    ("wer.ggml_vs_source", "prerequisite", "export.ggml_model is FAIL"),
+    ("canary.lifecycle_ab", "disabled", "disabled by parameter canary.enabled = false"),
+    ("parity.program", "not-implemented", "unimplemented"),
+    ("build.ggml", "platform", "needs macOS"),
+])
+def test_pass_relabelled_not_run_is_rejected(forged, gate, kind, detail):
+    relabel(forged, gate, "NOT_RUN", kind, detail)
+    reseal(forged)
+    rejected(forged, gate, "NOT_RUN")
+
+
+def test_a_launch_missing_from_the_ledger_is_rejected(forged):
+    entries = ledger.read(forged)
+    assert entries, "the default audit records its whisper.cpp launches"
+    # Drop the first lifecycle launch and renumber, as a forger hiding a crash would.
+    lines = [e for e in entries if e["seq"] != entries[-1]["seq"]]
+    path = forged / ledger.LEDGER_FILE
+    path.unlink()
+    path.write_bytes(b"".join(canonical.dumps(e).rstrip(b"\n") + b"\n" for e in lines))
+    reseal(forged)
+    res = receipt.verify(forged)
+    assert not res.ok
+    assert any("ledger" in p or "launch" in p for p in res.problems), res.problems
+
+
+def test_a_hidden_extra_launch_is_rejected(forged):
+    entries = ledger.read(forged)
+    extra = dict(entries[-1], seq=len(entries))
+    path = forged / ledger.LEDGER_FILE
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data + canonical.dumps(extra).rstrip(b"\n") + b"\n")
+    reseal(forged)
+    res = receipt.verify(forged)
+    assert not res.ok
+    assert any(f"#{extra['seq']}" in p or "uncited" in p for p in res.problems), res.problems
+
+
+def test_a_swapped_build_probe_stream_is_rejected(forged):
+    path = forged / E01 / "probe.stderr.txt"
+    text = path.read_text().replace("COREML = 0", "COREML = 0 ")
+    path.unlink()
+    path.write_text(text)
+    reseal(forged)
+    rejected(forged, "build.ggml", "not the run's stream")
+
+
+def test_a_swapped_model_load_stream_is_rejected(forged):
+    path = forged / "evidence" / "02_export" / "load.stderr.txt"
+    data = path.read_bytes() + b"\n"
+    path.unlink()
+    path.write_bytes(data)
+    reseal(forged)
+    rejected(forged, "export.ggml_model", "not the run's stream")
+
+
+def test_an_edited_host_record_is_rejected(forged):
+    def to_mac(r):
+        r["host"].update(system="Darwin", macos_version="15.1",
+                         coremlc="/Applications/Xcode.app/Contents/Developer/usr/bin/coremlc")
+        r["host"]["capabilities"] = {k: True for k in r["host"]["capabilities"]}
+    edit_json(forged, "run.json", to_mac)
+    reseal(forged)
+    rejected(forged, "build.coreml", "NOT_RUN(platform)")
+
+
+def test_a_receipt_with_a_gate_dropped_is_rejected(forged):
+    edit_json(forged, "receipt.json", lambda r: r.update(
+        gates=[g for g in r["gates"] if g["id"] != "wer.ggml_vs_source"]))
+    rejected(forged, "wer.ggml_vs_source", "missing from the receipt")
+
+
+def test_the_manifest_is_what_the_validator_knows(honest):
+    # The source sidecar's pin fields are exactly the shipped manifest's (no self-report).
+    doc = canonical.read_json(honest / E01 / "source.json")
+    pin = source.load_pins()[doc["pin"]]
+    assert (doc["pin_tree"], doc["pin_commit"]) == (pin.tree, pin.commit)
