@@ -547,6 +547,7 @@ def test_recheck_names_the_measurement_and_the_figure():
 
 def test_plan_rule_words_for_word():
     ev = plan_evidence([0.5, 0.51])
+    ev["ops"][1]["preferred"] = "CPU"
     ev["cost_by_device"] = {"GPU": 0.5, "CPU": 0.51}
     ok, detail = placement.judge_plan(ev)
     assert (ok, detail) == (True, "2 operations planned (2 costed, sum 1.0100); cost share by "

@@ -101,3 +101,17 @@ def test_loading_a_plan_is_refused_off_macos(tmp_path):
         pytest.skip("macOS can load plans")
     with pytest.raises(Exception):
         placement.load_plan(tmp_path / "x.mlmodelc")
+
+
+def test_rule_recomputes_the_shares_from_the_per_op_rows():
+    ops = [{"operator": "conv", "preferred": "GPU", "cost": 0.75},
+           {"operator": "add", "preferred": "CPU", "cost": 0.25}]
+    good = {"ops": ops, "cost_by_device": {"GPU": 0.75, "CPU": 0.25}, "cost_sum": 1.0}
+    ok, detail = placement.judge_plan(good)
+    assert ok and "GPU 75.0%" in detail and "CPU 25.0%" in detail
+    # A summary claiming the Neural Engine, over rows that never name it, is refused.
+    forged = dict(good, cost_by_device={"NeuralEngine": 0.75, "CPU": 0.25})
+    ok, detail = placement.judge_plan(forged)
+    assert not ok and "per-op rows" in detail
+    ok, _ = placement.judge_plan(dict(good, cost_by_device={"GPU": 0.7, "CPU": 0.3}))
+    assert not ok

@@ -178,7 +178,16 @@ def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     exact = sum(Fraction(str(o["cost"])) for o in costed)
     if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
         return False, f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}"
-    shares = ", ".join(f"{k} {100 * v / total:.1f}%"
-                       for k, v in sorted(evidence["cost_by_device"].items()))
+    # The shares shown are recomputed from the per-op rows; the stored summary must agree.
+    by_device: dict[str, float] = {}
+    for o in costed:
+        by_device[o["preferred"]] = by_device.get(o["preferred"], 0.0) + o["cost"]
+    stored = evidence.get("cost_by_device")
+    if not isinstance(stored, Mapping) or set(stored) != set(by_device) or any(
+            not isinstance(stored[k], (int, float)) or not math.isclose(
+                stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
+        return False, (f"stored cost by device {stored!r} is not what the per-op rows give "
+                       f"{by_device!r}")
+    shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(by_device.items()))
     return True, (f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
                   f"cost share by preferred device: {shares}")

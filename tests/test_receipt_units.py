@@ -1,0 +1,165 @@
+"""The validator's own pieces, one by one: identity formats, host capabilities re-derived
+from the host's facts, the identity merge, and each NOT_RUN/ERROR justification."""
+
+from __future__ import annotations
+
+import pytest
+
+from verifylib import gates, receipt
+from verifylib.evidence import GateRecord, Reason
+from verifylib.gates import Status
+
+LINUX = {"system": "Linux", "machine": "x86_64", "macos_version": None, "coremlc": None}
+XCODE = "/Applications/Xcode.app/Contents/Developer/usr/bin/coremlc"
+
+
+@pytest.mark.parametrize("key, value, bad", [
+    ("binary.ggml.sha256", "a" * 64, False),
+    ("binary.ggml.sha256", "A" * 64, True),
+    ("binary.ggml.sha256", "a" * 63, True),
+    ("artifact.fp32.mlpackage.tree_digest", "b" * 64, False),
+    ("artifact.fp32.mlpackage.tree_digest", "nope", True),
+    ("runtime.tree", "c" * 40, False),
+    ("runtime.tree", "c" * 41, True),
+    ("runtime.commit", "C" * 40, True),
+    ("runtime.commit", 7, True),
+    ("runtime.pin", "v1.8.5", False),
+])
+def test_identity_formats(key, value, bad):
+    assert (receipt._identity_value_problem(key, value) is not None) is bad
+
+
+@pytest.mark.parametrize("host, expect", [
+    (LINUX, {"any": True, "macos": False, "macos+xcode": False, "macos-14.4": False}),
+    ({**LINUX, "system": "Darwin", "macos_version": "14.4", "coremlc": XCODE},
+     {"any": True, "macos": True, "macos+xcode": True, "macos-14.4": True}),
+    ({**LINUX, "system": "Darwin", "macos_version": "14.3", "coremlc": None},
+     {"any": True, "macos": True, "macos+xcode": False, "macos-14.4": False}),
+    ({**LINUX, "system": "Darwin", "macos_version": "15", "coremlc": XCODE},
+     {"any": True, "macos": True, "macos+xcode": True, "macos-14.4": True}),
+])
+def test_host_capabilities_follow_from_the_facts(host, expect):
+    assert receipt.host_capabilities(host) == expect
+
+
+@pytest.mark.parametrize("host", [
+    "Linux",
+    {**LINUX, "macos_version": "14.4"},                      # a version off macOS
+    {**LINUX, "system": "Darwin"},                           # macOS without a version
+    {**LINUX, "system": "Darwin", "macos_version": "14.x"},
+    {**LINUX, "system": "Darwin", "macos_version": 14},
+    {**LINUX, "coremlc": 1},
+])
+def test_malformed_host_records_are_refused(host):
+    with pytest.raises(ValueError):
+        receipt.host_capabilities(host)
+
+
+def _stage(gates_, ids):
+    return {"gates": gates_, "identities": ids}
+
+
+def _g(gid, status="PASS", ids=None):
+    return {"id": gid, "status": status, "identities": ids or {}}
+
+
+def test_merge_takes_the_first_stage_and_blames_the_carrier():
+    files = {
+        "01_build": _stage([_g("build.ggml", ids={"binary.ggml.sha256": "a" * 64})],
+                           {"binary.ggml.sha256": "a" * 64}),
+        "03_canary": _stage([_g("canary.lifecycle_ab", ids={"binary.ggml.sha256": "b" * 64}),
+                             _g("canary.coreml_negative", "NOT_RUN")],
+                            {"binary.ggml.sha256": "b" * 64}),
+    }
+    m = receipt.merge_identities(files)
+    assert m.table == {"binary.ggml.sha256": "a" * 64}
+    assert set(m.conflicts) == {"canary.lifecycle_ab"}
+    (msg,) = m.conflicts["canary.lifecycle_ab"]
+    assert "binary.ggml.sha256" in msg and "01_build" in msg
+
+
+def test_merge_blames_every_judged_gate_when_no_gate_carries_the_key():
+    files = {
+        "01_build": _stage([], {"x.sha256": "a" * 64}),
+        "02_export": _stage([_g("export.contract"), _g("export.ggml_model", "FAIL"),
+                             _g("export.compile", "NOT_RUN")], {"x.sha256": "b" * 64}),
+    }
+    m = receipt.merge_identities(files)
+    assert set(m.conflicts) == {"export.contract", "export.ggml_model"}
+
+
+def test_merge_without_conflict():
+    files = {"01_build": _stage([_g("build.ggml", ids={"k": 1})], {"k": 1}),
+             "02_export": _stage([_g("export.contract", ids={"k": 1})], {"k": 1}),
+             "03_canary": None}
+    m = receipt.merge_identities(files)
+    assert m.table == {"k": 1} and m.conflicts == {}
+
+
+def _checker(tmp_path):
+    return receipt._Checker(tmp_path, {}, allow_simulated=False)
+
+
+def _nr(gid, kind, detail):
+    return GateRecord(gid, Status.NOT_RUN, Reason(kind, detail))
+
+
+def test_platform_needs_the_capability_to_be_missing(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("build.coreml")
+    rec = _nr(g.id, "platform", "needs macOS")
+    assert chk.justify(g, rec, {}, {"macos+xcode": False}, {}) == []
+    assert chk.justify(g, rec, {}, {"macos+xcode": True}, {})
+    assert chk.justify(g, rec, {}, {}, {}), "an unknown capability justifies nothing"
+
+
+def test_judged_gates_need_the_capability_to_be_present(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("build.coreml")
+    rec = GateRecord(g.id, Status.FAIL, Reason("rule", "x"))
+    out = chk.justify(g, rec, {}, {}, {})
+    assert any("without capability macos+xcode" in p for p in out)
+
+
+def test_prerequisite_must_name_a_prerequisite_that_did_not_pass(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("build.ggml")
+    chk.verified = {"build.patch_exact": Status.FAIL}
+    assert chk.justify(g, _nr(g.id, "prerequisite", "build.patch_exact is FAIL"), {}, {}, {}) == []
+    # Naming a gate that is not its prerequisite, or one that passed, justifies nothing.
+    assert chk.justify(g, _nr(g.id, "prerequisite", "build.coreml is FAIL"), {}, {}, {})
+    chk.verified = {"build.patch_exact": Status.PASS}
+    assert chk.justify(g, _nr(g.id, "prerequisite", "build.patch_exact is FAIL"), {}, {}, {})
+    # A longer id that merely contains the prerequisite's is not a mention of it.
+    chk.verified = {}
+    assert chk.justify(g, _nr(g.id, "prerequisite", "build.patch_exactly is FAIL"), {}, {}, {})
+
+
+def test_disabled_and_not_implemented(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("canary.lifecycle_ab")
+    rec = _nr(g.id, "disabled", "disabled by parameter canary.enabled = false")
+    assert chk.justify(g, rec, {"params": {"canary": {"enabled": False}}}, {}, {}) == []
+    assert chk.justify(g, rec, {"params": {"canary": {"enabled": True}}}, {}, {})
+    assert chk.justify(g, _nr(g.id, "disabled", "disabled by parameter export.fp16"),
+                       {"params": {"canary": {"enabled": False}}}, {}, {})
+    assert chk.justify(g, _nr(g.id, "not-implemented", "later"), {}, {}, {})
+    s = gates.gate("canary.sanitizer")
+    assert chk.justify(s, _nr(s.id, "not-implemented", "later"), {}, {}, {}) == []
+
+
+def test_not_run_citing_evidence_is_refused(tmp_path):
+    from verifylib.evidence import EvidenceRef
+    chk = _checker(tmp_path)
+    g = gates.gate("canary.sanitizer")
+    rec = GateRecord(g.id, Status.NOT_RUN, Reason("not-implemented", "later"),
+                     (EvidenceRef("doc", "x.json", "a" * 64),))
+    assert chk.justify(g, rec, {}, {}, {}) == [f"gate {g.id}: NOT_RUN but cites evidence"]
+
+
+def test_error_needs_text_and_one_traceback(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("build.ggml")
+    assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", " ")), {}, {}, {})
+    out = chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", "boom")), {}, {}, {})
+    assert out and "traceback" in out[0]
