@@ -269,6 +269,9 @@ def test_an_edited_weight_constant_fails_parity_program(staged_run, tmp_path):
     from verifylib.stages import parity
     params, run_dir, _ = staged_run
     bad = shutil.copytree(run_dir, tmp_path / "R")
+    # The run as it stood before stage 04 (a stage never runs twice into one run).
+    (bad / "gates" / "04_parity.json").unlink(missing_ok=True)
+    shutil.rmtree(bad / "evidence" / "04_parity", ignore_errors=True)
     edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_2_fc2_weight", 1000, 0.5)
     parity.run(params, bad)
     rec = _records(bad, "04_parity")

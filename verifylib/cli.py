@@ -112,7 +112,7 @@ def _cmd_verify(args) -> int:
         except AttestKeyError as exc:
             print(f"verifylib: bad public key: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    res = verify(run_dir)
+    res = verify(run_dir, allow_simulated=args.allow_simulated)
     if key is not None:
         from .attest import verify_attestation
         att = verify_attestation(run_dir, key, res)
@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=_interruptible(_cmd_run))
     v = sub.add_parser("verify", help="re-verify a run directory from its files")
     v.add_argument("run_dir")
+    v.add_argument("--allow-simulated", action="store_true",
+                   help="inspect a run recorded on the test suite's simulated host (such a "
+                        "run is refused otherwise)")
     v.add_argument("--key", metavar="PUB.pem",
                    help="also check attestation.intoto.jsonl against this Ed25519 public key")
     v.set_defaults(fn=_cmd_verify)
