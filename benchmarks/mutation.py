@@ -134,8 +134,8 @@ MODULES: dict[str, ModuleSpec] = {
         "verifylib/placement.py", ("judge_plan",), ("tests/test_placement.py", *NEW_TESTS)),
     "receipt": ModuleSpec(
         "verifylib/receipt.py", ("verify",),
-        ("tests/test_receipt.py", "tests/test_receipt_units.py", "tests/test_forgeries.py",
-         *NEW_TESTS)),
+        ("tests/test_receipt.py", "tests/test_receipt_units.py",
+         "tests/test_receipt_golden.py", "tests/test_forgeries.py", *NEW_TESTS)),
 }
 
 

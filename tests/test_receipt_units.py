@@ -163,3 +163,58 @@ def test_error_needs_text_and_one_traceback(tmp_path):
     assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", " ")), {}, {}, {})
     out = chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", "boom")), {}, {}, {})
     assert out and "traceback" in out[0]
+
+
+def test_justification_messages_word_for_word(tmp_path):
+    chk = _checker(tmp_path)
+    g = gates.gate("build.coreml")
+    fail = GateRecord(g.id, Status.FAIL, Reason("rule", "x"))
+    assert chk.justify(g, fail, {}, {"macos+xcode": False}, {}) == [
+        "gate build.coreml: FAIL recorded on a host without capability macos+xcode",
+        "gate build.coreml: FAIL without evidence"]
+    s = gates.gate("canary.sanitizer")
+    assert chk.justify(s, GateRecord(s.id, Status.PASS, Reason("rule", "x")), {},
+                       {"any": True}, {}) == [
+        "gate canary.sanitizer: PASS but this version has no rule to re-judge it"]
+    assert chk.justify(g, _nr(g.id, "platform", "x"), {}, {"macos+xcode": True}, {}) == [
+        "gate build.coreml: NOT_RUN(platform) but the host record has macos+xcode"]
+    assert chk.justify(g, _nr(g.id, "platform", "x"), {}, {}, {}) == [
+        "gate build.coreml: NOT_RUN(platform) but no usable host record says what the host "
+        "lacks"]
+    chk.verified = {"build.patch_exact": Status.PASS}
+    assert chk.justify(g, _nr(g.id, "prerequisite", "build.patch_exact is FAIL"), {}, {},
+                       {}) == [
+        "gate build.coreml: NOT_RUN(prerequisite) names no prerequisite that did not pass "
+        "('build.patch_exact is FAIL'; verified: {'build.patch_exact': 'PASS'})"]
+    assert chk.justify(g, _nr(g.id, "disabled", "x"), {"params": {}}, {}, {}) == [
+        "gate build.coreml: NOT_RUN(disabled) but the bound parameters do not disable it"]
+    assert chk.justify(g, _nr(g.id, "not-implemented", "x"), {}, {}, {}) == [
+        "gate build.coreml: NOT_RUN(not-implemented) but this version implements it"]
+    assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", " ")), {}, {},
+                       {}) == ["gate build.coreml: ERROR without its error text"]
+    assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("exception", "boom")), {}, {},
+                       {}) == [
+        "gate build.coreml: ERROR does not cite exactly one stored traceback"]
+
+
+def test_error_traceback_document_is_checked(tmp_path):
+    from verifylib import canonical
+    from verifylib.evidence import EvidenceRef
+    from verifylib.stage import error_document
+    chk = _checker(tmp_path)
+    g = gates.gate("build.ggml")
+
+    def rec(doc, detail="boom"):
+        sha = canonical.write_json(tmp_path / "tb.json", doc)
+        return GateRecord(g.id, Status.ERROR, Reason("exception", detail),
+                          (EvidenceRef("traceback", "tb.json", sha),))
+    assert chk.justify(g, rec(error_document(g.id, "boom")), {}, {}, {}) == []
+    bad = "gate build.ggml: ERROR cites tb.json, which is not its traceback"
+    assert chk.justify(g, rec(error_document("build.coreml", "boom")), {}, {}, {}) == [bad]
+    assert chk.justify(g, rec(dict(error_document(g.id, "boom"), schema="x")), {}, {},
+                       {}) == [bad]
+    assert chk.justify(g, rec(error_document(g.id, "  ")), {}, {}, {}) == [bad]
+    assert chk.justify(g, rec(dict(error_document(g.id, "boom"), traceback=1)), {}, {},
+                       {}) == [bad]
+    assert chk.justify(g, rec(error_document(g.id, "other")), {}, {}, {}) == [
+        "gate build.ggml: ERROR text differs from its stored traceback"]

@@ -445,7 +445,10 @@ class _Checker:
         if rec.evidence:
             return [f"gate {g.id}: NOT_RUN but cites evidence"]
         if kind == NotRunKind.PLATFORM.value:
-            if caps.get(g.capability.value, True):
+            if g.capability.value not in caps:
+                return [f"gate {g.id}: NOT_RUN(platform) but no usable host record says "
+                        f"what the host lacks"]
+            if caps[g.capability.value]:
                 return [f"gate {g.id}: NOT_RUN(platform) but the host record has "
                         f"{g.capability.value}"]
         elif kind == NotRunKind.PREREQUISITE.value:
@@ -529,7 +532,8 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         try:
             rec = GateRecord.from_record(core)
         except EvidenceError as exc:
-            chk.problems.append(f"gate {g.id}: {exc}")
+            msg = str(exc)
+            chk.problems.append(msg if msg.startswith(f"gate {g.id}") else f"gate {g.id}: {msg}")
             continue
         statuses[g.id] = rec.status
         records[g.id] = rec
