@@ -344,6 +344,12 @@ def _scan(data: bytes) -> tuple[dict[int, dict], list[str]]:
 
 # ----------------------------------------------------------------------------- validation
 
+def cited_seqs(doc: Any) -> set[int]:
+    """The ledger ``seq`` numbers a JSON document cites (wherever its run records sit)."""
+    return {c["launch"]["seq"] for _, c in _walk(doc)
+            if isinstance(c["launch"], dict) and _is_int(c["launch"].get("seq"))}
+
+
 def _walk(value: Any, pointer: str = "") -> Iterator[tuple[str, dict]]:
     """Every dict holding a ``"launch"`` key, with its JSON pointer."""
     if isinstance(value, dict):

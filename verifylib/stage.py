@@ -404,7 +404,7 @@ class StageContext:
         seen: set[int] = set()
         for r in partial:
             if r.path.endswith(".json"):
-                _cited_seqs(canonical.read_json(self.run_dir / r.path), seen)
+                seen |= ledger.cited_seqs(canonical.read_json(self.run_dir / r.path))
         cited = [ledger.entry_record(e) for e in (launches or []) if e["seq"] not in seen]
         ref = self.write_json(TRACEBACK_EVIDENCE, error_document(gate_id, text, cited),
                               filename=error_filename(gate_id))
@@ -450,20 +450,6 @@ class StageContext:
         seconds = time.perf_counter() - self._t0
         return StageReport(self.stage, [self.records[g.id] for g in self.gates],
                            dict(self.identities), seconds, dict(self.facts))
-
-
-def _cited_seqs(obj: Any, out: set) -> set:
-    # Ledger citations are dicts holding a "launch" mapping with its "seq".
-    if isinstance(obj, dict):
-        cit = obj.get("launch")
-        if isinstance(cit, dict) and isinstance(cit.get("seq"), int):
-            out.add(cit["seq"])
-        for v in obj.values():
-            _cited_seqs(v, out)
-    elif isinstance(obj, list):
-        for v in obj:
-            _cited_seqs(v, out)
-    return out
 
 
 def repo_path(*parts: str) -> Path:
