@@ -27,17 +27,17 @@ def main() -> None:
     import torch
     import yaml
 
-    from verifylib import source
+    from verifylib import resources, source
     from verifylib.audio import read_wav_16k
     from verifylib.coreml_export import contract_of, convert_traced, place_mlpackage, trace_encoder
     from verifylib.mil_exec import execute, load_program
     from verifylib.model import load_hf, obtain_model
     from verifylib.parity import compare
-    from verifylib.stages.build import cache_dir
-    from verifylib.stages.parity import fixture_logmel
+    from verifylib.artifacts import cache_dir
+    from verifylib.reference import fixture_logmel
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    spec = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())["model"]
+    spec = yaml.safe_load(resources.default_parameters().read_text())["model"]
     info = obtain_model(spec, cache_dir(), log=lambda s: None)
     bundle = load_hf(info.hf_dir)
     encoder = bundle.model.get_encoder()

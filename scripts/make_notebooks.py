@@ -21,30 +21,30 @@ STAGES = {
                  "Obtain the pinned whisper.cpp source, prove its git tree id, apply and verify "
                  "the exact compatibility patch, build a static `whisper-cli` outside the source "
                  "tree, hash it and read its `system_info` line from a real run.",
-                 ["stage.show(report)"]),
+                 ["view.show(report)"]),
     "02_export": ("export", "Export",
                   "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 "
                   "mlprogram (and the fp16 variant), IO-contract validation of the saved "
                   "package before placement, build facts, and (macOS + Xcode) compilation to "
-                  "`.mlmodelc` placed beside the model.", ["stage.show(report)"]),
+                  "`.mlmodelc` placed beside the model.", ["view.show(report)"]),
     "03_canary": ("canary", "Canaries",
                   "The batch-lifecycle A/B (unpatched vs patched static GGML `whisper-cli`, "
                   "N runs each with the `-nfa -dtw` trigger: outcome table and chart), the "
                   "fail-closed Core ML negative control (first run only) and the "
                   "four-condition positive gate (one warm-up, one measured run).",
-                  ["stage.show(report)"]),
+                  ["view.show(report)"]),
     "04_parity": ("parity", "Parity",
                   "The same real log-mel through the Hugging Face reference and each candidate, "
                   "judged by the frozen SNR + cosine policy: the saved ML program executed op "
                   "by op (conversion drift, any OS) and the compiled `.mlmodelc` under "
                   "`ComputeUnit.ALL` (runtime drift, macOS); error histogram, SNR along time "
-                  "frames and SNR per layer.", ["stage.show(report)"]),
+                  "frames and SNR per layer.", ["view.show(report)"]),
     "05_wer": ("wer", "WER",
                "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
-               "normalized WER and its deltas.", ["stage.show(report)"]),
+               "normalized WER and its deltas.", ["view.show(report)"]),
     "06_placement": ("placement", "Placement",
                      "`MLComputePlan` per-operation preferred devices and cost shares for the "
-                     "published `.mlmodelc`.", ["stage.show(report)"]),
+                     "published `.mlmodelc`.", ["view.show(report)"]),
 }
 
 
@@ -65,9 +65,10 @@ def make(stage: str) -> nbformat.NotebookNode:
     cell.metadata["tags"] = ["parameters"]
     nb.cells.append(cell)
     nb.cells.append(nbformat.v4.new_code_cell(
-        # Imported as `stage`: a module named like a parameter (export, canary) would
-        # shadow that parameter in the notebook's namespace.
-        f"import verifylib.notebook as vnb\nfrom verifylib.stages import {mod} as stage\n\n"
+        # Imported as `stage` and `view`: a module named like a parameter (export, canary)
+        # would shadow that parameter in the notebook's namespace.
+        f"import verifylib.notebook as vnb\nfrom verifylib.stages import {mod} as stage\n"
+        f"from verifylib.views import {mod} as view\n\n"
         f"params, run_dir = vnb.setup(globals(), {stage!r})"))
     nb.cells.append(nbformat.v4.new_code_cell("report = stage.run(params, run_dir)\nreport"))
     for src in extra:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verifylib import gates, params, receipt, rules
+from verifylib.errors import PrerequisiteBroken
 from verifylib.gates import Judgement, Status
 from verifylib.stage import StageContext
 
@@ -52,7 +53,7 @@ def params_with(tmp_path: Path, **sections) -> Path:
 
 
 def make_run(tmp_path: Path, *, fail: set[str] = frozenset(), error: set[str] = frozenset(),
-             identities: dict | None = None, param_file: str = "tiny-en.yaml",
+             broken: set[str] = frozenset(), identities: dict | None = None, param_file: str = "tiny-en.yaml",
              receipt_too: bool = True) -> Path:
     """Build a run directory in which every runnable gate is judged by the stand-in rule.
 
@@ -62,6 +63,9 @@ def make_run(tmp_path: Path, *, fail: set[str] = frozenset(), error: set[str] = 
         Gates whose evidence says ``ok: false``.
     error : set of str
         Gates whose evaluation raises (an honest ERROR with a stored traceback).
+    broken : set of str
+        Gates whose evaluation raises :class:`verifylib.errors.PrerequisiteBroken` (ERROR
+        with reason kind ``prerequisite-broken``).
     identities : dict, optional
         Gate id to identities it binds (default: ``build.source_identity`` binds
         ``runtime.tree``).
@@ -81,6 +85,8 @@ def make_run(tmp_path: Path, *, fail: set[str] = frozenset(), error: set[str] = 
             with run:
                 if g.id in error:
                     raise RuntimeError(f"synthetic harness failure in {g.id}")
+                if g.id in broken:
+                    raise PrerequisiteBroken(f"synthetic: what {g.id} stood on changed")
                 ref = ctx.write_json("doc", {"ok": g.id not in fail}, f"{g.id}.json")
                 run.judge([ref], identities.get(g.id, {}))
         ctx.finish()

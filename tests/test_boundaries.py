@@ -20,6 +20,7 @@ import math
 import pytest
 
 from verifylib import contracts, placement, rules
+from verifylib.gates import Judgement, Status
 from verifylib.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, judge_parity,
                               policy_record, snr_from_energies)
 from verifylib.scoring import (corpus_wer, judge_ggml_vs_source, judge_hybrid, load_policy)
@@ -108,9 +109,9 @@ def wer_evidence(*clips: dict) -> dict:
     return {"policy": load_policy("wer-v1").rules, "clips": list(clips)}
 
 
-def clean_load(_clip) -> tuple[bool, str]:
+def clean_load(_clip) -> Judgement:
     """A hybrid-run classifier for which every run met the four load conditions."""
-    return True, "exit 0 + four conditions"
+    return Judgement.passed("exit 0 + four conditions")
 
 
 def parity_evidence(policy_id: str, signal_energy: float, noise_energy: float, dot: float,
@@ -160,54 +161,54 @@ def test_the_float_arithmetic_really_misses_these_limits():
 
 @pytest.mark.parametrize("src,ggml,words", AT_LIMIT)
 def test_ggml_vs_source_passes_exactly_at_the_limit(src, ggml, words):
-    ok, detail = judge_ggml_vs_source(wer_evidence(wer_clip("c", (src, words), (ggml, words))))
-    assert ok, detail
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("c", (src, words), (ggml, words))))
+    assert j.status is Status.PASS, j.detail
     # The figures shown are the float ones, unchanged.
-    assert f"GGML {ggml / words:.4f}, HF source {src / words:.4f}" in detail
+    assert f"GGML {ggml / words:.4f}, HF source {src / words:.4f}" in j.detail
 
 
 @pytest.mark.parametrize("src,ggml,words", AT_LIMIT)
 def test_ggml_vs_source_fails_one_error_past_the_limit(src, ggml, words):
-    ok, detail = judge_ggml_vs_source(wer_evidence(wer_clip("c", (src, words), (ggml + 1, words))))
-    assert not ok and "GGML corpus WER above the limit" in detail
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("c", (src, words), (ggml + 1, words))))
+    assert j.status is Status.FAIL and "GGML corpus WER above the limit" in j.detail
 
 
 def test_ggml_vs_source_limit_is_on_the_corpus_sums_not_per_clip():
     # Source 3/10 + 4/10 = 7/20, GGML 6/10 + 2/10 = 8/20: at the corpus limit although
     # one clip alone is far past it.
     ev = wer_evidence(wer_clip("a", (3, 10), (6, 10)), wer_clip("b", (4, 10), (2, 10)))
-    assert judge_ggml_vs_source(ev)[0]
+    assert judge_ggml_vs_source(ev).status is Status.PASS
     ev = wer_evidence(wer_clip("a", (3, 10), (6, 10)), wer_clip("b", (4, 10), (3, 10)))
-    assert not judge_ggml_vs_source(ev)[0]
+    assert judge_ggml_vs_source(ev).status is Status.FAIL
 
 
 def test_ggml_vs_source_just_past_by_the_smallest_step():
     # 7/20 + 1/20 = 160/400; 161/400 is past it by 1/400.
-    ok, _ = judge_ggml_vs_source(wer_evidence(wer_clip("c", (140, 400), (160, 400))))
-    assert ok
-    ok, detail = judge_ggml_vs_source(wer_evidence(wer_clip("c", (140, 400), (161, 400))))
-    assert not ok and "above the limit" in detail
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("c", (140, 400), (160, 400))))
+    assert j.status is Status.PASS
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("c", (140, 400), (161, 400))))
+    assert j.status is Status.FAIL and "above the limit" in j.detail
 
 
 @pytest.mark.parametrize("ggml,src", [((7, 20), (9, 20)), ((9, 20), (7, 20))])
 def test_hybrid_passes_exactly_at_min_of_ggml_and_source_plus_delta(ggml, src):
     # The better of the two (7/20) sets the limit, whichever it is: 7/20 + 1/20 = 8/20.
-    ok, detail = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(8, 20))), clean_load)
-    assert ok, detail
-    assert "hybrid 0.4000" in detail and "(limit 0.4000)" in detail
+    j = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(8, 20))), clean_load)
+    assert j.status is Status.PASS, j.detail
+    assert "hybrid 0.4000" in j.detail and "(limit 0.4000)" in j.detail
 
 
 @pytest.mark.parametrize("ggml,src", [((7, 20), (9, 20)), ((9, 20), (7, 20))])
 def test_hybrid_fails_one_error_past_the_limit(ggml, src):
-    ok, detail = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(9, 20))), clean_load)
-    assert not ok and "hybrid corpus WER above the limit" in detail
+    j = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(9, 20))), clean_load)
+    assert j.status is Status.FAIL and "hybrid corpus WER above the limit" in j.detail
 
 
 def test_hybrid_clip_divergence_exactly_one_half_passes():
     ev = wer_evidence(wer_clip("c", (0, 20), (0, 20), hybrid=(0, 20), hybrid_vs_ggml=(10, 20)))
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert ok, detail
-    assert "largest clip hybrid-vs-GGML WER 0.5000 (c)" in detail
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.PASS, j.detail
+    assert "largest clip hybrid-vs-GGML WER 0.5000 (c)" in j.detail
 
 
 @pytest.mark.parametrize("errors,words", [(11, 20), (1001, 2000)])
@@ -215,8 +216,8 @@ def test_hybrid_clip_divergence_just_past_one_half_fails(errors, words):
     ev = wer_evidence(wer_clip("a", (0, 20), (0, 20), hybrid=(0, 20), hybrid_vs_ggml=(10, 20)),
                       wer_clip("b", (0, 20), (0, 20), hybrid=(0, 20),
                                hybrid_vs_ggml=(errors, words)))
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert not ok and "clip b diverges from GGML beyond 0.5" in detail
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.FAIL and "clip b diverges from GGML beyond 0.5" in j.detail
 
 
 # ----------------------------------------------------------------------------- parity
@@ -239,15 +240,15 @@ def test_snr_exactly_at_the_minimum_passes_and_the_next_value_down_fails(policy_
     # signal / noise = 10^(limit/10) exactly, and log10 of a power of ten is exact: the
     # float64 sums give the threshold itself. (cosine = 1: dot = candidate = signal.)
     assert snr_from_energies(signal, 1.0) == limit
-    ok, detail = judge_parity(parity_evidence(policy_id, signal, 1.0, signal, signal),
-                              policy_id, "program")
-    assert ok, detail
+    j = judge_parity(parity_evidence(policy_id, signal, 1.0, signal, signal),
+                     policy_id, "program")
+    assert j.status is Status.PASS, j.detail
     noise = _first_noise_below(signal, limit)
     # The nearest representable SNR below the threshold: nothing lies in between.
     assert snr_from_energies(signal, noise) == math.nextafter(limit, 0.0)
-    ok, detail = judge_parity(parity_evidence(policy_id, signal, noise, signal, signal),
-                              policy_id, "program")
-    assert not ok and f"below {limit:g} dB" in detail
+    j = judge_parity(parity_evidence(policy_id, signal, noise, signal, signal),
+                     policy_id, "program")
+    assert j.status is Status.FAIL and f"below {limit:g} dB" in j.detail
 
 
 @pytest.mark.parametrize("policy_id,limit", [(FP32_POLICY, 0.9999), (FP16_POLICY, 0.999)])
@@ -256,13 +257,13 @@ def test_cosine_exactly_at_the_minimum_passes_and_the_next_value_down_fails(poli
     # SNR minimum already implies cosine >= 1 - 10^(-SNR/10) / 2, far above either cosine
     # minimum, so the cosine limit is only reachable with sums judged one by one, as the
     # rule judges them (noise 0: SNR infinite, cosine alone decides).
-    ok, detail = judge_parity(parity_evidence(policy_id, 1.0, 0.0, limit, 1.0, "runtime"),
-                              policy_id, "runtime")
-    assert ok, detail
+    j = judge_parity(parity_evidence(policy_id, 1.0, 0.0, limit, 1.0, "runtime"),
+                     policy_id, "runtime")
+    assert j.status is Status.PASS, j.detail
     below = math.nextafter(limit, 0.0)
-    ok, detail = judge_parity(parity_evidence(policy_id, 1.0, 0.0, below, 1.0, "runtime"),
-                              policy_id, "runtime")
-    assert not ok and f"below {limit:g}" in detail and "cosine" in detail
+    j = judge_parity(parity_evidence(policy_id, 1.0, 0.0, below, 1.0, "runtime"),
+                     policy_id, "runtime")
+    assert j.status is Status.FAIL and f"below {limit:g}" in j.detail and "cosine" in j.detail
 
 
 # ----------------------------------------------------------------------------- placement
@@ -270,22 +271,22 @@ def test_cosine_exactly_at_the_minimum_passes_and_the_next_value_down_fails(poli
 @pytest.mark.parametrize("costs", [[0.5, 0.51], [0.5, 0.49], [0.25, 0.25, 0.25, 0.26],
                                    [0.3, 0.3, 0.39]])
 def test_cost_sum_exactly_one_plus_or_minus_the_tolerance_passes(costs):
-    ok, detail = placement.judge_plan(plan_evidence(costs))
-    assert ok, detail
+    j = placement.judge_plan(plan_evidence(costs))
+    assert j.status is Status.PASS, j.detail
 
 
 @pytest.mark.parametrize("costs", [[0.5, math.nextafter(0.51, 1.0)],
                                    [0.5, math.nextafter(0.49, 0.0)],
                                    [0.5, 0.5101], [0.5, 0.4899]])
 def test_cost_sum_just_past_the_tolerance_fails(costs):
-    ok, detail = placement.judge_plan(plan_evidence(costs))
-    assert not ok and "not 1 +/- 0.01" in detail
+    j = placement.judge_plan(plan_evidence(costs))
+    assert j.status is Status.FAIL and "not 1 +/- 0.01" in j.detail
 
 
 def test_a_nan_cost_does_not_pass_the_sum_check():
     # NaN compares false with everything: "not within the tolerance" must not be "> 0.01".
-    ok, detail = placement.judge_plan(plan_evidence([0.5, float("nan"), 0.5]))
-    assert not ok and "not a finite number" in detail
+    j = placement.judge_plan(plan_evidence([0.5, float("nan"), 0.5]))
+    assert j.status is Status.FAIL and "not a finite number" in j.detail
 
 
 # ----------------------------------------------------------------------------- exit codes
@@ -393,29 +394,29 @@ def lifecycle_doc(patched_rcs, n: int, unpatched_rcs=(-11,)):
 @pytest.mark.parametrize("n", [1, 3])
 def test_lifecycle_n_of_n_clean_runs_pass(n):
     doc, stream = lifecycle_doc([3] * n, n)
-    ok, detail = rules.judge_lifecycle(doc, stream)
-    assert ok, detail
-    assert f"{n}/{n} runs exit 3 with both markers" in detail
+    j = rules.judge_lifecycle(doc, stream)
+    assert j.status is Status.PASS, j.detail
+    assert f"{n}/{n} runs exit 3 with both markers" in j.detail
 
 
 @pytest.mark.parametrize("bad_rc", [2, 4, -6])
 def test_lifecycle_one_unclean_run_of_n_fails(bad_rc):
     doc, stream = lifecycle_doc([3, 3, bad_rc], 3)
-    ok, detail = rules.judge_lifecycle(doc, stream)
-    assert not ok and "1/3 runs not clean" in detail and "run 2" in detail
+    j = rules.judge_lifecycle(doc, stream)
+    assert j.status is Status.FAIL and "1/3 runs not clean" in j.detail and "run 2" in j.detail
 
 
 @pytest.mark.parametrize("recorded", [2, 4])
 def test_lifecycle_needs_exactly_n_runs(recorded):
     doc, stream = lifecycle_doc([3] * recorded, 3)
-    ok, detail = rules.judge_lifecycle(doc, stream)
-    assert not ok and f"patched: {recorded} runs recorded, expected 3" in detail
+    j = rules.judge_lifecycle(doc, stream)
+    assert j.status is Status.FAIL and f"patched: {recorded} runs recorded, expected 3" in j.detail
 
 
 def test_lifecycle_zero_runs_per_side_is_malformed():
     doc, stream = lifecycle_doc([], 0)
-    ok, detail = rules.judge_lifecycle(doc, stream)
-    assert not ok and "malformed runs_per_side 0" in detail
+    j = rules.judge_lifecycle(doc, stream)
+    assert j.status is Status.FAIL and "malformed runs_per_side 0" in j.detail
 
 
 def test_wer_helpers_agree_with_the_displayed_float():

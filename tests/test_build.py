@@ -11,6 +11,7 @@ from verifylib import canonical, contracts, source
 from verifylib.build import (BuildError, build_evidence, build_key, build_whisper_cli,
                              compiler_identity, effective_options, judge_ggml_build,
                              parse_system_info, probe_system_info)
+from verifylib.gates import Status
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
@@ -168,7 +169,7 @@ def test_probe_and_judge_on_a_fake_cli(tmp_path):
     assert probe.coreml == 0 and probe.system_info_line.startswith(contracts.SYSTEM_INFO_PREFIX)
     ev = canonical.loads(canonical.dumps(build_evidence(res, probe)))
     text = probe.result.stderr_text + "\n" + probe.result.stdout_text
-    assert judge_ggml_build(ev, text)[0]
+    assert judge_ggml_build(ev, text).status is Status.PASS
 
 
 def test_probe_of_a_crashing_or_coreml_cli_fails_the_judge(tmp_path):
@@ -182,8 +183,8 @@ def test_probe_of_a_crashing_or_coreml_cli_fails_the_judge(tmp_path):
                                 cache_dir=tmp_path / f"c-{name}", log=quiet)
         probe = probe_system_info(res.binary, model, audio)
         ev = canonical.loads(canonical.dumps(build_evidence(res, probe)))
-        ok, why = judge_ggml_build(ev, probe.result.stderr_text + "\n" + probe.result.stdout_text)
-        assert not ok and needle in why, why
+        j = judge_ggml_build(ev, probe.result.stderr_text + "\n" + probe.result.stdout_text)
+        assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
 # ----------------------------------------------------------------------------- the pure judge
@@ -197,10 +198,11 @@ def good_evidence() -> dict:
 
 
 def test_judge_ggml_build_pass_and_each_failure():
-    ok, why = judge_ggml_build(good_evidence(), "noise\n" + SYSINFO + "\nmore\n")
-    assert ok, why
+    j = judge_ggml_build(good_evidence(), "noise\n" + SYSINFO + "\nmore\n")
+    assert j.status is Status.PASS, j.detail
     # Substring matching: extra fields or reordering on the line do not matter.
-    assert judge_ggml_build(good_evidence(), "system_info: X = 1 | COREML = 0 | Y = 2")[0]
+    assert judge_ggml_build(good_evidence(),
+                            "system_info: X = 1 | COREML = 0 | Y = 2").status is Status.PASS
     cases = [
         ({}, SYSINFO.replace("COREML = 0", "COREML = 1"), "COREML = 0"),
         ({}, "whisper_print_timings: ...", "no 'system_info:' line"),
@@ -216,8 +218,8 @@ def test_judge_ggml_build_pass_and_each_failure():
     ]
     for change, text, needle in cases:
         ev = {**good_evidence(), **change}
-        ok, why = judge_ggml_build(ev, text)
-        assert not ok and needle in why, (change, why)
+        j = judge_ggml_build(ev, text)
+        assert j.status is Status.FAIL and needle in j.detail, (change, j.detail)
     for probe_change, needle in [({"returncode": 139, "signal": "SIGSEGV"}, "SIGSEGV"),
                                  ({"returncode": None, "timed_out": True}, "timed out True"),
                                  ({"returncode": 3}, "returncode 3"),
@@ -226,8 +228,8 @@ def test_judge_ggml_build_pass_and_each_failure():
                                  ({"argv": ["/c/builds/k/whisper-cli", "-np"]}, "forbidden")]:
         ev = good_evidence()
         ev["probe"] = {**ev["probe"], **probe_change}
-        ok, why = judge_ggml_build(ev, SYSINFO)
-        assert not ok and needle in why, (probe_change, why)
+        j = judge_ggml_build(ev, SYSINFO)
+        assert j.status is Status.FAIL and needle in j.detail, (probe_change, j.detail)
 
 
 def test_parse_system_info():
@@ -255,8 +257,8 @@ def test_real_v185_ggml_build_is_static_and_recorded(v185_ggml_build, verifylib_
 def test_real_v185_tree_is_exact_before_and_after_the_build(v185_ggml_build, v185_pin):
     ev = source.patch_evidence(v185_pin, {"before": v185_ggml_build.before,
                                           "after": v185_ggml_build.after})
-    ok, why = source.judge_patch_exact(canonical.loads(canonical.dumps(ev)))
-    assert ok, why
+    j = source.judge_patch_exact(canonical.loads(canonical.dumps(ev)))
+    assert j.status is Status.PASS, j.detail
     assert not (v185_ggml_build.patched.path / "build").exists()
 
 
@@ -270,8 +272,8 @@ def test_real_v185_probe_shows_coreml_off_from_the_published_path(v185_ggml_buil
     assert probe.coreml == 0
     assert contracts.COREML_OFF in probe.system_info_line
     ev = canonical.loads(canonical.dumps(build_evidence(res, probe)))
-    ok, why = judge_ggml_build(ev, probe.result.stderr_text + "\n" + probe.result.stdout_text)
-    assert ok, why
+    j = judge_ggml_build(ev, probe.result.stderr_text + "\n" + probe.result.stdout_text)
+    assert j.status is Status.PASS, j.detail
 
 
 @pytest.mark.physical

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, gates, rules
+from verifylib import artifacts, build, canonical, gates, rules
 from verifylib.build import build_whisper_cli
 from verifylib.evidence import EvidenceView
 from verifylib.gates import Status
@@ -46,11 +46,11 @@ def quiet(_msg):
 def coreml_gate(tmp_path, coreml=1, ggml_key=None, after=()):
     src = project(tmp_path / "src", coreml)
     cache = tmp_path / "cache"
-    cli, bench = stage_build.build_coreml_variant(src, tree_id=TREE, patch_sha256=PATCH,
+    cli, bench = build.build_coreml_variant(src, tree_id=TREE, patch_sha256=PATCH,
                                                   options={}, cache_dir=cache, log=quiet)
     model = tmp_path / "m.bin"
     model.write_bytes(b"ggml")
-    probe = stage_build.probe_bench(bench.binary, model)
+    probe = build.probe_bench(bench.binary, model)
     from verifylib import params
     ctx = StageContext("01_build", params.load(params.DEFAULT_PARAMETERS), tmp_path / "run")
     refs, ids = stage_build.write_coreml_evidence(ctx, cli, bench, probe,
@@ -70,7 +70,7 @@ def test_core_ml_build_reads_coreml_1_from_whisper_bench(tmp_path):
     assert cli.binary.parent.name == cli.key and bench.binary.parent.name == f"bench-{bench.key}"
     assert ids == {"binary.coreml.sha256": cli.sha256}
     assert sorted(p.name for p in src.iterdir()) == ["CMakeLists.txt", "bench.cpp", "cli.cpp"]
-    again = stage_build.build_bench(src, cli, cache_dir=tmp_path / "cache", log=quiet)
+    again = build.build_bench(src, cli, cache_dir=tmp_path / "cache", log=quiet)
     assert again.cached and again.sha256 == bench.sha256
 
 
@@ -79,10 +79,10 @@ def test_core_ml_build_rule_failures(tmp_path):
                                           after=["status differs"])
     ev = EvidenceView(ctx.run_dir, refs)
     doc, err, out = ev.json("coreml_build"), ev.bytes("bench_stderr"), ev.bytes("bench_stdout")
-    ok, why = stage_build.judge_coreml_build(doc, err, out)
-    assert not ok
-    assert "whisper-bench's system_info does not show 'COREML = 1' (found COREML = 0)" in why
-    assert "patched tree not exact after the build" in why
+    j = rules.judge_coreml_build(doc, err, out)
+    assert j.status is Status.FAIL
+    assert "whisper-bench's system_info does not show 'COREML = 1' (found COREML = 0)" in j.detail
+    assert "patched tree not exact after the build" in j.detail
     for edit, needle in [
         (lambda d: d["options"].update(WHISPER_COREML_ALLOW_FALLBACK="ON"),
          "CMake option WHISPER_COREML_ALLOW_FALLBACK is 'ON', not OFF"),
@@ -94,10 +94,10 @@ def test_core_ml_build_rule_failures(tmp_path):
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        ok, why = stage_build.judge_coreml_build(d, err, out)
-        assert not ok and needle in why, (needle, why)
-    ok, why = stage_build.judge_coreml_build(doc, err + b"x", out)
-    assert "bench streams are not the probe's" in why
+        j = rules.judge_coreml_build(d, err, out)
+        assert j.status is Status.FAIL and needle in j.detail, (needle, j.detail)
+    j = rules.judge_coreml_build(doc, err + b"x", out)
+    assert "bench streams are not the probe's" in j.detail
 
 
 def test_unpatched_build_failure_is_recorded_not_raised(tmp_path, v185_pin):
@@ -110,4 +110,4 @@ def test_unpatched_build_failure_is_recorded_not_raised(tmp_path, v185_pin):
     ev = stage_build.unpatched_build(ctx, broken, v185_pin, {}, tmp_path / "cache", log=quiet)
     assert ev["built"] is False and "nope" in ev["error"]
     assert canonical.read_json(ctx.evidence_dir / "unpatched_build.json") == ev
-    assert stage_build.UNPATCHED_IDENTITY not in ctx.identities
+    assert artifacts.UNPATCHED_IDENTITY not in ctx.identities

@@ -21,7 +21,7 @@ from verifylib.evidence import EvidenceRef, EvidenceView, GateRecord, Reason
 from verifylib.gates import Status
 from verifylib.stage import GateRun, StageContext
 from verifylib.stages import canary
-from verifylib.stages.build import UNPATCHED_IDENTITY, unpatched_binary
+from verifylib.artifacts import UNPATCHED_IDENTITY, unpatched_binary
 
 FAKE_MAC = HostCapabilities(
     system="Darwin", machine="arm64", macos_version=(15, 7),
@@ -34,7 +34,7 @@ def make_params(runs: int = 3, **canary_cfg) -> params.Params:
     data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
     data["canary"] = {"runs": runs, **canary_cfg}
     data.pop("fixtures", None)
-    return params.validate(data, "test parameters", params.REPO_ROOT)
+    return params.validate(data, "test parameters", params.PARAMETERS_DIR)
 
 
 def judge(gate_id: str, ctx: StageContext, refs) -> gates.Judgement:
@@ -73,9 +73,9 @@ def test_lifecycle_ab_passes_on_a_clean_patched_build(tmp_path, tree, capsys):
     assert "4/4 runs exit 3 with both markers, no signal" in j.detail
     assert "4x SIGSEGV (recorded, not gated)" in j.detail
     doc = ctx.evidence_of  # noqa: F841 (gate not recorded in this test)
-    lc = ctx.facts["lifecycle"]
-    assert lc["sides"]["patched"]["counts"] == {CLEAN: 4}
-    assert lc["sides"]["unpatched"]["counts"] == {"SIGSEGV": 4}
+    lc = ctx.result.lifecycle
+    assert lc.sides["patched"].counts == {CLEAN: 4}
+    assert lc.sides["unpatched"].counts == {"SIGSEGV": 4}
     assert set(ids) == {"binary.ggml.sha256", "binary.ggml_unpatched.sha256"}
     # Every stream is stored once per distinct digest, and the bar was plain text.
     names = [r.name for r in refs]
@@ -132,12 +132,12 @@ def test_lifecycle_rule_refuses_records_the_streams_do_not_support(tmp_path, tre
         runs=2, timeout=30, progress=False)
     doc = EvidenceView(ctx.run_dir, refs).json("lifecycle")
     stream = _stream_lookup(ctx, refs)
-    assert canary.judge_lifecycle(doc, stream)[0]
+    assert rules.judge_lifecycle(doc, stream).status is Status.PASS
 
     def variant(edit):
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        return canary.judge_lifecycle(d, stream)
+        return rules.judge_lifecycle(d, stream)
 
     # An unpatched crash substituted into the patched side, relabeled as a clean exit 3.
     def relabel(d):
@@ -145,23 +145,26 @@ def test_lifecycle_rule_refuses_records_the_streams_do_not_support(tmp_path, tre
                      outcome=CLEAN)
         crash["argv"] = [d["sides"]["patched"]["binary"]] + crash["argv"][1:]
         d["sides"]["patched"]["runs"][0] = crash
-    ok, why = variant(relabel)
-    assert not ok and ("patched run 0: recorded outcome 'exit 3 + both markers', but the stored "
-                       "exit status and stream give 'exit 3, marker missing'") in why
-    ok, why = variant(lambda d: d["sides"]["unpatched"]["runs"][1].update(signal=None))
-    assert not ok and "recorded signal None disagrees with return code -11 (SIGSEGV)" in why
-    ok, why = variant(lambda d: d["sides"]["patched"]["counts"].update({CLEAN: 5}))
-    assert not ok and "patched: recorded counts" in why
-    ok, why = variant(lambda d: d["sides"]["patched"]["runs"][0].update(stderr_sha256="a" * 64))
-    assert not ok and "patched run 0: stream not stored" in why
-    ok, why = variant(lambda d: d.update(runs_per_side=3))
-    assert not ok and why == "patched: 2 runs recorded, expected 3"
-    ok, why = variant(lambda d: d["sides"]["patched"].update(available=False))
-    assert not ok and "patched: no runs recorded" in why
-    ok, why = variant(lambda d: d.update(trigger=["-dtw", "large.v3"]))
-    assert not ok and why.startswith("malformed trigger")
-    ok, why = variant(lambda d: d["sides"].pop("unpatched"))
-    assert not ok and why == "evidence must record both sides (unpatched and patched)"
+    j = variant(relabel)
+    assert j.status is Status.FAIL
+    assert ("patched run 0: recorded outcome 'exit 3 + both markers', but the stored "
+            "exit status and stream give 'exit 3, marker missing'") in j.detail
+    j = variant(lambda d: d["sides"]["unpatched"]["runs"][1].update(signal=None))
+    assert j.status is Status.FAIL
+    assert "recorded signal None disagrees with return code -11 (SIGSEGV)" in j.detail
+    j = variant(lambda d: d["sides"]["patched"]["counts"].update({CLEAN: 5}))
+    assert j.status is Status.FAIL and "patched: recorded counts" in j.detail
+    j = variant(lambda d: d["sides"]["patched"]["runs"][0].update(stderr_sha256="a" * 64))
+    assert j.status is Status.FAIL and "patched run 0: stream not stored" in j.detail
+    j = variant(lambda d: d.update(runs_per_side=3))
+    assert j.status is Status.FAIL and j.detail == "patched: 2 runs recorded, expected 3"
+    j = variant(lambda d: d["sides"]["patched"].update(available=False))
+    assert j.status is Status.FAIL and "patched: no runs recorded" in j.detail
+    j = variant(lambda d: d.update(trigger=["-dtw", "large.v3"]))
+    assert j.status is Status.FAIL and j.detail.startswith("malformed trigger")
+    j = variant(lambda d: d["sides"].pop("unpatched"))
+    assert j == gates.Judgement(Status.FAIL,
+                                "evidence must record both sides (unpatched and patched)")
 
 
 # ----------------------------------------------------------------------------- Core ML paths
@@ -228,8 +231,8 @@ def test_negative_rule_refuses_a_warm_up_or_a_crowded_scratch(tmp_path, tree, pu
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        ok, why = canary.judge_negative(d, err, out)
-        assert not ok and needle in why, why
+        j = rules.judge_negative(d, err, out)
+        assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
 def test_positive_gate_warm_up_then_measured_run(tmp_path, tree, published, monkeypatch):
@@ -248,7 +251,7 @@ def test_positive_gate_warm_up_then_measured_run(tmp_path, tree, published, monk
     assert doc["mlmodelc"]["path"] == str(published)[:-4] + "-encoder.mlmodelc"
     assert ids["artifact.fp32.mlmodelc.tree_digest"] == canonical.tree_digest(
         published.with_name("ggml-model-encoder.mlmodelc"))
-    assert ctx.facts["positive"]["transcript"].startswith("And so")
+    assert ctx.result.positive.transcript.startswith("And so")
 
 
 def test_positive_gate_first_run_needs_its_generous_timeout(tmp_path, tree, published, monkeypatch):
@@ -275,12 +278,12 @@ def test_positive_gate_classifies_the_measured_run_alone(tmp_path, tree, publish
     doc = ev.json("positive")
     good = (ev.bytes("measured_stderr"), ev.bytes("measured_stdout"))
     warm = (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout"))
-    assert canary.judge_positive(doc, *good, warm)[0]
-    ok, why = canary.judge_positive(doc, *good)
-    assert not ok and "warm-up streams not stored" in why
+    assert rules.judge_positive(doc, *good, warm).status is Status.PASS
+    j = rules.judge_positive(doc, *good)
+    assert j.status is Status.FAIL and "warm-up streams not stored" in j.detail
     # The warm-up's log in place of the measured run's is another run's log.
-    ok, why = canary.judge_positive(doc, ev.bytes("warmup_stderr") + b"x", good[1], warm)
-    assert not ok and "stderr is not this run's stream" in why
+    j = rules.judge_positive(doc, ev.bytes("warmup_stderr") + b"x", good[1], warm)
+    assert j.status is Status.FAIL and "stderr is not this run's stream" in j.detail
     for edit, needle in [
         (lambda d: d["warmup"].update(argv=d["warmup"]["argv"][:-2]),
          "the warm-up ran another command line"),
@@ -292,8 +295,8 @@ def test_positive_gate_classifies_the_measured_run_alone(tmp_path, tree, publish
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        ok, why = canary.judge_positive(d, *good, warm)
-        assert not ok and needle in why, why
+        j = rules.judge_positive(d, *good, warm)
+        assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
 @pytest.mark.parametrize("scenario, needle", [
@@ -304,7 +307,7 @@ def test_positive_gate_classifies_the_measured_run_alone(tmp_path, tree, publish
 ])
 def test_positive_gate_judges_the_warm_up(tmp_path, tree, published, scenario, needle):
     # The measured run is clean; only the warm-up crashed or fell back. Accepting that
-    # would be the guide's anti-pattern "accept or retry SIGABRT".
+    # would be the anti-pattern "accept or retry SIGABRT" (docs/runtime-contract.md §10).
     ctx = ctx_for(tmp_path)
     exe, sha = fake(tmp_path, scenario)
     refs, _ = canary.coreml_positive(ctx, binary=exe, binary_sha256=sha,
@@ -374,8 +377,8 @@ def test_the_stage_on_a_fake_mac_runs_all_three_canaries(tmp_path, tree, monkeyp
     st = {r.id: r for r in report.records}
     for gid in ("canary.lifecycle_ab", "canary.coreml_negative", "canary.coreml_positive"):
         assert st[gid].status is Status.PASS, (gid, st[gid].reason)
-    assert report.facts["negative"]["outcome"] == "exit 3 + load-failure + init-failure"
-    assert report.facts["positive"]["measured encode time ms"] == 42.75
+    assert report.result.negative.outcome == "exit 3 + load-failure + init-failure"
+    assert report.result.positive.measured_encode_ms == 42.75
 
 
 def test_the_stage_on_a_fake_mac_with_an_unpatched_core_ml_build(tmp_path, tree, monkeypatch):
@@ -401,7 +404,7 @@ def test_on_this_host_the_core_ml_canaries_are_not_run_for_platform(tmp_path, tr
     for gid in ("canary.coreml_negative", "canary.coreml_positive"):
         assert st[gid].status is Status.NOT_RUN
         assert (st[gid].reason.kind, st[gid].reason.detail.split(";")[0]) == ("platform", "needs macOS")
-    assert "negative" not in report.facts and "positive" not in report.facts
+    assert report.result.negative is None and report.result.positive is None
 
 
 def test_disabled_canaries_say_which_parameter(tmp_path, tree):
@@ -481,10 +484,10 @@ def test_physical_lifecycle_ab_v185(tmp_path, v185_source, v185_ggml_build, v185
         progress=False)
     j = judge("canary.lifecycle_ab", ctx, refs)
     assert j.status is Status.PASS, j.detail
-    lc = ctx.facts["lifecycle"]["sides"]
-    assert lc["patched"]["counts"] == {CLEAN: 3}
-    # FACTS.md: the unpatched static build crashed 10/10 with this trigger.
-    assert lc["unpatched"]["counts"] == {"SIGSEGV": 3}
+    lc = ctx.result.lifecycle.sides
+    assert lc["patched"].counts == {CLEAN: 3}
+    # docs/facts.md: the unpatched static build crashed 10/10 with this trigger.
+    assert lc["unpatched"].counts == {"SIGSEGV": 3}
 
 
 def test_show_renders_tables_and_chart_without_script(tmp_path, tree, monkeypatch):
@@ -495,7 +498,8 @@ def test_show_renders_tables_and_chart_without_script(tmp_path, tree, monkeypatc
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     report = canary.run(make_params(runs=2), run_dir, progress=False)
-    assert canary.show(report) is None
+    from verifylib.views import canary as canary_view
+    assert canary_view.show(report) is None
     html = "".join(getattr(o, "data", "") for o in shown)
     assert "Batch-lifecycle A/B" in html and "2 &times; SIGSEGV" in html
     assert "<script" not in html.lower()

@@ -101,7 +101,7 @@ def test_every_core_ml_line_is_logged_by_whisper_init_state(init_state):
 
 
 def test_load_marker_is_the_else_branch_and_fallback_off_fails_closed(init_state):
-    # "Core ML model loaded" iff ctx_coreml != nullptr (guide 2.2) ...
+    # "Core ML model loaded" iff ctx_coreml != nullptr (docs/runtime-contract.md §2.2) ...
     assert re.search(r"if \(!state->ctx_coreml\) \{.*?\} else \{\s*WHISPER_LOG_INFO\("
                      + re.escape(_fmt(contracts.COREML_LOAD_MARKER)), init_state, re.S)
     # ... and without WHISPER_COREML_ALLOW_FALLBACK a failed load frees the state and returns.
@@ -184,7 +184,8 @@ def test_flags_are_whisper_cli_flags(cli_src, cli_main):
     sets(contracts.PROCESSOR_FLAGS, "n_processors")
     sets((contracts.NO_FLASH_ATTN_FLAG, "--no-flash-attn"), "flash_attn")
     sets((contracts.DTW_FLAG, "--dtw"), "dtw")
-    # -np installs an empty log callback: every library line disappears (guide 6.1).
+    # -np installs an empty log callback: every library line disappears
+    # (docs/runtime-contract.md §6.1).
     assert re.search(r"if \(params\.no_prints\) \{\s*whisper_log_set\(cb_log_disable, NULL\);", cli_main)
     assert re.search(r"static void cb_log_disable\([^)]*\) \{ \}", cli_src)
     assert re.search(r"int32_t n_processors\s*=\s*1;", cli_src)
@@ -207,7 +208,7 @@ def test_the_lifecycle_preset_has_more_text_layers_than_the_tree_test_model(whis
 
 # ----------------------------------------------------------------------------- coreml_encoder_path
 
-GUIDE_TABLE = [  # guide section 4.1, as printed
+GUIDE_TABLE = [  # the table of docs/runtime-contract.md §4.1
     ("models/ggml-base.en.bin", "models/ggml-base.en-encoder.mlmodelc"),
     ("/m/ggml-model.bin", "/m/ggml-model-encoder.mlmodelc"),
     ("/m/ggml-base.en-q5_0.bin", "/m/ggml-base.en-encoder.mlmodelc"),

@@ -112,7 +112,7 @@ def test_tiny_en_packages_meet_the_contract(tiny_en_export):
         assert [p.name for p in path.parent.iterdir()] == [PACKAGE]
     assert describe_mlpackage(t.fp32)["compute_dtypes"] == ["FLOAT32"]
     assert "FLOAT16" in describe_mlpackage(t.fp16)["compute_dtypes"]
-    # FACTS.md: the tiny.en program has 11 op types.
+    # docs/facts.md: the tiny.en program has 11 op types.
     ops = set(describe_mlpackage(t.fp32)["op_types"])
     assert ops == {"const", "linear", "transpose", "reshape", "add", "layer_norm", "matmul",
                    "gelu", "mul", "softmax", "conv"}

@@ -3,8 +3,8 @@
 Every scenario is a physical run of ``tests/fake_whisper_cli.py`` (which spells
 whisper-cli's lines as its own literals) through the real runner, classified by the real
 classifiers. Each ends in FAIL or refusal with its exact reason -- except the success
-runs and the nil prediction, which the positive gate alone passes (guide 4.2: only a
-transcript comparison, ``wer.hybrid``, catches it).
+runs and the nil prediction, which the positive gate alone passes (only a transcript
+comparison, ``wer.hybrid``, catches it: docs/runtime-contract.md §4.2).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from verifylib import contracts
 from verifylib.contracts import (ContractError, classify_lifecycle, classify_negative,
                                  classify_positive)
 from verifylib.runner import run, run_record, run_whisper_cli
-from verifylib.stages.canary import coreml_argv, lifecycle_argv
+from verifylib.contracts import coreml_argv, lifecycle_argv
 
 LOADED = "missing on stderr: 'whisper_init_state: Core ML model loaded'"
 NO_FAILURE_LINE = "missing on stderr: 'whisper_init_state: failed to load Core ML model'"
@@ -85,7 +85,8 @@ def test_clean_fail_closed_negative_control_passes(files):
 
 def test_nil_prediction_passes_the_positive_gate_alone(files):
     # Load marker, clean log, exit 0 -- and no transcript. The four conditions cannot see
-    # it (guide 4.2); only transcript comparison catches it, which is wer.hybrid's job.
+    # it (docs/runtime-contract.md §4.2); only transcript comparison catches it, which is
+    # wer.hybrid's job.
     res, c = positive(files, "coreml-nil")
     assert c.ok and res.returncode == 0
     assert res.stdout_text.strip() == ""
@@ -116,7 +117,7 @@ def test_negative_control_hang_times_out(files):
 
 
 def test_exit_3_from_a_model_path_typo_is_not_a_negative_control(files):
-    # FACTS.md: a missing model also exits 3 with the init-failure line -- and no
+    # docs/facts.md: a missing model also exits 3 with the init-failure line -- and no
     # load-failure marker. Exit 3 alone is never a valid negative control.
     files.scratch = files.scratch + ".typo"
     res, c = negative(files, "coreml")

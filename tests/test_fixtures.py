@@ -34,7 +34,7 @@ def test_fixture_files_match_their_digests_and_format():
             seconds = w.getnframes() / 16000
         assert 2 < seconds < 30, fx["id"]  # HF's encoder window is 30 s
         total += seconds
-        assert params.fixture_text(p, fx), fx["id"]
+        assert params.fixture_text(p, params.Fixture(**fx)), fx["id"]
     assert total >= 90
     assert set(sums) == {p.resolve(fx["path"]).name for fx in synthesized}
 

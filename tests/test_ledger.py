@@ -34,7 +34,7 @@ SHA = "ab" * 32
 def make_params() -> params.Params:
     data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
     data.pop("fixtures", None)
-    return params.validate(data, "test parameters", params.REPO_ROOT)
+    return params.validate(data, "test parameters", params.PARAMETERS_DIR)
 
 
 def fields(seq: int = 0, **over) -> dict:

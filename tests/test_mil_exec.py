@@ -105,8 +105,8 @@ def test_tiny_en_program_matches_the_hf_encoder(tiny_en_export, jfk_logmel, jfk_
     m64 = compare(jfk_reference, execute(p, {"logmel_data": jfk_logmel},
                                          compute="float64").outputs["output"])
     # float32: the program is op for op what the eager encoder computes (same CPU kernels),
-    # so the output is bit-identical; float64 is the independent-arithmetic check (FACTS.md
-    # measured 121.4 dB).
+    # so the output is bit-identical; float64 is the independent-arithmetic check
+    # (docs/facts.md: 121.4 dB).
     assert m32.snr_db >= 120 and m32.cosine >= 0.9999
     assert 115 <= m64.snr_db < 140 and m64.cosine >= 0.9999
 
@@ -132,7 +132,7 @@ def test_an_edited_weight_inside_the_package_changes_the_output(tiny_en_export, 
 
 
 def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_logmel):
-    from verifylib.stages.parity import reference_encode
+    from verifylib.reference import reference_encode
     p = load_program(tiny_en_export.fp32)
     taps = residual_taps(p)
     assert [t[0] for t in taps] == ["embeddings", "block 0", "block 1", "block 2", "block 3",

@@ -18,7 +18,7 @@ from tests.test_boundaries import (ENCODER, LIFECYCLE_STDERR, MODEL, NEGATIVE_ST
                                    wer_clip, wer_evidence)
 from verifylib import contracts, gates, placement
 from verifylib.contracts import ContractError, check_cli_argv
-from verifylib.gates import Status, Verdict
+from verifylib.gates import Judgement, Status, Verdict
 from verifylib.parity import (FP32_POLICY, as_float, cosine_from_sums, judge_parity,
                               recheck_measurement, snr_from_energies)
 from verifylib.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
@@ -367,17 +367,17 @@ TEXT = "ask not what your country can do"
 
 
 def test_ggml_vs_source_figures_and_refusals_word_for_word():
-    ok, detail = judge_ggml_vs_source(wer_evidence(wer_clip("a", (2, 20), (3, 20))))
-    assert (ok, detail) == (True, "corpus WER vs references: GGML 0.1500, HF source 0.1000 "
-                                  "(limit 0.1500) over 1 clip(s)")
-    ok, detail = judge_ggml_vs_source(wer_evidence(wer_clip("a", (2, 20), (4, 20))))
-    assert (ok, detail) == (False, "GGML corpus WER above the limit; corpus WER vs references: "
-                                   "GGML 0.2000, HF source 0.1000 (limit 0.1500) over 1 clip(s)")
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("a", (2, 20), (3, 20))))
+    assert j == Judgement(Status.PASS, "corpus WER vs references: GGML 0.1500, HF source 0.1000 "
+                                       "(limit 0.1500) over 1 clip(s)")
+    j = judge_ggml_vs_source(wer_evidence(wer_clip("a", (2, 20), (4, 20))))
+    assert j == Judgement(Status.FAIL, "GGML corpus WER above the limit; corpus WER vs references: "
+                                       "GGML 0.2000, HF source 0.1000 (limit 0.1500) over 1 clip(s)")
     ev = wer_evidence(wer_clip("a", (0, 20), (0, 20)))
     ev["policy"] = dict(ev["policy"], id="wer-v0")
-    ok, detail = judge_ggml_vs_source(ev)
-    assert not ok and "'wer-v0'" in detail
-    assert judge_ggml_vs_source(wer_evidence()) == (False, "no fixture was transcribed")
+    j = judge_ggml_vs_source(ev)
+    assert j.status is Status.FAIL and "'wer-v0'" in j.detail
+    assert judge_ggml_vs_source(wer_evidence()) == Judgement(Status.FAIL, "no fixture was transcribed")
 
 
 def test_every_tampered_public_clip_is_named():
@@ -386,62 +386,63 @@ def test_every_tampered_public_clip_is_named():
     bad["ggml_text"] = "garbage words only"
     bad["ggml_empty"] = True
     good = _public_clip("b", TEXT, TEXT, TEXT)
-    ok, detail = judge_ggml_vs_source(wer_evidence(bad, good))
-    assert (ok, detail) == (False, "a: stored ggml counts do not match its texts; "
-                                   "a: stored ggml_empty flag contradicts the text")
+    j = judge_ggml_vs_source(wer_evidence(bad, good))
+    assert j == Judgement(Status.FAIL, "a: stored ggml counts do not match its texts; "
+                                       "a: stored ggml_empty flag contradicts the text")
 
 
 def test_hybrid_figures_and_refusals_word_for_word():
     ev = wer_evidence(wer_clip("a", (2, 20), (3, 20), hybrid=(2, 20), hybrid_vs_ggml=(2, 20)),
                       wer_clip("b", (0, 20), (1, 20), hybrid=(1, 20), hybrid_vs_ggml=(3, 20)))
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert (ok, detail) == (True, "corpus WER vs references: hybrid 0.0750, GGML 0.1000, source "
-                                  "0.0500 (limit 0.1000); largest clip hybrid-vs-GGML WER 0.1500 "
-                                  "(b) over 2 clip(s)")
+    j = judge_hybrid(ev, clean_load)
+    assert j == Judgement(Status.PASS, "corpus WER vs references: hybrid 0.0750, GGML 0.1000, source "
+                                       "0.0500 (limit 0.1000); largest clip hybrid-vs-GGML WER 0.1500 "
+                                       "(b) over 2 clip(s)")
     ev["clips"][0]["hybrid"] = counts(6, 20)
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert (ok, detail) == (False, "hybrid corpus WER above the limit; corpus WER vs references: "
-                                   "hybrid 0.1750, GGML 0.1000, source 0.0500 (limit 0.1000); "
-                                   "largest clip hybrid-vs-GGML WER 0.1500 (b) over 2 clip(s)")
+    j = judge_hybrid(ev, clean_load)
+    assert j == Judgement(Status.FAIL, "hybrid corpus WER above the limit; corpus WER vs references: "
+                                       "hybrid 0.1750, GGML 0.1000, source 0.0500 (limit 0.1000); "
+                                       "largest clip hybrid-vs-GGML WER 0.1500 (b) over 2 clip(s)")
     ev["clips"][1]["hybrid_vs_ggml"] = counts(11, 20)
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert not ok and detail.startswith("clip b diverges from GGML beyond 0.5; corpus WER vs "
-                                        "references: hybrid 0.1750")
-    assert "largest clip hybrid-vs-GGML WER 0.5500 (b)" in detail
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.FAIL
+    assert j.detail.startswith("clip b diverges from GGML beyond 0.5; corpus WER vs "
+                               "references: hybrid 0.1750")
+    assert "largest clip hybrid-vs-GGML WER 0.5500 (b)" in j.detail
 
 
 def test_hybrid_refuses_empty_transcripts_and_failed_loads():
     ev = wer_evidence(wer_clip("a", (0, 20), (0, 20), hybrid=(0, 20)),
                       wer_clip("b", (0, 20), (0, 20), hybrid=(0, 20)))
     ev["clips"][1]["hybrid_empty"] = True
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert (ok, detail) == (False, "hybrid transcript empty for ['b'] (a silent Core ML "
-                                   "prediction failure)")
+    j = judge_hybrid(ev, clean_load)
+    assert j == Judgement(Status.FAIL, "hybrid transcript empty for ['b'] (a silent Core ML "
+                                       "prediction failure)")
     ev["clips"][1]["hybrid_empty"] = False
     seen = []
 
     def fails_b(clip):
         seen.append(clip["id"])
-        return (clip["id"] != "b"), "exit 0, condition failed"
-    ok, detail = judge_hybrid(ev, fails_b)
+        return Judgement.of(clip["id"] != "b", "exit 0, condition failed")
+    j = judge_hybrid(ev, fails_b)
     assert seen == ["a", "b"]
-    assert (ok, detail) == (False, "b: hybrid run fails the load conditions: exit 0, condition failed")
+    assert j == Judgement(Status.FAIL, "b: hybrid run fails the load conditions: exit 0, condition failed")
     ev["policy"] = dict(ev["policy"], id="wer-v2")
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert not ok and "'wer-v2'" in detail
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.FAIL and "'wer-v2'" in j.detail
 
 
 def test_hybrid_recomputes_public_clip_counts():
     clip = _public_clip("a", TEXT, TEXT, TEXT, hybrid_text=TEXT)
-    ok, _ = judge_hybrid(wer_evidence(clip), clean_load)
-    assert ok
+    j = judge_hybrid(wer_evidence(clip), clean_load)
+    assert j.status is Status.PASS
     clip["hybrid_text"] = "ask not"
     clip["hybrid_empty"] = True
-    ok, detail = judge_hybrid(wer_evidence(clip, _public_clip("b", TEXT, TEXT, TEXT, TEXT)),
-                              clean_load)
-    assert (ok, detail) == (False, "a: stored hybrid counts do not match its texts; a: stored "
-                                   "hybrid_vs_ggml counts do not match its texts; a: stored "
-                                   "hybrid_empty flag contradicts the text")
+    j = judge_hybrid(wer_evidence(clip, _public_clip("b", TEXT, TEXT, TEXT, TEXT)),
+                     clean_load)
+    assert j == Judgement(Status.FAIL, "a: stored hybrid counts do not match its texts; a: stored "
+                                       "hybrid_vs_ggml counts do not match its texts; a: stored "
+                                       "hybrid_empty flag contradicts the text")
 
 
 def test_hybrid_worst_clip_is_chosen_by_exact_wer():
@@ -449,8 +450,8 @@ def test_hybrid_worst_clip_is_chosen_by_exact_wer():
     ev = wer_evidence(wer_clip("a", (0, 3), (0, 3), hybrid=(0, 3), hybrid_vs_ggml=(1, 3)),
                       wer_clip("b", (0, 1000), (0, 1000), hybrid=(0, 1000),
                                hybrid_vs_ggml=(333, 1000)))
-    ok, detail = judge_hybrid(ev, clean_load)
-    assert ok and "largest clip hybrid-vs-GGML WER 0.3333 (a)" in detail
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.PASS and "largest clip hybrid-vs-GGML WER 0.3333 (a)" in j.detail
 
 
 # ============================================================================ parity
@@ -486,45 +487,46 @@ def test_parity_figures_word_for_word():
     ev = parity_evidence(FP32_POLICY, 1e10, 1.0, 1e10, 1e10)
     ev["measurements"] += [_measurement("float64", 1.0, 0.0, 1.0, 1.0),
                            _measurement("float32", 0.0, 1.0, 0.0, 1.0, inp="random")]
-    ok, detail = judge_parity(ev, FP32_POLICY, "program")
-    assert (ok, detail) == (True, "fp32-v1, fixture/float32: SNR 100.00 dB (min 100), cosine "
-                                  "1.000000000 (min 0.9999), max |err| 1e-06, mean |err| 1e-07; "
-                                  "beside it: fixture/float64: SNR inf dB, cosine 1.000000000; "
-                                  "random/float32: SNR -inf dB, cosine nan")
+    j = judge_parity(ev, FP32_POLICY, "program")
+    assert j == Judgement(Status.PASS, "fp32-v1, fixture/float32: SNR 100.00 dB (min 100), cosine "
+                                       "1.000000000 (min 0.9999), max |err| 1e-06, mean |err| 1e-07; "
+                                       "beside it: fixture/float64: SNR inf dB, cosine 1.000000000; "
+                                       "random/float32: SNR -inf dB, cosine nan")
 
 
 def test_parity_failures_word_for_word():
     ev = parity_evidence(FP32_POLICY, 1e8, 1.0, 0.5e8, 1e8)
     ev["measurements"][0]["metrics"]["finite"] = False
-    ok, detail = judge_parity(ev, FP32_POLICY, "program")
-    assert (ok, detail) == (False, "the candidate output holds non-finite values; SNR 80.00 dB "
-                                   "below 100 dB; cosine 0.500000000 below 0.9999 — fp32-v1, "
-                                   "fixture/float32: SNR 80.00 dB (min 100), cosine 0.500000000 "
-                                   "(min 0.9999), max |err| 1e-06, mean |err| 1e-07")
+    j = judge_parity(ev, FP32_POLICY, "program")
+    assert j == Judgement(Status.FAIL, "the candidate output holds non-finite values; SNR 80.00 dB "
+                                       "below 100 dB; cosine 0.500000000 below 0.9999 — fp32-v1, "
+                                       "fixture/float32: SNR 80.00 dB (min 100), cosine 0.500000000 "
+                                       "(min 0.9999), max |err| 1e-06, mean |err| 1e-07")
     del ev["measurements"][0]["metrics"]["finite"]
-    ok, detail = judge_parity(ev, FP32_POLICY, "program")
-    assert "the candidate output holds non-finite values" in detail
+    j = judge_parity(ev, FP32_POLICY, "program")
+    assert "the candidate output holds non-finite values" in j.detail
 
 
 def test_parity_refusals_word_for_word():
     ev = parity_evidence(FP32_POLICY, 1e10, 1.0, 1e10, 1e10)
-    ok, detail = judge_parity(ev, "fp64-v9", "program")
-    assert not ok and detail.startswith("unknown policy 'fp64-v9'")
-    ok, detail = judge_parity(ev, "fp16-v1", "program")
-    assert (ok, detail) == (False, "evidence was measured under policy 'fp32-v1', not fp16-v1")
+    j = judge_parity(ev, "fp64-v9", "program")
+    assert j.status is Status.FAIL and j.detail.startswith("unknown policy 'fp64-v9'")
+    j = judge_parity(ev, "fp16-v1", "program")
+    assert j == Judgement(Status.FAIL, "evidence was measured under policy 'fp32-v1', not fp16-v1")
     forged = dict(ev, policy=dict(ev["policy"], sha256="0" * 64))
-    ok, detail = judge_parity(forged, FP32_POLICY, "program")
-    assert (ok, detail) == (False, f"the stored fp32-v1 record differs from the packaged resource "
-                                   f"(sha256 {'0' * 64} vs {ev['policy']['sha256']})")
-    ok, detail = judge_parity(dict(ev, variant="fp16"), FP32_POLICY, "program")
-    assert (ok, detail) == (False, "variant 'fp16' is not 'fp32'")
-    ok, detail = judge_parity({k: v for k, v in ev.items() if k != "measurements"}, FP32_POLICY,
-                              "program")
-    assert (ok, detail) == (False, "expected exactly one fixture/float32 measurement, found 0")
+    j = judge_parity(forged, FP32_POLICY, "program")
+    assert j == Judgement(Status.FAIL, f"the stored fp32-v1 record differs from the packaged resource "
+                                       f"(sha256 {'0' * 64} vs {ev['policy']['sha256']})")
+    j = judge_parity(dict(ev, variant="fp16"), FP32_POLICY, "program")
+    assert j == Judgement(Status.FAIL, "variant 'fp16' is not 'fp32'")
+    j = judge_parity({k: v for k, v in ev.items() if k != "measurements"}, FP32_POLICY,
+                     "program")
+    assert j == Judgement(Status.FAIL, "expected exactly one fixture/float32 measurement, found 0")
     moved = dict(ev, artifact={"tree_digest": "b" * 64, "exported_tree_digest": "a" * 64})
-    ok, detail = judge_parity(moved, FP32_POLICY, "program")
-    assert not ok and detail.startswith(f"the measured artifact (tree digest {'b' * 64}) is not "
-                                        f"the exported one ({'a' * 64}) — fp32-v1")
+    j = judge_parity(moved, FP32_POLICY, "program")
+    assert j.status is Status.FAIL
+    assert j.detail.startswith(f"the measured artifact (tree digest {'b' * 64}) is not "
+                               f"the exported one ({'a' * 64}) — fp32-v1")
 
 
 def test_recheck_names_the_measurement_and_the_figure():
@@ -549,22 +551,24 @@ def test_plan_rule_words_for_word():
     ev = plan_evidence([0.5, 0.51])
     ev["ops"][1]["preferred"] = "CPU"
     ev["cost_by_device"] = {"GPU": 0.5, "CPU": 0.51}
-    ok, detail = placement.judge_plan(ev)
-    assert (ok, detail) == (True, "2 operations planned (2 costed, sum 1.0100); cost share by "
-                                  "preferred device: CPU 50.5%, GPU 49.5%")
-    assert placement.judge_plan({"ops": []}) == (False, "the plan lists no operations")
+    j = placement.judge_plan(ev)
+    assert j == Judgement(Status.PASS, "2 operations planned (2 costed, sum 1.0100); cost share by "
+                                       "preferred device: CPU 50.5%, GPU 49.5%")
+    assert placement.judge_plan({"ops": []}) == Judgement(Status.FAIL, "the plan lists no operations")
     ev = plan_evidence([0.5])
     ev["ops"][0]["cost"] = None
-    assert placement.judge_plan(ev) == (False, "the plan gives no cost for any operation")
+    assert placement.judge_plan(ev) == Judgement(Status.FAIL,
+                                                 "the plan gives no cost for any operation")
     ev = plan_evidence([1.0])
     ev["ops"][0]["preferred"] = None
-    assert placement.judge_plan(ev) == (False, "1 costed operation(s) without a preferred device")
-    assert placement.judge_plan(plan_evidence([0.5, 0.4])) == (
-        False, "cost shares sum to 0.9000, not 1 +/- 0.01")
+    assert placement.judge_plan(ev) == Judgement(
+        Status.FAIL, "1 costed operation(s) without a preferred device")
+    assert placement.judge_plan(plan_evidence([0.5, 0.4])) == Judgement(
+        Status.FAIL, "cost shares sum to 0.9000, not 1 +/- 0.01")
     ev = plan_evidence([0.5, 0.5])
     ev["ops"][1]["cost"] = "0.5"
-    assert placement.judge_plan(ev) == (
-        False, "1 operation(s) with a cost that is not a finite number")
+    assert placement.judge_plan(ev) == Judgement(
+        Status.FAIL, "1 operation(s) with a cost that is not a finite number")
 
 
 # ============================================================================ receipt

@@ -13,6 +13,7 @@ import pytest
 
 from verifylib import canonical
 from verifylib.evidence import EvidenceRef, EvidenceView
+from verifylib.gates import Status
 from verifylib.parity import (FP16_POLICY, FP32_POLICY, as_float, compare, cosine_from_sums,
                               error_histogram, frame_snr_db, judge_parity, policy_record,
                               snr_from_energies)
@@ -37,7 +38,7 @@ def test_snr_has_no_epsilon_floor_and_the_reference_is_the_signal():
     cand = ref + 1e-10
     m = compare(ref, cand)
     assert m.snr_db == pytest.approx(200.0, abs=1e-3)
-    # coremltools' helper saturates near 100 dB on the same data (FACTS.md) ...
+    # coremltools' helper saturates near 100 dB on the same data (docs/facts.md) ...
     from coremltools.converters.mil.testing_utils import compute_snr_and_psnr
     ct_snr, _ = compute_snr_and_psnr(cand, ref)
     assert ct_snr < 101
@@ -107,10 +108,10 @@ def _evidence(snr_noise=1e-14, policy=FP32_POLICY, digest="a" * 64):
 
 
 def test_rule_passes_within_policy_and_reports_every_measurement():
-    ok, detail = judge_parity(_evidence(), FP32_POLICY, "program")
-    assert ok, detail
-    assert "fixture/float32" in detail and "fixture/float64" in detail
-    assert "random/float32: SNR inf dB" in detail
+    j = judge_parity(_evidence(), FP32_POLICY, "program")
+    assert j.status is Status.PASS, j.detail
+    assert "fixture/float32" in j.detail and "fixture/float64" in j.detail
+    assert "random/float32: SNR inf dB" in j.detail
 
 
 @pytest.mark.parametrize("edit,needle", [
@@ -127,22 +128,22 @@ def test_rule_passes_within_policy_and_reports_every_measurement():
 def test_rule_fails_closed(edit, needle):
     ev = _evidence()
     edit(ev)
-    ok, detail = judge_parity(ev, FP32_POLICY, "program")
+    j = judge_parity(ev, FP32_POLICY, "program")
     if needle is None:
-        assert ok
+        assert j.status is Status.PASS
     else:
-        assert not ok and needle in detail, detail
+        assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
 def test_rule_applies_the_thresholds():
-    ok, detail = judge_parity(_evidence(snr_noise=1e-4), FP32_POLICY, "program")
-    assert not ok and "below 100 dB" in detail
+    j = judge_parity(_evidence(snr_noise=1e-4), FP32_POLICY, "program")
+    assert j.status is Status.FAIL and "below 100 dB" in j.detail
     # The same numbers pass the looser fp16 policy, and only under its own id.
     ev = _evidence(snr_noise=1e-4, policy=FP16_POLICY)
-    assert judge_parity(ev, FP16_POLICY, "program")[0]
-    assert not judge_parity(ev, FP32_POLICY, "program")[0]
+    assert judge_parity(ev, FP16_POLICY, "program").status is Status.PASS
+    assert judge_parity(ev, FP32_POLICY, "program").status is Status.FAIL
     # A runtime record must carry the runtime execution.
-    assert "coreml-all" in judge_parity(_evidence(), FP32_POLICY, "runtime")[1]
+    assert "coreml-all" in judge_parity(_evidence(), FP32_POLICY, "runtime").detail
 
 
 def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
@@ -172,10 +173,10 @@ def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
     ev = {"policy": policy_record(load_policy(FP32_POLICY)), "variant": "fp32",
           "artifact": {"tree_digest": "c" * 64, "exported_tree_digest": "c" * 64},
           "measurements": canonical.loads(canonical.dumps(meas))}
-    ok, detail = judge_parity(ev, FP32_POLICY, "runtime")
-    assert not ok and "below 100 dB" in detail
+    j = judge_parity(ev, FP32_POLICY, "runtime")
+    assert j.status is Status.FAIL and "below 100 dB" in j.detail
     assert judge_parity({**ev, "policy": policy_record(load_policy(FP16_POLICY)),
-                         "variant": "fp16"}, FP16_POLICY, "runtime")[0]
+                         "variant": "fp16"}, FP16_POLICY, "runtime").status is Status.PASS
 
 
 # ----------------------------------------------------------------------------- stages
@@ -235,7 +236,7 @@ def test_linux_statuses_of_the_export_and_parity_gates(staged_run):
     assert [r["label"] for r in drift["layers"]["float64"]][-1] == "output"
     assert len(drift["frames"]["float32"]) == 1500
     assert 0 < drift["speech_frames"] < 1500
-    assert report.facts["candidates"]["parity.program"]["status"] == "PASS"
+    assert report.result.candidates["parity.program"].status == "PASS"
 
 
 @pytest.mark.physical

@@ -1,4 +1,4 @@
-"""``verifylib pin-check``: the guide's patch-deletion conditions for a candidate source."""
+"""``verifylib pin-check``: the patch-deletion conditions (docs/runtime-contract.md §6.4)."""
 
 from __future__ import annotations
 

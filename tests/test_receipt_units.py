@@ -218,3 +218,32 @@ def test_error_traceback_document_is_checked(tmp_path):
                        {}) == [bad]
     assert chk.justify(g, rec(error_document(g.id, "other")), {}, {}, {}) == [
         "gate build.ggml: ERROR text differs from its stored traceback"]
+
+
+def test_error_kind_follows_the_exception_its_traceback_ends_with(tmp_path):
+    from verifylib import canonical
+    from verifylib.evidence import EvidenceRef
+    from verifylib.stage import error_document
+    chk = _checker(tmp_path)
+    g = gates.gate("build.ggml")
+    broken = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+              "    g()\nverifylib.errors.PrerequisiteBroken: the binary changed\n"
+              "second line of the message\n")
+    bug = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+           "    g()\nZeroDivisionError: division by zero\n")
+    cases = {broken: "prerequisite-broken", bug: "exception", "boom": "exception"}
+    for i, (text, want) in enumerate(cases.items()):
+        name = f"tb{i}.json"
+        sha = canonical.write_json(tmp_path / name, error_document(g.id, text))
+        ref = (EvidenceRef("traceback", name, sha),)
+        other = "exception" if want == "prerequisite-broken" else "prerequisite-broken"
+        assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason(want, text), ref),
+                           {}, {}, {}) == []
+        assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason(other, text), ref),
+                           {}, {}, {}) == [
+            f"gate build.ggml: ERROR({other}) but its traceback says {want}"]
+        assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason(want, "other"), ref),
+                           {}, {}, {}) == [
+            "gate build.ggml: ERROR text differs from its stored traceback"]
+    assert chk.justify(g, GateRecord(g.id, Status.ERROR, Reason("rule", "boom"), ref),
+                       {}, {}, {}) == ["gate build.ggml: ERROR with reason kind 'rule'"]

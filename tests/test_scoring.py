@@ -6,6 +6,7 @@ import math
 import pytest
 
 from verifylib import scoring
+from verifylib.gates import Status
 from verifylib.scoring import WordCounts, count_words, corpus_wer, judge_ggml_vs_source
 
 
@@ -40,27 +41,27 @@ def _evidence(ggml_text, source_text="ask not what your country can do",
 
 
 def test_rule_passes_identical_and_small_flip():
-    ok, detail = judge_ggml_vs_source(_evidence("ask not what your country can do"))
-    assert ok and "GGML 0.0000" in detail
+    j = judge_ggml_vs_source(_evidence("ask not what your country can do"))
+    assert j.status is Status.PASS and "GGML 0.0000" in j.detail
     words = [f"w{i}" for i in range(40)]
     forty = " ".join(words)
     flipped = " ".join(["x3" if w == "w3" else w for w in words])
-    ok, _ = judge_ggml_vs_source(_evidence(flipped, forty, forty))
-    assert ok  # 1/40 = 0.025 <= 0 + 0.05
+    j = judge_ggml_vs_source(_evidence(flipped, forty, forty))
+    assert j.status is Status.PASS  # 1/40 = 0.025 <= 0 + 0.05
 
 
 def test_rule_fails_garbage_and_empty_and_tampering():
-    ok, detail = judge_ggml_vs_source(_evidence("the the the the"))
-    assert not ok and "above the limit" in detail
-    ok, detail = judge_ggml_vs_source(_evidence(""))
-    assert not ok and "empty where the source's is not" in detail
+    j = judge_ggml_vs_source(_evidence("the the the the"))
+    assert j.status is Status.FAIL and "above the limit" in j.detail
+    j = judge_ggml_vs_source(_evidence(""))
+    assert j.status is Status.FAIL and "empty where the source's is not" in j.detail
     ev = _evidence("ask not what your country can do")
     forged = copy.deepcopy(ev)
     forged["clips"][0]["ggml_text"] = "garbage words only"
-    ok, detail = judge_ggml_vs_source(forged)
-    assert not ok and "do not match its texts" in detail
-    ok, detail = judge_ggml_vs_source({"policy": ev["policy"], "clips": []})
-    assert not ok
+    j = judge_ggml_vs_source(forged)
+    assert j.status is Status.FAIL and "do not match its texts" in j.detail
+    j = judge_ggml_vs_source({"policy": ev["policy"], "clips": []})
+    assert j.status is Status.FAIL
 
 
 def test_non_public_clip_is_judged_from_counts_alone():
@@ -68,8 +69,8 @@ def test_non_public_clip_is_judged_from_counts_alone():
     clip = ev["clips"][0]
     for k in ("reference", "source_text", "ggml_text"):
         del clip[k]
-    ok, _ = judge_ggml_vs_source(ev)
-    assert ok
+    j = judge_ggml_vs_source(ev)
+    assert j.status is Status.PASS
 
 
 def test_policy_resource_is_versioned():

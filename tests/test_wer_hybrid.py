@@ -104,13 +104,13 @@ def _ggml_doc(stderr: bytes, beside=False, rc=0):
 
 def test_ggml_runs_must_show_coreml_0_with_no_mlmodelc_beside():
     ok = b"system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 |\n"
-    assert wer.ggml_run_problems(_ggml_doc(ok), lambda cid: ok) == []
+    assert rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok) == []
     bad = ok.replace(b"COREML = 0", b"COREML = 1")
-    (p,) = wer.ggml_run_problems(_ggml_doc(bad), lambda cid: bad)
+    (p,) = rules.ggml_run_problems(_ggml_doc(bad), lambda cid: bad)
     assert "does not show COREML = 0 (found 1)" in p
-    (p,) = wer.ggml_run_problems(_ggml_doc(ok, beside=True), lambda cid: ok)
+    (p,) = rules.ggml_run_problems(_ggml_doc(ok, beside=True), lambda cid: ok)
     assert ".mlmodelc beside" in p
-    (p,) = wer.ggml_run_problems(_ggml_doc(ok), lambda cid: ok + b"x")
+    (p,) = rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok + b"x")
     assert "not the run's stream" in p
-    (p,) = wer.ggml_run_problems(_ggml_doc(ok, rc=-11), lambda cid: ok)
+    (p,) = rules.ggml_run_problems(_ggml_doc(ok, rc=-11), lambda cid: ok)
     assert "exit -11" in p

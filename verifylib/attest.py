@@ -48,6 +48,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
 from . import canonical, receipt
+from .errors import AttestationFailure, EvidenceInvalid, ParametersInvalid
 
 ATTESTATION_FILE = "attestation.intoto.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -62,11 +63,11 @@ ENVELOPE_KEYS = {"payload", "payloadType", "signatures"}
 STATEMENT_KEYS = {"_type", "subject", "predicateType", "predicate"}
 
 
-class AttestKeyError(ValueError):
+class AttestKeyError(ParametersInvalid):
     """A key file is missing, unreadable, encrypted, not PEM, or not an Ed25519 key."""
 
 
-class AttestError(RuntimeError):
+class AttestError(AttestationFailure):
     """A run cannot be attested (no receipt, it does not verify, or it is attested)."""
 
 
@@ -277,7 +278,7 @@ def _read_receipt(run_dir: Path) -> tuple[dict, str]:
     data = path.read_bytes()
     doc = canonical.loads(data)
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: not a JSON object")
+        raise EvidenceInvalid(f"{path}: not a JSON object")
     return doc, canonical.sha256_bytes(data)
 
 
@@ -392,13 +393,13 @@ def attest(run_dir: str | os.PathLike, key: CryptoSigner | str | os.PathLike) ->
 def _strict_b64(text: Any, what: str) -> bytes:
     """Decode standard base64, refusing anything that does not re-encode to itself."""
     if not isinstance(text, str):
-        raise ValueError(f"{what} is not a base64 string")
+        raise EvidenceInvalid(f"{what} is not a base64 string")
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
-        raise ValueError(f"{what} is not valid base64 ({exc})") from exc
+        raise EvidenceInvalid(f"{what} is not valid base64 ({exc})") from exc
     if base64.b64encode(raw).decode("ascii") != text:
-        raise ValueError(f"{what} is not canonical base64 (altered padding bits?)")
+        raise EvidenceInvalid(f"{what} is not canonical base64 (altered padding bits?)")
     return raw
 
 
@@ -406,23 +407,23 @@ def _parse_envelope(line: str, n: int) -> Envelope:
     try:
         data = canonical.loads(line)
     except ValueError as exc:
-        raise ValueError(f"line {n}: not strict JSON ({exc})") from exc
+        raise EvidenceInvalid(f"line {n}: not strict JSON ({exc})") from exc
     if not isinstance(data, dict) or set(data) != ENVELOPE_KEYS:
-        raise ValueError(f"line {n}: not a DSSE envelope (fields must be exactly "
-                         f"{sorted(ENVELOPE_KEYS)})")
+        raise EvidenceInvalid(f"line {n}: not a DSSE envelope (fields must be exactly "
+                              f"{sorted(ENVELOPE_KEYS)})")
     if not isinstance(data["payloadType"], str):
-        raise ValueError(f"line {n}: payloadType is not a string")
+        raise EvidenceInvalid(f"line {n}: payloadType is not a string")
     payload = _strict_b64(data["payload"], f"line {n}: payload")
     sigs = data["signatures"]
     if not isinstance(sigs, list) or not sigs:
-        raise ValueError(f"line {n}: no signatures")
+        raise EvidenceInvalid(f"line {n}: no signatures")
     signatures: dict[str, Signature] = {}
     for i, s in enumerate(sigs):
         if not isinstance(s, dict) or not isinstance(s.get("keyid"), str):
-            raise ValueError(f"line {n}: signature {i} malformed")
+            raise EvidenceInvalid(f"line {n}: signature {i} malformed")
         raw = _strict_b64(s.get("sig"), f"line {n}: signature {i}")
         if s["keyid"] in signatures:
-            raise ValueError(f"line {n}: two signatures by key {s['keyid']}")
+            raise EvidenceInvalid(f"line {n}: two signatures by key {s['keyid']}")
         signatures[s["keyid"]] = Signature(s["keyid"], raw.hex())
     return Envelope(payload, data["payloadType"], signatures)
 

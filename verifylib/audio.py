@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from .canonical import sha256_file
+from .errors import ParametersInvalid
 
 WHISPER_SAMPLE_RATE = 16000
 """The only sample rate Whisper models accept."""
 
 
-class AudioError(ValueError):
+class AudioError(ParametersInvalid):
     """A fixture is not a WAV file this suite accepts."""
 
 

@@ -1,11 +1,11 @@
 """Build a static whisper-cli per variant, cache it by content key, and read its system_info.
 
-Why this is hand-written: the guide's build-hygiene rules (a separate build folder per
-variant, outside the source tree; the SHA-256 of the produced binary recorded; a binary
-whose digest covers the patched library code) are not what a generic CMake wrapper
-enforces. Here the key of a build is the SHA-256 of everything that decides its bytes
+Why this is hand-written: the build-hygiene rules of docs/runtime-contract.md §3 (a
+separate build folder per variant, outside the source tree; the SHA-256 of the produced
+binary recorded; a binary whose digest covers the patched library code) are not what a
+generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everything that decides its bytes
 (source tree id, patch digest, variant, CMake options, compiler and host CPU), the binary
-is linked statically (``BUILD_SHARED_LIBS=OFF``, see FACTS.md) and published with its
+is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with its
 ``build.json`` through a staging folder, so a failed or interrupted build publishes
 nothing and a cached one is re-hashed before reuse. Every subprocess goes through
 :func:`verifylib.runner.run`.
@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import contracts
+from .gates import Judgement
 from .canonical import dumps, is_sha256, publish_dir, read_json, sha256_bytes, sha256_file, write_json
-from .runner import RunResult, run, run_record, run_whisper_cli
+from .errors import BuildFailure, ParametersInvalid
+from .runner import RunResult, run, run_record, run_whisper_binary, run_whisper_cli
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml")
 
@@ -45,7 +47,7 @@ _FORBIDDEN_PROBE_FLAGS = contracts.FORBIDDEN_FLAGS
 _SHARED_RUNTIME_PREFIXES = ("libwhisper", "libggml")
 
 
-class BuildError(RuntimeError):
+class BuildError(BuildFailure):
     """whisper-cli could not be configured, built, inspected or published."""
 
 
@@ -104,7 +106,7 @@ def _norm_value(name: str, value: Any) -> str:
         return str(value)
     if isinstance(value, str) and value and not any(c in value for c in "\n\r\0"):
         return value
-    raise ValueError(f"CMake option {name}: value {value!r} must be a bool, int or one-line string")
+    raise ParametersInvalid(f"CMake option {name}: value {value!r} must be a bool, int or one-line string")
 
 
 def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -126,22 +128,22 @@ def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[s
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ParametersInvalid
         For an unknown variant, a malformed option, or an attempt to change a fixed or
         variant-forced option (e.g. ``BUILD_SHARED_LIBS=ON``, ``WHISPER_COREML`` on a
         GGML variant).
     """
     if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
     forced = {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
     merged = dict(_DEFAULT_OPTIONS)
     for name, value in (options or {}).items():
         if not isinstance(name, str) or not _OPTION_NAME_RE.match(name):
-            raise ValueError(f"malformed CMake option name {name!r}")
+            raise ParametersInvalid(f"malformed CMake option name {name!r}")
         val = _norm_value(name, value)
         if name in forced and forced[name] != val:
-            raise ValueError(f"CMake option {name} is fixed to {forced[name]} for variant "
-                             f"{variant!r}, got {val}")
+            raise ParametersInvalid(f"CMake option {name} is fixed to {forced[name]} for variant "
+                                    f"{variant!r}, got {val}")
         merged[name] = val
     merged.update(forced)
     return dict(sorted(merged.items()))
@@ -171,19 +173,19 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ParametersInvalid
         For a malformed tree id or digest, an unknown variant, or a patch digest that
         does not fit the variant.
     """
     if not (isinstance(tree_id, str) and re.match(r"^[0-9a-f]{40}$", tree_id)):
-        raise ValueError(f"tree id must be 40 lower-case hex digits, got {tree_id!r}")
+        raise ParametersInvalid(f"tree id must be 40 lower-case hex digits, got {tree_id!r}")
     if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
     if variant == "ggml-unpatched":
         if patch_sha256 is not None:
-            raise ValueError("variant 'ggml-unpatched' takes patch_sha256=None")
+            raise ParametersInvalid("variant 'ggml-unpatched' takes patch_sha256=None")
     elif not is_sha256(patch_sha256):
-        raise ValueError(f"variant {variant!r} needs the applied patch's sha256, got {patch_sha256!r}")
+        raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, got {patch_sha256!r}")
     payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
                "patch_sha256": patch_sha256, "variant": variant, "options": dict(options),
                "compiler": dict(compiler)}
@@ -389,11 +391,11 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     BuildError
         If configure or build fails (message holds the log tail; full logs stay in the
         build folder), or the binary is missing; nothing is published then.
-    ValueError
+    verifylib.errors.ParametersInvalid
         For invalid arguments (see :func:`build_key`, :func:`effective_options`).
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+        raise ParametersInvalid(f"jobs must be a positive integer, got {jobs!r}")
     src = Path(src).resolve()
     cache_dir = Path(cache_dir).expanduser().resolve()
     opts = effective_options(variant, options)
@@ -578,7 +580,7 @@ def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]
 
 
 def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
-                     expect_variant: str = "ggml") -> tuple[bool, str]:
+                     expect_variant: str = "ggml") -> Judgement:
     """Re-judge ``build.ggml`` from stored evidence and the probe's captured output.
 
     Parameters
@@ -592,17 +594,17 @@ def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
 
     Returns
     -------
-    tuple of (bool, str)
-        True iff the build exists with a well-formed SHA-256 equal to its recorded one,
+    Judgement
+        PASS iff the build exists with a well-formed SHA-256 equal to its recorded one,
         is the expected variant with a well-formed patch digest, links no
         ``libwhisper``/``libggml``, the probe ran that binary without forbidden flags and
         exited 0 with no signal or timeout, and its ``system_info:`` line contains
-        ``COREML = 0`` (not ``COREML = 1``); with the reason.
+        ``COREML = 0`` (not ``COREML = 1``); FAIL otherwise, with the reason.
     """
     if not isinstance(evidence, Mapping):
-        return False, "evidence is not a mapping"
+        return Judgement.failed("evidence is not a mapping")
     if evidence.get("built") is not True:
-        return False, f"no build: {evidence.get('error', 'unknown reason')}"
+        return Judgement.failed(f"no build: {evidence.get('error', 'unknown reason')}")
     problems: list[str] = []
     if evidence.get("variant") != expect_variant:
         problems.append(f"variant is {evidence.get('variant')!r}, not {expect_variant!r}")
@@ -642,6 +644,132 @@ def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
     elif contracts.COREML_ON in line or contracts.COREML_OFF not in line:
         problems.append(f"system_info line does not show {contracts.COREML_OFF!r}: {line}")
     if problems:
-        return False, "; ".join(problems)
-    return True, (f"static whisper-cli [{expect_variant}] sha256 {sha}; probe exit 0; "
-                  f"system_info shows {contracts.COREML_OFF!r}")
+        return Judgement.failed("; ".join(problems))
+    return Judgement.passed(f"static whisper-cli [{expect_variant}] sha256 {sha}; probe exit 0; "
+                            f"system_info shows {contracts.COREML_OFF!r}")
+
+
+# ----------------------------------------------------------------------------- whisper-bench
+
+_BENCH_SCHEMA = "verifylib-whisper-bench-v1"
+
+
+@dataclass(frozen=True)
+class BenchBuild:
+    """A published ``whisper-bench`` configured exactly like a whisper-cli build.
+
+    Attributes
+    ----------
+    binary : Path
+        ``cache/builds/bench-<key>/whisper-bench``.
+    sha256 : str
+        Its digest.
+    key : str
+        SHA-256 of the schema and the whisper-cli build's key.
+    cli_key : str
+        The key of the whisper-cli build whose options it shares.
+    options : dict
+        The CMake options (the whisper-cli build's effective options).
+    cached : bool
+        Reused from the cache.
+    seconds : float
+        Time spent.
+    """
+
+    binary: Path
+    sha256: str
+    key: str
+    cli_key: str
+    options: dict
+    cached: bool
+    seconds: float
+
+
+def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
+                log: Callable[[str], None] = print, timeout: float = 3600.0) -> BenchBuild:
+    """Build (or reuse) ``whisper-bench`` from ``src`` with ``cli``'s exact CMake options.
+
+    Configured in ``cache_dir/cmake/bench-<key>`` (outside the source tree), published
+    through a staging folder to ``cache_dir/builds/bench-<key>/`` with a ``build.json``,
+    reused only if its bytes still hash to the record.
+
+    Raises
+    ------
+    BuildError
+        If configure or build fails; nothing is published then.
+    """
+    src = Path(src).resolve()
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    key = sha256_bytes(dumps({"schema": _BENCH_SCHEMA, "target": "whisper-bench",
+                              "cli_key": cli.key}))
+    final = cache_dir / "builds" / f"bench-{key}"
+    t0 = time.monotonic()
+    try:
+        meta = read_json(final / "build.json")
+        if meta.get("key") == key and sha256_file(final / "whisper-bench") == meta.get("sha256"):
+            return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
+                              dict(meta["options"]), True, time.monotonic() - t0)
+    except (OSError, ValueError, AttributeError):
+        pass
+    bdir = cache_dir / "cmake" / f"bench-{key}"
+    shutil.rmtree(bdir, ignore_errors=True)
+    bdir.mkdir(parents=True)
+    env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
+    opts = dict(cli.options)
+    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
+                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
+    log(f"configuring whisper-bench [{cli.variant}] in {bdir} …")
+    for argv, what in ((configure, "configure"),
+                       (["cmake", "--build", str(bdir), "--target", "whisper-bench", "-j",
+                         str(jobs)], "build")):
+        res = run(argv, timeout=timeout, env_extra=env)
+        (bdir / f"verifylib-{what}.log").write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
+        if not res.ok:
+            raise BuildError(f"whisper-bench {what} failed ({res.describe()}); log "
+                                    f"{bdir / f'verifylib-{what}.log'}\n{res.stderr_text[-3000:]}")
+    built = bdir / "bin" / "whisper-bench"
+    if not built.is_file():
+        raise BuildError(f"build reported success but {built} does not exist")
+    seconds = time.monotonic() - t0
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
+    try:
+        shutil.copy2(built, staging / "whisper-bench")
+        digest = sha256_file(staging / "whisper-bench")
+        write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
+                                            "sha256": digest, "seconds": round(seconds, 3)})
+        publish_dir(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(bdir, ignore_errors=True)
+    log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest})")
+    return BenchBuild(final / "whisper-bench", digest, key, cli.key, opts, False, seconds)
+
+
+def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options: Mapping,
+                         cache_dir: Path, jobs: int = 2,
+                         log: Callable[[str], None] = print) -> tuple[BuildResult, BenchBuild]:
+    """Build the Core ML ``whisper-cli`` (variant ``coreml``: ``WHISPER_COREML=1``, fallback
+    OFF, static, own content-keyed folder) and a ``whisper-bench`` with its options."""
+    cli = build_whisper_cli(src, tree_id=tree_id, patch_sha256=patch_sha256,
+                                   variant="coreml", options=options, cache_dir=cache_dir,
+                                   jobs=jobs, log=log)
+    return cli, build_bench(src, cli, cache_dir=cache_dir, jobs=jobs, log=log)
+
+
+def probe_bench(bench: Path, model: Path, timeout: float = 300.0) -> RunResult:
+    """Run ``whisper-bench`` once to read its ``system_info`` line (printed before loading).
+
+    The model is copied alone into a scratch folder, so a Core ML build finds no
+    ``.mlmodelc`` and stops after printing the line; the exit status does not matter. The
+    launch goes through ``verifylib.runner.run_whisper_binary`` (whisper-bench is not
+    whisper-cli: no argv contract), so it is recorded in the bound launch ledger and the
+    ``build.coreml`` evidence cites it.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-bench-"))
+    try:
+        m = scratch / Path(model).name
+        shutil.copyfile(model, m)
+        return run_whisper_binary([str(bench), "-m", str(m), "-t", "1", "-w", "0"],
+                                  timeout=timeout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

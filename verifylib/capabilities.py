@@ -77,7 +77,8 @@ def _find_coremlc() -> str | None:
         return None
     res = run(["xcrun", "--find", "coremlc"], timeout=30)
     path = res.stdout_text.strip()
-    # Command Line Tools alone have no coremlc; only full Xcode does (guide 4.3).
+    # Command Line Tools alone have no coremlc; only full Xcode does
+    # (docs/runtime-contract.md §4.3).
     return path if res.ok and "Xcode" in path and ".app/" in path else None
 
 

@@ -8,8 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from . import gates
-from .params import DEFAULT_PARAMETERS, REPO_ROOT, ParameterError
+from . import gates, resources
+from .params import ParameterError
 
 EXIT_BAD_INPUT = 2
 # 128 + signal number: what a shell reports for a process killed by the signal, so a
@@ -71,11 +71,11 @@ def _cmd_run(args) -> int:
     unsigned = 0
     from .orchestrate import load_all, run_one
     try:
-        all_params = load_all(args.parameters or [DEFAULT_PARAMETERS])
+        all_params = load_all(args.parameters or [resources.default_parameters()])
     except ParameterError as exc:
         print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    reports = Path(args.reports).resolve()
+    reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
     from .orchestrate import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
@@ -171,9 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="verifylib", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="audit one or more models (parameter files or folders)")
-    r.add_argument("parameters", nargs="*", help=f"default: {DEFAULT_PARAMETERS.relative_to(REPO_ROOT)}")
-    r.add_argument("--reports", default=str(REPO_ROOT / "reports"),
-                   help="root folder for run directories (default: reports/)")
+    r.add_argument("parameters", nargs="*",
+                   help=f"default: {resources.default_parameters()}")
+    # Resolved when the command runs, so the default follows the caller's folder.
+    r.add_argument("--reports", metavar="DIR", default=None,
+                   help="root folder for run directories (default: ./reports of the current "
+                        "directory)")
     r.add_argument("--require", choices=["admissible"], default=None,
                    help="exit 1 unless every verdict is ADMISSIBLE")
     r.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="Ed25519 private key (unencrypted PEM)")
     at.set_defaults(fn=_cmd_attest)
     pc = sub.add_parser("pin-check", help="assess a candidate whisper.cpp source against the "
-                                          "guide's patch-deletion conditions (never deletes)")
+                                          "patch-deletion conditions of "
+                                          "docs/runtime-contract.md §6.4 (never deletes)")
     pc.add_argument("candidate", help="40-hex upstream commit id, source archive or folder")
     pc.add_argument("--pin", help="pin whose patch to try (default: by tree id)")
     pc.add_argument("--url", default="https://github.com/ggml-org/whisper.cpp.git",

@@ -4,6 +4,11 @@ Log markers, flags and in-tree file names that the gates match against are defin
 and nowhere else, so the rules and the validator cannot drift apart.
 """
 
+import os
+from dataclasses import dataclass, field
+
+from .errors import ContractBroken
+
 SYSTEM_INFO_PREFIX = "system_info:"
 """Start of whisper-cli's capability line (printed once the model and audio are loaded)."""
 
@@ -25,14 +30,15 @@ TEST_AUDIO_IN_TREE = "samples/jfk.wav"
 # --- whisper-cli command line -----------------------------------------------------------
 
 FORBIDDEN_FLAGS = ("-np", "--no-prints", "-ac", "--audio-ctx")
-"""Flags a gate run must never pass: ``-np`` silences every log line a gate asserts (guide
-section 9); ``-ac`` changes the mel width away from the fixed Core ML input."""
+"""Flags a gate run must never pass: ``-np`` silences every log line a gate asserts;
+``-ac`` changes the mel width away from the fixed Core ML input (docs/runtime-contract.md
+§6.1)."""
 
 PROCESSOR_FLAGS = ("-p", "--processors")
 """``-p N`` creates N whisper states (N Core ML loads); gates require exactly 1."""
 
 
-class ContractError(ValueError):
+class ContractError(ContractBroken):
     """A command line breaks the runtime contract and is refused before launch."""
 
 
@@ -113,7 +119,7 @@ def parse_loaded_hparams(stderr: str) -> dict[str, int]:
     return out
 
 
-# --- exit codes of whisper-cli (guide section 6.2; checked against examples/cli/cli.cpp) -----
+# --- exit codes of whisper-cli (docs/runtime-contract.md §6.2; from examples/cli/cli.cpp) ---
 
 EXIT_OK = 0
 """Success (end of ``main``)."""
@@ -172,7 +178,7 @@ def decode_signal(returncode: int | None) -> str | None:
         return f"SIG{num}"
 
 
-# --- Core ML lines of whisper_init_state (guide section 2.1), all on stderr ---------------
+# --- Core ML lines of whisper_init_state (docs/runtime-contract.md §2.1), on stderr -------
 
 INIT_STATE_PREFIX = "whisper_init_state: "
 """``__func__`` prefix of every line ``whisper_init_state`` logs."""
@@ -191,14 +197,15 @@ COREML_LOAD_FAILURE_MARKER = INIT_STATE_PREFIX + "failed to load Core ML model"
 
 COREML_LOAD_MARKER = INIT_STATE_PREFIX + "Core ML model loaded"
 """The load-confirmation line: printed iff ``ctx_coreml`` is set, the same predicate that
-replaces the GGML encoder (guide section 2.2)."""
+replaces the GGML encoder (docs/runtime-contract.md §2.2)."""
 
 COREML_ENABLED_MARKER = COREML_ON
 """Condition 2 of the positive gate, matched inside the ``system_info:`` line only."""
 
 AHEADS_FAILURE_MARKER = INIT_STATE_PREFIX + "aheads_masks_init() failed for alignment heads masks"
 """Logged when a DTW preset names a text layer the model lacks; ``whisper_init_state`` then
-frees the state before ``whisper_batch_init`` (the lifecycle trigger of FACTS.md)."""
+frees the state before ``whisper_batch_init`` (the lifecycle trigger,
+docs/runtime-contract.md §6.2)."""
 
 DTW_DISABLED_BY_FLASH_ATTN = "dtw_token_timestamps is not supported with flash_attn - disabling"
 """Without ``-nfa`` DTW is switched off and the lifecycle trigger never fires."""
@@ -222,7 +229,7 @@ def parse_encode_time(stderr: str) -> tuple[float, int] | None:
     return (float(m.group(1)), int(m.group(2))) if m else None
 
 
-# --- the lifecycle trigger (FACTS.md) -----------------------------------------------------
+# --- the lifecycle trigger (docs/runtime-contract.md §6.2) --------------------------------
 
 NO_FLASH_ATTN_FLAG = "-nfa"
 """Turns flash attention off, so DTW (and its alignment-head check) stays enabled."""
@@ -243,7 +250,50 @@ def lifecycle_trigger_args(preset: str = LIFECYCLE_DTW_PRESET) -> list[str]:
     return [NO_FLASH_ATTN_FLAG, DTW_FLAG, preset]
 
 
-# --- the patched member (guide section 6.2) ------------------------------------------------
+def lifecycle_argv(binary: "str | os.PathLike", model: "str | os.PathLike",
+                   audio: "str | os.PathLike", preset: str = LIFECYCLE_DTW_PRESET) -> list[str]:
+    """The lifecycle canary's command line: the tree's model and audio plus the trigger.
+
+    Parameters
+    ----------
+    binary, model, audio : path-like
+        The whisper-cli under test, the tree's test model and its sample audio.
+    preset : str
+        The DTW preset of the trigger.
+
+    Returns
+    -------
+    list of str
+        The argv, single-threaded so every run takes the same path.
+    """
+    return [str(binary), "-m", str(model), "-f", str(audio), "-t", "1",
+            *lifecycle_trigger_args(preset)]
+
+
+def coreml_argv(binary: "str | os.PathLike", model_arg: str, audio: "str | os.PathLike",
+                language: str) -> list[str]:
+    """A Core ML gate's command line: the exact ``-m`` string and the pinned greedy decoding.
+
+    Parameters
+    ----------
+    binary : path-like
+        The Core ML whisper-cli.
+    model_arg : str
+        The ``-m`` string, kept verbatim: the ``.mlmodelc`` path is derived from it.
+    audio : path-like
+        The clip to transcribe.
+    language : str
+        The decoding language.
+
+    Returns
+    -------
+    list of str
+    """
+    return [str(binary), "-m", model_arg, "-f", str(audio), "-t", "4",
+            *greedy_decoding_args(language)]
+
+
+# --- the patched member (docs/runtime-contract.md §6.2) -----------------------------------
 
 BATCH_MEMBER_UNINITIALIZED = "whisper_batch batch;"
 """The ``whisper_state`` member the compatibility patch initializes."""
@@ -252,7 +302,7 @@ BATCH_MEMBER_PATCHED = "whisper_batch batch = {};"
 """The member after the one-line patch."""
 
 
-# --- the .mlmodelc path (guide section 4.1) ------------------------------------------------
+# --- the .mlmodelc path (docs/runtime-contract.md §4.1) -----------------------------------
 
 COREML_ENCODER_SUFFIX = "-encoder.mlmodelc"
 
@@ -302,7 +352,7 @@ def model_arg_of(argv) -> str | None:
     return None
 
 
-# --- classifiers (guide sections 2.3, 2.4, 6.2) ---------------------------------------------
+# --- classifiers (docs/runtime-contract.md §2.3, §2.4, §6.2) ------------------------------
 #
 # Each takes one run's record (argv, returncode, signal, timed_out and the SHA-256 of its
 # streams, as written by ``verifylib.runner.run_record``) and that run's own stderr bytes.
@@ -318,8 +368,11 @@ CLEAN_POSITIVE = "exit 0 + four conditions"
 """Outcome label of a passing positive run."""
 
 
+@dataclass(frozen=True)
 class Classification:
     """What a classifier concluded about one run.
+
+    Constructed as ``Classification(outcome, problems)``; ``ok`` is derived.
 
     Attributes
     ----------
@@ -332,20 +385,21 @@ class Classification:
         Every reason the run fails the rule, in a fixed order (empty when ``ok``).
     """
 
-    __slots__ = ("ok", "outcome", "problems")
+    # Declared first, and derived, so the repr reads ok, outcome, problems and a caller can
+    # never pass an ``ok`` that disagrees with the problems.
+    ok: bool = field(init=False)
+    outcome: str
+    problems: tuple[str, ...]
 
-    def __init__(self, outcome: str, problems):
-        self.problems = tuple(problems)
-        self.ok = not self.problems
-        self.outcome = outcome
+    def __post_init__(self):
+        # Callers pass lists; a tuple keeps the frozen value hashable and unchangeable.
+        object.__setattr__(self, "problems", tuple(self.problems))
+        object.__setattr__(self, "ok", not self.problems)
 
     @property
     def detail(self) -> str:
         """The outcome, or the problems joined by ``"; "``."""
         return self.outcome if self.ok else "; ".join(self.problems)
-
-    def __repr__(self) -> str:
-        return f"Classification(ok={self.ok}, outcome={self.outcome!r}, problems={self.problems!r})"
 
 
 def _is_int(v) -> bool:
@@ -466,7 +520,7 @@ def system_info_coreml(text: str) -> int | None:
 
 
 def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """The fail-closed negative control (guide section 2.4) from one run.
+    """The fail-closed negative control (docs/runtime-contract.md §2.4) from one run.
 
     Passes iff the run exited exactly 3 (no signal, no timeout, also not as 128+N), its
     stderr holds the Core ML load-failure line naming ``coreml_encoder_path(-m)`` and the
@@ -508,8 +562,8 @@ def _run_preamble(record, stderr: bytes, stdout: bytes | None, want: int):
 
 
 def warmup_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[str]:
-    """What disqualifies the positive gate's warm-up run (guide section 10: never accept or
-    retry a SIGABRT).
+    """What disqualifies the positive gate's warm-up run (docs/runtime-contract.md
+    §6.3, §10: never accept or retry a SIGABRT).
 
     The warm-up is not classified by the four conditions (its first-run compilation may
     print differently), but it must be this run's record (stream digests, clean argv) and
@@ -530,7 +584,7 @@ def warmup_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[
 
 
 def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """The four-condition positive gate (guide section 2.3) from ONE run.
+    """The four-condition positive gate (docs/runtime-contract.md §2.3) from ONE run.
 
     1. exit status 0 (no signal, no timeout); 2. ``COREML = 1`` in the ``system_info:``
     line; 3. exactly one ``whisper_init_state: Core ML model loaded`` line (more means
@@ -539,7 +593,8 @@ def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     run or model fails), and the record is this run's (stream digests, contract-clean argv).
 
     The transcript is not looked at: a nil prediction (load marker, empty or garbage text)
-    passes here and is caught only by transcript comparison (``wer.hybrid``, guide 4.2).
+    passes here and is caught only by transcript comparison (``wer.hybrid``,
+    docs/runtime-contract.md §4.2).
     """
     problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
     if label is None:
@@ -580,7 +635,7 @@ def has_lifecycle_trigger(argv) -> bool:
 
 
 def classify_lifecycle(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """One batch-lifecycle canary run (FACTS.md trigger, guide section 6.2).
+    """One batch-lifecycle canary run (docs/runtime-contract.md §6.2).
 
     Passes iff the argv carries the trigger (``-nfa -dtw <preset>``), the run exited
     exactly 3 with no signal or timeout, and stderr holds the ``aheads_masks_init()``
@@ -628,7 +683,7 @@ def classify_ggml_positive(record, stderr: bytes, stdout: bytes | None = None) -
                           problems)
 
 
-# --- Core ML encoder features (guide section 4.2) -----------------------------------------
+# --- Core ML encoder features (docs/runtime-contract.md §4.2) -----------------------------
 
 COREML_INPUT_NAME = "logmel_data"
 """Input feature whisper.cpp's generated Core ML wrapper feeds (``whisper-encoder-impl.m``)."""

@@ -6,9 +6,10 @@ saved file back for validation, ``xcrun coremlc compile`` (macOS + Xcode) makes 
 ``.mlmodelc`` and ``coremltools.models.CompiledMLModel`` runs it. What is written here is
 the contract and the order of publishing:
 
-- the contract is derived from the model, never hard-coded (guide 4.2, 5.4): input
-  ``logmel_data`` float32 ``(1, n_mels, max_source_positions * conv1.stride *
-  conv2.stride)``, output ``output`` float32 ``(1, max_source_positions, d_model)``;
+- the contract is derived from the model, never hard-coded (docs/runtime-contract.md
+  §4.2, §5.4): input ``logmel_data`` float32 ``(1, n_mels, max_source_positions *
+  conv1.stride * conv2.stride)``, output ``output`` float32 ``(1, max_source_positions,
+  d_model)``;
 - a package is saved to a staging folder, read back from disk, checked against the
   contract, and only then renamed into place; a mismatch places nothing (whisper.cpp
   ``memcpy``s ``count * sizeof(float)`` without a shape or type check, so a wrong
@@ -35,6 +36,7 @@ import numpy as np
 
 from . import contracts
 from .canonical import publish_dir, tree_digest
+from .errors import ContractBroken, ExportFailure, ParametersInvalid
 from .runner import RunResult
 
 PRECISIONS = ("fp32", "fp16")
@@ -45,7 +47,7 @@ MLPACKAGE_SUFFIX = ".mlpackage"
 MLMODELC_SUFFIX = ".mlmodelc"
 
 
-class ContractViolation(ValueError):
+class ContractViolation(ContractBroken):
     """A saved package does not meet the encoder contract; it was not placed.
 
     Attributes
@@ -63,7 +65,7 @@ class ContractViolation(ValueError):
                          + "; ".join(self.problems))
 
 
-class CompileError(RuntimeError):
+class CompileError(ExportFailure):
     """``xcrun coremlc compile`` failed or produced no ``.mlmodelc``."""
 
 
@@ -95,7 +97,7 @@ class EncoderContract:
         for k in ("n_mels", "max_source_positions", "d_model", "conv1_stride", "conv2_stride"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"contract value {k} must be a positive int, got {v!r}")
+                raise ContractBroken(f"contract value {k} must be a positive int, got {v!r}")
 
     @property
     def input_name(self) -> str:
@@ -279,8 +281,8 @@ def build_facts() -> dict:
     """Versions the conversion depends on and coremltools' torch-version warning.
 
     coremltools 9.0 declares the newest torch it was tested with and only *logs* a warning
-    above it (guide 5.3): the warning is recorded here, through coremltools' own check, as
-    a build fact rather than lost as noise.
+    above it (docs/runtime-contract.md §5.3): the warning is recorded here, through
+    coremltools' own check, as a build fact rather than lost as noise.
     """
     from importlib import metadata
 
@@ -385,7 +387,7 @@ def convert_traced(traced, contract: EncoderContract, precision: str, *,
     """
     import coremltools as ct
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        raise ParametersInvalid(f"precision must be one of {PRECISIONS}, got {precision!r}")
     in_name = input_name or contract.input_name
     out_name = output_name or contract.output_name
     cp = ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16
@@ -450,7 +452,7 @@ def stage_mlpackage(model, final: str | os.PathLike, contract: EncoderContract,
     """
     final = Path(final)
     if final.suffix != MLPACKAGE_SUFFIX:
-        raise ValueError(f"{final}: an ML program package must end in {MLPACKAGE_SUFFIX}")
+        raise ContractBroken(f"{final}: an ML program package must end in {MLPACKAGE_SUFFIX}")
     final.parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f".staging-{final.stem}-", dir=final.parent))
     try:
@@ -553,9 +555,9 @@ def compile_mlpackage(package: str | os.PathLike, dest: str | os.PathLike, *,
     """Compile a package with ``xcrun coremlc compile`` and publish the ``.mlmodelc``.
 
     coremlc names its output after the input (``X.mlpackage`` -> ``X.mlmodelc``), so
-    ``dest`` must be the package's name with the ``.mlmodelc`` suffix (guide 4.3). The
-    compiler writes into a staging folder beside ``dest``; only a complete output is
-    renamed into place.
+    ``dest`` must be the package's name with the ``.mlmodelc`` suffix
+    (docs/runtime-contract.md §4.3). The compiler writes into a staging folder beside
+    ``dest``; only a complete output is renamed into place.
 
     Parameters
     ----------
@@ -575,8 +577,8 @@ def compile_mlpackage(package: str | os.PathLike, dest: str | os.PathLike, *,
     runner = runner or run
     package, dest = Path(package), Path(dest)
     if dest.name != package.stem + MLMODELC_SUFFIX:
-        raise ValueError(f"coremlc names its output {package.stem + MLMODELC_SUFFIX}, not "
-                         f"{dest.name}: name the .mlpackage after the .mlmodelc")
+        raise ContractBroken(f"coremlc names its output {package.stem + MLMODELC_SUFFIX}, not "
+                             f"{dest.name}: name the .mlpackage after the .mlmodelc")
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{dest.stem}-", dir=dest.parent))
     try:
@@ -603,7 +605,7 @@ def load_compiled(mlmodelc: str | os.PathLike, *, loader: Callable | None = None
     Parameters
     ----------
     mlmodelc : path-like
-        The compiled model directory (the published bytes, guide 7.1).
+        The compiled model directory (the published bytes, docs/runtime-contract.md §7.1).
     loader : callable, optional
         ``coremltools.models.CompiledMLModel`` by default (macOS only); tests pass a fake.
     """
@@ -623,7 +625,7 @@ def predict_compiled(model, mel: np.ndarray, contract: EncoderContract) -> np.nd
     """
     x = np.ascontiguousarray(np.asarray(mel, dtype=np.float32))
     if tuple(x.shape) != contract.input_shape:
-        raise ValueError(f"log-mel shape {x.shape}, the contract is {contract.input_shape}")
+        raise ContractBroken(f"log-mel shape {x.shape}, the contract is {contract.input_shape}")
     out = model.predict({contract.input_name: x})
     if contract.output_name not in out:
         raise ContractViolation([f"prediction has outputs {sorted(out)}, not "

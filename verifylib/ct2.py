@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ModelFailure
+
 SUPPORTED_BINARY_VERSIONS = (6,)
 """Binary versions whose layout this reader knows; older layouts are refused, not guessed."""
 
@@ -42,7 +44,7 @@ _NUMPY = {"float32": "<f4", "int8": "i1", "int16": "<i2", "int32": "<i4", "float
           "bfloat16": "<u2"}
 
 
-class ModelError(RuntimeError):
+class ModelError(ModelFailure):
     """A model file or folder is malformed, of an unsupported kind, or does not map strictly."""
 
 

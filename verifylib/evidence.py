@@ -12,10 +12,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import canonical
+from .errors import EvidenceInvalid
 from .gates import NotRunKind, Status
 
 
-class EvidenceError(ValueError):
+ERROR_EXCEPTION = "exception"
+"""Reason kind of an ERROR the harness caused: an exception other than
+:class:`verifylib.errors.PrerequisiteBroken`, a gate left unjudged, a stage that crashed."""
+ERROR_PREREQUISITE_BROKEN = "prerequisite-broken"
+"""Reason kind of an ERROR raised as :class:`verifylib.errors.PrerequisiteBroken`."""
+ERROR_KINDS = frozenset({ERROR_EXCEPTION, ERROR_PREREQUISITE_BROKEN})
+"""Every reason kind an ERROR may carry; each cites the gate's stored traceback."""
+
+
+class EvidenceError(EvidenceInvalid):
     """An evidence file is missing, malformed or not the bytes that were recorded."""
 
 
@@ -129,7 +139,8 @@ class Reason:
     """Why a gate ended the way it did.
 
     ``kind`` is ``"rule"`` for PASS/FAIL, one of :class:`NotRunKind` for NOT_RUN, and
-    ``"exception"`` for ERROR.
+    one of :data:`ERROR_KINDS` for ERROR (``"prerequisite-broken"`` when what an earlier
+    gate passed on no longer held, ``"exception"`` otherwise).
     """
 
     kind: str
@@ -181,7 +192,7 @@ class GateRecord:
         if not isinstance(reason, dict) or set(reason) != {"kind", "detail"}:
             raise EvidenceError(f"gate {rec['id']}: malformed reason")
         allowed = {Status.PASS: {"rule"}, Status.FAIL: {"rule"},
-                   Status.ERROR: {"exception"},
+                   Status.ERROR: ERROR_KINDS,
                    Status.NOT_RUN: {k.value for k in NotRunKind}}[status]
         if reason["kind"] not in allowed:
             raise EvidenceError(f"gate {rec['id']}: reason kind {reason['kind']!r} is not "

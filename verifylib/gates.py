@@ -1,4 +1,4 @@
-"""The gate registry: DESIGN.md's gate table, status semantics and the verdict.
+"""The gate registry: the gate table, status semantics and the verdict (docs/gates.md).
 
 Ids are stable API. Reports, the receipt, the verdict and the exit code are all derived
 from :data:`GATES`; nothing else in the package lists gates. The pass rule of each gate
@@ -123,8 +123,9 @@ GATES: tuple[Gate, ...] = (
        disabled_by=_CANARY_SWITCH),
     _g("canary.coreml_positive", "03_canary", True, Capability.MACOS,
        ["build.coreml", "export.compile", "canary.coreml_negative"],
-       "guide 2.3 four conditions from the measured run; a warm-up that crashed, timed out, "
-       "exited non-zero or fell back fails the gate", disabled_by=_CANARY_SWITCH),
+       "the four load conditions (docs/runtime-contract.md §2.3) from the measured run; a "
+       "warm-up that crashed, timed out, exited non-zero or fell back fails the gate",
+       disabled_by=_CANARY_SWITCH),
     _g("parity.program", "04_parity", True, Capability.ANY, ["export.contract"],
        "MIL program executed in float32 vs HF reference meets the fp32 policy (float64 "
        "shown beside)"),
@@ -186,6 +187,39 @@ class Judgement:
     def __post_init__(self):
         if self.status not in (Status.PASS, Status.FAIL):
             raise ValueError("a pass rule can only PASS or FAIL")
+
+    @classmethod
+    def of(cls, ok: bool, detail: str) -> "Judgement":
+        """Build a judgement from a yes/no decision.
+
+        Parameters
+        ----------
+        ok : bool
+            Whether the rule held.
+        detail : str
+            Why, in words.
+
+        Returns
+        -------
+        Judgement
+            PASS if ``ok``, otherwise FAIL, with ``detail``.
+        """
+        return cls(Status.PASS if ok else Status.FAIL, detail)
+
+    @classmethod
+    def passed(cls, detail: str) -> "Judgement":
+        """Return a PASS judgement with ``detail``."""
+        return cls(Status.PASS, detail)
+
+    @classmethod
+    def failed(cls, detail: str) -> "Judgement":
+        """Return a FAIL judgement with ``detail``."""
+        return cls(Status.FAIL, detail)
+
+    @property
+    def ok(self) -> bool:
+        """True iff the rule held (status PASS)."""
+        return self.status is Status.PASS
 
 
 def verdict(statuses: Mapping[str, Status | str]) -> Verdict:

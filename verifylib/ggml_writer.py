@@ -50,6 +50,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .canonical import set_published_mode
+from .errors import ModelFailure
 
 GGML_FILE_MAGIC = 0x67676D6C
 """``"ggml"``: the first four bytes of a legacy whisper.cpp model file."""
@@ -93,7 +94,9 @@ _TOP_MAP = {
 _BLOCK_RE = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)$")
 
 
-class GgmlError(ValueError):
+# Still a ValueError, as it was before it joined ModelFailure (a RuntimeError), so an
+# ``except ValueError`` written for it keeps working.
+class GgmlError(ModelFailure, ValueError):
     """A model cannot be written in, or a file does not follow, the ggml layout."""
 
 

@@ -2,8 +2,9 @@
 
 Why it exists: a gate's evidence shows the runs the gate chose to keep. Nothing in it
 shows the runs it dropped -- a negative control that crashed, was retried and then
-"passed", or a positive gate that ran until a transcript looked right. The guide's
-headless contract says *no retry*; this module makes that checkable after the fact.
+"passed", or a positive gate that ran until a transcript looked right. The headless
+contract (docs/runtime-contract.md §6) says *no retry*; this module makes that checkable
+after the fact.
 The runner (:func:`verifylib.runner.run_whisper_cli` and
 :func:`verifylib.runner.run_whisper_binary`) appends one line per launch, before the
 caller ever sees the result, to ``ledger.jsonl`` at the root of the run directory the
@@ -31,6 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from . import canonical, gates
 from .canonical import is_sha256
+from .errors import EvidenceInvalid
 from .evidence import EvidenceError, EvidenceView, GateRecord
 from .gates import Status
 
@@ -51,7 +53,7 @@ SINGLE_SHOT_GATES = ("canary.coreml_negative",)
 _bound: Path | None = None
 
 
-class LedgerError(ValueError):
+class LedgerError(EvidenceInvalid):
     """The ledger cannot be appended to or read."""
 
 

@@ -2,8 +2,8 @@
 
 Why this is hand-written: Core ML itself runs only on Apple platforms — coremltools 9.0's
 ``MLModel.predict``, ``CompiledMLModel`` and ``compile_model`` all need the macOS native
-framework (FACTS.md) — and no maintained package executes an ML program elsewhere. Yet the
-question "did the conversion change the numbers?" is about the *program*, not the runtime:
+framework (docs/facts.md) — and no maintained package executes an ML program elsewhere. Yet
+the question "did the conversion change the numbers?" is about the *program*, not the runtime:
 if the saved program, run exactly as written, matches the Hugging Face encoder, any drift
 seen on a Mac comes from the runtime. So this module executes the program literally.
 
@@ -46,6 +46,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from .errors import ExportFailure, ParametersInvalid
+
 SUPPORTED_OPS = ("const", "linear", "conv", "layer_norm", "gelu", "softmax", "matmul",
                  "transpose", "reshape", "add", "mul", "cast")
 """Every MIL operation type :func:`execute` implements."""
@@ -53,7 +55,7 @@ SUPPORTED_OPS = ("const", "linear", "conv", "layer_norm", "gelu", "softmax", "ma
 COMPUTE_MODES = ("float32", "float64")
 
 
-class MilExecError(RuntimeError):
+class MilExecError(ExportFailure):
     """The program cannot be loaded or executed as written."""
 
 
@@ -455,7 +457,7 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
     import torch
 
     if compute not in COMPUTE_MODES:
-        raise ValueError(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
+        raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
     check_supported(program)
     tdtype = _torch_dtype(compute)
     types = program.value_types()

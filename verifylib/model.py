@@ -55,6 +55,7 @@ import numpy as np
 
 from .canonical import publish_dir, read_json, sha256_bytes, sha256_file, tree_digest, write_json
 from .ct2 import CT2Model, ModelError, read_ct2
+from .errors import ParametersInvalid
 from .runner import run
 
 __all__ = ["ModelError", "ModelInfo", "HFBundle", "CT2Import", "obtain_model", "import_ct2",
@@ -872,7 +873,7 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ParametersInvalid
         If the audio is longer than 30 s (it would be truncated silently; long-form
         decoding differs between implementations) or the language does not fit the model.
     """
@@ -880,18 +881,18 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
 
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim != 1:
-        raise ValueError(f"audio must be 1-D, got shape {audio.shape}")
+        raise ParametersInvalid(f"audio must be 1-D, got shape {audio.shape}")
     fe = bundle.feature_extractor
     if audio.shape[0] > fe.n_samples:
-        raise ValueError(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the reference "
-                         f"transcribes at most {fe.n_samples / fe.sampling_rate:.0f} s")
+        raise ParametersInvalid(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the reference "
+                                f"transcribes at most {fe.n_samples / fe.sampling_rate:.0f} s")
     feats = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt").input_features
     kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False, "return_timestamps": False}
     if bundle.is_multilingual:
         if language:
             kwargs.update(language=language, task="transcribe")
     elif language not in (None, "en"):
-        raise ValueError(f"{bundle.hf_dir} is English-only; language {language!r} is not possible")
+        raise ParametersInvalid(f"{bundle.hf_dir} is English-only; language {language!r} is not possible")
     with torch.inference_mode():
         ids = bundle.model.generate(feats, **kwargs)
     return bundle.tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .params import REPO_ROOT, Params, from_notebook
+from . import resources
+from .params import Params, from_notebook
 from .stage import init_run_dir, new_run_id
 
 
@@ -17,15 +18,12 @@ def _quiet_library_chatter() -> None:
     import os
     import warnings
 
+    # transformers reads both variables when it is first imported (its log level, and its
+    # progress bars follow huggingface_hub's switch), so setting them here is enough and
+    # spares the stages that never load a model the half second that importing it costs.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message="IProgress not found")
-    try:
-        from transformers.utils import logging as hf_logging
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
@@ -42,13 +40,14 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     -------
     (Params, Path)
         Validated parameters and the run directory. Without a ``run_dir`` parameter a new
-        folder ``reports/<name>/<run-id>`` is created, so a notebook also runs alone.
+        folder ``./reports/<name>/<run-id>`` of the current directory is created, so a
+        notebook also runs alone.
     """
     _quiet_library_chatter()
     params = from_notebook(namespace)
     run_dir = namespace.get("run_dir")
     if not run_dir:
-        run_dir = REPO_ROOT / "reports" / params.name / new_run_id()
+        run_dir = resources.reports_dir() / params.name / new_run_id()
     run_dir = Path(run_dir).resolve()
     init_run_dir(run_dir, params)
     print(f"stage {stage} · model {params.name} · run directory {run_dir}")

@@ -31,15 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from . import canonical, gates, report
-from .params import REPO_ROOT, Params, load
+from . import canonical, gates, report, resources
+from .params import Params, load
 from .receipt import build_receipt
 from .stage import init_run_dir, new_run_id, read_stage_file
 
-NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
-from traitlets import CaselessStrEnum  # noqa: E402
+from traitlets import CaselessStrEnum, default  # noqa: E402
 
 
 class LocalKernelManager(AsyncKernelManager):
@@ -50,6 +48,16 @@ class LocalKernelManager(AsyncKernelManager):
     """
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        # An IPC "address" is a socket path; jupyter_client's default is relative to the
+        # current folder, which is the notebooks folder (inside site-packages for a wheel
+        # install) and would collect stray socket files there. One private folder per user.
+        import tempfile
+        folder = Path(tempfile.gettempdir()) / f"verifylib-kernels-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return str(folder / "kernel-ipc")
 
     async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
         """Shut the kernel down; at once (SIGKILL to its process group) after an interrupt.
@@ -171,7 +179,7 @@ class RunOutcome:
 
 
 def _notebook(stage: str) -> Path:
-    return NOTEBOOKS_DIR / f"{stage}.ipynb"
+    return resources.notebook(stage)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -548,7 +556,8 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                 pm.execute_notebook(
                     str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
                     parameters=dict(params.as_papermill(), run_dir=str(staging)),
-                    progress_bar=progress, kernel_name="python3", cwd=str(NOTEBOOKS_DIR),
+                    progress_bar=progress, kernel_name="python3",
+                    cwd=str(resources.notebooks_dir()),
                     report_mode=False,
                     kernel_manager_class=f"{__name__}.LocalKernelManager")
             except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised

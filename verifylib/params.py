@@ -1,9 +1,14 @@
 """Parameter files: one YAML per model, validated before any work starts.
 
-The shape is declared once as a JSON Schema (checked with the maintained ``jsonschema``
-package) and followed by the checks a schema cannot express: the pin exists in
+The shape is declared once as a JSON Schema and followed by the checks a schema cannot express: the pin exists in
 ``patches/manifest.yaml``, local files exist, a git commit agrees with its pin. Every
 error names the file and the dotted key, and nothing is written before validation ends.
+
+Two maintained validators check the one schema: ``fastjsonschema`` accepts a valid file
+(it compiles the schema to plain Python and imports in milliseconds, which matters because
+every stage notebook validates its parameters in a fresh kernel), and only a rejected file
+is handed to ``jsonschema``, whose error objects carry what the messages need (the key path,
+the failing keyword, every error at once). ``jsonschema`` costs most of a second to import.
 """
 
 from __future__ import annotations
@@ -12,15 +17,20 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import jsonschema
+import fastjsonschema
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PARAMETERS_DIR = REPO_ROOT / "parameters"
-DEFAULT_PARAMETERS = PARAMETERS_DIR / "tiny-en.yaml"
-PATCHES_MANIFEST = REPO_ROOT / "patches" / "manifest.yaml"
+if TYPE_CHECKING:
+    import jsonschema
+
+from . import resources
+from .errors import ParametersInvalid
+
+PARAMETERS_DIR = resources.parameters_dir()
+DEFAULT_PARAMETERS = resources.default_parameters()
+PATCHES_MANIFEST = resources.manifest_path()
 
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"}
 _STR = {"type": "string", "minLength": 1}
@@ -133,7 +143,107 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class ParameterError(ValueError):
+@dataclass(frozen=True)
+class RuntimeSection:
+    """The ``runtime`` section: which whisper.cpp to build and how.
+
+    Attributes
+    ----------
+    pin : str
+        Name of a pin in the manifest.
+    source : dict
+        Where the source comes from (``kind`` and its keys), as written.
+    ggml_native : bool
+        Build with ``GGML_NATIVE``.
+    jobs : int
+        Parallel build jobs.
+    """
+
+    pin: str
+    source: dict
+    ggml_native: bool
+    jobs: int
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The ``model`` section: the model under audit.
+
+    Attributes
+    ----------
+    kind : str
+        ``ct2-pypi``, ``ct2-dir``, ``hf-dir`` or ``hf-hub``.
+    language : str
+        Decoding language (``en`` unless given).
+    spec : dict
+        The section as written, for the model intake.
+    """
+
+    kind: str
+    language: str
+    spec: dict
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """One entry of ``fixtures``: an audio clip and, optionally, its reference text.
+
+    Attributes
+    ----------
+    id : str
+        Unique name.
+    public : bool
+        False keeps its text and transcripts out of the evidence (digests and counts only).
+    runtime_file, path : str or None
+        Exactly one: a file inside the verified runtime tree, or a local file.
+    text, text_file : str or None
+        At most one: the reference text, or a UTF-8 file holding it.
+    """
+
+    id: str
+    public: bool
+    runtime_file: str | None = None
+    path: str | None = None
+    text: str | None = None
+    text_file: str | None = None
+
+
+@dataclass(frozen=True)
+class CanarySection:
+    """The ``canary`` section: the lifecycle A/B and the Core ML canaries.
+
+    Attributes
+    ----------
+    runs : int
+        Lifecycle runs per side.
+    enabled : bool
+        False disables every canary gate (NOT_RUN(disabled)).
+    timeout_s : float
+        Seconds per canary run.
+    first_run_timeout_s : float
+        Seconds for the first Core ML run (on-device compilation can take minutes).
+    """
+
+    runs: int
+    enabled: bool
+    timeout_s: float
+    first_run_timeout_s: float
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    """The ``export`` section.
+
+    Attributes
+    ----------
+    fp16 : bool
+        Also export (and measure, informationally) the fp16 variant.
+    """
+
+    fp16: bool
+
+
+class ParameterError(ParametersInvalid):
     """A parameter file is unusable; the message names the file and the key."""
 
 
@@ -161,6 +271,34 @@ class Params:
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
 
+    @property
+    def runtime(self) -> RuntimeSection:
+        """The ``runtime`` section, typed."""
+        r = self.data["runtime"]
+        return RuntimeSection(r["pin"], copy.deepcopy(r["source"]), r["ggml_native"], r["jobs"])
+
+    @property
+    def model(self) -> ModelSection:
+        """The ``model`` section, typed."""
+        m = self.data["model"]
+        return ModelSection(m["kind"], m.get("language") or "en", copy.deepcopy(m))
+
+    @property
+    def fixtures(self) -> tuple[Fixture, ...]:
+        """The ``fixtures`` list, typed, in file order."""
+        return tuple(Fixture(**fx) for fx in self.data["fixtures"])
+
+    @property
+    def canary(self) -> CanarySection:
+        """The ``canary`` section, typed."""
+        c = self.data["canary"]
+        return CanarySection(c["runs"], c["enabled"], c["timeout_s"], c["first_run_timeout_s"])
+
+    @property
+    def export(self) -> ExportSection:
+        """The ``export`` section, typed."""
+        return ExportSection(self.data["export"].get("fp16", True))
+
     def resolve(self, rel: str) -> Path:
         """Resolve a path from the parameters against :attr:`base_dir`."""
         p = Path(rel).expanduser()
@@ -169,6 +307,27 @@ class Params:
     def as_papermill(self) -> dict:
         """Return the values as papermill parameters (one per top-level key)."""
         return copy.deepcopy(self.data)
+
+
+_FAST_VALIDATE = None
+
+
+def _schema_problems(data: Any) -> list[str]:
+    """Messages for the first five schema errors of ``data`` (empty when it conforms)."""
+    global _FAST_VALIDATE
+    if _FAST_VALIDATE is None:
+        _FAST_VALIDATE = fastjsonschema.compile(SCHEMA)
+    try:
+        _FAST_VALIDATE(copy.deepcopy(data))  # it fills defaults in place; keep ours intact
+        return []
+    except fastjsonschema.JsonSchemaException as fast:
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(SCHEMA)
+        errors = sorted(validator.iter_errors(data),
+                        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+        # Should the two ever disagree, the refusal stands, with the fast validator's words.
+        return [_schema_error_message(e) for e in errors[:5]] or [fast.message]
 
 
 def _merge_defaults(data: dict) -> dict:
@@ -189,7 +348,7 @@ def _dotted(path) -> str:
     return "".join(parts) or "<top level>"
 
 
-def _schema_error_message(err: jsonschema.ValidationError) -> str:
+def _schema_error_message(err: "jsonschema.ValidationError") -> str:
     key = _dotted(err.absolute_path)
     if err.validator == "additionalProperties":
         extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
@@ -236,12 +395,9 @@ def validate(data: Any, origin: str, base_dir: Path,
     if not isinstance(data, dict):
         raise ParameterError(f"{origin}: expected a mapping at the top level, "
                              f"got {type(data).__name__}")
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path),
-                                                                 list(map(str, e.absolute_path))))
-    if errors:
-        raise ParameterError(f"{origin}: " + "; ".join(_schema_error_message(e)
-                                                        for e in errors[:5]))
+    problems = _schema_problems(data)
+    if problems:
+        raise ParameterError(f"{origin}: " + "; ".join(problems))
     p = _merge_defaults(data)
     from .source import load_pins  # the one strict reader of the pin manifest
     try:
@@ -340,12 +496,12 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
     return validate(data, str(path), path.resolve().parent, manifest)
 
 
-def fixture_text(params: "Params", fixture: Mapping[str, Any]) -> str | None:
+def fixture_text(params: "Params", fixture: Fixture) -> str | None:
     """A fixture's reference text (inline ``text`` or the content of ``text_file``), or None."""
-    if fixture.get("text") is not None:
-        return fixture["text"]
-    if fixture.get("text_file"):
-        return params.resolve(fixture["text_file"]).read_text(encoding="utf-8").strip()
+    if fixture.text is not None:
+        return fixture.text
+    if fixture.text_file:
+        return params.resolve(fixture.text_file).read_text(encoding="utf-8").strip()
     return None
 
 

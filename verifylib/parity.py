@@ -3,9 +3,10 @@
 Why the statistic is written here: coremltools' ``compute_snr_and_psnr`` adds ``1e-10`` to
 the noise power (and ``1e-5`` to the signal), so its SNR saturates near
 ``100 + 10*log10(mean signal power)`` dB and treats the second argument as the signal
-(FACTS.md; guide 7.3). A ``SNR >= 100 dB`` policy cannot be judged with it. Here the
-reference is the signal, every sum is taken in float64, there is no epsilon floor, and
-identical tensors give ``+inf`` (stored as the string ``"inf"`` by the canonical JSON).
+(docs/facts.md; docs/runtime-contract.md §7.3). A ``SNR >= 100 dB`` policy cannot be
+judged with it. Here the reference is the signal, every sum is taken in float64, there is
+no epsilon floor, and identical tensors give ``+inf`` (stored as the string ``"inf"`` by
+the canonical JSON).
 
 The judgement is kept pure and cheap: a stored measurement carries its sufficient
 statistics (the sums), the rule recomputes SNR and cosine from them, refuses stored
@@ -21,6 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ContractBroken, EvidenceInvalid
+from .gates import Judgement
 from .scoring import Policy, PolicyError, load_policy
 
 FP32_POLICY = "fp32-v1"
@@ -37,9 +40,9 @@ def as_float(value: Any) -> float:
     if isinstance(value, str):
         if value in ("inf", "-inf", "nan"):
             return float(value)
-        raise ValueError(f"not a number: {value!r}")
+        raise EvidenceInvalid(f"not a number: {value!r}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"not a number: {value!r}")
+        raise EvidenceInvalid(f"not a number: {value!r}")
     return float(value)
 
 
@@ -116,13 +119,13 @@ def compare(reference, candidate) -> Metrics:
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ContractBroken
         If the shapes differ (a shape mismatch is never silently broadcast).
     """
     r = np.asarray(reference, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
     if r.shape != c.shape:
-        raise ValueError(f"shape mismatch: reference {r.shape}, candidate {c.shape}")
+        raise ContractBroken(f"shape mismatch: reference {r.shape}, candidate {c.shape}")
     r, c = r.ravel(), c.ravel()
     err = c - r
     signal = float(np.dot(r, r))
@@ -149,7 +152,7 @@ def frame_snr_db(reference, candidate) -> list[float]:
     r = np.asarray(reference, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
     if r.shape != c.shape or r.ndim != 3:
-        raise ValueError(f"expected two (1, frames, d) tensors, got {r.shape} and {c.shape}")
+        raise ContractBroken(f"expected two (1, frames, d) tensors, got {r.shape} and {c.shape}")
     sig = np.einsum("btd,btd->t", r, r)
     err = c - r
     noise = np.einsum("btd,btd->t", err, err)
@@ -217,7 +220,7 @@ def recheck_measurement(m: Mapping[str, Any]) -> tuple[float, float, list[str]]:
     return snr, cos, problems
 
 
-def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> tuple[bool, str]:
+def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judgement:
     """The fp32-v1 / fp16-v1 rule on a stored parity record.
 
     Parameters
@@ -233,22 +236,22 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> tupl
 
     Returns
     -------
-    (bool, str)
-        Whether the policy held, and the figures behind the decision.
+    Judgement
+        PASS or FAIL under the policy, with the figures behind the decision.
     """
     try:
         packaged = load_policy(policy_id)
     except PolicyError as exc:
-        return False, str(exc)
+        return Judgement.failed(str(exc))
     pol = evidence.get("policy") or {}
     if pol.get("id") != policy_id:
-        return False, f"evidence was measured under policy {pol.get('id')!r}, not {policy_id}"
+        return Judgement.failed(f"evidence was measured under policy {pol.get('id')!r}, not {policy_id}")
     if pol.get("sha256") != packaged.sha256 or pol.get("rules") != packaged.rules:
-        return False, (f"the stored {policy_id} record differs from the packaged resource "
-                       f"(sha256 {pol.get('sha256')} vs {packaged.sha256})")
+        return Judgement.failed(f"the stored {policy_id} record differs from the packaged resource "
+                                f"(sha256 {pol.get('sha256')} vs {packaged.sha256})")
     rules = packaged.rules
     if evidence.get("variant") != rules["variant"]:
-        return False, f"variant {evidence.get('variant')!r} is not {rules['variant']!r}"
+        return Judgement.failed(f"variant {evidence.get('variant')!r} is not {rules['variant']!r}")
     want_input = rules["gated"]["input"]
     want_exec = rules["gated"][f"{kind}_execution"]
     problems: list[str] = []
@@ -259,8 +262,8 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> tupl
     gated = [m for m in evidence.get("measurements", [])
              if m.get("input") == want_input and m.get("execution") == want_exec]
     if len(gated) != 1:
-        return False, (f"expected exactly one {want_input}/{want_exec} measurement, found "
-                       f"{len(gated)}")
+        return Judgement.failed(f"expected exactly one {want_input}/{want_exec} measurement, found "
+                                f"{len(gated)}")
     extra = []
     for m in evidence["measurements"]:
         snr, cos, probs = recheck_measurement(m)
@@ -284,8 +287,8 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> tupl
     if not cos >= cmin:
         problems.append(f"cosine {cos:.9f} below {cmin:g}")
     if problems:
-        return False, "; ".join(problems) + f" — {figures}"
-    return True, figures
+        return Judgement.failed("; ".join(problems) + f" — {figures}")
+    return Judgement.passed(figures)
 
 
 def snr_series(values: Sequence[Any]) -> list[float]:

@@ -1,7 +1,7 @@
 """``verifylib pin-check``: may a proposed pin bump drop the compatibility patch?
 
-Guide section 6.4: keep the patch until a proposed pin is inspected and physically
-tested; delete it only when the new upstream source initializes ``whisper_batch`` safely
+docs/runtime-contract.md §6.4: keep the patch until a proposed pin is inspected and
+physically tested; delete it only when the new upstream source initializes ``whisper_batch`` safely
 on every early-return path, the *unpatched* candidate passes the repeated negative control
 without a crash, the ordinary GGML and the Core ML positive paths still pass, and the
 manifests and cache identity are migrated deliberately.
@@ -13,7 +13,7 @@ archive, or a folder, identified by its git tree id) as a table:
 2. whether ``whisper_state`` still declares ``whisper_batch batch;`` uninitialized;
 3. the unpatched candidate's lifecycle A/B outcome: N runs of its static GGML build with
    the ``-nfa -dtw`` trigger on the tree's own test model (the negative control without
-   Core ML, FACTS.md);
+   Core ML, docs/runtime-contract.md §6.2);
 4. the ordinary GGML positive path of the unpatched candidate: exit 0, ``COREML = 0`` and
    a non-empty transcript of the tree's sample with a real model (``--model``, default: the
    default parameter file's model written by :mod:`verifylib.ggml_writer`; the tree's own
@@ -40,6 +40,7 @@ from . import build as _build
 from . import contracts
 from . import source as _source
 from .capabilities import detect
+from .errors import ParametersInvalid
 from .gates import Capability
 from .runner import run_record, run_whisper_cli
 
@@ -49,7 +50,7 @@ DEFAULT_URL = "https://github.com/ggml-org/whisper.cpp.git"
 MET, NOT_MET, UNKNOWN, INFO, MANUAL = "met", "NOT MET", "unknown", "n/a", "manual"
 
 
-class PinCheckError(ValueError):
+class PinCheckError(ParametersInvalid):
     """The candidate cannot be obtained or identified (bad input)."""
 
 
@@ -94,7 +95,7 @@ class Assessment:
     batch_state : str
         ``"uninitialized"``, ``"initialized"`` or ``"absent"``.
     conditions : list of Condition
-        The table rows, in the guide's order.
+        The table rows, in the order of docs/runtime-contract.md §6.4.
     conclusion : str
         One paragraph; starts with ``PATCH STILL NEEDED`` or ``THE PATCH NO LONGER
         APPLIES``.
@@ -210,7 +211,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
            timeout: float = 120.0, jobs: int = 2, options: dict | None = None,
            model: str | Path | None = None, cache_dir: Path | None = None,
            log: Callable[[str], None] = print) -> Assessment:
-    """Assess a candidate source against the guide's patch-deletion conditions.
+    """Assess a candidate source against the patch-deletion conditions
+    (docs/runtime-contract.md §6.4).
 
     Parameters
     ----------
@@ -250,8 +252,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     PinCheckError
         For an unusable candidate or an unknown pin.
     """
-    from .stages.build import cache_dir as default_cache
-    from .stages.canary import lifecycle_argv
+    from .artifacts import cache_dir as default_cache
+    from .contracts import lifecycle_argv
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
     if pin_name is not None and pin_name not in pins:
@@ -326,7 +328,7 @@ def _default_model(scratch: Path, cache: Path, log) -> Path:
     from .model import obtain_model
     from .params import DEFAULT_PARAMETERS, load
     p = load(DEFAULT_PARAMETERS)
-    info = obtain_model(p["model"], cache, log=log, base_dir=p.base_dir)
+    info = obtain_model(p.model.spec, cache, log=log, base_dir=p.base_dir)
     out = scratch / "model" / "ggml-model.bin"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_ggml_model(info.hf_dir, out)

@@ -15,12 +15,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import ExportFailure
+from .gates import Judgement
+
 DEVICE_NAMES = {"MLCPUComputeDevice": "CPU", "MLGPUComputeDevice": "GPU",
                 "MLNeuralEngineComputeDevice": "NeuralEngine"}
 COST_SUM_TOLERANCE = 0.01
 
 
-class PlacementError(RuntimeError):
+class PlacementError(ExportFailure):
     """The plan could not be read as an ML program plan."""
 
 
@@ -151,7 +154,7 @@ def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_diges
             "claim": claim(analysis.cost_by_device, analysis.cost_sum, variant)}
 
 
-def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
+def judge_plan(evidence: Mapping[str, Any]) -> Judgement:
     """The ``placement.plan`` rule on stored evidence.
 
     PASS iff the plan lists operations, every operation that carries a cost names a
@@ -160,24 +163,24 @@ def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     """
     ops = evidence.get("ops") or []
     if not ops:
-        return False, "the plan lists no operations"
+        return Judgement.failed("the plan lists no operations")
     costed = [o for o in ops if o.get("cost") is not None]
     if not costed:
-        return False, "the plan gives no cost for any operation"
+        return Judgement.failed("the plan gives no cost for any operation")
     missing = [o["operator"] for o in costed if not o.get("preferred")]
     if missing:
-        return False, f"{len(missing)} costed operation(s) without a preferred device"
+        return Judgement.failed(f"{len(missing)} costed operation(s) without a preferred device")
     # A NaN share would make every comparison below false, i.e. pass the sum check.
     nonfinite = [o["operator"] for o in costed if isinstance(o["cost"], bool)
                  or not isinstance(o["cost"], (int, float)) or not math.isfinite(o["cost"])]
     if nonfinite:
-        return False, f"{len(nonfinite)} operation(s) with a cost that is not a finite number"
+        return Judgement.failed(f"{len(nonfinite)} operation(s) with a cost that is not a finite number")
     total = sum(o["cost"] for o in costed)
     # Decided on the exact sum of the decimals the evidence stores, not on the float sum
     # shown: in floats |(0.5 + 0.51) - 1| > 0.01, so a plan exactly at the tolerance would fail.
     exact = sum(Fraction(str(o["cost"])) for o in costed)
     if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
-        return False, f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}"
+        return Judgement.failed(f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}")
     # The shares shown are recomputed from the per-op rows; the stored summary must agree.
     by_device: dict[str, float] = {}
     for o in costed:
@@ -186,8 +189,8 @@ def judge_plan(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     if not isinstance(stored, Mapping) or set(stored) != set(by_device) or any(
             not isinstance(stored[k], (int, float)) or not math.isclose(
                 stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
-        return False, (f"stored cost by device {stored!r} is not what the per-op rows give "
-                       f"{by_device!r}")
+        return Judgement.failed(f"stored cost by device {stored!r} is not what the per-op rows give "
+                                f"{by_device!r}")
     shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(by_device.items()))
-    return True, (f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
-                  f"cost share by preferred device: {shares}")
+    return Judgement.passed(f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
+                            f"cost share by preferred device: {shares}")

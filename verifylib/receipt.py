@@ -13,7 +13,8 @@ launch ledger -- never with what the evidence says about itself:
   the gate's capability. NOT_RUN(prerequisite): it names a prerequisite whose verified
   status is not PASS. NOT_RUN(disabled): the bound parameters switch it off by a key the
   registry lists. NOT_RUN(not-implemented): the registry says the gate is unimplemented.
-- ERROR: it cites a stored traceback.
+- ERROR (reason ``exception`` or ``prerequisite-broken``): it cites a stored traceback
+  whose text is the recorded reason.
 
 Building the receipt never aborts without a verdict: an identity conflict becomes a FAIL,
 an unreadable stage file or any exception becomes ERROR gates citing their traceback.
@@ -29,7 +30,10 @@ from typing import Any, Mapping
 
 from . import canonical, gates, ledger, rules
 from .capabilities import HostCapabilities
-from .evidence import EvidenceError, EvidenceRef, EvidenceView, GateRecord, Reason
+from .errors import EvidenceInvalid, PrerequisiteBroken
+from .evidence import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN, EvidenceError,
+                       EvidenceRef, EvidenceView,
+                       GateRecord, Reason)
 from .gates import NotRunKind, Status
 from .stage import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, RUN_FILE,
                     TRACEBACK_EVIDENCE, error_document, error_filename, read_stage_file)
@@ -117,9 +121,30 @@ def _write_traceback(run_dir: Path, folder: str, gate_id: str, text: str) -> Evi
     return EvidenceRef(TRACEBACK_EVIDENCE, path.relative_to(run_dir).as_posix(), sha)
 
 
+_BROKEN = f"{PrerequisiteBroken.__module__}.{PrerequisiteBroken.__qualname__}"
+
+
+def _final_exception(text: str) -> str | None:
+    """The qualified class name of the exception a formatted traceback ends with, if any.
+
+    The last ``Traceback (most recent call last):`` block is the exception that escaped
+    (earlier blocks are its causes); its frames are indented, and the first line after
+    them names the class. A text that is not a traceback (a stage that wrote no record)
+    names none.
+    """
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if not line.startswith(" "):
+            return line.split(":", 1)[0].strip() or None
+    return None
+
+
 def _error_record(run_dir: Path, folder: str, gate_id: str, text: str) -> GateRecord:
     ref = _write_traceback(run_dir, folder, gate_id, text)
-    return GateRecord(gate_id, Status.ERROR, Reason("exception", text), (ref,))
+    return GateRecord(gate_id, Status.ERROR, Reason(ERROR_EXCEPTION, text), (ref,))
 
 
 def _read_stage_files(run_dir: Path) -> tuple[dict, dict]:
@@ -285,21 +310,21 @@ def host_capabilities(host: Any) -> dict[str, bool]:
 
     Raises
     ------
-    ValueError
-        If the record is malformed.
+    verifylib.errors.EvidenceInvalid
+        If the record is malformed (a ``ValueError``).
     """
     if not isinstance(host, Mapping):
-        raise ValueError("host record is not a mapping")
+        raise EvidenceInvalid("host record is not a mapping")
     ver = host.get("macos_version")
     if ver is not None:
         if not isinstance(ver, str) or not re.fullmatch(r"\d+(\.\d+)*", ver):
-            raise ValueError(f"malformed macos_version {ver!r}")
+            raise EvidenceInvalid(f"malformed macos_version {ver!r}")
         ver = tuple(int(x) for x in ver.split("."))
     if (ver is None) != (host.get("system") != "Darwin"):
-        raise ValueError("macos_version contradicts the system")
+        raise EvidenceInvalid("macos_version contradicts the system")
     coremlc = host.get("coremlc")
     if coremlc is not None and not isinstance(coremlc, str):
-        raise ValueError("malformed coremlc")
+        raise EvidenceInvalid("malformed coremlc")
     hc = HostCapabilities(str(host.get("system")), str(host.get("machine")), ver, coremlc)
     return {c.value: hc.has(c) for c in gates.Capability}
 
@@ -343,7 +368,7 @@ class _Checker:
         try:
             run = canonical.read_json(self.run_dir / RUN_FILE)
             if not isinstance(run, dict):
-                raise ValueError("not a mapping")
+                raise EvidenceInvalid("not a mapping")
         except (OSError, ValueError) as exc:
             self.problems.append(f"{RUN_FILE}: unreadable: {exc}")
             return {}, {}
@@ -423,6 +448,10 @@ class _Checker:
         return out
 
     def _error(self, g, rec) -> list[str]:
+        # Both kinds rest on the same stored traceback; which one a gate carries is the
+        # stage's account of the exception and does not move the verdict.
+        if rec.reason.kind not in ERROR_KINDS:
+            return [f"gate {g.id}: ERROR with reason kind {rec.reason.kind!r}"]
         if not rec.reason.detail.strip():
             return [f"gate {g.id}: ERROR without its error text"]
         tb = [r for r in rec.evidence if r.name == TRACEBACK_EVIDENCE]
@@ -438,6 +467,10 @@ class _Checker:
             return [f"gate {g.id}: ERROR cites {tb[0].path}, which is not its traceback"]
         if doc["traceback"] != rec.reason.detail:
             return [f"gate {g.id}: ERROR text differs from its stored traceback"]
+        want = (ERROR_PREREQUISITE_BROKEN if _final_exception(doc["traceback"]) == _BROKEN
+                else ERROR_EXCEPTION)
+        if rec.reason.kind != want:
+            return [f"gate {g.id}: ERROR({rec.reason.kind}) but its traceback says {want}"]
         return []
 
     def _not_run(self, g, rec, run, caps) -> list[str]:

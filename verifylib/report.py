@@ -2,21 +2,23 @@
 
 nbformat merges the notebooks and nbconvert renders them with the ``audit`` template
 (JupyterLab's look without any script tag). The report opens with the verdict, the gate
-table and the identity table built from the receipt; every value from a run (paths,
-log lines, transcripts) is escaped before it is placed in HTML.
+table and the identity table built from the receipt. All HTML comes from the templates of
+:mod:`verifylib.views` (autoescaped, so every value from a run is text), and the page carries
+the views' one stylesheet, ``verifylib.css``, included by the nbconvert template.
 """
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 
-from . import canonical, gates
+from . import canonical, gates, views
 from .receipt import RECEIPT_FILE
+from .views import gates as gate_views
+from .views import index as index_view
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 REPORT = "report.html"
@@ -38,52 +40,7 @@ def summary_html(receipt: dict, receipt_sha256: str) -> str:
     str
         An HTML fragment with no script.
     """
-    e = lambda v: html.escape(str(v))  # noqa: E731
-    v = receipt["verdict"]
-    counts: dict[str, int] = {}
-    for row in receipt["gates"]:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    count_txt = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    parts = [
-        f"<h1>Core ML encoder verification: {e(receipt['name'])}</h1>",
-        f"<p><span class='vl-verdict vl-{e(v)}'>Verdict: <b>{e(v)}</b></span></p>",
-        f"<p>Run <code>{e(receipt['run_id'])}</code> &middot; gates: {e(count_txt)} &middot; "
-        f"receipt SHA-256 <code>{e(receipt_sha256)}</code></p>",
-        "<p>ADMISSIBLE only when every required gate PASSed in a physical run made now; "
-        "REJECTED when any gate FAILed or ERRORed; otherwise INCOMPLETE. NOT_RUN is never "
-        "a pass. Re-check this run with <code>verifylib verify &lt;run dir&gt;</code>.</p>",
-        "<h2>Gates</h2><table class='vl'><tr><th>gate</th><th>stage</th><th>required</th>"
-        "<th>status</th><th>reason</th><th>detail</th><th>evidence</th></tr>",
-    ]
-    for row in receipt["gates"]:
-        ev = "<br>".join(f"<code title='{e(x['sha256'])}'>{e(x['path'].split('/')[-1])}</code> "
-                         f"<small>{e(x['sha256'][:12])}…</small>" for x in row["evidence"])
-        detail = row["reason"]["detail"]
-        if len(detail) > 4000:
-            detail = detail[:4000] + "\n[... cut; full text in receipt.json]"
-        parts.append(
-            f"<tr><td><code>{e(row['id'])}</code></td><td>{e(row['stage'])}</td>"
-            f"<td>{'yes' if row['required'] else 'no'}</td>"
-            f"<td class='vl-{e(row['status'])}'><b>{e(row['status'])}</b></td>"
-            f"<td>{e(row['reason']['kind'])}</td><td class='vl-detail'>{e(detail)}</td>"
-            f"<td>{ev}</td></tr>")
-    parts.append("</table><h2>Identities</h2><table class='vl'>")
-    for k, val in sorted(receipt["identities"].items()):
-        parts.append(f"<tr><td>{e(k)}</td><td><code>{e(val)}</code></td></tr>")
-    host = receipt.get("host", {})
-    parts.append("</table><h2>Host</h2><table class='vl'>")
-    for k in ("system", "machine", "macos_version", "python", "coremlc"):
-        parts.append(f"<tr><td>{e(k)}</td><td><code>{e(host.get(k))}</code></td></tr>")
-    caps = ", ".join(f"{k}: {'yes' if ok else 'no'}"
-                     for k, ok in sorted(host.get("capabilities", {}).items()))
-    parts.append(f"<tr><td>capabilities</td><td>{e(caps)}</td></tr></table>")
-    pkgs = receipt.get("packages", {})
-    if pkgs:
-        parts.append("<h2>Package versions</h2><table class='vl'>")
-        for k, val in sorted(pkgs.items()):
-            parts.append(f"<tr><td>{e(k)}</td><td><code>{e(val)}</code></td></tr>")
-        parts.append("</table>")
-    return "\n".join(parts)
+    return gate_views.receipt_summary(receipt, receipt_sha256)
 
 
 def _summary_cell(fragment: str):
@@ -111,8 +68,19 @@ def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
         for cell in sub.cells:
             # Markdown inside notebooks is ours, but outputs may carry run text: the
             # exporter's sanitizer and the audit template keep both inert.
+            _drop_view_styles(cell)
             nb.cells.append(cell)
     return nb
+
+
+def _drop_view_styles(cell) -> None:
+    # Each view output opens with the stylesheet for JupyterLab; the report's head has it
+    # already, and the sanitizer (which allows no <style>) would print it as text.
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if "text/html" in data:
+            text = data["text/html"]
+            data["text/html"] = views.strip_style(text if isinstance(text, str) else "".join(text))
 
 
 # Tags our own HTML outputs use; anything else in an output (script, iframe, event
@@ -126,7 +94,10 @@ _STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "ba
 
 
 def _export(nb, exclude_input: bool) -> str:
-    exporter = HTMLExporter(template_name="audit", extra_template_basedirs=[str(TEMPLATES)])
+    # The views' folder goes last on the search path: the audit template includes
+    # verifylib.css from it, and nbconvert's own templates keep precedence for every other name.
+    exporter = HTMLExporter(template_name="audit", extra_template_basedirs=[str(TEMPLATES)],
+                            extra_template_paths=[str(views.TEMPLATES)])
     exporter.exclude_input = exclude_input
     exporter.exclude_input_prompt = exclude_input
     exporter.exclude_output_prompt = exclude_input
@@ -183,7 +154,6 @@ def render_index(outcomes, reports_root: str | Path) -> Path:
         The index page, written atomically; self-contained and script-free.
     """
     root = Path(reports_root)
-    e = lambda v: html.escape(str(v))  # noqa: E731
     worst = gates.worst(o.verdict for o in outcomes)
     rows = []
     for o in outcomes:
@@ -192,26 +162,10 @@ def render_index(outcomes, reports_root: str | Path) -> Path:
         counts: dict[str, int] = {}
         for g in rec["gates"]:
             counts[g["status"]] = counts.get(g["status"], 0) + 1
-        rel = o.run_dir.relative_to(root).as_posix()
-        rows.append(
-            f"<tr><td>{e(o.name)}</td><td class='vl-{e(o.verdict.value)}'><b>"
-            f"{e(o.verdict.value)}</b></td>"
-            + "".join(f"<td>{counts.get(s, 0)}</td>" for s in ("PASS", "FAIL", "NOT_RUN", "ERROR"))
-            + f"<td><a href='{e(rel)}/{REPORT}'>{e(rel)}</a></td>"
-              f"<td><code>{e(canonical.sha256_bytes(raw)[:16])}…</code></td></tr>")
-    page = (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        "<title>verifylib batch index</title><style>"
-        "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-        ".vl-ADMISSIBLE{background:#bfe8bf}.vl-INCOMPLETE{background:#ffe9a8}"
-        ".vl-REJECTED{background:#f4b6b6}</style></head><body>"
-        f"<h1>verifylib batch: {len(outcomes)} model(s)</h1>"
-        f"<p>Worst verdict: <b class='vl-{e(worst.value)}'>{e(worst.value)}</b>. Each run "
-        "re-verifies with <code>verifylib verify &lt;run dir&gt;</code>.</p>"
-        "<table><tr><th>model</th><th>verdict</th><th>PASS</th><th>FAIL</th><th>NOT_RUN</th>"
-        "<th>ERROR</th><th>report</th><th>receipt SHA-256</th></tr>"
-        + "".join(rows) + "</table></body></html>\n")
+        rows.append({"name": o.name, "verdict": o.verdict.value, "counts": counts,
+                     "rel": o.run_dir.relative_to(root).as_posix(),
+                     "sha256": canonical.sha256_bytes(raw)})
+    page = index_view.page(rows, worst.value, REPORT) + "\n"
     path = root / INDEX
     canonical.atomic_write_bytes(path, page.encode("utf-8"))
     return path

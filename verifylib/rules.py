@@ -65,7 +65,7 @@ def _rule_source(ev) -> Judgement:
     problems = _pin_problems(doc)
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
-    return _j(_source.judge_source_identity(doc))
+    return _source.judge_source_identity(doc)
 
 
 def _rule_patch(ev) -> Judgement:
@@ -81,22 +81,22 @@ def _rule_patch(ev) -> Judgement:
                 problems.append(f"{k} missing")
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
-    return _j(_source.judge_patch_exact(doc))
+    return _source.judge_patch_exact(doc)
 
 
 def _rule_ggml(ev) -> Judgement:
     doc = ev.json("build")
     if not ev.has("probe_stderr"):
-        return _j(_build.judge_ggml_build(doc, ""))
+        return _build.judge_ggml_build(doc, "")
     bound = _stream_problems(ev, doc.get("probe") if isinstance(doc, Mapping) else None,
                              {"stderr_sha256": "probe_stderr", "stdout_sha256": "probe_stdout"})
     if bound:
         return Judgement(Status.FAIL, "; ".join(bound))
     stream = ev.text("probe_stderr") + "\n" + ev.text("probe_stdout")
-    return _j(_build.judge_ggml_build(doc, stream))
+    return _build.judge_ggml_build(doc, stream)
 
 
-def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> tuple[bool, str]:
+def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Judgement:
     """The rule of ``build.coreml`` on stored evidence.
 
     PASS iff the build exists with a well-formed SHA-256 equal to its recorded one, is the
@@ -108,9 +108,9 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> tup
     """
     import hashlib
     if not isinstance(ev, Mapping):
-        return False, "evidence is not a mapping"
+        return Judgement.failed("evidence is not a mapping")
     if ev.get("built") is not True:
-        return False, f"no build: {ev.get('error', 'unknown reason')}"
+        return Judgement.failed(f"no build: {ev.get('error', 'unknown reason')}")
     problems = []
     if ev.get("variant") != "coreml":
         problems.append(f"variant is {ev.get('variant')!r}, not 'coreml'")
@@ -154,17 +154,17 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> tup
         problems.append(f"whisper-bench's system_info does not show {contracts.COREML_ON!r} "
                         f"(found {contracts.COREML_FLAG}{coreml})")
     if problems:
-        return False, "; ".join(problems)
-    return True, (f"static Core ML whisper-cli sha256 {sha} (WHISPER_COREML=1, fallback OFF) "
-                  f"in its own folder; {contracts.COREML_ON!r} read from whisper-bench built "
-                  f"with the same options ({label})")
+        return Judgement.failed("; ".join(problems))
+    return Judgement.passed(f"static Core ML whisper-cli sha256 {sha} (WHISPER_COREML=1, fallback OFF) "
+                            f"in its own folder; {contracts.COREML_ON!r} read from whisper-bench built "
+                            f"with the same options ({label})")
 
 
 def _rule_coreml(ev) -> Judgement:
     def stream(name):
         return ev.bytes(name) if ev.has(name) else b""
-    return _j(judge_coreml_build(ev.json("coreml_build"), stream("bench_stderr"),
-                                 stream("bench_stdout")))
+    return judge_coreml_build(ev.json("coreml_build"), stream("bench_stderr"),
+                              stream("bench_stdout"))
 
 
 SIDES = ("unpatched", "patched")
@@ -177,11 +177,6 @@ NEGATIVE_SCHEMA = "verifylib-coreml-negative/1"
 POSITIVE_SCHEMA = "verifylib-coreml-positive/1"
 
 
-def _j(ok_detail: tuple[bool, str]) -> Judgement:
-    ok, detail = ok_detail
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
-
-
 def _stream_name(sha: str) -> str:
     return f"stream-{sha}"
 
@@ -190,7 +185,7 @@ def _summary(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n}x {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> tuple[bool, str]:
+def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> Judgement:
     """The rule of ``canary.lifecycle_ab`` on stored evidence.
 
     Every run of both sides is re-classified from its recorded exit status and its stored
@@ -208,17 +203,17 @@ def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> tuple[bool, s
         Digest to stored bytes, or None when no such stream is stored.
     """
     if not isinstance(doc, Mapping) or doc.get("schema") != LIFECYCLE_SCHEMA:
-        return False, f"not a {LIFECYCLE_SCHEMA} document"
+        return Judgement.failed(f"not a {LIFECYCLE_SCHEMA} document")
     n = doc.get("runs_per_side")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        return False, f"malformed runs_per_side {n!r}"
+        return Judgement.failed(f"malformed runs_per_side {n!r}")
     trig = doc.get("trigger")
     if not (isinstance(trig, list) and len(trig) == 3 and isinstance(trig[2], str)
             and trig == contracts.lifecycle_trigger_args(trig[2])):
-        return False, f"malformed trigger {trig!r}"
+        return Judgement.failed(f"malformed trigger {trig!r}")
     sides = doc.get("sides")
     if not isinstance(sides, Mapping) or set(sides) != set(SIDES):
-        return False, "evidence must record both sides (unpatched and patched)"
+        return Judgement.failed("evidence must record both sides (unpatched and patched)")
     problems: list[str] = []
     results: dict[str, list] = {}
     for side in SIDES:
@@ -266,10 +261,10 @@ def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> tuple[bool, s
             sides["unpatched"].get("binary_sha256") == (sides.get("patched") or {}).get("binary_sha256"):
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
-        return False, "evidence does not support the outcomes: " + " | ".join(problems[:5])
+        return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
     patched = results.get("patched", [])
     if len(patched) != n:
-        return False, f"patched: {len(patched)} runs recorded, expected {n}"
+        return Judgement.failed(f"patched: {len(patched)} runs recorded, expected {n}")
     bad_runs = [(i, c) for i, c in patched if not c.ok]
     p_counts = _summary(Counter(c.outcome for _, c in patched))
     if "unpatched" in results:
@@ -280,24 +275,24 @@ def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> tuple[bool, s
         a_side = f"unpatched build not available ({sides['unpatched'].get('reason', '')})"
     if bad_runs:
         i, c = bad_runs[0]
-        return False, (f"patched {sides['patched']['binary_sha256'][:12]}...: {len(bad_runs)}/{n} "
-                       f"runs not clean ({p_counts}); first, run {i}: {c.detail}. {a_side}")
-    return True, (f"patched {sides['patched']['binary_sha256'][:12]}...: {n}/{n} runs exit 3 with "
-                  f"both markers, no signal; {a_side}")
+        return Judgement.failed(f"patched {sides['patched']['binary_sha256'][:12]}...: {len(bad_runs)}/{n} "
+                                f"runs not clean ({p_counts}); first, run {i}: {c.detail}. {a_side}")
+    return Judgement.passed(f"patched {sides['patched']['binary_sha256'][:12]}...: {n}/{n} runs exit 3 with "
+                            f"both markers, no signal; {a_side}")
 
 
 def _rule_lifecycle(ev) -> Judgement:
     def stream(sha):
         name = _stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
-    return _j(judge_lifecycle(ev.json("lifecycle"), stream))
+    return judge_lifecycle(ev.json("lifecycle"), stream)
 
 
-def judge_negative(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
+def judge_negative(doc, stderr: bytes, stdout: bytes) -> Judgement:
     """The rule of ``canary.coreml_negative``: one run only, in a scratch folder holding
     only the ``ggml-*.bin``, classified by :func:`verifylib.contracts.classify_negative`."""
     if not isinstance(doc, Mapping) or doc.get("schema") != NEGATIVE_SCHEMA:
-        return False, f"not a {NEGATIVE_SCHEMA} document"
+        return Judgement.failed(f"not a {NEGATIVE_SCHEMA} document")
     problems = []
     if doc.get("attempts") != 1 or "warmup" in doc:
         problems.append(f"the negative control must be the first and only run "
@@ -306,7 +301,7 @@ def judge_negative(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
         problems.append("malformed binary digest")
     run = doc.get("run")
     if not isinstance(run, Mapping):
-        return False, "; ".join(problems + ["run record missing"])
+        return Judgement.failed("; ".join(problems + ["run record missing"]))
     argv = run.get("argv") if isinstance(run.get("argv"), list) else []
     model_arg = doc.get("model_arg")
     if not argv or argv[0] != doc.get("binary"):
@@ -327,19 +322,19 @@ def judge_negative(doc, stderr: bytes, stdout: bytes) -> tuple[bool, str]:
                         f"and stream give {c.outcome!r}")
     problems += list(c.problems)
     if problems:
-        return False, "; ".join(problems)
-    return True, (f"first and only run of whisper-cli {doc['binary_sha256'][:12]}... with only "
-                  f"{Path(model_arg).name} in a scratch folder: exit 3, load-failure and "
-                  f"init-failure lines, no signal")
+        return Judgement.failed("; ".join(problems))
+    return Judgement.passed(f"first and only run of whisper-cli {doc['binary_sha256'][:12]}... with only "
+                            f"{Path(model_arg).name} in a scratch folder: exit 3, load-failure and "
+                            f"init-failure lines, no signal")
 
 
 def _rule_negative(ev) -> Judgement:
-    return _j(judge_negative(ev.json("negative"), ev.bytes("negative_stderr"),
-                                     ev.bytes("negative_stdout")))
+    return judge_negative(ev.json("negative"), ev.bytes("negative_stderr"),
+                          ev.bytes("negative_stdout"))
 
 
 def judge_positive(doc, stderr: bytes, stdout: bytes,
-                   warmup: tuple[bytes, bytes] | None = None) -> tuple[bool, str]:
+                   warmup: tuple[bytes, bytes] | None = None) -> Judgement:
     """The rule of ``canary.coreml_positive``.
 
     The measured run is classified by :func:`verifylib.contracts.classify_positive`, with
@@ -348,13 +343,13 @@ def judge_positive(doc, stderr: bytes, stdout: bytes,
     :func:`verifylib.contracts.warmup_problems` -- a crash, timeout, non-zero exit or
     fallback line in it is a FAIL, never something a second run makes good."""
     if not isinstance(doc, Mapping) or doc.get("schema") != POSITIVE_SCHEMA:
-        return False, f"not a {POSITIVE_SCHEMA} document"
+        return Judgement.failed(f"not a {POSITIVE_SCHEMA} document")
     problems = []
     if not is_sha256(doc.get("binary_sha256")):
         problems.append("malformed binary digest")
     run, warm = doc.get("measured"), doc.get("warmup")
     if not isinstance(run, Mapping) or not isinstance(warm, Mapping):
-        return False, "; ".join(problems + ["measured or warm-up record missing"])
+        return Judgement.failed("; ".join(problems + ["measured or warm-up record missing"]))
     argv = run.get("argv") if isinstance(run.get("argv"), list) else []
     model_arg = doc.get("model_arg")
     if not argv or argv[0] != doc.get("binary"):
@@ -382,18 +377,18 @@ def judge_positive(doc, stderr: bytes, stdout: bytes,
     else:
         problems.append("warm-up streams not stored: the warm-up cannot be judged")
     if problems:
-        return False, "; ".join(problems)
+        return Judgement.failed("; ".join(problems))
     enc = run.get("encode_time_ms")
-    return True, (f"measured run of whisper-cli {doc['binary_sha256'][:12]}...: exit 0, "
-                  f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} line for "
-                  f"{Path(model_arg).name}, no load failure (wall {run.get('wall_s')} s, encode "
-                  f"{enc} ms; warm-up wall {warm.get('wall_s')} s)")
+    return Judgement.passed(f"measured run of whisper-cli {doc['binary_sha256'][:12]}...: exit 0, "
+                            f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} line for "
+                            f"{Path(model_arg).name}, no load failure (wall {run.get('wall_s')} s, encode "
+                            f"{enc} ms; warm-up wall {warm.get('wall_s')} s)")
 
 
 def _rule_positive(ev) -> Judgement:
-    return _j(judge_positive(ev.json("positive"), ev.bytes("measured_stderr"),
-                             ev.bytes("measured_stdout"),
-                             (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout"))))
+    return judge_positive(ev.json("positive"), ev.bytes("measured_stderr"),
+                          ev.bytes("measured_stdout"),
+                          (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout")))
 
 
 def _rule_ggml_model(ev) -> Judgement:
@@ -530,13 +525,13 @@ def _rule_compile(ev) -> Judgement:
 
 
 def _rule_plan(ev) -> Judgement:
-    ok, detail = judge_plan(ev.json("plan_fp32"))
-    if ok and ev.has("plan_fp16"):
-        ok16, detail16 = judge_plan(ev.json("plan_fp16"))
-        if not ok16:
-            return Judgement(Status.FAIL, f"fp16 plan: {detail16}")
-        detail += f"; fp16: {detail16}"
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
+    j = judge_plan(ev.json("plan_fp32"))
+    if j.ok and ev.has("plan_fp16"):
+        j16 = judge_plan(ev.json("plan_fp16"))
+        if not j16.ok:
+            return Judgement.failed(f"fp16 plan: {j16.detail}")
+        return Judgement.passed(f"{j.detail}; fp16: {j16.detail}")
+    return j
 
 
 def ggml_run_problems(doc: dict, stderr_of) -> list[str]:
@@ -582,10 +577,11 @@ def _rule_ggml_vs_source(ev) -> Judgement:
     problems += ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"))
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
-    ok, detail = judge_ggml_vs_source(doc)
-    return Judgement(Status.PASS if ok else Status.FAIL,
-                     detail + ("; every GGML run showed " + contracts.COREML_OFF + " with no "
-                               ".mlmodelc beside its model" if ok else ""))
+    j = judge_ggml_vs_source(doc)
+    if not j.ok:
+        return j
+    return Judgement.passed(j.detail + "; every GGML run showed " + contracts.COREML_OFF
+                            + " with no .mlmodelc beside its model")
 
 
 def _classifier(ev):
@@ -593,7 +589,7 @@ def _classifier(ev):
         stdout = ev.bytes(f"hybrid_stdout_{clip['id']}") if clip["public"] else None
         c = contracts.classify_positive(clip["run"], ev.bytes(f"hybrid_stderr_{clip['id']}"),
                                         stdout)
-        return c.ok, c.detail
+        return Judgement.of(c.ok, c.detail)
     return classify
 
 
@@ -624,8 +620,7 @@ def _rule_hybrid(ev) -> Judgement:
     problems += hybrid_binding_problems(doc, ev.identities.get("binary.coreml.sha256"))
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
-    ok, detail = judge_hybrid(doc, _classifier(ev))
-    return Judgement(Status.PASS if ok else Status.FAIL, detail)
+    return judge_hybrid(doc, _classifier(ev))
 
 
 def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
@@ -641,7 +636,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
             problems.append("the drift record is not a mapping")
         if problems:
             return Judgement(Status.FAIL, "; ".join(problems))
-        return _j(judge_parity(doc, policy_id, kind))
+        return judge_parity(doc, policy_id, kind)
     return judge
 
 

@@ -1,9 +1,9 @@
 """Headless subprocess runner: list argv, no shell, credential-free env, both streams kept.
 
 Every external program (git, cmake, whisper-cli) goes through :func:`run`, so the rules
-of the guide's headless contract hold everywhere: no shell, a stripped environment, both
-streams captured and hashed, a timeout, no retry, and a decoded signal when the child
-was killed. whisper-cli gate runs go through :func:`run_whisper_cli`, which refuses a
+of the headless contract (docs/runtime-contract.md §6) hold everywhere: no shell, a
+stripped environment, both streams captured and hashed, a timeout, no retry, and a decoded
+signal when the child was killed. whisper-cli gate runs go through :func:`run_whisper_cli`, which refuses a
 command line that breaks the runtime contract before anything is launched, and
 :func:`run_record` turns a result into the record the classifiers of
 :mod:`verifylib.contracts` judge (and ``verifylib verify`` judges again). Every launch of
@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 from . import contracts, ledger
 from .canonical import sha256_bytes, sha256_file
 from .contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
+from .errors import ParametersInvalid, RunFailure
 
 # Names that may carry credentials: never handed to a child process.
 _SECRET_PATTERNS = (
@@ -129,7 +130,7 @@ class RunResult:
         return f"exit {self.returncode}"
 
 
-class CommandError(RuntimeError):
+class CommandError(RunFailure):
     """A required helper command (git, cmake, ...) did not succeed."""
 
     def __init__(self, result: RunResult, what: str):
@@ -168,7 +169,7 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     """
     argv = [os.fspath(a) for a in argv]
     if not argv:
-        raise ValueError("empty argv")
+        raise ParametersInvalid("empty argv")
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv, cwd=cwd, env=sanitized_env(env_extra), shell=False,
@@ -226,7 +227,7 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
     ------
     verifylib.contracts.ContractError
         If the argv breaks the contract (nothing is launched).
-    ValueError
+    verifylib.errors.ParametersInvalid
         If ``timeout`` is not a positive number.
     """
     _check_timeout(timeout, "whisper-cli")
@@ -237,7 +238,7 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
 
 def _check_timeout(timeout, what: str) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"a {what} run needs a positive timeout, got {timeout!r}")
+        raise ParametersInvalid(f"a {what} run needs a positive timeout, got {timeout!r}")
 
 
 def _binary_path(program: str, cwd: str | os.PathLike | None) -> str:
@@ -281,7 +282,7 @@ def run_whisper_binary(argv: Sequence[str | os.PathLike], *, timeout: float,
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ParametersInvalid
         If ``timeout`` is not a positive number.
     OSError
         If the binary cannot be read or launched (nothing is recorded then).
@@ -289,7 +290,7 @@ def run_whisper_binary(argv: Sequence[str | os.PathLike], *, timeout: float,
     _check_timeout(timeout, "whisper.cpp")
     args = [os.fspath(a) for a in argv]
     if not args:
-        raise ValueError("empty argv")
+        raise ParametersInvalid("empty argv")
     binary_sha = sha256_file(_binary_path(args[0], cwd))
     started = ledger.utc_now()
     result = run(args, cwd=cwd, timeout=float(timeout), env_extra=env_extra)

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import canonical
+from .gates import Judgement
+from .errors import PolicyInvalid
 
 POLICY_DIR = Path(__file__).resolve().parent / "policies"
 ENGLISH_JSON_SHA256 = "6607f948be9824d2e1b2fa2223cd94c06c45afa4e05ea0e3d5e1f2bdffde2465"
 
 
-class PolicyError(ValueError):
+class PolicyError(PolicyInvalid):
     """A policy resource is missing or not what its id says."""
 
 
@@ -231,7 +233,7 @@ def _stored_count_problems(clip: Mapping[str, Any], counts: Mapping[str, tuple[s
     return out
 
 
-def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
+def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> Judgement:
     """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
 
     Parameters
@@ -244,12 +246,12 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
 
     Returns
     -------
-    (bool, str)
-        Whether the rule held, and the figures behind the decision.
+    Judgement
+        PASS or FAIL, with the figures behind the decision.
     """
     rules, clips, refusal = _wer_v1_section(evidence, "ggml_vs_source")
     if refusal:
-        return False, refusal
+        return Judgement.failed(refusal)
     problems = []
     for c in clips:
         if "reference" in c:
@@ -258,7 +260,7 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
                                                {"source_empty": "source_text",
                                                 "ggml_empty": "ggml_text"})
     if problems:
-        return False, "; ".join(problems)
+        return Judgement.failed("; ".join(problems))
     src = corpus_wer([c["source"] for c in clips])
     ggml = corpus_wer([c["ggml"] for c in clips])
     limit = src + rules["max_corpus_wer_delta"]
@@ -266,18 +268,18 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> tuple[bool, str]:
     figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
                f"(limit {limit:.4f}) over {len(clips)} clip(s)")
     if rules.get("no_empty_where_source_nonempty") and empties:
-        return False, f"GGML transcript empty where the source's is not: {empties}; {figures}"
+        return Judgement.failed(f"GGML transcript empty where the source's is not: {empties}; {figures}")
     # Decided on exact rationals, not on the floats shown: in binary floating point
     # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
     exact_limit = (exact_corpus_wer([c["source"] for c in clips])
                    + policy_fraction(rules["max_corpus_wer_delta"]))
     if not exact_corpus_wer([c["ggml"] for c in clips]) <= exact_limit:
-        return False, f"GGML corpus WER above the limit; {figures}"
-    return True, figures
+        return Judgement.failed(f"GGML corpus WER above the limit; {figures}")
+    return Judgement.passed(figures)
 
 
 def judge_hybrid(evidence: Mapping[str, Any],
-                 classify: Callable[[Mapping[str, Any]], tuple[bool, str]]) -> tuple[bool, str]:
+                 classify: Callable[[Mapping[str, Any]], Judgement]) -> Judgement:
     """The wer-v1 rule for ``wer.hybrid`` (Core ML encoder inside whisper-cli).
 
     Parameters
@@ -289,18 +291,18 @@ def judge_hybrid(evidence: Mapping[str, Any],
         whose counts are recomputed.
     classify : callable
         Re-judges one clip's hybrid run from its stored streams (the four load conditions
-        of guide section 2.3); returns ``(ok, detail)``.
+        of docs/runtime-contract.md §2.3); returns a :class:`~verifylib.gates.Judgement`.
 
     Returns
     -------
-    (bool, str)
+    Judgement
         PASS iff every hybrid run met the four conditions, no hybrid transcript is empty,
         the hybrid corpus WER is at most min(GGML, source) + 0.05, and no clip's
         hybrid-vs-GGML WER exceeds 0.5 (the detector for a silent nil prediction).
     """
     rules, clips, refusal = _wer_v1_section(evidence, "hybrid")
     if refusal:
-        return False, refusal
+        return Judgement.failed(refusal)
     problems = []
     for c in clips:
         if "reference" in c:
@@ -309,14 +311,14 @@ def judge_hybrid(evidence: Mapping[str, Any],
                     "hybrid_vs_ggml": ("ggml_text", "hybrid_text")},
                 {"hybrid_empty": "hybrid_text"})
         if rules.get("four_load_conditions_every_run"):
-            ok, detail = classify(c)
-            if not ok:
-                problems.append(f"{c['id']}: hybrid run fails the load conditions: {detail}")
+            load = classify(c)
+            if not load.ok:
+                problems.append(f"{c['id']}: hybrid run fails the load conditions: {load.detail}")
     if problems:
-        return False, "; ".join(problems)
+        return Judgement.failed("; ".join(problems))
     empty = [c["id"] for c in clips if c["hybrid_empty"]]
     if rules.get("all_nonempty") and empty:
-        return False, f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)"
+        return Judgement.failed(f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)")
     hyb = corpus_wer([c["hybrid"] for c in clips])
     ggml = corpus_wer([c["ggml"] for c in clips])
     src = corpus_wer([c["source"] for c in clips])
@@ -328,10 +330,10 @@ def judge_hybrid(evidence: Mapping[str, Any],
                f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
                f"({worst['id']}) over {len(clips)} clip(s)")
     if exact_corpus_wer([worst["hybrid_vs_ggml"]]) > policy_fraction(rules["max_clip_wer_vs_ggml"]):
-        return False, f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}"
+        return Judgement.failed(f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}")
     exact_limit = (min(exact_corpus_wer([c["ggml"] for c in clips]),
                        exact_corpus_wer([c["source"] for c in clips]))
                    + policy_fraction(rules["max_corpus_wer_delta_vs_best"]))
     if not exact_corpus_wer([c["hybrid"] for c in clips]) <= exact_limit:
-        return False, f"hybrid corpus WER above the limit; {figures}"
-    return True, figures
+        return Judgement.failed(f"hybrid corpus WER above the limit; {figures}")
+    return Judgement.passed(figures)

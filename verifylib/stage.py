@@ -4,13 +4,14 @@ A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.b
 each gate it implements, gathers evidence, and lets the gate's rule (:mod:`verifylib.rules`)
 judge it. When the stage finishes, a gate the registry declares unimplemented is recorded
 NOT_RUN(not-implemented); an implemented gate the stage never judged is an ERROR, so a gate
-cannot silently disappear or pass by default. Every ERROR cites a stored traceback file.
+cannot silently disappear or pass by default. Every ERROR cites a stored traceback file;
+its reason kind is ``prerequisite-broken`` when the gate raised
+:class:`verifylib.errors.PrerequisiteBroken`, and ``exception`` otherwise.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import os
 import secrets
 import time
@@ -21,9 +22,11 @@ from typing import Any, Iterable
 
 from . import canonical, gates, ledger, rules
 from .capabilities import detect
-from .evidence import EvidenceRef, EvidenceView, GateRecord, Reason
+from .errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
+from .evidence import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN, EvidenceRef,
+                       EvidenceView, GateRecord, Reason)
 from .gates import Gate, NotRunKind, Status
-from .params import REPO_ROOT, Params
+from .params import Params
 
 RUN_FILE = "run.json"
 GATES_DIR = "gates"
@@ -33,7 +36,7 @@ ERROR_SCHEMA = "verifylib-error/1"
 TRACEBACK_EVIDENCE = "traceback"
 
 
-class StageRefused(RuntimeError):
+class StageRefused(StageRefusal):
     """A stage was asked to write into a run directory that already holds its result."""
 
 
@@ -96,7 +99,7 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> di
 
     Raises
     ------
-    ValueError
+    verifylib.errors.ParametersInvalid
         If ``run.json`` exists and was written for other parameters.
     """
     run_dir = Path(run_dir)
@@ -105,8 +108,8 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> di
     if path.exists():
         rec = canonical.read_json(path)
         if rec.get("params_sha256") != params_sha:
-            raise ValueError(f"{run_dir} was created for other parameters "
-                             f"({rec.get('name')!r}); use a fresh run directory")
+            raise ParametersInvalid(f"{run_dir} was created for other parameters "
+                                    f"({rec.get('name')!r}); use a fresh run directory")
         return rec
     run_dir.mkdir(parents=True, exist_ok=True)
     rec = {
@@ -156,7 +159,10 @@ class StageReport:
     seconds : float
         Time spent inside the stage's verifylib work.
     facts : dict
-        Measured values worth showing (paths, timings, versions).
+        Labelled values worth showing (paths, timings, versions): a flat table.
+    result : object or None
+        The stage's typed result (a dataclass of :mod:`verifylib.results`), for the stages
+        whose results are more than a table.
     """
 
     stage: str
@@ -164,25 +170,14 @@ class StageReport:
     identities: dict
     seconds: float
     facts: dict = field(default_factory=dict)
+    result: Any = None
 
     def status(self, gate_id: str) -> Status:
         return next(r.status for r in self.records if r.id == gate_id)
 
     def _repr_html_(self) -> str:
-        e = html.escape
-        rows = "".join(
-            f"<tr><td><code>{e(r.id)}</code></td><td class='vl-{e(r.status.value)}'>"
-            f"<b>{e(r.status.value)}</b></td><td>{e(r.reason.kind)}</td>"
-            f"<td style='white-space:pre-wrap'>{e(r.reason.detail)}</td></tr>"
-            for r in self.records)
-        ids = "".join(f"<tr><td>{e(k)}</td><td><code>{e(str(v))}</code></td></tr>"
-                      for k, v in sorted(self.identities.items()))
-        out = (f"<h4>Stage {e(self.stage)}: gates</h4><table class='vl'><tr><th>gate</th><th>status</th>"
-               f"<th>reason</th><th>detail</th></tr>{rows}</table>")
-        if ids:
-            out += f"<h4>Identities</h4><table class='vl'>{ids}</table>"
-        out += f"<p>verifylib work in this stage: {self.seconds:.2f} s</p>"
-        return out
+        from .views.gates import stage_table
+        return stage_table(self)
 
 
 class GateRun:
@@ -215,7 +210,8 @@ class GateRun:
         j = rules.judge(self.gate.id, view)
         unread = view.unread()
         if j.status is Status.PASS and unread:
-            # A PASS must rest on every file it cites; anything else is a harness bug.
+            # A PASS must rest on every file it cites; anything else is a harness bug, so
+            # this is deliberately no PrerequisiteBroken (it records ERROR(exception)).
             raise RuntimeError(f"{self.gate.id} cites evidence its rule never read: {unread}")
         rec = GateRecord(self.gate.id, j.status, Reason("rule", j.detail), refs, ids)
         self.ctx._record(rec, ids)
@@ -235,8 +231,11 @@ class GateRun:
         if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
             return False
         text = "".join(traceback.format_exception(exc_type, exc, tb))
+        # What the gate stood on changed under it (the environment, not the harness): the
+        # record says so, so a reader does not go looking for a bug in verifylib.
+        kind = ERROR_PREREQUISITE_BROKEN if isinstance(exc, PrerequisiteBroken) else ERROR_EXCEPTION
         self.ctx.record_error(self.gate.id, text, ledger.since(self._ledger_mark),
-                              self.ctx.written[self._written_mark:])
+                              self.ctx.written[self._written_mark:], kind=kind)
         self.done = True
         return True  # the stage goes on; dependants become NOT_RUN(prerequisite)
 
@@ -265,6 +264,7 @@ class StageContext:
         self.written: list[EvidenceRef] = []
         self.identities: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
+        self.result: Any = None
         self._t0 = time.perf_counter()
         # Evidence is never replaced: a second outcome in the same folder would hide the
         # first (a retried run), and a published run is read-only for every command.
@@ -311,12 +311,12 @@ class StageContext:
 
         Raises
         ------
-        RuntimeError
+        verifylib.errors.PrerequisiteBroken
             If the gate has not passed in this run directory.
         """
         rec = self.prior().get(gate_id)
         if rec is None or rec.status is not Status.PASS:
-            raise RuntimeError(f"{gate_id} has not passed in {self.run_dir}")
+            raise PrerequisiteBroken(f"{gate_id} has not passed in {self.run_dir}")
         return EvidenceView(self.run_dir, rec.evidence).json(name)
 
     def artifact_path(self, *parts: str) -> Path:
@@ -364,6 +364,8 @@ class StageContext:
             the registry's ``disabled_by`` (the validator judges NOT_RUN(disabled) by it).
         """
         g = gates.gate(gate_id)
+        # Both refusals below catch a stage calling begin wrongly, a bug in verifylib, so
+        # they stay plain ValueErrors, outside VerifylibError (a refusal a caller acts on).
         if g.stage != self.stage:
             raise ValueError(f"{gate_id} belongs to stage {g.stage}, not {self.stage}")
         key = gates.disabling_key(g, self.params.data)
@@ -385,7 +387,8 @@ class StageContext:
         self._write()
 
     def record_error(self, gate_id: str, text: str, launches: list | None = None,
-                     partial: list[EvidenceRef] | None = None) -> GateRecord:
+                     partial: list[EvidenceRef] | None = None,
+                     kind: str = ERROR_EXCEPTION) -> GateRecord:
         """Record ``gate_id`` as ERROR, citing its stored traceback.
 
         Parameters
@@ -399,7 +402,18 @@ class StageContext:
             cites are cited by the traceback, so no launch goes unaccounted for.
         partial : list of EvidenceRef, optional
             Evidence the gate wrote before it broke; cited too, so nothing is orphaned.
+        kind : str, optional
+            The reason kind, one of :data:`verifylib.evidence.ERROR_KINDS`:
+            ``"exception"`` (a harness bug, the default) or ``"prerequisite-broken"``
+            (:class:`verifylib.errors.PrerequisiteBroken` was raised).
+
+        Raises
+        ------
+        ValueError
+            If ``kind`` is not an ERROR reason kind.
         """
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"{kind!r} is not an ERROR reason kind {sorted(ERROR_KINDS)}")
         partial = [r for r in (partial or []) if r.name != TRACEBACK_EVIDENCE]
         seen: set[int] = set()
         for r in partial:
@@ -408,7 +422,7 @@ class StageContext:
         cited = [ledger.entry_record(e) for e in (launches or []) if e["seq"] not in seen]
         ref = self.write_json(TRACEBACK_EVIDENCE, error_document(gate_id, text, cited),
                               filename=error_filename(gate_id))
-        rec = GateRecord(gate_id, Status.ERROR, Reason("exception", text), (ref, *partial))
+        rec = GateRecord(gate_id, Status.ERROR, Reason(kind, text), (ref, *partial))
         self._record(rec, {})
         return rec
 
@@ -449,9 +463,4 @@ class StageContext:
         self._write()
         seconds = time.perf_counter() - self._t0
         return StageReport(self.stage, [self.records[g.id] for g in self.gates],
-                           dict(self.identities), seconds, dict(self.facts))
-
-
-def repo_path(*parts: str) -> Path:
-    """A path inside the repository checkout."""
-    return REPO_ROOT.joinpath(*parts)
+                           dict(self.identities), seconds, dict(self.facts), self.result)

@@ -1,12 +1,7 @@
-"""One module per notebook stage; importing this package registers every gate rule."""
+"""One module per notebook stage; the stages stand side by side and never import each other.
 
-from . import build, canary, export, parity, placement, wer  # noqa: F401
-
-STAGE_MODULES = {
-    "01_build": build,
-    "02_export": export,
-    "03_canary": canary,
-    "04_parity": parity,
-    "05_wer": wer,
-    "06_placement": placement,
-}
+Each stage module runs its gates (``run``) and nothing else: what an earlier stage
+published is read through :mod:`verifylib.artifacts`, pass rules live in
+:mod:`verifylib.rules`, display in :mod:`verifylib.views`. Importing this package imports no
+stage, so a notebook kernel loads only the stage it runs.
+"""

@@ -1,10 +1,10 @@
 """Stage 03_canary: the batch-lifecycle A/B, the Core ML negative control, the positive gate.
 
 ``canary.lifecycle_ab`` (any OS; physical on Linux): the unpatched and the patched static
-GGML ``whisper-cli`` are each run N times (parameter ``canary.runs``) with FACTS.md's
-trigger, ``-nfa -dtw large.v3`` on the tree's own test model, which makes
-``whisper_init_state`` free its state before ``whisper_batch_init`` -- the same early
-return as a Core ML load failure. PASS iff the patched build gives N/N exit 3 with the
+GGML ``whisper-cli`` are each run N times (parameter ``canary.runs``) with the lifecycle
+trigger (docs/runtime-contract.md §6.2), ``-nfa -dtw large.v3`` on the tree's own test
+model, which makes ``whisper_init_state`` free its state before ``whisper_batch_init`` --
+the same early return as a Core ML load failure. PASS iff the patched build gives N/N exit 3 with the
 ``aheads_masks_init()`` failure line and the init-failure line and no signal; the
 unpatched outcomes are recorded as evidence of the defect, not gated.
 
@@ -12,7 +12,7 @@ unpatched outcomes are recorded as evidence of the defect, not gated.
 and the Core ML build run once -- no warm-up, no retry. ``canary.coreml_positive``
 (macOS): one warm-up and one measured run with the ``.mlmodelc`` at the derived path;
 both wall times and whisper.cpp's ``encode time`` are recorded and the measured run alone
-is classified by the four conditions of guide section 2.3.
+is classified by the four conditions of docs/runtime-contract.md §2.3.
 
 The physical work is in :func:`lifecycle_ab`, :func:`coreml_negative` and
 :func:`coreml_positive`, which take the binaries and files as arguments, so tests drive
@@ -25,7 +25,6 @@ streams, so ``verifylib verify`` re-judges them.
 
 from __future__ import annotations
 
-import html
 import os
 import shutil
 import statistics
@@ -39,29 +38,17 @@ from .. import contracts
 from ..canonical import sha256_file, tree_digest
 from ..evidence import EvidenceRef
 from ..params import Params
-from ..rules import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SIDES,  # noqa: F401
-                     _stream_name, judge_lifecycle, judge_negative, judge_positive)
+from ..results import (CanaryResult, LifecycleSide, LifecycleSummary, NegativeControl,
+                       PositiveControl)
+from ..rules import LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SIDES, _stream_name
 from ..runner import RunResult, run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
-from .build import coreml_binary, ggml_binary, runtime_tree, unpatched_binary
+from ..artifacts import (coreml_binary, ggml_binary, model_language, published_model,
+                         runtime_tree, unpatched_binary)
+from ..contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
+from ..errors import PrerequisiteBroken
 
 STAGE = "03_canary"
-GGML_MODEL = ("fp32", "ggml-model.bin")
-
-
-# ----------------------------------------------------------------------------- argv
-
-def lifecycle_argv(binary: Path | str, model: Path | str, audio: Path | str,
-                   preset: str = contracts.LIFECYCLE_DTW_PRESET) -> list[str]:
-    """The lifecycle canary's command line: the tree's model and audio plus the trigger."""
-    return [str(binary), "-m", str(model), "-f", str(audio), "-t", "1",
-            *contracts.lifecycle_trigger_args(preset)]
-
-
-def coreml_argv(binary: Path | str, model_arg: str, audio: Path | str, language: str) -> list[str]:
-    """A Core ML gate's command line: the exact ``-m`` string and the pinned greedy decoding."""
-    return [str(binary), "-m", model_arg, "-f", str(audio), "-t", "4",
-            *contracts.greedy_decoding_args(language)]
 
 
 # ----------------------------------------------------------------------------- lifecycle A/B
@@ -142,11 +129,11 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
             continue
         path, sha = Path(val[0]), val[1]
         if sha256_file(path) != sha:
-            raise RuntimeError(f"{side} whisper-cli {path} does not hash to {sha}")
+            raise PrerequisiteBroken(f"{side} whisper-cli {path} does not hash to {sha}")
         bins[side] = path
         meta[side] = {"available": True, "binary": str(path), "binary_sha256": sha}
     if "patched" not in bins:
-        raise RuntimeError("the patched whisper-cli is required")
+        raise PrerequisiteBroken("the patched whisper-cli is required")
     results = run_lifecycle(bins, model, audio, runs, timeout, progress=progress, preset=preset)
     streams: dict[str, bytes] = {}
     for side, res_list in results.items():
@@ -171,24 +158,40 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
     ids = {"binary.ggml.sha256": meta["patched"]["binary_sha256"]}
     if meta["unpatched"]["available"]:
         ids["binary.ggml_unpatched.sha256"] = meta["unpatched"]["binary_sha256"]
-    ctx.facts["lifecycle"] = lifecycle_facts(doc)
+    _result(ctx).lifecycle = lifecycle_summary(doc)
     return refs, ids
 
 
-def lifecycle_facts(doc: Mapping) -> dict:
-    """Per side: availability, digest, outcome counts and wall times, for display."""
-    out = {"runs_per_side": doc["runs_per_side"], "trigger": " ".join(doc["trigger"]), "sides": {}}
+def _result(ctx: StageContext) -> CanaryResult:
+    if ctx.result is None:
+        ctx.result = CanaryResult()
+    return ctx.result
+
+
+def lifecycle_summary(doc: Mapping) -> LifecycleSummary:
+    """Per side: availability, digest, outcome counts and wall times, for display.
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``lifecycle`` evidence document.
+
+    Returns
+    -------
+    LifecycleSummary
+    """
+    sides = {}
     for side in SIDES:
         s = doc["sides"][side]
         if not s.get("available"):
-            out["sides"][side] = {"available": False, "reason": s.get("reason", "")}
+            sides[side] = LifecycleSide(False, reason=s.get("reason", ""))
             continue
         walls = [r["wall_s"] for r in s["runs"]]
-        out["sides"][side] = {"available": True, "binary_sha256": s["binary_sha256"],
-                              "counts": dict(s["counts"]),
-                              "wall_s_median": round(statistics.median(walls), 3),
-                              "wall_s_total": round(sum(walls), 3)}
-    return out
+        sides[side] = LifecycleSide(True, binary_sha256=s["binary_sha256"],
+                                    counts=dict(s["counts"]),
+                                    wall_s_median=round(statistics.median(walls), 3),
+                                    wall_s_total=round(sum(walls), 3))
+    return LifecycleSummary(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
 
 
 # ----------------------------------------------------------------------------- Core ML negative
@@ -196,7 +199,8 @@ def lifecycle_facts(doc: Mapping) -> dict:
 def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, model_file: Path,
                     audio: Path, timeout: float, language: str,
                     scratch_parent: Path | None = None) -> tuple[list[EvidenceRef], dict]:
-    """The fail-closed negative control (guide section 2.4): one run, no warm-up, no retry.
+    """The fail-closed negative control (docs/runtime-contract.md §2.4): one run, no
+    warm-up, no retry.
 
     Only the ``ggml-*.bin`` is copied into a fresh scratch folder (its ``.mlmodelc`` is
     deliberately left behind), and the Core ML build runs once on it. The first result is
@@ -211,7 +215,7 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     if not (model_file.name.startswith("ggml-") and model_file.name.endswith(".bin")):
         raise ValueError(f"the negative control copies a ggml-*.bin, got {model_file.name}")
     if sha256_file(binary) != binary_sha256:
-        raise RuntimeError(f"{binary} does not hash to {binary_sha256}")
+        raise PrerequisiteBroken(f"{binary} does not hash to {binary_sha256}")
     model_sha = sha256_file(model_file)
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-negative-", dir=scratch_parent))
     try:
@@ -230,9 +234,8 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     refs = [ctx.write_json("negative", doc),
             ctx.write_bytes("negative_stderr", res.stderr, "negative.stderr.txt"),
             ctx.write_bytes("negative_stdout", res.stdout, "negative.stdout.txt")]
-    ctx.facts["negative"] = {"outcome": c.outcome, "detail": c.detail, "wall_s": rec["wall_s"],
-                             "returncode": rec["returncode"], "signal": rec["signal"],
-                             "scratch_listing": listing}
+    _result(ctx).negative = NegativeControl(c.outcome, c.detail, rec["wall_s"],
+                                            rec["returncode"], rec["signal"], listing)
     return refs, {"binary.coreml.sha256": binary_sha256, "model.ggml.sha256": model_sha}
 
 
@@ -241,7 +244,8 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
 def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
                     audio: Path, first_timeout: float, timeout: float,
                     language: str) -> tuple[list[EvidenceRef], dict]:
-    """The positive gate (guide sections 2.3, 6.3): one warm-up, one measured run.
+    """The positive gate (docs/runtime-contract.md §2.3, §6.3): one warm-up, one measured
+    run.
 
     The ``.mlmodelc`` must sit at ``coreml_encoder_path(model_arg)``. The warm-up gets the
     generous first-run timeout (on-device compilation) and is recorded, not classified;
@@ -255,7 +259,7 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
         and the identities.
     """
     if sha256_file(binary) != binary_sha256:
-        raise RuntimeError(f"{binary} does not hash to {binary_sha256}")
+        raise PrerequisiteBroken(f"{binary} does not hash to {binary_sha256}")
     mlmodelc = Path(contracts.coreml_encoder_path(model_arg))
     before = tree_digest(mlmodelc) if mlmodelc.is_dir() else None
     argv = coreml_argv(binary, model_arg, audio, language)
@@ -281,12 +285,10 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
             ctx.write_bytes("measured_stdout", measured.stdout, "positive-measured.stdout.txt"),
             ctx.write_bytes("warmup_stderr", warm.stderr, "positive-warmup.stderr.txt"),
             ctx.write_bytes("warmup_stdout", warm.stdout, "positive-warmup.stdout.txt")]
-    ctx.facts["positive"] = {
-        "outcome": c.outcome, "detail": c.detail,
-        "warm-up wall s": recs["warmup"]["wall_s"], "measured wall s": recs["measured"]["wall_s"],
-        "warm-up encode time ms": recs["warmup"]["encode_time_ms"],
-        "measured encode time ms": recs["measured"]["encode_time_ms"],
-        "transcript": measured.stdout_text.strip()}
+    _result(ctx).positive = PositiveControl(
+        c.outcome, c.detail, recs["warmup"]["wall_s"], recs["measured"]["wall_s"],
+        recs["warmup"]["encode_time_ms"], recs["measured"]["encode_time_ms"],
+        measured.stdout_text.strip())
     ids = {"binary.coreml.sha256": binary_sha256}
     if before:
         ids["artifact.fp32.mlmodelc.tree_digest"] = before
@@ -294,22 +296,6 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
 
 
 # ----------------------------------------------------------------------------- the stage
-
-def published_model(ctx: StageContext) -> tuple[Path, str]:
-    """The ``fp32/ggml-model.bin`` that ``export.ggml_model`` wrote, and the ``-m`` string.
-
-    Raises
-    ------
-    RuntimeError
-        If the file's bytes are not the ones the export gate recorded.
-    """
-    ev = ctx.evidence_of("export.ggml_model", "ggml")
-    path = ctx.run_dir.joinpath(*GGML_MODEL)
-    if not path.is_file() or sha256_file(path) != ev.get("sha256"):
-        raise RuntimeError(f"{path} is not the ggml-model.bin that passed export.ggml_model")
-    arg = ev.get("model_arg")
-    return path, (arg if isinstance(arg, str) and Path(arg) == path else str(path))
-
 
 def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) -> StageReport:
     """Run stage 03_canary.
@@ -327,24 +313,26 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     Returns
     -------
     StageReport
-        With ``facts`` holding the A/B outcomes and the Core ML runs shown by :func:`show`.
+        With ``result`` (:class:`verifylib.results.CanaryResult`) holding the A/B outcomes
+        and the Core ML runs, shown by :func:`verifylib.views.canary.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)
-    cfg = params["canary"]
-    disabled = None if cfg["enabled"] else "canary.enabled"
-    language = params["model"].get("language") or "en"
+    ctx.result = CanaryResult()
+    cfg = params.canary
+    disabled = None if cfg.enabled else "canary.enabled"
+    language = model_language(params)
     g = ctx.begin("canary.lifecycle_ab", disabled)
     if g:
         with g:
             tree = runtime_tree(ctx)
             try:
                 a_side: tuple[Path, str] | str = unpatched_binary(ctx)
-            except RuntimeError as exc:
+            except PrerequisiteBroken as exc:
                 a_side = str(exc)
             refs, ids = lifecycle_ab(
                 ctx, patched=ggml_binary(ctx), unpatched=a_side,
                 model=tree / contracts.TEST_MODEL_IN_TREE, audio=tree / contracts.TEST_AUDIO_IN_TREE,
-                runs=cfg["runs"], timeout=cfg["timeout_s"], progress=progress)
+                runs=cfg.runs, timeout=cfg.timeout_s, progress=progress)
             g.judge(refs, ids)
     g = ctx.begin("canary.coreml_negative", disabled)
     if g:
@@ -354,7 +342,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
             refs, ids = coreml_negative(
                 ctx, binary=binary, binary_sha256=sha, model_file=model,
                 audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE,
-                timeout=cfg["timeout_s"], language=language)
+                timeout=cfg.timeout_s, language=language)
             g.judge(refs, ids)
     g = ctx.begin("canary.coreml_positive", disabled)
     if g:
@@ -364,68 +352,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
             refs, ids = coreml_positive(
                 ctx, binary=binary, binary_sha256=sha, model_arg=model_arg,
                 audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE,
-                first_timeout=cfg["first_run_timeout_s"], timeout=cfg["timeout_s"],
+                first_timeout=cfg.first_run_timeout_s, timeout=cfg.timeout_s,
                 language=language)
             g.judge(refs, ids)
     return ctx.finish()
-
-
-# ----------------------------------------------------------------------------- display
-
-_COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT": "#ad1457",
-           "timeout": "#6a1b9a"}
-
-
-def show(report: StageReport):
-    """Show the A/B outcome table and chart, and the Core ML runs (or why they did not run)."""
-    from IPython.display import HTML, display
-    e = html.escape
-    lc = report.facts.get("lifecycle")
-    if lc:
-        rows = ""
-        for side in SIDES:
-            s = lc["sides"][side]
-            if not s["available"]:
-                rows += (f"<tr><td>{e(side)}</td><td colspan='4'>not available: "
-                         f"{e(s['reason'])}</td></tr>")
-                continue
-            counts = "<br>".join(f"{n} &times; {e(label)}" for label, n in s["counts"].items())
-            rows += (f"<tr><td>{e(side)}</td><td><code>{e(s['binary_sha256'][:16])}…</code></td>"
-                     f"<td>{lc['runs_per_side']}</td><td>{counts}</td>"
-                     f"<td>{s['wall_s_median']:.3f} s</td></tr>")
-        display(HTML(
-            f"<h4>Batch-lifecycle A/B: <code>{e(lc['trigger'])}</code> on the tree's test "
-            f"model</h4><table class='vl'><tr><th>build</th><th>whisper-cli sha256</th>"
-            f"<th>runs</th><th>outcomes</th><th>median wall</th></tr>{rows}</table>"
-            "<p>Gated: the patched build must give every run exit 3 with both markers and no "
-            "signal. The unpatched outcomes are the defect's evidence, not gated.</p>"))
-        import matplotlib.pyplot as plt
-        labels = sorted({lab for s in lc["sides"].values() if s["available"]
-                         for lab in s["counts"]})
-        avail = [side for side in SIDES if lc["sides"][side]["available"]]
-        fig, ax = plt.subplots(figsize=(6, 1.2 + 0.6 * len(avail)))
-        left = [0] * len(avail)
-        for lab in labels:
-            vals = [lc["sides"][side]["counts"].get(lab, 0) for side in avail]
-            ax.barh(avail, vals, left=left, label=lab, color=_COLORS.get(lab, "#ef6c00"))
-            left = [a + b for a, b in zip(left, vals)]
-        ax.set_xlabel("runs")
-        ax.set_xlim(0, lc["runs_per_side"])
-        ax.set_title("Outcome of each run, per build")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize="small")
-        fig.tight_layout()
-        plt.show()
-    else:
-        display(HTML("<p>No lifecycle A/B: <code>canary.lifecycle_ab</code> did not run (see "
-                     "the table above).</p>"))
-    for key, gid in (("negative", "canary.coreml_negative"), ("positive", "canary.coreml_positive")):
-        facts = report.facts.get(key)
-        if facts:
-            rows = "".join(f"<tr><td>{e(k)}</td><td><code>{e(str(v))}</code></td></tr>"
-                           for k, v in facts.items())
-            display(HTML(f"<h4>{e(gid)}</h4><table class='vl'>{rows}</table>"))
-        else:
-            rec = next((r for r in report.records if r.id == gid), None)
-            why = f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec else "no record"
-            display(HTML(f"<p><code>{e(gid)}</code> did not run here: {e(why)}</p>"))
-    return None

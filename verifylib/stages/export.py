@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import html
 import os
 import shutil
 
@@ -30,35 +29,12 @@ from ..model import obtain_model
 from ..params import Params
 from ..runner import run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
-from .build import cache_dir, ggml_binary, runtime_tree
+from ..artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants, ggml_binary,
+                         model_language, model_source, runtime_tree)
+from ..errors import PrerequisiteBroken
 
 STAGE = "02_export"
-GGML_MODEL = ("fp32", "ggml-model.bin")
 LOAD_PROBE_MS = "2000"
-ENCODER_PACKAGE = "ggml-model-encoder.mlpackage"
-"""Named after the model file: coremlc names its output after the input (guide 4.3), so
-this compiles to ``ggml-model-encoder.mlmodelc``, the path whisper.cpp derives from
-``…/ggml-model.bin``."""
-
-
-def model_source(ctx: StageContext) -> dict:
-    """The model folder of this run: ``export.ggml_model``'s evidence when it passed,
-    otherwise the same intake done again (cached), so the Core ML gates do not depend on
-    the whisper.cpp build."""
-    try:
-        ev = ctx.evidence_of("export.ggml_model", "model")
-        return {"hf_dir": ev["hf_dir"], "source_digest": ev["source_digest"],
-                "from": "export.ggml_model evidence"}
-    except RuntimeError:
-        params = ctx.params
-        info = obtain_model(params["model"], cache_dir(), log=print, base_dir=params.base_dir)
-        return {"hf_dir": str(info.hf_dir), "source_digest": info.source_digest,
-                "from": "model intake (export.ggml_model did not pass)"}
-
-
-def export_variants(params: Params) -> list[str]:
-    """The Core ML variants to export: fp32 always, fp16 unless ``export.fp16`` is false."""
-    return ["fp32"] + (["fp16"] if params["export"].get("fp16", True) else [])
 
 
 def _export_contract(ctx: StageContext) -> None:
@@ -149,7 +125,7 @@ def _export_compile(ctx: StageContext) -> None:
         exported = ctx.evidence_of("export.contract", "contract")
         try:
             fp32_arg = ctx.evidence_of("export.ggml_model", "ggml")["model_arg"]
-        except RuntimeError:
+        except PrerequisiteBroken:
             fp32_arg = str(ctx.run_dir.joinpath(*GGML_MODEL))
         refs, entries, ids = [], [], {}
         for v in exported["variants"]:
@@ -178,11 +154,6 @@ def _export_compile(ctx: StageContext) -> None:
         g.judge(refs, ids)
 
 
-def model_language(params: Params) -> str:
-    """The decoding language of the model (parameter ``model.language``, default en)."""
-    return params["model"].get("language") or "en"
-
-
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     """Run stage 02_export.
 
@@ -201,7 +172,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     g = ctx.begin("export.ggml_model")
     if g:
         with g:
-            info = obtain_model(params["model"], cache_dir(), log=print, base_dir=params.base_dir)
+            info = obtain_model(params.model.spec, cache_dir(), log=print, base_dir=params.base_dir)
             model_ref = ctx.write_json("model", {
                 "kind": info.kind, "source_digest": info.source_digest, "origin": info.origin,
                 "hf_dir": str(info.hf_dir), "language": info.language, "cached": info.cached})
@@ -235,12 +206,3 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     _export_contract(ctx)
     _export_compile(ctx)
     return ctx.finish()
-
-
-def show(report: StageReport):
-    """Display the export facts of a :class:`StageReport` as an escaped HTML table."""
-    from IPython.display import HTML
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(str(v))}</code></td></tr>"
-                   for k, v in report.facts.items())
-    return HTML(f"<h4>Export facts</h4><table class='vl'>{rows}</table>" if rows else
-                "<p>No export facts: the export gates did not run (see the table above).</p>")

@@ -7,8 +7,9 @@ the fixture's reference text with jiwer. The pairwise GGML-vs-source WER is repo
 not gated.
 
 ``wer.hybrid`` (macOS): the Core ML build with the ``.mlmodelc`` beside the model, one run
-per fixture, each run held to the four load conditions of guide section 2.3, and the
-transcripts held to wer-v1's hybrid rule (which alone catches a silent nil prediction).
+per fixture, each run held to the four load conditions of docs/runtime-contract.md §2.3,
+and the transcripts held to wer-v1's hybrid rule (which alone catches a silent nil
+prediction).
 
 Non-public fixtures persist only digests and edit counts: their texts and transcripts
 stay in memory and never reach evidence, notebooks or the report.
@@ -16,7 +17,6 @@ stay in memory and never reach evidence, notebooks or the report.
 
 from __future__ import annotations
 
-import html
 import os
 import shutil
 import tempfile
@@ -25,13 +25,14 @@ from pathlib import Path
 
 from .. import contracts
 from ..audio import audio_sha256, read_wav_16k
-from ..params import Params, fixture_text
-from ..rules import ggml_run_problems  # noqa: F401  (re-exported for callers)
+from ..params import Fixture, Params, fixture_text
+from ..results import ClipResult, CorpusWer, WerResult
 from ..runner import run_record, run_whisper_cli
 from ..scoring import (count_words, corpus_wer, english_normalizer, load_policy)
 from ..stage import StageContext, StageReport
-from .build import ggml_binary, runtime_tree
-from .export import GGML_MODEL, model_language
+from ..artifacts import (GGML_MODEL, coreml_binary, fixture_audio, ggml_binary, model_language,
+                         published_model)
+from ..errors import ParametersInvalid, RunFailure
 
 STAGE = "05_wer"
 POLICY_ID = "wer-v1"
@@ -51,17 +52,6 @@ class ClipText:
     raw_reference: str
     raw_source: str
     raw_ggml: str
-
-
-def fixture_audio(ctx: StageContext, fixture: dict) -> Path:
-    """Resolve a fixture's audio file (inside the verified runtime tree, or a local path)."""
-    if "runtime_file" in fixture:
-        path = runtime_tree(ctx) / fixture["runtime_file"]
-    else:
-        path = ctx.params.resolve(fixture["path"])
-    if not path.is_file():
-        raise FileNotFoundError(f"fixture {fixture['id']}: audio file {path} not found")
-    return path
 
 
 def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
@@ -93,9 +83,9 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     # The policy is bound to the run before anything is measured.
     refs = [ctx.write_json("policy", {"id": policy.id, "sha256": policy.sha256,
                                       "rules": policy.rules})]
-    fixtures = params["fixtures"]
+    fixtures = params.fixtures
     if not fixtures:
-        raise ValueError("no fixtures in the parameters: nothing to transcribe")
+        raise ParametersInvalid("no fixtures in the parameters: nothing to transcribe")
     model_ev = ctx.evidence_of("export.ggml_model", "model")
     ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
     model_file = ctx.run_dir.joinpath(*GGML_MODEL)
@@ -130,7 +120,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     return refs, ids, texts
 
 
-def _ggml_clip(ctx: StageContext, params: Params, fx: dict, bundle, binary: Path,
+def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: Path,
                ggml_arg: str, lang: str, norm, refs: list, texts: list) -> dict:
     """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
     from ..model import transcribe_hf
@@ -139,11 +129,11 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: dict, bundle, binary: Path
     raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
     raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
     if not res.ok:
-        raise RuntimeError(f"whisper-cli failed on fixture {fx['id']}: {res.describe()}\n"
+        raise RunFailure(f"whisper-cli failed on fixture {fx.id}: {res.describe()}\n"
                            f"{res.stderr_text[-2000:]}")
     given = fixture_text(params, fx)
     raw_ref = given or raw_src
-    t = ClipText(fx["id"], fx["public"], audio_path, norm(raw_ref), norm(raw_src),
+    t = ClipText(fx.id, fx.public, audio_path, norm(raw_ref), norm(raw_src),
                  norm(raw_ggml), raw_ref, raw_src, raw_ggml)
     texts.append(t)
     c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
@@ -231,7 +221,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     Returns
     -------
     StageReport
-        With ``facts["clips"]`` holding the per-clip table shown by :func:`show`.
+        With ``result`` (:class:`verifylib.results.WerResult`) holding the per-clip table
+        shown by :func:`verifylib.views.wer.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)
     texts: list[ClipText] = []
@@ -244,8 +235,6 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     g = ctx.begin("wer.hybrid")
     if g:
         with g:
-            from .build import coreml_binary
-            from .canary import published_model
             binary, sha = coreml_binary(ctx)
             _, model_arg = published_model(ctx)
             refs, ids, hybrid_raw = hybrid(ctx, binary=binary, binary_sha256=sha,
@@ -253,110 +242,25 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                                            language=model_language(params))
             g.judge(refs, ids)
     if texts:
-        ctx.facts["clips"] = [_table_row(t, hybrid_raw.get(t.id)) for t in texts]
-        ctx.facts["corpus"] = {
-            "source": corpus_wer([count_words(t.reference, t.source) for t in texts]),
-            "ggml": corpus_wer([count_words(t.reference, t.ggml) for t in texts]),
-            "pairwise": corpus_wer([count_words(t.source, t.ggml) for t in texts])}
+        ctx.result = WerResult(
+            [_clip_result(t, hybrid_raw.get(t.id)) for t in texts],
+            CorpusWer(corpus_wer([count_words(t.reference, t.source) for t in texts]),
+                      corpus_wer([count_words(t.reference, t.ggml) for t in texts]),
+                      corpus_wer([count_words(t.source, t.ggml) for t in texts])))
     return ctx.finish()
 
 
-def _table_row(t: ClipText, hybrid_raw: str | None) -> dict:
+def _clip_result(t: ClipText, hybrid_raw: str | None) -> ClipResult:
     hyb = None if hybrid_raw is None else count_words(t.reference, english_normalizer()(hybrid_raw))
     src, ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
-    return {"id": t.id, "public": t.public, "words": src.ref_words,
-            "counts": {"source": src.as_dict(), "ggml": ggml.as_dict(),
-                       "hybrid": None if hyb is None else hyb.as_dict()},
-            "reference": t.raw_reference if t.public else PRIVATE,
-            "source": t.raw_source if t.public else PRIVATE,
-            "ggml": t.raw_ggml if t.public else PRIVATE,
-            "hybrid": (hybrid_raw if t.public else PRIVATE) if hybrid_raw is not None else None,
-            "wer_source": count_words(t.reference, t.source).wer,
-            "wer_ggml": count_words(t.reference, t.ggml).wer,
-            "wer_hybrid": None if hyb is None else hyb.wer,
-            "wer_pairwise": count_words(t.source, t.ggml).wer}
-
-
-def _counts_table(clips: list[dict], has_hybrid: bool) -> str:
-    """Per-clip and corpus substitution/deletion/insertion counts against the references."""
-    sides = ["source", "ggml"] + (["hybrid"] if has_hybrid else [])
-    label = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
-    head = "".join(f"<th>{label[k]} S/D/I</th><th>{label[k]} WER</th>" for k in sides)
-    rows, totals = [], {k: [] for k in sides}
-    for c in clips:
-        cells = ""
-        for k in sides:
-            n = c["counts"][k]
-            if n is None:
-                cells += "<td></td><td></td>"
-                continue
-            totals[k].append(n)
-            cells += (f"<td>{n['substitutions']}/{n['deletions']}/{n['insertions']}</td>"
-                      f"<td>{count_words_wer(n):.3f}</td>")
-        rows.append(f"<tr><td>{html.escape(c['id'])}</td><td>{c['words']}</td>{cells}</tr>")
-    corpus = ""
-    for k in sides:
-        t = totals[k]
-        s_, d_, i_ = (sum(n[x] for n in t) for x in ("substitutions", "deletions", "insertions"))
-        corpus += f"<td><b>{s_}/{d_}/{i_}</b></td><td><b>{corpus_wer(t):.4f}</b></td>"
-    words = sum(c["words"] for c in clips)
-    return ("<h4>Edit counts against the reference texts</h4><table class='vl'><tr><th>clip</th>"
-            f"<th>words</th>{head}</tr>" + "".join(rows)
-            + f"<tr><td><b>corpus</b></td><td><b>{words}</b></td>{corpus}</tr></table>")
-
-
-def count_words_wer(counts: dict) -> float:
-    """WER of stored counts."""
-    from ..scoring import WordCounts
-    return WordCounts(**counts).wer
-
-
-def show(report: StageReport):
-    """Show the transcripts side by side (escaped), per-clip and corpus WER, and a chart."""
-    from IPython.display import HTML, display
-    clips = report.facts.get("clips")
-    if not clips:
-        return HTML("<p>No transcripts: the WER gates did not run (see the table above).</p>")
-    e = html.escape
-    corpus = report.facts["corpus"]
-    has_hybrid = any(c["hybrid"] is not None for c in clips)
-    hyb_head = "<th>hybrid (Core ML)</th>" if has_hybrid else ""
-    hyb_wer_head = "<th>WER hybrid</th>" if has_hybrid else ""
-    rows = []
-    for c in clips:
-        hyb = f"<td>{e(c['hybrid'] or '')}</td>" if has_hybrid else ""
-        hyb_wer = (f"<td>{c['wer_hybrid']:.3f}</td>" if c["wer_hybrid"] is not None else
-                   "<td></td>") if has_hybrid else ""
-        rows.append(f"<tr><td>{e(c['id'])}</td><td>{e(c['reference'])}</td><td>{e(c['source'])}</td>"
-                    f"<td>{e(c['ggml'])}</td>{hyb}<td>{c['wer_source']:.3f}</td>"
-                    f"<td>{c['wer_ggml']:.3f}</td>{hyb_wer}<td>{c['wer_pairwise']:.3f}</td></tr>")
-    no_worse = sum(1 for c in clips if c["wer_ggml"] <= c["wer_source"])
-    display(HTML(
-        "<h4>Transcripts (raw, before normalization)</h4><table class='vl'><tr><th>clip</th>"
-        f"<th>reference</th><th>HF source</th><th>GGML whisper-cli</th>{hyb_head}"
-        f"<th>WER source</th><th>WER GGML</th>{hyb_wer_head}<th>GGML vs source</th></tr>"
-        + "".join(rows) + "</table>"
-        f"<p>Corpus WER against the references: HF source {corpus['source']:.4f}, GGML "
-        f"{corpus['ggml']:.4f} (delta {corpus['ggml'] - corpus['source']:+.4f}); pairwise GGML "
-        f"vs source {corpus['pairwise']:.4f} (reported, not gated). GGML is no worse than the "
-        f"source on {no_worse} of {len(clips)} clips.</p>"))
-    display(HTML(_counts_table(clips, has_hybrid)))
-    import matplotlib.pyplot as plt
-    import numpy as np
-    ids = [c["id"] for c in clips]
-    x = np.arange(len(ids))
-    series = [("HF source", "wer_source"), ("GGML whisper-cli", "wer_ggml")]
-    if has_hybrid:
-        series.append(("hybrid (Core ML)", "wer_hybrid"))
-    width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(ids) + 2), 3.2))
-    for i, (label, key) in enumerate(series):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width,
-               [c[key] if c[key] is not None else 0 for c in clips], width, label=label)
-    ax.set_xticks(x, ids, rotation=30, ha="right")
-    ax.set_ylabel("WER vs reference")
-    ax.set_title("Per-clip WER (normalized)")
-    ax.legend()
-    fig.tight_layout()
-    plt.show()
-    return None
+    pair = count_words(t.source, t.ggml)
+    return ClipResult(
+        id=t.id, public=t.public, words=src.ref_words,
+        counts={"source": src.as_dict(), "ggml": ggml.as_dict(),
+                "hybrid": None if hyb is None else hyb.as_dict()},
+        reference=t.raw_reference if t.public else PRIVATE,
+        source=t.raw_source if t.public else PRIVATE,
+        ggml=t.raw_ggml if t.public else PRIVATE,
+        hybrid=(hybrid_raw if t.public else PRIVATE) if hybrid_raw is not None else None,
+        wer_source=src.wer, wer_ggml=ggml.wer, wer_hybrid=None if hyb is None else hyb.wer,
+        wer_pairwise=pair.wer)

@@ -1,0 +1,145 @@
+"""verifylib.source.fetch: obtaining a source and its git tree id, on a synthetic tree (fast)
+and on real v1.8.5."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from verifylib import canonical, source
+from verifylib.gates import Status
+from verifylib.source.fetch import SourceError, SourceSpec, git_tree_id, obtain_source, source_evidence
+from verifylib.source.pins import judge_source_identity
+
+from tests.source_synth import V185_SDIST_SHA256, V185_TREE, make_tar, make_zip, plain_git, snapshot
+from tests.source_synth import synth  # noqa: F401  (a fixture)
+
+
+# ----------------------------------------------------------------------------- tree ids
+
+def test_git_tree_id_equals_plain_git_and_writes_nothing(synth, tmp_path):
+    before = snapshot(synth.pristine)
+    tree = git_tree_id(synth.pristine)
+    assert snapshot(synth.pristine) == before
+    assert not (synth.pristine / ".git").exists()
+    assert tree == synth.pin.tree
+    # A .git inside the folder is not content.
+    (synth.pristine / ".git").mkdir()
+    (synth.pristine / ".git" / "junk").write_text("x")
+    assert git_tree_id(synth.pristine) == tree
+    # -f matters: a tracked file matching .gitignore is part of the id.
+    (synth.pristine / "models" / "tracked.o").write_bytes(b"changed")
+    assert git_tree_id(synth.pristine) != tree
+
+
+@pytest.mark.physical
+def test_real_sdist_tree_id_is_upstream_v185(v185_source, v185_pin):
+    assert v185_source.origin["sdist_sha256"] == V185_SDIST_SHA256
+    assert v185_source.origin["package"] == "pywhispercpp==1.5.1"
+    assert not (v185_source.path / ".git").exists()
+    assert git_tree_id(v185_source.path) == V185_TREE == v185_source.tree_id
+    j = judge_source_identity(source_evidence(v185_pin, None, v185_source))
+    assert j.status is Status.PASS, j.detail
+
+
+# ----------------------------------------------------------------------------- obtaining
+
+def test_archive_tar_and_zip_give_the_pins_tree(synth, tmp_path):
+    cache = tmp_path / "cache"
+    tgz = make_tar(synth.pristine, tmp_path / "src.tar.gz", "proj-1.0")
+    st = obtain_source(SourceSpec(kind="archive", path=tgz, subdir="proj-1.0"), cache, log=lambda m: None)
+    assert st.tree_id == synth.pin.tree and not st.cached
+    assert st.path == cache / "sources" / synth.pin.tree
+    assert os.access(st.path / "tools" / "run.sh", os.X_OK)
+    assert st.origin["archive_sha256"] == canonical.sha256_file(tgz)
+    zp = make_zip(synth.pristine, tmp_path / "src.zip", "proj-1.0")
+    st2 = obtain_source(SourceSpec(kind="archive", path=zp, subdir="proj-1.0"), cache, log=lambda m: None)
+    assert st2.tree_id == synth.pin.tree
+    assert (st2.path / "readme-link").is_symlink()
+    assert judge_source_identity(source_evidence(synth.pin, None, st2)).status is Status.PASS
+    assert not [p for p in (cache / "sources").iterdir() if p.name.startswith(".staging")]
+
+
+def test_archive_with_wrong_tree_is_a_fail_not_an_exception(synth, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(synth.pristine, other, symlinks=True)
+    (other / "src" / "extra.c").write_text("int extra;\n")
+    tgz = make_tar(other, tmp_path / "other.tgz", "proj")
+    st = obtain_source(SourceSpec(kind="archive", path=tgz, subdir="proj"), tmp_path / "c",
+                       log=lambda m: None)
+    assert st.tree_id != synth.pin.tree
+    ev = canonical.loads(canonical.dumps(source_evidence(synth.pin, None, st)))
+    j = judge_source_identity(ev)
+    assert j.status is Status.FAIL and st.tree_id in j.detail and synth.pin.tree in j.detail
+
+
+def test_archive_cache_reuse_and_corruption_refetch(synth, tmp_path):
+    cache = tmp_path / "cache"
+    tgz = make_tar(synth.pristine, tmp_path / "src.tgz", "p")
+    spec = SourceSpec(kind="archive", path=tgz, subdir="p")
+    first = obtain_source(spec, cache, log=lambda m: None)
+    second = obtain_source(spec, cache, log=lambda m: None)
+    assert (second.cached, second.path, second.tree_id) == (True, first.path, first.tree_id)
+    assert second.origin["archive_sha256"] == first.origin["archive_sha256"]
+    # A tampered cache entry is re-hashed, found wrong and refetched, never returned as-is.
+    (first.path / "README.md").write_text("tampered\n")
+    third = obtain_source(spec, cache, log=lambda m: None)
+    assert not third.cached and third.tree_id == synth.pin.tree
+    assert (third.path / "README.md").read_text() == "readme\n"
+
+
+def test_git_source_gives_the_commit_tree_without_dot_git(synth, tmp_path):
+    repo = tmp_path / "upstream"
+    shutil.copytree(synth.pristine, repo, symlinks=True)
+    plain_git(synth.home, "init", "-q", cwd=repo)
+    plain_git(synth.home, "add", "-A", "-f", cwd=repo)
+    plain_git(synth.home, "commit", "-q", "-m", "one", cwd=repo)
+    commit = plain_git(synth.home, "rev-parse", "HEAD", cwd=repo).stdout_text.strip()
+    (repo / "README.md").write_text("later\n")
+    plain_git(synth.home, "commit", "-q", "-a", "-m", "two", cwd=repo)
+    spec = SourceSpec(kind="git", url=str(repo), commit=commit)
+    st = obtain_source(spec, tmp_path / "cache", log=lambda m: None)
+    assert st.tree_id == synth.pin.tree == st.origin["commit_tree"]
+    assert not (st.path / ".git").exists()
+    assert (st.path / "README.md").read_text() == "readme\n"
+    assert obtain_source(spec, tmp_path / "cache", log=lambda m: None).cached
+
+
+def test_folder_source_skips_dot_git(synth, tmp_path):
+    (synth.pristine / ".git").mkdir()
+    (synth.pristine / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    st = obtain_source(SourceSpec(kind="folder", path=synth.pristine), tmp_path / "c", log=lambda m: None)
+    assert st.tree_id == synth.pin.tree and not (st.path / ".git").exists()
+
+
+def test_unsafe_tar_is_refused_and_leaves_no_staging(tmp_path):
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tf:
+        data = b"evil"
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError, match="safely"):
+        obtain_source(SourceSpec(kind="archive", path=bad), cache, log=lambda m: None)
+    assert not (tmp_path / "evil.txt").exists()
+    assert [p.name for p in (cache / "sources").iterdir()] == []
+
+
+def test_source_spec_validation():
+    with pytest.raises(ValueError, match="name==version"):
+        SourceSpec(kind="pypi-sdist", package="pywhispercpp>=1.5")
+    with pytest.raises(ValueError, match="40 lower-case hex"):
+        SourceSpec(kind="git", url="https://example.invalid/x.git", commit="f24588a")
+    with pytest.raises(ValueError, match="takes"):
+        SourceSpec(kind="archive", package="a==1")
+    with pytest.raises(ValueError, match="relative path"):
+        SourceSpec(kind="folder", path=Path("/tmp"), subdir="../x")
+    spec = SourceSpec.from_dict({"kind": "pypi-sdist", "package": "pywhispercpp==1.5.1",
+                                 "subdir": "whisper.cpp"})
+    assert spec == source.PYWHISPERCPP_V185

@@ -1,0 +1,299 @@
+"""The views: every stage display escapes run text, HTML lives only in the view templates,
+and one stylesheet serves the notebooks, the audit report and the batch index."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+from tests import synthetic
+from verifylib import gates, params, report, results, rules, views
+from verifylib.evidence import GateRecord, Reason
+from verifylib.gates import Judgement, Status, Verdict
+from verifylib.stage import StageContext, StageReport
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "verifylib"
+HOSTILE = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+STAGE_VIEWS = ("build", "export", "canary", "parity", "wer", "placement")
+
+# Tag names whose opening or closing form in a Python string means HTML is being built.
+HTML_TAG = re.compile(
+    r"<\s*/?\s*(table|thead|tbody|tr|td|th|div|span|p|h[1-6]|b|i|em|strong|code|pre|br|hr|"
+    r"small|a|img|ul|ol|li|style|script|html|head|body|title|meta|link|iframe)(?=[\s>/])",
+    re.IGNORECASE)
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def shown(monkeypatch):
+    """Everything a view displays (HTML text, or "PLOT" for a matplotlib figure)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out: list[str] = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: out.append(obj.data))
+
+    def _show(*_a, **_k):
+        out.append("PLOT")
+        plt.close("all")
+    monkeypatch.setattr(plt, "show", _show)
+    return out
+
+
+def _records() -> list[GateRecord]:
+    return [GateRecord("canary.coreml_negative", Status.NOT_RUN,
+                       Reason("platform", f"needs macOS {HOSTILE}")),
+            GateRecord("canary.coreml_positive", Status.FAIL, Reason("rule", HOSTILE)),
+            GateRecord("canary.lifecycle_ab", Status.ERROR, Reason("exception", HOSTILE))]
+
+
+def _counts(h: int, s: int, d: int, i: int) -> dict:
+    return {"hits": h, "substitutions": s, "deletions": d, "insertions": i}
+
+
+def _facts() -> dict[str, dict]:
+    """Per stage, the smallest facts its view shows in full, with hostile text in them."""
+    kv = {"cmake": HOSTILE, "binary.sha256": "ab" * 32, "seconds": 1.5}
+    return {
+        "build": kv,
+        "export": kv,
+        "canary": {
+            "lifecycle": {"trigger": f"-nfa -dtw {HOSTILE}", "runs_per_side": 2, "sides": {
+                "unpatched": {"available": True, "binary_sha256": "cd" * 32,
+                              "counts": {"SIGSEGV": 2, HOSTILE: 1}, "wall_s_median": 0.25},
+                "patched": {"available": False, "reason": HOSTILE}}},
+            "positive": {"outcome": "exit 0", "detail": HOSTILE, "warmup_wall_s": 1.0,
+                         "measured_wall_s": 0.5, "warmup_encode_ms": None,
+                         "measured_encode_ms": 12.5, "transcript": HOSTILE}},
+        "parity": {
+            "candidates": {"parity.program": {
+                "policy": {"id": "fp32-v1", "variant": "fp32",
+                           "pass": {"snr_db_min": 60.0, "cosine_min": 0.9999},
+                           "gated": {"input": "fixture"}},
+                "variant": "fp32", "kind": "program", "status": "FAIL", "detail": HOSTILE,
+                "reference_seconds": {"fixture": 1.25, "random": 0.5},
+                "measurements": [{"input": "fixture", "execution": HOSTILE, "seconds": 0.5,
+                                  "metrics": {"snr_db": float("inf"), "cosine": 1.0,
+                                              "max_abs_error": 0.0, "mean_abs_error": 1e-9}}],
+                "drift": {"frames": {"float32": [30.0, "inf", 12.5]},
+                          "histogram": {"float32": {"edges": [1e-9, 1e-6, 1e-3],
+                                                    "counts": [3, 1], "zeros": 2}},
+                          "speech_frames": 1,
+                          "layers": {"float32": [{"label": "conv1", "snr_db": 80.0},
+                                                 {"label": HOSTILE, "snr_db": "inf"}]}}}},
+            "reference": {"implementation": HOSTILE, "dtype": "float64", "attention": "eager",
+                          "device": "cpu", "mode": "eval", "torch": "2", "transformers": "5"},
+            "inputs": {"fixture": {"id": "jfk", "front_end": "hf"}, "random": {"seed": 0}}},
+        "wer": {
+            "clips": [
+                {"id": "clip" + HOSTILE, "public": True, "words": 3,
+                 "counts": {"source": _counts(2, 1, 0, 0), "ggml": _counts(3, 0, 0, 1),
+                            "hybrid": None},
+                 "reference": HOSTILE, "source": "a b c", "ggml": "a b c d", "hybrid": None,
+                 "wer_source": 1 / 3, "wer_ggml": 1 / 3, "wer_hybrid": None,
+                 "wer_pairwise": 0.25},
+                {"id": "c2", "public": True, "words": 2,
+                 "counts": {"source": _counts(2, 0, 0, 0), "ggml": _counts(1, 1, 0, 0),
+                            "hybrid": _counts(0, 0, 2, 0)},
+                 "reference": "x y", "source": "x y", "ggml": "x z", "hybrid": HOSTILE,
+                 "wer_source": 0.0, "wer_ggml": 0.5, "wer_hybrid": 1.0, "wer_pairwise": 0.5}],
+            "corpus": {"source": 0.2, "ggml": 0.4, "pairwise": 0.3}},
+        "placement": {"fp16": {
+            "cost_sum": 2.0, "cost_by_device": {"ane": 1.5, "cpu": 0.5}, "claim": HOSTILE,
+            "ops": [{"operator": HOSTILE, "outputs": ["o1", HOSTILE], "preferred": None,
+                     "supported": ["cpu", "ane"], "cost": 0.25},
+                    {"operator": "conv", "outputs": ["o3"], "preferred": "ane",
+                     "supported": ["ane"], "cost": None}]}},
+    }
+
+
+def _typed(name: str, facts: dict):
+    """The stage's typed result built from the plain values of :func:`_facts`."""
+    if not facts or name in ("build", "export"):
+        return None
+    if name == "canary":
+        lc = facts.get("lifecycle")
+        pos = facts.get("positive")
+        return results.CanaryResult(
+            lifecycle=None if lc is None else results.LifecycleSummary(
+                lc["runs_per_side"], lc["trigger"],
+                {k: results.LifecycleSide(**v) for k, v in lc["sides"].items()}),
+            positive=None if pos is None else results.PositiveControl(**pos))
+    if name == "parity":
+        cands = {gid: results.ParityCandidate(gid, **{**c, "drift": results.Drift.from_evidence(
+                     c["drift"])}) for gid, c in facts["candidates"].items()}
+        return results.ParityResult(facts["reference"], facts["inputs"], cands)
+    if name == "wer":
+        return results.WerResult([results.ClipResult(**c) for c in facts["clips"]],
+                                 results.CorpusWer(**facts["corpus"]))
+    return results.PlacementResult(dict(facts))
+
+
+def _show(name: str, facts: dict, shown: list) -> list[str]:
+    view = importlib.import_module(f"verifylib.views.{name}")
+    shown.clear()
+    plain = facts if name in ("build", "export") else {}
+    result = view.show(StageReport(name, _records(), {"k": HOSTILE}, 0.5, plain,
+                                   _typed(name, facts)))
+    if result is not None:
+        shown.append(result.data)
+    return list(shown)
+
+
+# ----------------------------------------------------------------------------- escaping
+
+@pytest.mark.parametrize("name", STAGE_VIEWS)
+def test_stage_view_escapes_run_text(name, shown):
+    out = _show(name, _facts()[name], shown)
+    html = "".join(x for x in out if x != "PLOT")
+    assert ESCAPED in html
+    assert "<script" not in html.lower()
+    # The stylesheet opens the view's first HTML, and appears once in its output.
+    assert next(x for x in out if x != "PLOT").startswith(views.style_block())
+    assert html.count(views.style_block()) == 1
+
+
+@pytest.mark.parametrize("name", STAGE_VIEWS)
+def test_stage_view_without_facts_says_why(name, shown):
+    out = _show(name, {}, shown)
+    html = "".join(x for x in out if x != "PLOT")
+    assert "did not run" in html and "<script" not in html.lower()
+    assert "PLOT" not in out
+
+
+def test_stage_views_keep_their_plots_and_tables(shown):
+    facts = _facts()
+    out = _show("canary", facts["canary"], shown)
+    assert out[1] == "PLOT"  # the A/B chart sits between the A/B table and the Core ML runs
+    assert "2 &times; SIGSEGV" in out[0] and "not available: " + ESCAPED in out[0]
+    assert f"canary.coreml_negative</code> did not run here: NOT_RUN (platform): needs macOS " \
+           f"{ESCAPED}" in out[2]
+    assert "<h4>canary.coreml_positive</h4>" in out[3]
+    out = _show("parity", facts["parity"], shown)
+    assert out[-1] == "PLOT" and "<td>inf</td>" in out[0] and "SNR &ge; 60 dB" in out[0]
+    out = _show("wer", facts["wer"], shown)
+    assert out[-1] == "PLOT" and "<th>hybrid (Core ML)</th>" in out[0]
+    assert "<td><b>1/0/1</b></td><td><b>0.4000</b></td>" in out[1]  # corpus GGML S/D/I, WER
+    out = _show("placement", facts["placement"], shown)
+    assert out[0] == "PLOT" and "<td>25.00%</td>" in out[1]
+
+
+def test_stage_report_repr_escapes_reason_detail(tmp_path, monkeypatch):
+    monkeypatch.setitem(rules.RULES, "build.source_identity",
+                        lambda ev: Judgement(Status.FAIL, ev.json("t")["transcript"]))
+    p = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    ctx = StageContext("01_build", p, tmp_path / "run")
+    g = ctx.begin("build.source_identity")
+    with g:
+        g.judge([ctx.write_json("t", {"transcript": HOSTILE})], {"runtime.tree": HOSTILE})
+    page = ctx.finish()._repr_html_()
+    assert page.startswith(views.style_block())
+    assert "<script" not in page.lower() and page.count(ESCAPED) >= 2
+    assert "<td class=\"vl-FAIL\"><b>FAIL</b></td>" in page
+
+
+def test_templates_escape_but_the_stylesheet_is_raw():
+    assert views.ENV.from_string("{{ x }}").render(x=HOSTILE) == ESCAPED
+    for path in views.TEMPLATES.glob("*.j2"):
+        assert views.ENV.autoescape(path.name), path.name
+    assert not views.ENV.autoescape(views.STYLESHEET)
+    css = views.stylesheet()
+    assert css.strip() in views.style_block()
+    for cls in ("PASS", "FAIL", "NOT_RUN", "ERROR", "ADMISSIBLE", "INCOMPLETE", "REJECTED"):
+        assert f".vl-{cls} " in css
+
+
+# ----------------------------------------------------------------------------- HTML only in views
+
+def _modules(exclude_views: bool):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if exclude_views and rel.startswith("views/"):
+            continue
+        yield rel, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _docstrings(tree) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def test_no_hand_escaping_or_html_literals_outside_views():
+    found = []
+    for rel, tree in _modules(exclude_views=True):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "escape"
+                    and isinstance(node.value, ast.Name) and node.value.id == "html"):
+                found.append(f"{rel}:{node.lineno}: html.escape")
+            elif isinstance(node, ast.ImportFrom) and node.module == "html":
+                found.append(f"{rel}:{node.lineno}: from html import ...")
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and HTML_TAG.search(node.value)):
+                found.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
+    assert not found, "HTML belongs in verifylib/views/templates:\n" + "\n".join(found)
+
+
+def test_view_modules_build_no_html_either():
+    found = []
+    for rel, tree in _modules(exclude_views=False):
+        if not rel.startswith("views/"):
+            continue
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docs and HTML_TAG.search(node.value)):
+                found.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
+    assert not found, "\n".join(found)
+
+
+def test_the_scan_would_see_html():
+    tree = ast.parse("x = f\"<td class='a'>{y}</td>\"\nz = '<path> and <n> runs'")
+    hits = [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and HTML_TAG.search(n.value)]
+    assert hits == ["<td class='a'>", "</td>"]
+
+
+# ----------------------------------------------------------------------------- one stylesheet
+
+def test_stylesheet_in_view_output_index_page_and_report(tmp_path, monkeypatch, shown):
+    css = views.stylesheet().strip()
+    out = _show("build", _facts()["build"], shown)
+    assert css in out[0]
+
+    synthetic.install_rules(monkeypatch)
+    run_dir = synthetic.make_run(tmp_path)
+    outcome = SimpleNamespace(name=HOSTILE, run_dir=run_dir, verdict=Verdict.INCOMPLETE)
+    index = report.render_index([outcome], tmp_path).read_text()
+    assert css in index and index.count("<style") == 1
+    assert ESCAPED in index and "<script" not in index.lower()
+    assert 'href="run/report.html"' in index and '<b class="vl-INCOMPLETE">' in index
+
+    # A stage notebook whose outputs carry the views' style block: the report holds the
+    # stylesheet once (from the nbconvert template), never as escaped text.
+    rep = StageReport("01_build", _records(), {}, 0.1, {"k": HOSTILE})
+    cell = nbformat.v4.new_code_cell("view.show(report)")
+    cell.outputs = [nbformat.v4.new_output("execute_result", execution_count=1,
+                                           data={"text/html": rep._repr_html_()}),
+                    nbformat.v4.new_output("display_data", data={"text/html": out[0]})]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    (run_dir / "notebooks").mkdir()
+    nbformat.write(nb, run_dir / "notebooks" / "01_build.ipynb")
+    short, _ = report.render(run_dir, [gates.STAGES[0]])
+    page = short.read_text()
+    assert page.count(css) == 1
+    assert "&lt;style" not in page and "vl-style" not in page
+    assert ESCAPED in page and "Build facts" in page and 'class="vl-FAIL"' in page

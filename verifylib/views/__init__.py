@@ -1,0 +1,127 @@
+"""Display of verifylib results: every piece of HTML comes from a Jinja2 template.
+
+The templates live in ``verifylib/views/templates/`` and are rendered with autoescaping,
+so a value from a run (a transcript, a log line, a reason) can only ever appear as text.
+One stylesheet, ``verifylib.css``, serves the notebooks (as a ``<style>`` block emitted
+once by each displayed output), the audit report (included by the nbconvert template) and
+the batch index page.
+
+Each stage has its own view module with a ``show(report)`` function::
+
+    from verifylib.views import parity as view
+    view.show(report)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+"""Folder of the view templates and of the shared stylesheet."""
+
+STYLESHEET = "verifylib.css"
+"""File name of the shared stylesheet inside :data:`TEMPLATES`."""
+
+
+def number(value: Any) -> str:
+    """Format a measured value for a table: floats to six significant digits.
+
+    Parameters
+    ----------
+    value : any
+        A number or any other value.
+
+    Returns
+    -------
+    str
+        ``inf``/``nan`` spelled as Python does, other floats as ``%.6g``, the rest as ``str``.
+    """
+    if isinstance(value, float):
+        if math.isinf(value) or math.isnan(value):
+            return str(value)
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        # Strings rendered from_string are HTML too; the stylesheet (.css) is included raw
+        # because escaping would break selectors and quotes while adding no safety.
+        autoescape=select_autoescape(enabled_extensions=("html", "htm", "j2"),
+                                     default_for_string=True, default=False),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["number"] = number
+    return env
+
+
+ENV = _environment()
+"""The shared Jinja2 environment (autoescaping, strict about undefined names)."""
+
+
+def render(name: str, **context: Any) -> str:
+    """Render one view template.
+
+    Parameters
+    ----------
+    name : str
+        Template file name inside :data:`TEMPLATES`, e.g. ``"gates.html.j2"``.
+    **context
+        Template variables. ``style`` (default False) asks a fragment to open with the
+        shared ``<style>`` block; pass it for the first HTML of a notebook output.
+
+    Returns
+    -------
+    str
+        The rendered HTML, every interpolated value escaped.
+    """
+    context.setdefault("style", False)
+    return ENV.get_template(name).render(**context)
+
+
+def stylesheet() -> str:
+    """The text of the shared stylesheet ``verifylib.css``."""
+    return (TEMPLATES / STYLESHEET).read_text(encoding="utf-8")
+
+
+def style_block() -> str:
+    """The ``<style>`` block a notebook output opens with (exactly as the views emit it)."""
+    return render("style.html.j2")
+
+
+def strip_style(fragment: str) -> str:
+    """Remove the views' ``<style>`` blocks from an HTML output.
+
+    The report carries the stylesheet once in its page head, and its sanitizer would show a
+    ``<style>`` block inside an output as text; only the exact block the views emit is
+    removed, so no other markup of an output is touched.
+
+    Parameters
+    ----------
+    fragment : str
+        A ``text/html`` output of a notebook.
+
+    Returns
+    -------
+    str
+    """
+    return fragment.replace(style_block(), "")
+
+
+def display_html(name: str, **context: Any) -> None:
+    """Render a template and display it as HTML in the running notebook."""
+    from IPython.display import HTML, display
+    display(HTML(render(name, **context)))
+
+
+def html_object(name: str, **context: Any):
+    """Render a template into an ``IPython.display.HTML`` object (for a cell's result)."""
+    from IPython.display import HTML
+    return HTML(render(name, **context))

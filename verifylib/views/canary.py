@@ -1,0 +1,54 @@
+"""Display of stage 03_canary: the batch-lifecycle A/B and the Core ML controls."""
+
+from __future__ import annotations
+
+from .. import contracts
+from ..rules import SIDES
+from . import display_html
+
+COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT": "#ad1457",
+          "timeout": "#6a1b9a"}
+"""Bar colour of each run outcome in the A/B chart (any other outcome is orange)."""
+
+CONTROLS = (("negative", "canary.coreml_negative"), ("positive", "canary.coreml_positive"))
+
+
+def show(report) -> None:
+    """Show the A/B outcome table and chart, and the Core ML runs (or why they did not run).
+
+    Parameters
+    ----------
+    report : StageReport
+        The result of :func:`verifylib.stages.canary.run`.
+    """
+    result = report.result
+    lc = result.lifecycle if result is not None else None
+    display_html("canary_lifecycle.html.j2", style=True, lc=lc, sides=SIDES)
+    if lc:
+        _lifecycle_chart(lc)
+    for key, gid in CONTROLS:
+        facts = getattr(result, key, None)
+        why = None
+        if not facts:
+            rec = next((r for r in report.records if r.id == gid), None)
+            why = (f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec
+                   else "no record")
+        display_html("canary_coreml.html.j2", gate=gid, facts=facts, why=why)
+
+
+def _lifecycle_chart(lc) -> None:
+    import matplotlib.pyplot as plt
+    labels = sorted({lab for s in lc.sides.values() if s.available for lab in s.counts})
+    avail = [side for side in SIDES if lc.sides[side].available]
+    fig, ax = plt.subplots(figsize=(6, 1.2 + 0.6 * len(avail)))
+    left = [0] * len(avail)
+    for lab in labels:
+        vals = [lc.sides[side].counts.get(lab, 0) for side in avail]
+        ax.barh(avail, vals, left=left, label=lab, color=COLORS.get(lab, "#ef6c00"))
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_xlabel("runs")
+    ax.set_xlim(0, lc.runs_per_side)
+    ax.set_title("Outcome of each run, per build")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize="small")
+    fig.tight_layout()
+    plt.show()

@@ -1,0 +1,92 @@
+"""Display of stage 05_wer: transcripts side by side, WER per clip and corpus, a chart."""
+
+from __future__ import annotations
+
+from ..scoring import WordCounts, corpus_wer
+from . import display_html, html_object
+
+SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
+
+
+def show(report):
+    """Show the transcripts side by side (escaped), per-clip and corpus WER, and a chart.
+
+    Parameters
+    ----------
+    report : StageReport
+        The result of :func:`verifylib.stages.wer.run`.
+
+    Returns
+    -------
+    IPython.display.HTML or None
+        A note when the WER gates did not run; otherwise everything is displayed.
+    """
+    clips = report.result.clips if report.result is not None else []
+    if not clips:
+        return html_object("wer_transcripts.html.j2", style=True, clips=[])
+    corpus = report.result.corpus
+    has_hybrid = any(c.hybrid is not None for c in clips)
+    no_worse = sum(1 for c in clips if c.wer_ggml <= c.wer_source)
+    display_html("wer_transcripts.html.j2", style=True, clips=clips, corpus=corpus,
+                 has_hybrid=has_hybrid, no_worse=no_worse)
+    display_html("wer_counts.html.j2", **counts_table(clips, has_hybrid))
+    _wer_chart(clips, has_hybrid)
+    return None
+
+
+def counts_table(clips: list, has_hybrid: bool) -> dict:
+    """Template variables of the per-clip and corpus edit-count table.
+
+    Parameters
+    ----------
+    clips : list of ClipResult
+        The clips of a WER stage result.
+    has_hybrid : bool
+        Whether a hybrid (Core ML) column is shown.
+
+    Returns
+    -------
+    dict
+        ``sides`` (key, label), ``rows`` (id, words, per-side counts with ``wer`` or None),
+        ``corpus`` (per-side summed counts with the corpus WER) and ``words``.
+    """
+    sides = ["source", "ggml"] + (["hybrid"] if has_hybrid else [])
+    totals: dict[str, list] = {k: [] for k in sides}
+    rows = []
+    for c in clips:
+        cells = []
+        for k in sides:
+            n = c.counts[k]
+            if n is not None:
+                totals[k].append(n)
+                n = {**n, "wer": WordCounts(**n).wer}
+            cells.append(n)
+        rows.append({"id": c.id, "words": c.words, "cells": cells})
+    corpus = []
+    for k in sides:
+        t = totals[k]
+        summed = {x: sum(n[x] for n in t) for x in ("substitutions", "deletions", "insertions")}
+        corpus.append({**summed, "wer": corpus_wer(t)})
+    return {"sides": [(k, SIDE_LABELS[k]) for k in sides], "rows": rows, "corpus": corpus,
+            "words": sum(c.words for c in clips)}
+
+
+def _wer_chart(clips: list, has_hybrid: bool) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+    ids = [c.id for c in clips]
+    x = np.arange(len(ids))
+    series = [("HF source", "wer_source"), ("GGML whisper-cli", "wer_ggml")]
+    if has_hybrid:
+        series.append(("hybrid (Core ML)", "wer_hybrid"))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(ids) + 2), 3.2))
+    for i, (label, key) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width,
+               [getattr(c, key) or 0 for c in clips], width, label=label)
+    ax.set_xticks(x, ids, rotation=30, ha="right")
+    ax.set_ylabel("WER vs reference")
+    ax.set_title("Per-clip WER (normalized)")
+    ax.legend()
+    fig.tight_layout()
+    plt.show()
