@@ -51,13 +51,17 @@ class LocalKernelManager(AsyncKernelManager):
 
     @default("ip")
     def _ip_default(self) -> str:
-        # An IPC "address" is a socket path; jupyter_client's default is relative to the
-        # current folder, which is the notebooks folder (inside site-packages for a wheel
-        # install) and would collect stray socket files there. One private folder per user.
+        # An IPC "address" is a socket path prefix; jupyter_client's default is relative to
+        # the current folder, which is the notebooks folder (inside site-packages for a
+        # wheel install) and would collect stray socket files there. And it numbers the
+        # sockets by the first free name, so two kernels launched before either has bound
+        # (the next stage's kernel starts while this one boots; concurrent audits) would
+        # pick the same paths: every kernel gets a prefix of its own.
+        import secrets
         import tempfile
         folder = Path(tempfile.gettempdir()) / f"verifylib-kernels-{os.getuid()}"
         folder.mkdir(mode=0o700, exist_ok=True)
-        return str(folder / "kernel-ipc")
+        return str(folder / f"k-{os.getpid()}-{secrets.token_hex(4)}")
 
     async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
         """Shut the kernel down; at once (SIGKILL to its process group) after an interrupt.
@@ -508,6 +512,32 @@ def _remove_staging(staging: Path) -> None:
             break
 
 
+def _start_kernel(cwd: str) -> LocalKernelManager:
+    """Launch a stage kernel and return its manager without waiting for it to be ready.
+
+    papermill (through nbclient) uses a manager it is given as is and leaves its shutdown
+    to the caller (:func:`_stop_kernel`); it waits for the kernel to be ready itself.
+    """
+    from jupyter_core.utils import run_sync
+    km = LocalKernelManager(kernel_name="python3")
+    run_sync(km.start_kernel)(cwd=cwd)
+    return km
+
+
+def _stop_kernel(km: LocalKernelManager) -> None:
+    """Stop a stage kernel whose notebook has finished (its outputs are already saved).
+
+    Killed at once rather than asked to shut down: nothing is left to flush, and the
+    graceful handshake would add a few tenths of a second to every stage.
+    """
+    from jupyter_core.utils import run_sync
+    try:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # noqa: BLE001 - the leftover-kernel sweep kills it in the end
+        pass
+
+
 def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = print,
             progress: bool = True, stages: Sequence[str] = gates.STAGES) -> RunOutcome:
     """Audit one model: run every stage notebook, write the receipt and the reports.
@@ -549,23 +579,28 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         (staging / "notebooks").mkdir()
         errors: dict[str, str] = {}
         seconds: dict[str, dict] = {}
+        cwd = str(resources.notebooks_dir())
+        ahead = _start_kernel(cwd)
         for i, stage in enumerate(stages, 1):
             log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
             t0 = time.perf_counter()
+            # Each stage gets a fresh kernel of its own, started while the previous stage
+            # ran: its start-up (most of a second) overlaps that stage's work.
+            km, ahead = ahead, (_start_kernel(cwd) if i < len(stages) else None)
             try:
                 pm.execute_notebook(
                     str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
                     parameters=dict(params.as_papermill(), run_dir=str(staging)),
-                    progress_bar=progress, kernel_name="python3",
-                    cwd=str(resources.notebooks_dir()),
-                    report_mode=False,
-                    kernel_manager_class=f"{__name__}.LocalKernelManager")
+                    progress_bar=progress, kernel_name="python3", cwd=cwd,
+                    report_mode=False, km=km)
             except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
                 if _interrupt_pending() is not None:
                     # papermill's kernel cleanup may replace the interrupt with its own error
                     raise Interrupted(_interrupt_pending()) from exc
                 errors[stage] = _error_text(exc)
                 log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
+            finally:
+                _stop_kernel(km)
             wall = time.perf_counter() - t0
             data = read_stage_file(staging, stage) or {}
             seconds[stage] = {"wall": round(wall, 3),
