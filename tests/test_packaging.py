@@ -222,3 +222,23 @@ def test_no_module_resolves_data_beside_the_package():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "verifylib").rglob("*.py")
                  if p.name != "resources.py" and beside.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_installed_wheel_audits_and_verifies_outside_the_checkout(site, tmp_path):
+    # The whole default audit from the wheel's copy: its notebooks, patches, parameters and
+    # fixtures, with reports in ./reports of a folder that is not the checkout. The build
+    # cache is shared with the other physical tests, so this costs about a minute warm.
+    res = _run_outside(site, tmp_path, "-m", "verifylib", "run", "--no-progress")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "INCOMPLETE" in res.stdout
+    (run_dir,) = [p for p in (tmp_path / "reports" / "tiny-en").iterdir()
+                  if not p.name.startswith(".")]
+    run = json.loads((run_dir / "run.json").read_text())
+    origin = Path(run["params_origin"]).resolve()
+    assert (site / "verifylib" / "_data").resolve() in origin.parents, origin
+    assert str(ROOT) not in json.dumps(run["params"])  # nothing read from the checkout
+    res = _run_outside(site, tmp_path, "-m", "verifylib", "verify", str(run_dir))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "verifies" in res.stdout

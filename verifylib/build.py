@@ -348,6 +348,37 @@ def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path) -> dict[str,
     return out
 
 
+def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, label: str,
+                  *, jobs: int, timeout: float, log: Callable[[str], None]
+                  ) -> tuple[Path, list[str]]:
+    """Configure ``src`` in a fresh ``bdir`` (outside the tree) and build one target.
+
+    Each step's output goes to ``bdir/verifylib-<step>.log``; a failing step raises
+    :class:`BuildError` naming that log and ending with its last lines. Returns the built
+    binary and the configure argv (recorded with the build).
+    """
+    shutil.rmtree(bdir, ignore_errors=True)
+    bdir.mkdir(parents=True)
+    # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
+    env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
+    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
+                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
+    build = ["cmake", "--build", str(bdir), "--target", target, "-j", str(jobs)]
+    for argv, step, note in ((configure, "configure", f"configuring {label} in {bdir} …"),
+                             (build, "build", f"building {label} with {jobs} jobs …")):
+        log(note)
+        res = run(argv, timeout=timeout, env_extra=env)
+        step_log = bdir / f"verifylib-{step}.log"
+        step_log.write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
+        if not res.ok:
+            raise BuildError(f"{label} {step} failed ({res.describe()}); log {step_log}\n"
+                             f"{_tail(res)}")
+    built = bdir / "bin" / target
+    if not built.is_file():
+        raise BuildError(f"build reported success but {built} does not exist")
+    return built, configure
+
+
 def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, variant: str,
                       options: Mapping[str, Any] | None, cache_dir: Path, jobs: int = 2,
                       log: Callable[[str], None] = print, timeout: float = 3600.0) -> BuildResult:
@@ -416,28 +447,8 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     if not (src / "CMakeLists.txt").is_file():
         raise BuildError(f"{src} has no CMakeLists.txt")
     bdir = cache_dir / "cmake" / key
-    shutil.rmtree(bdir, ignore_errors=True)
-    bdir.mkdir(parents=True)
-    # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
-    env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
-    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
-                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
-    log(f"configuring whisper-cli [{variant}] in {bdir} …")
-    res = run(configure, timeout=timeout, env_extra=env)
-    (bdir / "verifylib-configure.log").write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
-    if not res.ok:
-        raise BuildError(f"cmake configure [{variant}] failed ({res.describe()}); "
-                         f"log {bdir / 'verifylib-configure.log'}\n{_tail(res)}")
-    log(f"building whisper-cli [{variant}] with {jobs} jobs … (about 3 min on 2 cores)")
-    res = run(["cmake", "--build", str(bdir), "--target", "whisper-cli", "-j", str(jobs)],
-              timeout=timeout, env_extra=env)
-    (bdir / "verifylib-build.log").write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
-    if not res.ok:
-        raise BuildError(f"whisper-cli [{variant}] build failed ({res.describe()}); "
-                         f"log {bdir / 'verifylib-build.log'}\n{_tail(res)}")
-    built = bdir / "bin" / "whisper-cli"
-    if not built.is_file():
-        raise BuildError(f"build reported success but {built} does not exist")
+    built, configure = _cmake_target(src, bdir, opts, "whisper-cli", f"whisper-cli [{variant}]",
+                                     jobs=jobs, timeout=timeout, log=log)
     seconds = time.monotonic() - t0
 
     builds.mkdir(parents=True, exist_ok=True)
@@ -712,24 +723,9 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
     except (OSError, ValueError, AttributeError):
         pass
     bdir = cache_dir / "cmake" / f"bench-{key}"
-    shutil.rmtree(bdir, ignore_errors=True)
-    bdir.mkdir(parents=True)
-    env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
     opts = dict(cli.options)
-    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
-                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
-    log(f"configuring whisper-bench [{cli.variant}] in {bdir} …")
-    for argv, what in ((configure, "configure"),
-                       (["cmake", "--build", str(bdir), "--target", "whisper-bench", "-j",
-                         str(jobs)], "build")):
-        res = run(argv, timeout=timeout, env_extra=env)
-        (bdir / f"verifylib-{what}.log").write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
-        if not res.ok:
-            raise BuildError(f"whisper-bench {what} failed ({res.describe()}); log "
-                                    f"{bdir / f'verifylib-{what}.log'}\n{res.stderr_text[-3000:]}")
-    built = bdir / "bin" / "whisper-bench"
-    if not built.is_file():
-        raise BuildError(f"build reported success but {built} does not exist")
+    built, _ = _cmake_target(src, bdir, opts, "whisper-bench", f"whisper-bench [{cli.variant}]",
+                             jobs=jobs, timeout=timeout, log=log)
     seconds = time.monotonic() - t0
     staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
     try:

@@ -25,24 +25,6 @@ REPORT = "report.html"
 REPORT_FULL = "report-full.html"
 
 
-def summary_html(receipt: dict, receipt_sha256: str) -> str:
-    """Render the verdict, gate table and identity table of a receipt as escaped HTML.
-
-    Parameters
-    ----------
-    receipt : dict
-        A receipt as written by :func:`verifylib.receipt.build_receipt`.
-    receipt_sha256 : str
-        Digest of ``receipt.json``, shown so a reader can tie the page to the file.
-
-    Returns
-    -------
-    str
-        An HTML fragment with no script.
-    """
-    return gate_views.receipt_summary(receipt, receipt_sha256)
-
-
 def _summary_cell(fragment: str):
     cell = nbformat.v4.new_code_cell(source="# verdict, gates and identities (from receipt.json)")
     cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": fragment})]
@@ -126,7 +108,7 @@ def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, 
     run_dir = Path(run_dir)
     raw = (run_dir / RECEIPT_FILE).read_bytes()
     receipt = canonical.loads(raw)
-    fragment = summary_html(receipt, canonical.sha256_bytes(raw))
+    fragment = gate_views.receipt_summary(receipt, canonical.sha256_bytes(raw))
     nb = merged_notebook(run_dir, list(stages or gates.STAGES), fragment)
     short = run_dir / REPORT
     full = run_dir / REPORT_FULL

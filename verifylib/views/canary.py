@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import contracts
-from ..rules import SIDES
 from . import display_html
 
 COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT": "#ad1457",
@@ -23,7 +22,8 @@ def show(report) -> None:
     """
     result = report.result
     lc = result.lifecycle if result is not None else None
-    display_html("canary_lifecycle.html.j2", style=True, lc=lc, sides=SIDES)
+    display_html("canary_lifecycle.html.j2", style=True, lc=lc,
+                 sides=list(lc.sides) if lc else [])
     if lc:
         _lifecycle_chart(lc)
     for key, gid in CONTROLS:
@@ -39,7 +39,7 @@ def show(report) -> None:
 def _lifecycle_chart(lc) -> None:
     import matplotlib.pyplot as plt
     labels = sorted({lab for s in lc.sides.values() if s.available for lab in s.counts})
-    avail = [side for side in SIDES if lc.sides[side].available]
+    avail = [side for side, s in lc.sides.items() if s.available]
     fig, ax = plt.subplots(figsize=(6, 1.2 + 0.6 * len(avail)))
     left = [0] * len(avail)
     for lab in labels:

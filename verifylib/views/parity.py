@@ -39,6 +39,13 @@ def show(report):
     return None
 
 
+def _label(ax, x: str, y: str, title: str, legend: str) -> None:
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc=legend)
+
+
 def _capped(values) -> tuple[np.ndarray, bool]:
     snr = np.asarray(snr_series(values), dtype=float)
     exact = bool(np.isposinf(snr).any())
@@ -70,10 +77,8 @@ def _plots(cands: dict) -> None:
             ax.plot([], [], color=colors[label], label=tag)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("|candidate - reference| (fixture input)")
-    ax.set_ylabel("elements")
-    ax.set_title("Error histogram")
-    ax.legend(fontsize=7, loc="upper left")
+    _label(ax, "|candidate - reference| (fixture input)", "elements", "Error histogram",
+           "upper left")
 
     ax = axes[1]
     speech = None
@@ -86,10 +91,8 @@ def _plots(cands: dict) -> None:
         ax.axvline(speech, color="gray", ls="--", lw=0.8)
         ax.annotate("end of audio", (speech, 0.02), xycoords=("data", "axes fraction"),
                     fontsize=7)
-    ax.set_xlabel("encoder output frame")
-    ax.set_ylabel("SNR dB")
-    ax.set_title("SNR along time frames (fixture)")
-    ax.legend(fontsize=7, loc="center right")
+    _label(ax, "encoder output frame", "SNR dB", "SNR along time frames (fixture)",
+           "center right")
 
     ax = axes[2]
     plotted = False
