@@ -31,12 +31,16 @@ class HostCapabilities:
         macOS release, when on macOS.
     coremlc : str or None
         Path of ``xcrun --find coremlc`` when it resolves inside ``Xcode.app``.
+    simulated : bool
+        True only for the test suite's simulated Mac (:func:`simulate`); recorded with the
+        run, and ``verifylib verify`` refuses such a run unless told otherwise.
     """
 
     system: str
     machine: str
     macos_version: tuple[int, ...] | None
     coremlc: str | None
+    simulated: bool = False
 
     def has(self, cap: Capability | str) -> bool:
         """Return True if this host offers ``cap``."""
@@ -69,6 +73,7 @@ class HostCapabilities:
             "coremlc": self.coremlc,
             "python": sys.version.split()[0],
             "capabilities": {c.value: self.has(c) for c in Capability},
+            **({"simulated": True} if self.simulated else {}),
         }
 
 
@@ -82,9 +87,34 @@ def _find_coremlc() -> str | None:
     return path if res.ok and "Xcode" in path and ".app/" in path else None
 
 
-@lru_cache(maxsize=1)
+_SIMULATED: HostCapabilities | None = None
+
+
+def simulate(host: HostCapabilities | None) -> None:
+    """Make :func:`detect` report ``host`` in this process (None goes back to the real one).
+
+    The one seam through which the test suite's simulated Mac enters: a Python call in
+    the process that runs the stages, reachable from no command line, parameter file or
+    environment variable. The host must say ``simulated=True``, so the run records it.
+
+    Raises
+    ------
+    ValueError
+        If ``host`` is not marked simulated.
+    """
+    global _SIMULATED
+    if host is not None and not host.simulated:
+        raise ValueError("only a host marked simulated may replace the detected one")
+    _SIMULATED = host
+
+
 def detect() -> HostCapabilities:
-    """Detect this host's capabilities (cached for the process)."""
+    """This host's capabilities: detected once per process (or the simulated host)."""
+    return _SIMULATED if _SIMULATED is not None else _detect()
+
+
+@lru_cache(maxsize=1)
+def _detect() -> HostCapabilities:
     system = platform.system()
     mac = None
     coremlc = None

@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import weakref
 from contextlib import contextmanager
@@ -512,14 +511,14 @@ def _remove_staging(staging: Path) -> None:
             break
 
 
-def _start_kernel(cwd: str) -> LocalKernelManager:
+def _start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKernelManager:
     """Launch a stage kernel and return its manager without waiting for it to be ready.
 
     papermill (through nbclient) uses a manager it is given as is and leaves its shutdown
     to the caller (:func:`_stop_kernel`); it waits for the kernel to be ready itself.
     """
     from jupyter_core.utils import run_sync
-    km = LocalKernelManager(kernel_name="python3")
+    km = (manager or LocalKernelManager)(kernel_name="python3")
     run_sync(km.start_kernel)(cwd=cwd)
     return km
 
@@ -539,7 +538,8 @@ def _stop_kernel(km: LocalKernelManager) -> None:
 
 
 def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = print,
-            progress: bool = True, stages: Sequence[str] = gates.STAGES) -> RunOutcome:
+            progress: bool = True, stages: Sequence[str] = gates.STAGES,
+            kernel_manager: type[LocalKernelManager] | None = None) -> RunOutcome:
     """Audit one model: run every stage notebook, write the receipt and the reports.
 
     Parameters
@@ -554,6 +554,10 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         Show papermill's per-cell progress bar.
     stages : sequence of str
         Stages to execute (all, in order, by default).
+    kernel_manager : type, optional
+        A :class:`LocalKernelManager` subclass for the stage kernels. Only the test
+        suite's simulated Mac passes one (its kernels start with the simulated
+        toolchain); the command line never does.
 
     Returns
     -------
@@ -580,13 +584,13 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         errors: dict[str, str] = {}
         seconds: dict[str, dict] = {}
         cwd = str(resources.notebooks_dir())
-        ahead = _start_kernel(cwd)
+        ahead = _start_kernel(cwd, kernel_manager)
         for i, stage in enumerate(stages, 1):
             log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
             t0 = time.perf_counter()
             # Each stage gets a fresh kernel of its own, started while the previous stage
             # ran: its start-up (most of a second) overlaps that stage's work.
-            km, ahead = ahead, (_start_kernel(cwd) if i < len(stages) else None)
+            km, ahead = ahead, (_start_kernel(cwd, kernel_manager) if i < len(stages) else None)
             try:
                 pm.execute_notebook(
                     str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),

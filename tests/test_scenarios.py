@@ -1,0 +1,430 @@
+"""The fault matrix: one named scenario per row, each a physical audit or its smallest stage
+subset, under the simulated Mac (tests/simmac) or plain Linux, with what it must give.
+
+How a row runs: the stages before the row's first stage come from a shared prefix (a run
+directory the default simulated Mac produced, copied); the row's fault is applied to the
+copy; the row's stages run in this process under the row's simulated Mac (or none). The
+expected verdict is the verdict over the stages the row ran (required gates only: every one
+PASS gives ADMISSIBLE, any FAIL or ERROR gives REJECTED, else INCOMPLETE). The one full
+audit, through papermill and the CLI's own runner, is :func:`test_admissible_audit_end_to_end`.
+
+``python tests/test_scenarios.py --markdown`` prints the matrix (docs/scenarios.md is that
+output; a test keeps it current).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script for --markdown
+    sys.path.insert(0, str(ROOT))
+
+from tests.simmac import Scenario, SimulatedMac  # noqa: E402
+from verifylib import canonical, gates, params  # noqa: E402
+
+STAGES = gates.STAGES
+LINUX = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One scenario of the matrix.
+
+    Attributes
+    ----------
+    name : str
+        Unique id (the pytest id).
+    covers : str
+        What it exercises (a docs/runtime-contract.md section or the fault's name).
+    stages : tuple of str
+        The stages the row runs, in order (the earlier ones come from the shared prefix).
+    gate, status, reason : str
+        The gate to look at, its expected status, and a substring of its reason.
+    verdict : str
+        The verdict over the stages the row ran.
+    sim : Scenario or None
+        The simulated Mac's behaviour, or None for plain Linux.
+    fault : callable or None
+        ``fault(run_dir)`` applied to the copied prefix before the stages run.
+    edit : callable or None
+        ``edit(data, tmp)`` changes the parameter tree; the row then starts from an empty
+        run directory with its own parameters (its stages must begin with 01_build).
+    check : callable or None
+        ``check(run_dir)``: further assertions once the stages have run.
+    """
+
+    name: str
+    covers: str
+    stages: tuple
+    gate: str
+    status: str
+    reason: str
+    verdict: str
+    sim: Scenario | None = field(default_factory=Scenario)
+    fault: Callable | None = None
+    edit: Callable | None = None
+    check: Callable | None = None
+
+
+def _rm_mlmodelc(run_dir: Path) -> None:
+    shutil.rmtree(run_dir / "fp32" / "ggml-model-encoder.mlmodelc")
+
+
+def _unreadable_mlmodelc(run_dir: Path) -> None:
+    (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "coremldata.bin").unlink()
+
+
+def _misnamed_mlmodelc(run_dir: Path) -> None:
+    d = run_dir / "fp32" / "ggml-model-encoder.mlmodelc"
+    d.rename(d.with_name("ggml-model.mlmodelc"))
+
+
+def _source_copy(tmp: Path, change: Callable[[Path], None]) -> str:
+    """A copy of the pinned source folder with one change (a folder source)."""
+    from verifylib.artifacts import cache_dir
+    from verifylib.source import load_pins
+    pin = load_pins()["v1.8.5"]
+    dest = tmp / "source"
+    shutil.copytree(cache_dir() / "sources" / pin.tree, dest, symlinks=True)
+    change(dest)
+    return str(dest)
+
+
+def _folder_source(change):
+    def edit(data: dict, tmp: Path) -> None:
+        data["runtime"]["source"] = {"kind": "folder", "path": _source_copy(tmp, change)}
+    return edit
+
+
+def _append(rel: str, text: str):
+    def change(root: Path) -> None:
+        with open(root / rel, "a") as fh:
+            fh.write(text)
+    return change
+
+
+def _hostile_fixture_text(data: dict, tmp: Path) -> None:
+    for f in data["fixtures"]:
+        if f["id"] == "weather":
+            f["text"] = "<script>alert('x')</script> " + f.get("text", "")
+
+
+def _credential(run_dir: Path) -> None:
+    import os
+    os.environ["HF_TOKEN"] = "hf_verifylib_scenario_secret"
+
+
+def _no_credential_anywhere(run_dir: Path) -> None:
+    for f in run_dir.rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".txt", ".jsonl"):
+            assert b"hf_verifylib_scenario_secret" not in f.read_bytes(), f
+
+
+def _tampered_sidecar_is_named(run_dir: Path) -> None:
+    from verifylib.receipt import build_receipt, verify
+    build_receipt(run_dir)
+    side = run_dir / "evidence" / "03_canary" / "positive.json"
+    side.write_bytes(side.read_bytes().replace(b'"exit 0', b'"exit 1', 1) + b" ")
+    res = verify(run_dir, allow_simulated=True)
+    assert not res.ok and any("positive.json" in x for x in res.problems), res.problems
+
+
+def _escaped_in_view(run_dir: Path) -> None:
+    data = canonical.read_json(run_dir / "evidence" / "05_wer" / "wer.json")
+    clip = next(c for c in data["clips"] if c["id"] == "weather")
+    # The evidence keeps the normalized text (markup reduced to words); the view shows the
+    # raw text, escaped.
+    assert clip["reference"].startswith("alert") and "<" not in clip["reference"]
+    raw = "<script>alert('x')</script> light rain"
+    from verifylib import results
+    from verifylib.views import render
+    page = render("wer_transcripts.html.j2", style=False, clips=[results.ClipResult(
+        id="weather", public=True, words=1, counts={}, reference=raw,
+        source="", ggml="", hybrid=None, wer_source=0.0, wer_ggml=0.0, wer_hybrid=None,
+        wer_pairwise=0.0)], corpus=results.CorpusWer(0.0, 0.0, 0.0), has_hybrid=False,
+        no_worse=1)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+CANARY = ("03_canary",)
+NEG, POS = "canary.coreml_negative", "canary.coreml_positive"
+
+ROWS = [
+    # ------------------------------------------------------------ the supported runtime
+    Row("coreml-canaries-pass", "§2.3 four load conditions; §2.4 fail-closed negative control",
+        CANARY, POS, "PASS", "Core ML model loaded", "ADMISSIBLE"),
+    Row("negative-control-fails-closed", "§2.4 the negative control exits 3 with both lines",
+        CANARY, NEG, "PASS", "exit 3", "ADMISSIBLE"),
+    # ------------------------------------------------------------ §9 and §10: the runtime
+    Row("stale-binary", "§10 a binary built without Core ML (COREML = 0)", CANARY, NEG, "FAIL",
+        "", "REJECTED", Scenario(coreml="stale")),
+    Row("fallback-on", "§9 WHISPER_COREML_ALLOW_FALLBACK on: a failed load goes on", CANARY,
+        NEG, "FAIL", "", "REJECTED", Scenario(coreml="fallback")),
+    Row("sigabrt-after-load", "§9 SIGABRT", CANARY, POS, "FAIL", "SIGABRT", "REJECTED",
+        Scenario(coreml="abort")),
+    Row("sigsegv-after-load", "§9 SIGSEGV", CANARY, POS, "FAIL", "SIGSEGV", "REJECTED",
+        Scenario(coreml="segv")),
+    Row("exit-134", "§9 exit status 134 (an abort reported shell-style)", CANARY, POS, "FAIL",
+        "134", "REJECTED", Scenario(coreml="exit134")),
+    Row("exit-3-without-marker", "§2.4 exit 3 without the Core ML failure line", CANARY, NEG,
+        "FAIL", "", "REJECTED", Scenario(coreml="exit3-no-marker")),
+    Row("exit-1", "§9 exit 1", CANARY, POS, "FAIL", "exit 1", "REJECTED",
+        Scenario(coreml="exit1")),
+    Row("exit-4", "§9 exit 4", CANARY, POS, "FAIL", "exit 4", "REJECTED",
+        Scenario(coreml="exit4")),
+    Row("exit-10", "§9 exit 10", CANARY, POS, "FAIL", "exit 10", "REJECTED",
+        Scenario(coreml="exit10")),
+    Row("nil-prediction", "§9 nil prediction: an empty hybrid transcript", ("05_wer",),
+        "wer.hybrid", "FAIL", "empty", "REJECTED", Scenario(coreml="nil")),
+    Row("crash-in-warm-up", "§6.3 the warm-up crashes; the measured run would pass", CANARY,
+        POS, "FAIL", "warm-up", "REJECTED", Scenario(coreml="abort-first")),
+    Row("flaky-coreml-canary", "§6.3 the warm-up loads, the measured run does not", CANARY,
+        POS, "FAIL", "", "REJECTED", Scenario(coreml="flaky")),
+    Row("missing-mlmodelc", "§4.1 no .mlmodelc where -m derives it", CANARY, POS, "FAIL", "",
+        "REJECTED", fault=_rm_mlmodelc),
+    Row("unreadable-mlmodelc", "§4.1 an .mlmodelc folder that does not load", CANARY, POS,
+        "FAIL", "", "REJECTED", fault=_unreadable_mlmodelc),
+    Row("misnamed-mlmodelc", "§4.1 the .mlmodelc is not named after the model", CANARY, POS,
+        "FAIL", "", "REJECTED", fault=_misnamed_mlmodelc),
+    # ------------------------------------------------------------ compile (export.compile)
+    Row("coremlc-only-in-clt", "§4.3 Command Line Tools have no coremlc", ("02_export",),
+        "export.compile", "NOT_RUN", "full Xcode", "INCOMPLETE", Scenario(coremlc="clt")),
+    Row("coremlc-fails", "§4.3 the compiler fails", ("02_export",), "export.compile", "ERROR",
+        "coremlc failed", "REJECTED", Scenario(coremlc="fail")),
+    Row("coremlc-misnames-output", "§4.3 coremlc's output is not named after its input",
+        ("02_export",), "export.compile", "ERROR", ".mlmodelc", "REJECTED",
+        Scenario(coremlc="misname")),
+    Row("other-os-mlmodelc", "§4.3 an .mlmodelc compiled for another platform",
+        ("02_export", "03_canary"), POS, "FAIL", "", "REJECTED", Scenario(coremlc="other-os")),
+    # ------------------------------------------------------------ runtime parity
+    Row("runtime-parity-pass", "§7.1 CompiledMLModel under ComputeUnit.ALL", ("04_parity",),
+        "parity.runtime", "PASS", "", "ADMISSIBLE"),
+    Row("fp16-io", "§5 the output comes back float16", ("04_parity",), "parity.runtime",
+        "ERROR", "float16", "REJECTED", Scenario(compiled="fp16")),
+    Row("wrong-feature-names", "§5 the output feature is not named 'output'", ("04_parity",),
+        "parity.runtime", "ERROR", "output", "REJECTED", Scenario(compiled="renamed")),
+    Row("oversized-output", "§5 more frames than the contract", ("04_parity",),
+        "parity.runtime", "ERROR", "shape", "REJECTED", Scenario(compiled="oversized")),
+    Row("nil-runtime-prediction", "§7.1 the compiled model predicts nothing", ("04_parity",),
+        "parity.runtime", "ERROR", "output", "REJECTED", Scenario(compiled="nil")),
+    Row("compiled-model-does-not-load", "§7.1 CompiledMLModel cannot load the folder",
+        ("04_parity",), "parity.runtime", "ERROR", "cannot load", "REJECTED",
+        Scenario(compiled="load-error")),
+    # ------------------------------------------------------------ hybrid WER
+    Row("hybrid-wer-pass", "§8 hybrid transcripts within the policy", ("05_wer",),
+        "wer.hybrid", "PASS", "", "ADMISSIBLE"),
+    Row("nonsense-hybrid-on-one-clip", "§8 one clip's hybrid transcript is nonsense",
+        ("05_wer",), "wer.hybrid", "FAIL", "", "REJECTED",
+        Scenario(coreml="nonsense", clip="weather")),
+    # ------------------------------------------------------------ placement
+    Row("placement-plan-pass", "§7.2 MLComputePlan on macOS 14.4+", ("06_placement",),
+        "placement.plan", "PASS", "cost share", "ADMISSIBLE"),
+    Row("plan-without-costs", "§7.2 a plan that costs nothing", ("06_placement",),
+        "placement.plan", "FAIL", "no cost", "REJECTED", Scenario(plan="no-cost")),
+    Row("plan-costs-do-not-sum", "§7.2 cost shares that do not sum to 1", ("06_placement",),
+        "placement.plan", "FAIL", "sum", "REJECTED", Scenario(plan="unbalanced")),
+    Row("macos-14-0", "§7.2 MLComputePlan needs macOS 14.4", ("06_placement",),
+        "placement.plan", "NOT_RUN", "14.4", "INCOMPLETE", Scenario(macos=(14, 0))),
+    # ------------------------------------------------------------ plain Linux
+    Row("linux-coreml-gates-not-run", "§1 off macOS the Core ML gates say why", CANARY, POS,
+        "NOT_RUN", "needs macOS", "INCOMPLETE", LINUX),
+    Row("credential-in-environment", "§3 no credential reaches a child or the evidence",
+        CANARY, "canary.lifecycle_ab", "PASS", "", "INCOMPLETE", LINUX, fault=_credential,
+        check=_no_credential_anywhere),
+    Row("tampered-sidecar", "verify names a sidecar changed after the receipt", CANARY, POS,
+        "PASS", "", "ADMISSIBLE", check=_tampered_sidecar_is_named),
+    Row("dirty-checkout", "§3 a tracked file changed in the source folder", ("01_build",),
+        "build.source_identity", "FAIL", "tree id", "REJECTED", LINUX,
+        edit=_folder_source(_append("src/whisper.cpp", "\n// local edit\n"))),
+    Row("extra-untracked-file", "§3 an untracked file in the source folder", ("01_build",),
+        "build.source_identity", "FAIL", "tree id", "REJECTED", LINUX,
+        edit=_folder_source(_append("NOTES.txt", "scratch\n"))),
+    Row("extra-ignored-file", "§3 a file .gitignore would hide (an object file)",
+        ("01_build",), "build.source_identity", "FAIL", "tree id", "REJECTED", LINUX,
+        edit=_folder_source(_append("src/stale.o", "not a real object\n"))),
+    Row("hostile-transcript-text", "reference text with markup stays text",
+        ("01_build", "02_export", "05_wer"), "wer.ggml_vs_source", "PASS", "",
+        "INCOMPLETE", LINUX, edit=_hostile_fixture_text, check=_escaped_in_view),
+    Row("linux-placement-not-run", "§1 off macOS no compute plan", ("06_placement",),
+        "placement.plan", "NOT_RUN", "needs macOS", "INCOMPLETE", LINUX),
+]
+
+
+# ---------------------------------------------------------------------------- machinery
+
+def _params(tmp: Path):
+    import yaml
+    data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
+    data["name"] = "scenarios"
+    keep = {"jfk", "weather"}
+    data["fixtures"] = [f for f in data["fixtures"] if f["id"] in keep]
+    data["canary"] = {"runs": 2, "timeout_s": 60, "first_run_timeout_s": 120}
+    data["export"] = {"fp16": False}
+    return params.validate(data, "scenario parameters", params.PARAMETERS_DIR)
+
+
+def _run_stages(p, run_dir: Path, stages, sim: Scenario | None, state: Path) -> None:
+    mods = [importlib.import_module(f"verifylib.stages.{s.split('_', 1)[1]}") for s in stages]
+    if sim is None:
+        for m in mods:
+            m.run(p, run_dir)
+        return
+    with SimulatedMac(sim, state):
+        for m in mods:
+            m.run(p, run_dir)
+
+
+@pytest.fixture(scope="session")
+def scenario_prefixes(tmp_path_factory, v185_ggml_build):
+    """Run directories after 0, 1, … 5 stages of the default simulated Mac (made once)."""
+    tmp = tmp_path_factory.mktemp("scenario-prefixes")
+    p = _params(tmp)
+    out = {0: tmp / "p0"}
+    from verifylib.stage import init_run_dir
+    init_run_dir(out[0], p)
+    for i, stage in enumerate(STAGES[:-1], 1):
+        out[i] = tmp / f"p{i}"
+        shutil.copytree(out[i - 1], out[i], symlinks=True)
+        _run_stages(p, out[i], (stage,), Scenario(), tmp / f"state{i}")
+    return p, out
+
+
+def _verdict(run_dir: Path, stages) -> str:
+    statuses = []
+    for s in stages:
+        data = canonical.read_json(run_dir / "gates" / f"{s}.json")
+        statuses += [r["status"] for r in data["gates"] if gates.gate(r["id"]).required]
+    if any(s in ("FAIL", "ERROR") for s in statuses):
+        return "REJECTED"
+    return "ADMISSIBLE" if all(s == "PASS" for s in statuses) else "INCOMPLETE"
+
+
+@pytest.mark.physical
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_scenario(row: Row, scenario_prefixes, tmp_path):
+    p, prefixes = scenario_prefixes
+    first = STAGES.index(row.stages[0])
+    run_dir = tmp_path / "run"
+    if row.edit is not None:
+        import yaml
+        assert first == 0, "a row with its own parameters starts from stage 01"
+        data = yaml.safe_load(yaml.safe_dump(p.data))
+        row.edit(data, tmp_path)
+        p = params.validate(data, "scenario parameters", params.PARAMETERS_DIR)
+    else:
+        shutil.copytree(prefixes[first], run_dir, symlinks=True)
+    if row.fault:
+        row.fault(run_dir)
+    try:
+        _run_stages(p, run_dir, row.stages, row.sim, tmp_path / "state")
+    finally:
+        import os
+        os.environ.pop("HF_TOKEN", None)  # set by the credential row's fault
+    stage_of = gates.gate(row.gate).stage
+    data = canonical.read_json(run_dir / "gates" / f"{stage_of}.json")
+    rec = next(r for r in data["gates"] if r["id"] == row.gate)
+    assert rec["status"] == row.status, (rec["status"], rec["reason"])
+    assert row.reason in rec["reason"]["detail"], rec["reason"]
+    assert _verdict(run_dir, row.stages) == row.verdict
+    if row.check is not None:
+        row.check(run_dir)
+
+
+def test_the_matrix_has_forty_distinct_named_scenarios():
+    names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + ["admissible-audit"]
+    assert len(names) == len(set(names))
+    assert len(names) >= 40
+
+
+# ---------------------------------------------------------------------------- argv guards
+
+@dataclass(frozen=True)
+class ArgvRow:
+    """A command line the runtime contract refuses before anything is launched."""
+
+    name: str
+    covers: str
+    extra: tuple
+    reason: str
+
+
+ARGV_ROWS = [
+    ArgvRow("no-prints-flag", "§9 -np silences every line a gate asserts", ("-np",), "-np"),
+    ArgvRow("audio-ctx-forced", "§5 -ac changes the mel width", ("-ac", "750"), "-ac"),
+    ArgvRow("two-processors", "§9 -p 2 makes two Core ML loads", ("-p", "2"), "-p"),
+]
+
+
+@pytest.mark.parametrize("row", ARGV_ROWS, ids=[r.name for r in ARGV_ROWS])
+def test_argv_guard_refuses_before_launch(row, tmp_path):
+    from verifylib import contracts, ledger, runner
+    ledger.bind(tmp_path)  # a refused argv must leave no launch behind
+    argv = contracts.coreml_argv("/nonexistent/whisper-cli", "m.bin", "a.wav", "en")
+    with pytest.raises(contracts.ContractError, match=row.reason):
+        runner.run_whisper_cli([*argv, *row.extra], timeout=5)
+    assert not (tmp_path / "ledger.jsonl").exists() or \
+        (tmp_path / "ledger.jsonl").read_text() == ""
+
+
+# ---------------------------------------------------------------------------- the full audit
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
+    """The default audit on the simulated Mac: all six notebooks through papermill,
+    ADMISSIBLE, refused by ``verify`` unless ``allow_simulated``."""
+    from verifylib import orchestrate
+    from verifylib.receipt import verify
+    p = params.load(params.DEFAULT_PARAMETERS)
+    sim = SimulatedMac(Scenario(), tmp_path / "state")
+    out = orchestrate.run_one(p, tmp_path / "reports", log=lambda s: None, progress=False,
+                              kernel_manager=sim.kernel_manager())
+    rec = canonical.read_json(out.run_dir / "receipt.json")
+    bad = {g["id"]: (g["status"], g["reason"]) for g in rec["gates"]
+           if gates.gate(g["id"]).required and g["status"] != "PASS"}
+    assert bad == {}
+    assert out.verdict.value == "ADMISSIBLE"
+    run = canonical.read_json(out.run_dir / "run.json")
+    assert run["host"]["simulated"] is True and run["host"]["system"] == "Darwin"
+    refused = verify(out.run_dir)
+    assert not refused.ok
+    assert any("simulated" in x for x in refused.problems)
+    assert verify(out.run_dir, allow_simulated=True).ok
+
+
+# ---------------------------------------------------------------------------- the docs page
+
+def markdown() -> str:
+    """The matrix as a Markdown page (docs/scenarios.md)."""
+    lines = ["# The fault matrix", "",
+             "Generated from `tests/test_scenarios.py` (`python tests/test_scenarios.py "
+             "--markdown`); `docs/runtime-contract.md` explains the sections cited.", "",
+             "| scenario | host | covers | stages | gate | expected | reason contains | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in ROWS:
+        host = "Linux" if r.sim is None else "simulated Mac"
+        lines.append(f"| `{r.name}` | {host} | {r.covers} | {', '.join(r.stages)} | "
+                     f"`{r.gate}` | {r.status} | {r.reason or '-'} | {r.verdict} |")
+    for a in ARGV_ROWS:
+        lines.append(f"| `{a.name}` | any | {a.covers} | (argv guard) | - | refused before "
+                     f"launch | `{a.reason}` | - |")
+    lines.append("| `admissible-audit` | simulated Mac | the whole default audit through "
+                 "papermill | all six | every required gate | PASS | - | ADMISSIBLE |")
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_page_lists_the_matrix():
+    assert (ROOT / "docs" / "scenarios.md").read_text() == markdown()
+
+
+if __name__ == "__main__":
+    if "--markdown" in sys.argv:
+        sys.stdout.write(markdown())
