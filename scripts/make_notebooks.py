@@ -30,7 +30,8 @@ STAGES = {
     "03_canary": ("canary", "Canaries",
                   "The batch-lifecycle A/B (unpatched vs patched static GGML `whisper-cli`, "
                   "N runs each with the `-nfa -dtw` trigger: outcome table and chart), the "
-                  "fail-closed Core ML negative control (first run only) and the "
+                  "same trigger on both AddressSanitizer builds (informational: what ASan "
+                  "reports), the fail-closed Core ML negative control (first run only) and the "
                   "four-condition positive gate (one warm-up, one measured run).",
                   ["view.show(report)"]),
     "04_parity": ("parity", "Parity",

@@ -87,7 +87,7 @@ def v185_unpatched_build(v185_source, v185_pin, verifylib_cache) -> UnpatchedBui
 
 
 @pytest.fixture(scope="session")
-def default_audit(tmp_path_factory, v185_ggml_build):
+def default_audit(tmp_path_factory, v185_ggml_build, v185_asan_builds):
     """The README's default audit, run once per session through the CLI.
 
     Returns
@@ -106,3 +106,29 @@ def default_audit(tmp_path_factory, v185_ggml_build):
     assert res.returncode == 0, res.stdout + res.stderr
     (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
     return res, run_dir
+
+
+@dataclass(frozen=True)
+class AsanBuilds:
+    """Both AddressSanitizer builds of v1.8.5 (``canary.sanitizer``'s sides)."""
+
+    unpatched: build.BuildResult
+    patched: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def v185_asan_builds(v185_source, v185_patched, v185_pin, verifylib_cache) -> AsanBuilds:
+    """The ``ggml-unpatched-asan`` and ``ggml-asan`` whisper-cli, with the options
+    ``verifylib run`` uses for the default parameters (so shared with it through the cache;
+    about 70 to 80 s each on 2 cores the first time). Both source folders are checked
+    afterwards: the pristine tree id, the patched tree's exact diff."""
+    options = {"GGML_NATIVE": "ON"}
+    unpatched = build.build_whisper_cli(
+        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None,
+        variant="ggml-unpatched-asan", options=options, cache_dir=verifylib_cache)
+    patched = build.build_whisper_cli(
+        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
+        variant="ggml-asan", options=options, cache_dir=verifylib_cache)
+    assert source.git_tree_id(v185_source.path) == v185_pin.tree
+    assert source.check_patch_exact(v185_patched.path, v185_pin).ok
+    return AsanBuilds(unpatched=unpatched, patched=patched)

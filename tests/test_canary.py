@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from tests.fake_whisper_cli import install
-from verifylib import canonical, contracts, gates, params, receipt, rules, source
+from verifylib import build, canonical, contracts, gates, params, receipt, rules, sanitizer, source
 from verifylib.capabilities import HostCapabilities, detect
 from verifylib.evidence import EvidenceRef, EvidenceView, GateRecord, Reason
 from verifylib.gates import Status
 from verifylib.stage import GateRun, StageContext
 from verifylib.stages import canary
-from verifylib.artifacts import UNPATCHED_IDENTITY, unpatched_binary
+from verifylib.artifacts import ASAN_SIDECAR, UNPATCHED_IDENTITY, unpatched_binary
 
 FAKE_MAC = HostCapabilities(
     system="Darwin", machine="arm64", macos_version=(15, 7),
@@ -54,6 +54,21 @@ def tree(tmp_path) -> Path:
 def fake(tmp_path: Path, scenario: str) -> tuple[Path, str]:
     exe = install(tmp_path / "bin" / scenario, scenario)
     return exe, canonical.sha256_file(exe)
+
+
+def fake_asan(tmp_path: Path, side: str, scenario: str | None = None) -> dict:
+    """A fake ASan whisper-cli in a folder named by its (made-up) build key, and the build
+    record stage 01 would have written for it (forged: the fake is a script)."""
+    variant, _ = sanitizer.SIDES[side]
+    key = canonical.sha256_bytes(f"{side}:{scenario or variant}".encode())
+    exe = install(tmp_path / "bin" / key, scenario or variant)
+    pin = source.load_pins()["v1.8.5"]
+    return {"built": True, "variant": variant, "binary": str(exe),
+            "sha256": canonical.sha256_file(exe), "key": key, "static": True,
+            "needed_libs": ["libasan.so.8", "libstdc++.so.6", "libm.so.6", "libc.so.6"],
+            "options": build.effective_options(variant, {"GGML_NATIVE": "ON"}),
+            "tree_id": pin.tree, "patch_sha256": None if side == "unpatched" else pin.patch_sha256,
+            "cached": True, "seconds": 0.0}
 
 
 def ctx_for(tmp_path: Path, p=None) -> StageContext:
@@ -345,13 +360,17 @@ def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, s
     (g_bin, g_sha), (u_bin, u_sha), (c_bin, c_sha) = bins["ggml"], bins["unpatched"], bins["coreml"]
     canonical.write_json(run_dir / "evidence" / "01_build" / "unpatched_build.json",
                          {"built": True, "binary": str(u_bin), "sha256": u_sha})
+    asan = {side: bins[f"asan-{side}"] for side in sanitizer.SIDES if f"asan-{side}" in bins}
+    if asan:
+        canonical.write_json(run_dir / "evidence" / "01_build" / f"{ASAN_SIDECAR}.json", asan)
     stage("01_build", {
         "build.source_identity": {"source": {"path": str(tree),
                                              "computed_tree": source.git_tree_id(tree)}},
         "build.patch_exact": {},
         "build.ggml": {"build": {"binary": str(g_bin), "sha256": g_sha}},
         "build.coreml": {"coreml_build": {"binary": str(c_bin), "sha256": c_sha}},
-    }, {UNPATCHED_IDENTITY: u_sha})
+    }, {UNPATCHED_IDENTITY: u_sha, **{sanitizer.SIDES[side][1]: rec["sha256"]
+                                      for side, rec in asan.items() if rec.get("built")}})
     model = run_dir / "fp32" / "ggml-model.bin"
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_bytes(b"ggml model for the fake runtime")
@@ -366,16 +385,19 @@ def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, s
 
 def fake_bins(tmp_path, coreml="coreml"):
     return {"ggml": fake(tmp_path, "ggml"), "unpatched": fake(tmp_path, "ggml-unpatched"),
-            "coreml": fake(tmp_path, coreml)}
+            "coreml": fake(tmp_path, coreml),
+            "asan-unpatched": fake_asan(tmp_path, "unpatched"),
+            "asan-patched": fake_asan(tmp_path, "patched")}
 
 
-def test_the_stage_on_a_fake_mac_runs_all_three_canaries(tmp_path, tree, monkeypatch):
+def test_the_stage_on_a_fake_mac_runs_all_four_canaries(tmp_path, tree, monkeypatch):
     monkeypatch.setattr("verifylib.stage.detect", lambda: FAKE_MAC)
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     report = canary.run(make_params(runs=3), run_dir, progress=False)
     st = {r.id: r for r in report.records}
-    for gid in ("canary.lifecycle_ab", "canary.coreml_negative", "canary.coreml_positive"):
+    for gid in ("canary.lifecycle_ab", "canary.coreml_negative", "canary.coreml_positive",
+                "canary.sanitizer"):
         assert st[gid].status is Status.PASS, (gid, st[gid].reason)
     assert report.result.negative.outcome == "exit 3 + load-failure + init-failure"
     assert report.result.positive.measured_encode_ms == 42.75
@@ -401,6 +423,7 @@ def test_on_this_host_the_core_ml_canaries_are_not_run_for_platform(tmp_path, tr
     report = canary.run(make_params(runs=2), run_dir, progress=False)
     st = {r.id: r for r in report.records}
     assert st["canary.lifecycle_ab"].status is Status.PASS
+    assert st["canary.sanitizer"].status is Status.PASS, st["canary.sanitizer"].reason
     for gid in ("canary.coreml_negative", "canary.coreml_positive"):
         assert st[gid].status is Status.NOT_RUN
         assert (st[gid].reason.kind, st[gid].reason.detail.split(";")[0]) == ("platform", "needs macOS")
@@ -411,10 +434,8 @@ def test_disabled_canaries_say_which_parameter(tmp_path, tree):
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     report = canary.run(make_params(runs=2, enabled=False), run_dir, progress=False)
+    assert {r.id for r in report.records} == {g.id for g in gates.stage_gates("03_canary")}
     for r in report.records:
-        if r.id == "canary.sanitizer":  # declared unimplemented in this version
-            assert (r.status, r.reason.kind) == (Status.NOT_RUN, "not-implemented")
-            continue
         assert (r.status, r.reason.kind, r.reason.detail) == (
             Status.NOT_RUN, "disabled", "disabled by parameter canary.enabled = false")
 

@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
                        "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab",
-                       "export.contract", "parity.program", "parity.program_fp16"}
+                       "export.contract", "parity.program", "parity.program_fp16",
+                       "canary.sanitizer"}
 
 
 def _cli(*args, **kw):
@@ -41,8 +42,6 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     for gid, g in gates.items():
         if gid in LINUX_PHYSICAL_PASS:
             assert g["status"] == "PASS", (gid, g["reason"])
-        elif gid == "canary.sanitizer":  # the one gate this version declares unimplemented
-            assert (g["status"], g["reason"]["kind"]) == ("NOT_RUN", "not-implemented")
         else:
             assert g["status"] == "NOT_RUN", gid
             assert g["reason"]["kind"] in {"platform", "prerequisite"}, (gid, g["reason"])
@@ -52,6 +51,15 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     assert not list((run_dir.parent).glob(".staging/*")), "staging left behind"
     assert rec["identities"]["policy.wer.id"] == "wer-v1"
     assert canonical.is_sha256(rec["identities"]["model.ggml.sha256"])
+    # The informational sanitizer gate: what ASan saw on each side, bound to stage 01's builds.
+    detail = gates["canary.sanitizer"]["reason"]["detail"]
+    assert "with a sanitizer report: 3x AddressSanitizer" in detail
+    assert "in whisper_batch_free (/whisper.cpp/src/whisper.cpp:499)" in detail
+    assert "3/3 runs exit 3 with both markers, no sanitizer report" in detail
+    assert "uninitiali" not in detail
+    for key in ("binary.ggml_asan.sha256", "binary.ggml_unpatched_asan.sha256"):
+        assert canonical.is_sha256(rec["identities"][key])
+    assert rec["identities"]["binary.ggml_asan.sha256"] != rec["identities"]["binary.ggml.sha256"]
 
 
 def test_transcripts_side_by_side_and_wer_zero_on_jfk(audit):
@@ -67,6 +75,8 @@ def test_transcripts_side_by_side_and_wer_zero_on_jfk(audit):
     assert "library on maple street" not in (run_dir / "evidence" / "05_wer" / "wer.json").read_text()
     page = (run_dir / "report.html").read_text()
     assert "GGML whisper-cli" in page and "And so my fellow Americans" in page
+    assert "canary.sanitizer (informational)" in page
+    assert "#5 whisper_batch_free /whisper.cpp/src/whisper.cpp:499" in page
     assert (run_dir / "fp32" / "ggml-model.bin").is_file()
 
 

@@ -402,8 +402,10 @@ def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, 
     assert ledger.check(run_dir, records) == []
     entries = ledger.read(run_dir)
     cites = _citing_gates(run_dir, records)
-    # 3 runs x 2 sides, one negative control, a warm-up and a measured positive run.
-    assert [cites[e["seq"]] for e in entries] == [[LIFE]] * 6 + [[NEG]] + [[POS]] * 2
+    # 3 runs x 2 sides, one negative control, a warm-up and a measured positive run, then
+    # the sanitizer gate's fixed 3 runs x 2 ASan builds.
+    assert [cites[e["seq"]] for e in entries] == \
+        [[LIFE]] * 6 + [[NEG]] + [[POS]] * 2 + [["canary.sanitizer"]] * 6
 
 
 def test_a_gate_that_raised_after_launching_still_cites_its_launch(tmp_path, tree, monkeypatch):
@@ -423,4 +425,5 @@ def test_a_gate_that_raised_after_launching_still_cites_its_launch(tmp_path, tre
     records, _ = receipt.collect_records(run_dir)
     assert ledger.check(run_dir, records) == []
     cites = _citing_gates(run_dir, records)
-    assert [cites[e["seq"]] for e in ledger.read(run_dir)] == [[LIFE], [LIFE], [NEG]]
+    assert [cites[e["seq"]] for e in ledger.read(run_dir)] == \
+        [[LIFE], [LIFE], [NEG]] + [["canary.sanitizer"]] * 6

@@ -51,6 +51,13 @@ def test_v185_as_is_still_needs_the_patch(v185_source, v185_unpatched_build, ver
     assert ab.deletion == "NOT MET" and ab.observed.startswith("3/3 SIGSEGV")
     ggml = rows["GGML positive path"]
     assert ggml.deletion == "met" and "And so my fellow Americans" in ggml.observed
+    # Informational, beside row 2: what ASan reports for the unpatched candidate.
+    asan = rows["unpatched AddressSanitizer run"]
+    assert asan.deletion == "n/a"
+    assert asan.observed.startswith("3/3 AddressSanitizer ")
+    assert "in whisper_batch_free (/whisper.cpp/src/whisper.cpp:499)" in asan.observed
+    assert asan.observed.endswith("(the early-return path still frees garbage: against safe "
+                                  "initialization)")
     assert rows["Core ML positive path"].deletion.startswith("NOT_RUN(platform: needs macOS")
     assert a.conclusion.startswith("PATCH STILL NEEDED: pin v1.8.5's patch applies to this "
                                    "source, which still declares `whisper_batch batch;`.")
@@ -74,6 +81,7 @@ def test_v185_with_the_fix_in_place_no_longer_takes_the_patch(v185_source, tmp_p
     assert a.batch_state == "initialized"
     assert rows["`whisper_batch batch;` still uninitialized"].deletion == "met"
     assert rows["unpatched lifecycle A/B"].deletion == "NOT_RUN(disabled: --no-build)"
+    assert rows["unpatched AddressSanitizer run"].deletion == "NOT_RUN(disabled: --no-build)"
     assert a.conclusion.startswith("THE PATCH NO LONGER APPLIES to this source (pin v1.8.5's "
                                    "patch). Upstream now initializes the member")
     assert _patches_digest() == before

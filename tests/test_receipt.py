@@ -42,7 +42,7 @@ def test_untouched_run_verifies(tmp_path, rules):
     statuses = {g["id"]: g["status"] for g in rec["gates"]}
     assert statuses["build.source_identity"] == "PASS"
     assert statuses["build.coreml"] == "NOT_RUN"
-    assert statuses["canary.sanitizer"] == "NOT_RUN"
+    assert statuses["canary.sanitizer"] == "PASS"  # informational, judged like the others
     assert set(statuses) == set(gates.BY_ID)
 
 

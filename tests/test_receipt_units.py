@@ -104,6 +104,13 @@ def _nr(gid, kind, detail):
     return GateRecord(gid, Status.NOT_RUN, Reason(kind, detail))
 
 
+def _unimplemented(gid):
+    """The registry row of ``gid`` as a version that declares it unimplemented would have it
+    (every gate of this version is implemented)."""
+    import dataclasses
+    return dataclasses.replace(gates.gate(gid), implemented=False)
+
+
 def test_platform_needs_the_capability_to_be_missing(tmp_path):
     chk = _checker(tmp_path)
     g = gates.gate("build.coreml")
@@ -144,14 +151,16 @@ def test_disabled_and_not_implemented(tmp_path):
     assert chk.justify(g, _nr(g.id, "disabled", "disabled by parameter export.fp16"),
                        {"params": {"canary": {"enabled": False}}}, {}, {})
     assert chk.justify(g, _nr(g.id, "not-implemented", "later"), {}, {}, {})
-    s = gates.gate("canary.sanitizer")
+    s = _unimplemented("canary.sanitizer")
     assert chk.justify(s, _nr(s.id, "not-implemented", "later"), {}, {}, {}) == []
+    assert chk.justify(gates.gate(s.id), _nr(s.id, "not-implemented", "later"), {}, {}, {}) == [
+        "gate canary.sanitizer: NOT_RUN(not-implemented) but this version implements it"]
 
 
 def test_not_run_citing_evidence_is_refused(tmp_path):
     from verifylib.evidence import EvidenceRef
     chk = _checker(tmp_path)
-    g = gates.gate("canary.sanitizer")
+    g = _unimplemented("canary.sanitizer")
     rec = GateRecord(g.id, Status.NOT_RUN, Reason("not-implemented", "later"),
                      (EvidenceRef("doc", "x.json", "a" * 64),))
     assert chk.justify(g, rec, {}, {}, {}) == [f"gate {g.id}: NOT_RUN but cites evidence"]
@@ -172,7 +181,7 @@ def test_justification_messages_word_for_word(tmp_path):
     assert chk.justify(g, fail, {}, {"macos+xcode": False}, {}) == [
         "gate build.coreml: FAIL recorded on a host without capability macos+xcode",
         "gate build.coreml: FAIL without evidence"]
-    s = gates.gate("canary.sanitizer")
+    s = _unimplemented("canary.sanitizer")
     assert chk.justify(s, GateRecord(s.id, Status.PASS, Reason("rule", "x")), {},
                        {"any": True}, {}) == [
         "gate canary.sanitizer: PASS but this version has no rule to re-judge it"]

@@ -385,8 +385,9 @@ def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
     from verifylib.receipt import verify
     p = params.load(params.DEFAULT_PARAMETERS)
     sim = SimulatedMac(Scenario(), tmp_path / "state")
-    out = orchestrate.run_one(p, tmp_path / "reports", log=lambda s: None, progress=False,
-                              kernel_manager=sim.kernel_manager())
+    with sim:  # the driver records the host in run.json; its stage kernels start simulated
+        out = orchestrate.run_one(p, tmp_path / "reports", log=lambda s: None, progress=False,
+                                  kernel_manager=sim.kernel_manager())
     rec = canonical.read_json(out.run_dir / "receipt.json")
     bad = {g["id"]: (g["status"], g["reason"]) for g in rec["gates"]
            if gates.gate(g["id"]).required and g["status"] != "PASS"}

@@ -53,7 +53,8 @@ def _records() -> list[GateRecord]:
     return [GateRecord("canary.coreml_negative", Status.NOT_RUN,
                        Reason("platform", f"needs macOS {HOSTILE}")),
             GateRecord("canary.coreml_positive", Status.FAIL, Reason("rule", HOSTILE)),
-            GateRecord("canary.lifecycle_ab", Status.ERROR, Reason("exception", HOSTILE))]
+            GateRecord("canary.lifecycle_ab", Status.ERROR, Reason("exception", HOSTILE)),
+            GateRecord("canary.sanitizer", Status.PASS, Reason("rule", f"ASan saw {HOSTILE}"))]
 
 
 def _counts(h: int, s: int, d: int, i: int) -> dict:
@@ -70,6 +71,15 @@ def _facts() -> dict[str, dict]:
             "lifecycle": {"trigger": f"-nfa -dtw {HOSTILE}", "runs_per_side": 2, "sides": {
                 "unpatched": {"available": True, "binary_sha256": "cd" * 32,
                               "counts": {"SIGSEGV": 2, HOSTILE: 1}, "wall_s_median": 0.25},
+                "patched": {"available": False, "reason": HOSTILE}}},
+            "sanitizer": {"trigger": "-nfa -dtw large.v3", "runs_per_side": 3,
+                          "asan_options": f"detect_leaks=0:{HOSTILE}", "sides": {
+                "unpatched": {"available": True, "binary_sha256": "ef" * 32,
+                              "variant": "ggml-unpatched-asan",
+                              "outcomes": {f"AddressSanitizer BUS in {HOSTILE}": 3},
+                              "kind": f"BUS {HOSTILE}",
+                              "frames": ("#0 __interceptor_free", f"#1 {HOSTILE} w.cpp:499"),
+                              "wall_s_median": 0.29},
                 "patched": {"available": False, "reason": HOSTILE}}},
             "positive": {"outcome": "exit 0", "detail": HOSTILE, "warmup_wall_s": 1.0,
                          "measured_wall_s": 0.5, "warmup_encode_ms": None,
@@ -123,10 +133,14 @@ def _typed(name: str, facts: dict):
     if name == "canary":
         lc = facts.get("lifecycle")
         pos = facts.get("positive")
+        sz = facts.get("sanitizer")
         return results.CanaryResult(
             lifecycle=None if lc is None else results.LifecycleSummary(
                 lc["runs_per_side"], lc["trigger"],
                 {k: results.LifecycleSide(**v) for k, v in lc["sides"].items()}),
+            sanitizer=None if sz is None else results.SanitizerSummary(
+                sz["runs_per_side"], sz["trigger"], sz["asan_options"],
+                {k: results.SanitizerSide(**v) for k, v in sz["sides"].items()}),
             positive=None if pos is None else results.PositiveControl(**pos))
     if name == "parity":
         cands = {gid: results.ParityCandidate(gid, **{**c, "drift": results.Drift.from_evidence(
@@ -175,9 +189,15 @@ def test_stage_views_keep_their_plots_and_tables(shown):
     out = _show("canary", facts["canary"], shown)
     assert out[1] == "PLOT"  # the A/B chart sits between the A/B table and the Core ML runs
     assert "2 &times; SIGSEGV" in out[0] and "not available: " + ESCAPED in out[0]
+    # The sanitizer runs follow the A/B chart: both sides, the first report's kind and stack.
+    assert "<h4>canary.sanitizer (informational)" in out[2]
+    assert f"3 &times; AddressSanitizer BUS in {ESCAPED}" in out[2]
+    assert f"<b>BUS {ESCAPED}</b>" in out[2] and f"#1 {ESCAPED} w.cpp:499" in out[2]
+    assert f"Gate: PASS (rule): ASan saw {ESCAPED}" in out[2]
+    assert "not an uninitialized read" not in out[2]
     assert f"canary.coreml_negative</code> did not run here: NOT_RUN (platform): needs macOS " \
-           f"{ESCAPED}" in out[2]
-    assert "<h4>canary.coreml_positive</h4>" in out[3]
+           f"{ESCAPED}" in out[3]
+    assert "<h4>canary.coreml_positive</h4>" in out[4]
     out = _show("parity", facts["parity"], shown)
     assert out[-1] == "PLOT" and "<td>inf</td>" in out[0] and "SNR &ge; 60 dB" in out[0]
     out = _show("wer", facts["wer"], shown)

@@ -22,12 +22,14 @@ from typing import Any
 from .canonical import read_json, sha256_file
 from .errors import ParametersInvalid, PrerequisiteBroken
 from .params import Fixture, Params
+from .sanitizer import SIDES as SANITIZER_SIDES
 from .stage import EVIDENCE_DIR, StageContext, read_stage_file
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",
-    "UNPATCHED_IDENTITY", "BUILD_STAGE", "cache_dir", "runtime_tree", "ggml_binary",
-    "coreml_binary", "unpatched_binary", "published_model", "model_source", "fixture_audio",
+    "UNPATCHED_IDENTITY", "ASAN_SIDECAR", "ASAN_SIDES", "BUILD_STAGE", "cache_dir",
+    "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
+    "published_model", "model_source", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
     "export_variants",
 ]
@@ -49,6 +51,12 @@ UNPATCHED_SIDECAR = "unpatched_build"
 
 UNPATCHED_IDENTITY = "binary.ggml_unpatched.sha256"
 """Stage 01's identity for the unpatched binary's digest."""
+
+ASAN_SIDECAR = "asan_builds"
+"""Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
+
+ASAN_SIDES = SANITIZER_SIDES
+"""Side of ``canary.sanitizer`` -> (build variant, stage 01's identity for its digest)."""
 
 
 def cache_dir() -> Path:
@@ -143,6 +151,52 @@ def unpatched_binary(ctx: StageContext) -> tuple[Path, str]:
     if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
         raise PrerequisiteBroken(f"{binary} is not the unpatched whisper-cli stage 01 recorded")
     return binary, ev["sha256"]
+
+
+def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
+    """The AddressSanitizer build stage 01 recorded for one side, re-hashed before use.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    side : str
+        ``"unpatched"`` or ``"patched"`` (see :data:`ASAN_SIDES`).
+
+    Returns
+    -------
+    dict
+        The side's build record from the sidecar ``asan_builds.json`` (``binary``,
+        ``sha256``, ``variant``, ``options``, ``needed_libs``, ``static``, ``tree_id``,
+        ``patch_sha256``, ``key`` …).
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If stage 01 recorded no such build, the build failed, or the bytes or the
+        identity differ from the record.
+    """
+    variant, identity = ASAN_SIDES[side]
+    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{ASAN_SIDECAR}.json"
+    if not path.is_file():
+        raise PrerequisiteBroken("stage 01_build recorded no AddressSanitizer builds")
+    ev = (read_json(path) or {}).get(side)
+    if not isinstance(ev, dict):
+        raise PrerequisiteBroken(f"stage 01_build recorded no {side} AddressSanitizer build")
+    if not ev.get("built"):
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer build failed: {ev.get('error')}")
+    if ev.get("variant") != variant:
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer record is variant "
+                                 f"{ev.get('variant')!r}, not {variant!r}")
+    ids = (read_stage_file(ctx.run_dir, BUILD_STAGE) or {}).get("identities", {})
+    if ids.get(identity) != ev.get("sha256"):
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer build record disagrees with "
+                                 f"stage 01's identities")
+    binary = Path(ev["binary"])
+    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+        raise PrerequisiteBroken(f"{binary} is not the {side} AddressSanitizer whisper-cli "
+                                 f"stage 01 recorded")
+    return dict(ev)
 
 
 def published_model(ctx: StageContext) -> tuple[Path, str]:

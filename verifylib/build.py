@@ -29,7 +29,21 @@ from .canonical import dumps, is_sha256, publish_dir, read_json, sha256_bytes, s
 from .errors import BuildFailure, ParametersInvalid
 from .runner import RunResult, run, run_record, run_whisper_binary, run_whisper_cli
 
-VARIANTS = ("ggml", "ggml-unpatched", "coreml")
+VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
+
+UNPATCHED_VARIANTS = ("ggml-unpatched", "ggml-unpatched-asan")
+"""Variants built from the pristine tree: keyed with ``patch_sha256=None``."""
+
+ASAN_VARIANTS = ("ggml-asan", "ggml-unpatched-asan")
+"""AddressSanitizer builds of the GGML variants, evidence for ``canary.sanitizer`` only."""
+
+# ASan wants frame pointers for usable stacks and at most -O1 so frames are not folded away;
+# -g gives the file:line of each frame. The flags are forced, hence part of the build key.
+_ASAN_COMPILE = "-fsanitize=address -fno-omit-frame-pointer"
+_ASAN_OPTIONS = {"WHISPER_COREML": "OFF", "CMAKE_C_FLAGS": _ASAN_COMPILE,
+                 "CMAKE_CXX_FLAGS": _ASAN_COMPILE, "CMAKE_EXE_LINKER_FLAGS": "-fsanitize=address",
+                 "CMAKE_C_FLAGS_RELEASE": "-O1 -g -DNDEBUG",
+                 "CMAKE_CXX_FLAGS_RELEASE": "-O1 -g -DNDEBUG"}
 
 # Not overridable: each one is what makes the published binary what the gates say it is.
 _FIXED_OPTIONS = {"CMAKE_BUILD_TYPE": "Release", "BUILD_SHARED_LIBS": "OFF",
@@ -39,6 +53,8 @@ _VARIANT_OPTIONS = {
     "ggml-unpatched": {"WHISPER_COREML": "OFF"},
     # Fallback OFF: a Core ML build that may silently fall back to GGML proves nothing.
     "coreml": {"WHISPER_COREML": "1", "WHISPER_COREML_ALLOW_FALLBACK": "OFF"},
+    "ggml-asan": _ASAN_OPTIONS,
+    "ggml-unpatched-asan": _ASAN_OPTIONS,
 }
 _DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
 _OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -149,6 +165,30 @@ def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[s
     return dict(sorted(merged.items()))
 
 
+def forced_options(variant: str) -> dict[str, str]:
+    """The CMake options no caller can change for ``variant`` (fixed plus variant-forced).
+
+    Parameters
+    ----------
+    variant : str
+        One of :data:`VARIANTS`.
+
+    Returns
+    -------
+    dict of str to str
+        E.g. the sanitizer flags of an ``-asan`` variant; a rule re-checks a recorded
+        build's options against these.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For an unknown variant.
+    """
+    if variant not in VARIANTS:
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
+    return {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
+
+
 def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Mapping[str, Any],
               compiler: Mapping[str, Any]) -> str:
     """Content key of a build: SHA-256 of the canonical JSON of its inputs.
@@ -158,7 +198,7 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
     tree_id : str
         Git tree id of the pristine source (40 hex).
     patch_sha256 : str or None
-        Digest of the applied patch; None exactly for ``"ggml-unpatched"``.
+        Digest of the applied patch; None exactly for the :data:`UNPATCHED_VARIANTS`.
     variant : str
         One of :data:`VARIANTS`.
     options : mapping
@@ -181,9 +221,9 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
         raise ParametersInvalid(f"tree id must be 40 lower-case hex digits, got {tree_id!r}")
     if variant not in VARIANTS:
         raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if variant == "ggml-unpatched":
+    if variant in UNPATCHED_VARIANTS:
         if patch_sha256 is not None:
-            raise ParametersInvalid("variant 'ggml-unpatched' takes patch_sha256=None")
+            raise ParametersInvalid(f"variant {variant!r} takes patch_sha256=None")
     elif not is_sha256(patch_sha256):
         raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, got {patch_sha256!r}")
     payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
@@ -394,13 +434,13 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     Parameters
     ----------
     src : Path
-        Source folder (a patched work tree, or pristine for ``"ggml-unpatched"``).
+        Source folder (a patched work tree, or pristine for the :data:`UNPATCHED_VARIANTS`).
     tree_id : str
         Its pristine tree id (keys the cache; the caller has verified it).
     patch_sha256 : str or None
-        Digest of the applied patch, None for ``"ggml-unpatched"``.
+        Digest of the applied patch, None for the :data:`UNPATCHED_VARIANTS`.
     variant : str
-        ``"ggml"``, ``"ggml-unpatched"`` or ``"coreml"``.
+        One of :data:`VARIANTS` (the ``-asan`` ones are AddressSanitizer builds).
     options : mapping, optional
         Extra CMake options (see :func:`effective_options`); default ``GGML_NATIVE=ON``.
     cache_dir : Path
@@ -624,7 +664,7 @@ def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
         problems.append(f"binary sha256 malformed: {sha!r}")
     elif evidence.get("recorded_sha256") != sha:
         problems.append(f"binary sha256 {sha} is not the recorded {evidence.get('recorded_sha256')!r}")
-    if expect_variant != "ggml-unpatched" and not is_sha256(evidence.get("patch_sha256")):
+    if expect_variant not in UNPATCHED_VARIANTS and not is_sha256(evidence.get("patch_sha256")):
         problems.append(f"patch sha256 malformed: {evidence.get('patch_sha256')!r}")
     libs = evidence.get("needed_libs")
     if not isinstance(libs, list) or not all(isinstance(x, str) for x in libs):

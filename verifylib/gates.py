@@ -148,9 +148,10 @@ GATES: tuple[Gate, ...] = (
        "the fp16 variant's .mlmodelc against policy fp16-v1 (informational)",
        disabled_by=_FP16_SWITCH),
     _g("canary.sanitizer", "03_canary", False, Capability.ANY, ["build.patch_exact"],
-       "AddressSanitizer builds (patched, unpatched) under the lifecycle trigger: unpatched "
-       "reports the memory error, patched exits 3 clean (informational; supports, never "
-       "replaces, canary.lifecycle_ab)", implemented=False, disabled_by=_CANARY_SWITCH),
+       "AddressSanitizer builds (patched, unpatched) under the lifecycle trigger, 3 runs each: "
+       "every unpatched run prints a sanitizer report (kind recorded), every patched run exits "
+       "3 with both markers and none (informational; supports, never replaces, "
+       "canary.lifecycle_ab)", disabled_by=_CANARY_SWITCH),
 )
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}

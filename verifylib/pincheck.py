@@ -18,6 +18,9 @@ archive, or a folder, identified by its git tree id) as a table:
    a non-empty transcript of the tree's sample with a real model (``--model``, default: the
    default parameter file's model written by :mod:`verifylib.ggml_writer`; the tree's own
    test model has no tensors and transcribes nothing);
+   beside it, informational: what AddressSanitizer prints for an ASan build of the
+   unpatched candidate under the same trigger (supporting evidence for row 2, never a
+   deletion condition of its own);
 5. the Core ML positive path: NOT_RUN(platform) off macOS with Xcode; on a Mac it is
    decided by ``canary.coreml_positive`` in a full ``verifylib run`` of the candidate;
 6. the manifest/cache migration, which is always a human decision.
@@ -38,6 +41,7 @@ from typing import Callable
 
 from . import build as _build
 from . import contracts
+from . import sanitizer as _sanitizer
 from . import source as _source
 from .capabilities import detect
 from .errors import ParametersInvalid
@@ -297,17 +301,21 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
         ggml_check = "GGML positive path (unpatched candidate, tree's sample)"
         if not build:
             skip = "NOT_RUN(disabled: --no-build)"
-            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip)]
+            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                     Condition(SANITIZER_CHECK, "not run", skip)]
         elif not (test_model.is_file() and audio.is_file()):
             skip = (f"NOT_RUN(prerequisite: the candidate has no {contracts.TEST_MODEL_IN_TREE} "
                     f"or {contracts.TEST_AUDIO_IN_TREE})")
-            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip)]
+            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                     Condition(SANITIZER_CHECK, "not run", skip)]
         else:
             real_model = Path(model) if model else _default_model(scratch, cache, log)
             rows += _physical_rows(src, tree, test_model, real_model, audio, runs=runs,
                                    timeout=timeout, jobs=jobs, options=options, cache=cache,
                                    log=log, ab_check=ab_check, ggml_check=ggml_check,
                                    lifecycle_argv=lifecycle_argv)
+            rows.append(sanitizer_row(src, tree, test_model, audio, timeout=timeout, jobs=jobs,
+                                      options=options, cache=cache, log=log))
         missing = detect().missing(Capability.MACOS_XCODE)
         rows.append(Condition(
             "Core ML positive path (unpatched candidate)", "not run here",
@@ -370,6 +378,62 @@ def _physical_rows(src, tree, model, real_model, audio, *, runs, timeout, jobs, 
                           f"{c.outcome}: {text[:60]!r}" if c.ok else c.detail,
                           MET if c.ok else NOT_MET))
     return rows
+
+
+SANITIZER_CHECK = ("unpatched AddressSanitizer run (supporting evidence for row 2: is "
+                   "`whisper_batch` initialized safely?)")
+"""The informational pin-check row of the sanitizer outcome."""
+
+
+def sanitizer_row(src: Path, tree: str, model: Path, audio: Path, *, timeout: float,
+                  jobs: int, options: dict | None, cache: Path,
+                  log: Callable[[str], None]) -> Condition:
+    """What AddressSanitizer prints for the unpatched candidate under the lifecycle trigger.
+
+    Builds (or reuses) the candidate's ``ggml-unpatched-asan`` whisper-cli with the GGML
+    build's options, outside the candidate folder, and runs the trigger
+    :data:`verifylib.sanitizer.RUNS_PER_SIDE` times with
+    :data:`verifylib.sanitizer.ASAN_OPTIONS`, as ``canary.sanitizer`` does. The row is
+    informational (``n/a`` toward deleting the patch): a report says the early-return path
+    still frees garbage; its absence is consistent with a safely initialized member but
+    proves nothing alone, which is why rows 2 and 3 decide.
+
+    Returns
+    -------
+    Condition
+
+    Raises
+    ------
+    PinCheckError
+        If the candidate folder changed during the build.
+    """
+    variant = _sanitizer.SIDES["unpatched"][0]
+    try:
+        res = _build.build_whisper_cli(src, tree_id=tree, patch_sha256=None, variant=variant,
+                                       options=options or {"GGML_NATIVE": "ON"},
+                                       cache_dir=cache, jobs=jobs, log=log)
+    except _build.BuildError as exc:
+        return Condition(SANITIZER_CHECK, f"ASan build failed: {str(exc).splitlines()[0]}", INFO)
+    if _source.git_tree_id(src) != tree:
+        raise PinCheckError(f"the candidate folder {src} changed during the ASan build")
+    n = _sanitizer.RUNS_PER_SIDE
+    log(f"unpatched candidate ASan whisper-cli {res.sha256[:12]}...: {n} lifecycle runs")
+    labels: Counter = Counter()
+    reported = 0
+    for _ in range(n):
+        r = run_whisper_cli(contracts.lifecycle_argv(res.binary, model, audio), timeout=timeout,
+                            env_extra=_sanitizer.sanitizer_env())
+        rep = _sanitizer.parse_report(r.stderr)
+        if rep is not None:
+            reported += 1
+            labels[rep.describe()] += 1
+        else:
+            c = contracts.classify_lifecycle(run_record(r), r.stderr, r.stdout)
+            labels[f"{c.outcome}, no sanitizer report"] += 1
+    seen = ", ".join(f"{k}/{n} {label}" for label, k in labels.most_common())
+    meaning = ("the early-return path still frees garbage: against safe initialization"
+               if reported else "consistent with safe initialization (not proof)")
+    return Condition(SANITIZER_CHECK, f"{seen} ({meaning})", INFO)
 
 
 def _conclude(a: Assessment) -> str:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 __all__ = [
-    "LifecycleSide", "LifecycleSummary", "NegativeControl", "PositiveControl",
-    "CanaryResult", "Drift", "ParityCandidate", "ParityResult", "ClipResult", "CorpusWer",
+    "LifecycleSide", "LifecycleSummary", "SanitizerSide", "SanitizerSummary",
+    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult", "ClipResult", "CorpusWer",
     "WerResult", "PlacementResult",
 ]
 
@@ -64,6 +64,62 @@ class LifecycleSummary:
     runs_per_side: int
     trigger: str
     sides: Mapping[str, LifecycleSide]
+
+
+@dataclass(frozen=True)
+class SanitizerSide:
+    """One AddressSanitizer build's side of ``canary.sanitizer``.
+
+    Attributes
+    ----------
+    available : bool
+        False when the build is missing (``reason`` says why).
+    reason : str
+        Why the side is unavailable ("" otherwise).
+    binary_sha256 : str or None
+        The ASan whisper-cli that ran.
+    variant : str or None
+        Its build variant (``ggml-unpatched-asan`` or ``ggml-asan``).
+    outcomes : dict
+        What runs ended with -> number of runs: the report's one-line description, or the
+        lifecycle outcome followed by ``, no sanitizer report``.
+    kind : str or None
+        The first report's kind in ASan's words (None when no run printed one).
+    frames : tuple of str
+        The first report's stack, one ``#N function location`` per frame.
+    wall_s_median : float or None
+        Median wall time of the runs.
+    """
+
+    available: bool
+    reason: str = ""
+    binary_sha256: str | None = None
+    variant: str | None = None
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    kind: str | None = None
+    frames: tuple[str, ...] = ()
+    wall_s_median: float | None = None
+
+
+@dataclass(frozen=True)
+class SanitizerSummary:
+    """``canary.sanitizer``: the trigger under AddressSanitizer, per side what it printed.
+
+    Attributes
+    ----------
+    runs_per_side : int
+    trigger : str
+        The trigger arguments, joined.
+    asan_options : str
+        The ``ASAN_OPTIONS`` every run got.
+    sides : dict
+        ``"unpatched"`` / ``"patched"`` -> :class:`SanitizerSide`.
+    """
+
+    runs_per_side: int
+    trigger: str
+    asan_options: str
+    sides: Mapping[str, SanitizerSide]
 
 
 @dataclass(frozen=True)
@@ -128,9 +184,10 @@ class PositiveControl:
 
 @dataclass
 class CanaryResult:
-    """Stage 03's result: whichever of the three canaries ran."""
+    """Stage 03's result: whichever of the canaries ran."""
 
     lifecycle: LifecycleSummary | None = None
+    sanitizer: SanitizerSummary | None = None
     negative: NegativeControl | None = None
     positive: PositiveControl | None = None
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from . import build as _build
 from . import contracts
+from . import sanitizer as _sanitizer
 from . import source as _source
 from .canonical import is_sha256, sha256_bytes as canonical_sha
 from .gates import Judgement, Status
@@ -286,6 +287,180 @@ def _rule_lifecycle(ev) -> Judgement:
         name = _stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
     return judge_lifecycle(ev.json("lifecycle"), stream)
+
+
+SANITIZER_SCHEMA = "verifylib-sanitizer/1"
+
+
+def asan_stream_name(sha: str) -> str:
+    """Evidence name of a stored ``canary.sanitizer`` stream (apart from the A/B's, whose
+    empty stdout would otherwise share a file name with it)."""
+    return f"asan-stream-{sha}"
+
+
+def _asan_build_problems(side: str, s: Mapping, pin: Any) -> list[str]:
+    """A side's recorded build must be its ASan variant of the pin, static, instrumented."""
+    variant, _ = _sanitizer.SIDES[side]
+    b = s.get("build")
+    if not isinstance(b, Mapping):
+        return [f"{side}: build record missing"]
+    out = []
+    if b.get("variant") != variant:
+        out.append(f"{side}: built variant {b.get('variant')!r}, not {variant!r}")
+    opts = b.get("options") if isinstance(b.get("options"), Mapping) else {}
+    wrong = sorted(k for k, v in _build.forced_options(variant).items() if opts.get(k) != v)
+    if wrong:
+        out.append(f"{side}: CMake options {wrong} are not the {variant} build's")
+    libs = b.get("needed_libs")
+    if not isinstance(libs, list) or b.get("static") is not True or any(
+            Path(str(x)).name.startswith(("libwhisper", "libggml")) for x in libs):
+        out.append(f"{side}: not static: needs {libs!r}")
+    elif not _sanitizer.links_asan_runtime(libs):
+        out.append(f"{side}: links no AddressSanitizer runtime ({libs!r})")
+    binary = s.get("binary")
+    if not isinstance(binary, str) or not is_sha256(b.get("key")) or \
+            Path(binary).parent.name != b.get("key"):
+        out.append(f"{side}: the binary does not sit in the folder of its build key")
+    if pin is not None:
+        want_patch = None if side == "unpatched" else pin.patch_sha256
+        if b.get("tree_id") != pin.tree or b.get("patch_sha256") != want_patch:
+            out.append(f"{side}: built from tree {b.get('tree_id')!r} with patch "
+                       f"{b.get('patch_sha256')!r}, not pin {pin.name}'s tree with "
+                       f"{'no patch' if want_patch is None else 'its patch'}")
+    return out
+
+
+def judge_sanitizer(doc, stream: Callable[[str], bytes | None],
+                    identities: Mapping[str, Any] | None = None) -> Judgement:
+    """The rule of ``canary.sanitizer`` on stored evidence (informational gate).
+
+    The evidence must hold, for each side, the pin's AddressSanitizer build (variant,
+    forced sanitizer flags, static, the ASan runtime linked, bound to the gate's identity
+    of that side) and exactly :data:`verifylib.sanitizer.RUNS_PER_SIDE` runs of it with
+    the lifecycle trigger under :data:`verifylib.sanitizer.ASAN_OPTIONS`; every run's
+    streams must be its own (digests), and its recorded outcome and sanitizer report must
+    be what the stored stderr gives (:func:`verifylib.contracts.classify_lifecycle`,
+    :func:`verifylib.sanitizer.parse_report`). Then: PASS iff every unpatched run printed
+    a sanitizer report (any kind; the kinds are named) and every patched run exited 3 with
+    both lifecycle markers, no signal, and no sanitizer report on either stream.
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``sanitizer`` document.
+    stream : callable
+        Digest to stored bytes, or None when no such stream is stored.
+    identities : mapping, optional
+        The gate's identities; each side's binary digest must be bound there.
+    """
+    if not isinstance(doc, Mapping) or doc.get("schema") != SANITIZER_SCHEMA:
+        return Judgement.failed(f"not a {SANITIZER_SCHEMA} document")
+    n = _sanitizer.RUNS_PER_SIDE
+    problems: list[str] = []
+    if doc.get("runs_per_side") != n:
+        problems.append(f"runs_per_side {doc.get('runs_per_side')!r}, this version runs {n}")
+    trig = doc.get("trigger")
+    if not (isinstance(trig, list) and len(trig) == 3 and isinstance(trig[2], str)
+            and trig == contracts.lifecycle_trigger_args(trig[2])):
+        problems.append(f"malformed trigger {trig!r}")
+    if doc.get("asan_options") != _sanitizer.ASAN_OPTIONS:
+        problems.append(f"ASAN_OPTIONS {doc.get('asan_options')!r} are not this version's "
+                        f"{_sanitizer.ASAN_OPTIONS!r}")
+    pin = _source.load_pins().get(doc.get("pin")) if isinstance(doc.get("pin"), str) else None
+    if pin is None:
+        problems.append(f"pin {doc.get('pin')!r} is not in the shipped manifest")
+    sides = doc.get("sides")
+    if not isinstance(sides, Mapping) or set(sides) != set(SIDES):
+        return Judgement.failed("evidence must record both sides (unpatched and patched)")
+    runs_of: dict[str, list] = {}
+    for side in SIDES:
+        s = sides[side]
+        if not isinstance(s, Mapping) or not isinstance(s.get("available"), bool):
+            problems.append(f"{side}: malformed side record")
+            continue
+        if not s["available"]:
+            problems.append(f"{side}: AddressSanitizer build not available ({s.get('reason', '')})")
+            continue
+        sha = s.get("binary_sha256")
+        if not is_sha256(sha):
+            problems.append(f"{side}: malformed binary digest {sha!r}")
+        elif identities is not None and identities.get(_sanitizer.SIDES[side][1]) != sha:
+            problems.append(f"{side}: binary {sha[:12]}... is not bound to the gate's "
+                            f"{_sanitizer.SIDES[side][1]}")
+        problems += _asan_build_problems(side, s, pin)
+        runs = s.get("runs")
+        if not isinstance(runs, list):
+            problems.append(f"{side}: runs missing")
+            continue
+        if len(runs) != n:
+            problems.append(f"{side}: {len(runs)} runs recorded, expected {n}")
+        seen = []
+        for i, rec in enumerate(runs):
+            if not isinstance(rec, Mapping):
+                problems.append(f"{side} run {i}: malformed record")
+                continue
+            err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
+            out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
+            if err is None or out is None:
+                problems.append(f"{side} run {i}: stream not stored")
+                continue
+            bad = contracts.record_problems(dict(rec), err, out)
+            argv = rec.get("argv")
+            if not isinstance(argv, list) or not argv or argv[0] != s.get("binary"):
+                bad.append(f"argv[0] is not the {side} binary")
+            elif not contracts.has_lifecycle_trigger(argv):
+                bad.append("argv lacks the lifecycle trigger")
+            if bad:
+                problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
+            c = contracts.classify_lifecycle(dict(rec), err, out)
+            report = _sanitizer.parse_report(err)
+            if rec.get("outcome") != c.outcome:
+                problems.append(f"{side} run {i}: recorded outcome {rec.get('outcome')!r}, but "
+                                f"the stored exit status and stream give {c.outcome!r}")
+            if rec.get("report") != (None if report is None else report.to_evidence()):
+                problems.append(f"{side} run {i}: the recorded sanitizer report is not the "
+                                f"one the stored stderr holds")
+            seen.append((i, c, report, _sanitizer.parse_report(out)))
+        runs_of[side] = seen
+    if is_sha256((sides.get("unpatched") or {}).get("binary_sha256")) and \
+            sides["unpatched"].get("binary_sha256") == (sides.get("patched") or {}).get("binary_sha256"):
+        problems.append("the unpatched and the patched binary are the same file")
+    if problems:
+        return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
+    u_sha = sides["unpatched"]["binary_sha256"][:12]
+    p_sha = sides["patched"]["binary_sha256"][:12]
+    failures = []
+    u_quiet = [(i, c) for i, c, rep, _ in runs_of["unpatched"] if rep is None]
+    kinds = _summary(Counter(rep.describe() for _, _, rep, _ in runs_of["unpatched"] if rep))
+    ends = _summary(Counter(c.outcome for _, c, _, _ in runs_of["unpatched"]))
+    if u_quiet:
+        i, c = u_quiet[0]
+        failures.append(f"unpatched ASan whisper-cli {u_sha}...: {len(u_quiet)}/{n} runs printed "
+                        f"no sanitizer report (first, run {i}: {c.outcome})")
+    p_loud = [(i, rep or rep_out) for i, _, rep, rep_out in runs_of["patched"] if rep or rep_out]
+    p_unclean = [(i, c) for i, c, _, _ in runs_of["patched"] if not c.ok]
+    if p_loud:
+        i, rep = p_loud[0]
+        failures.append(f"patched ASan whisper-cli {p_sha}...: {len(p_loud)}/{n} runs printed a "
+                        f"sanitizer report (first, run {i}: {rep.describe()})")
+    if p_unclean:
+        i, c = p_unclean[0]
+        failures.append(f"patched ASan whisper-cli {p_sha}...: {len(p_unclean)}/{n} runs not "
+                        f"exit 3 with both markers (first, run {i}: {c.detail})")
+    u_text = (f"unpatched: {kinds} (ends: {ends})" if kinds else f"unpatched: ends {ends}")
+    if failures:
+        return Judgement.failed("; ".join(failures) + f". Seen: {u_text}")
+    return Judgement.passed(f"unpatched ASan whisper-cli {u_sha}...: {n}/{n} runs with a "
+                            f"sanitizer report: {kinds} (ends: {ends}); patched ASan whisper-cli "
+                            f"{p_sha}...: {n}/{n} runs exit 3 with both markers, no sanitizer "
+                            f"report")
+
+
+def _rule_sanitizer(ev) -> Judgement:
+    def stream(sha):
+        name = asan_stream_name(sha)
+        return ev.bytes(name) if ev.has(name) else None
+    return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities)
 
 
 def judge_negative(doc, stderr: bytes, stdout: bytes) -> Judgement:
@@ -653,6 +828,7 @@ RULES: dict[str, RuleFn] = {
     "canary.lifecycle_ab": _rule_lifecycle,
     "canary.coreml_negative": _rule_negative,
     "canary.coreml_positive": _rule_positive,
+    "canary.sanitizer": _rule_sanitizer,
     "parity.program": _parity_rule("fp32", "program"),
     "parity.runtime": _parity_rule("fp32", "runtime"),
     "parity.program_fp16": _parity_rule("fp16", "program"),

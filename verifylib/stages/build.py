@@ -6,7 +6,9 @@ on macOS with full Xcode only, ``build.coreml`` (NOT_RUN(platform) elsewhere).
 Besides the gated builds, the stage builds the *unpatched* static GGML ``whisper-cli``
 from the pristine source (built outside it; the folder's tree id is re-checked after the
 build). It is not a gate: it is the "A" side of ``canary.lifecycle_ab``, recorded in the
-sidecar ``unpatched_build.json`` and the identity ``binary.ggml_unpatched.sha256``.
+sidecar ``unpatched_build.json`` and the identity ``binary.ggml_unpatched.sha256``. Beside
+it, two AddressSanitizer builds (unpatched and patched, :func:`sanitizer_builds`), the
+sides of the informational ``canary.sanitizer``, are recorded in ``asan_builds.json``.
 
 ``build.coreml`` builds ``-DWHISPER_COREML=1 -DWHISPER_COREML_ALLOW_FALLBACK=OFF``,
 static, in its own content-keyed folder, from the patched work tree (re-checked after the
@@ -24,7 +26,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .. import contracts
-from ..artifacts import UNPATCHED_IDENTITY, UNPATCHED_SIDECAR, cache_dir
+from ..artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR,
+                         cache_dir)
 from ..canonical import read_json
 from ..gates import Status
 from ..params import Params
@@ -135,6 +138,11 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
                         jobs=params.runtime.jobs)
+        exact = ctx.records.get("build.patch_exact")
+        sanitizer_builds(ctx, tree.path,
+                         patched.path if patched is not None and exact is not None
+                         and exact.status is Status.PASS else None,
+                         pin, build_options(params), cache, jobs=params.runtime.jobs)
     g = ctx.begin("build.coreml")
     if g:
         with g:
@@ -204,6 +212,89 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
     else:
         ctx.facts["unpatched build"] = f"failed: {ev['error']}"
     return ev
+
+
+# ----------------------------------------------------------------------------- ASan builds
+
+def _sidecar_record(res: "_build.BuildResult") -> dict:
+    return {"built": True, "variant": res.variant, "binary": str(res.binary),
+            "sha256": res.sha256, "key": res.key, "static": res.static,
+            "needed_libs": list(res.needed_libs), "options": dict(res.options),
+            "tree_id": res.tree_id, "patch_sha256": res.patch_sha256, "cached": res.cached,
+            "seconds": round(res.seconds, 3)}
+
+
+def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
+                     pin: "_source.Pin", options: Mapping, cache: Path, *, jobs: int = 2,
+                     log: Callable[[str], None] = print) -> dict:
+    """Build the AddressSanitizer whisper-cli of both sides of ``canary.sanitizer``.
+
+    Variant ``ggml-unpatched-asan`` from the pristine source and ``ggml-asan`` from the
+    patched work tree, each in its own content-keyed folder, with the GGML build's options
+    plus the forced sanitizer flags. Not a gate: the outcome goes to the sidecar
+    ``asan_builds.json`` and, per built side, to the identities of
+    :data:`verifylib.artifacts.ASAN_SIDES`. Both source folders are re-checked after the
+    build (the pristine tree id; the patched tree's exact diff); a change is recorded as a
+    failed build, as is a build that did not build.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 01's context.
+    pristine : Path
+        The verified pristine source.
+    patched : Path or None
+        The patched work tree, or None when ``build.patch_exact`` did not pass.
+    pin : Pin
+        The runtime pin.
+    options : mapping
+        The GGML build's CMake options.
+    cache : Path
+        The shared cache.
+    jobs : int
+        Parallel compile jobs.
+
+    Returns
+    -------
+    dict
+        The sidecar content: side -> build record or ``{"built": False, "error"}``.
+    """
+    out: dict[str, dict] = {}
+    for side, src, patch in (("unpatched", pristine, None),
+                             ("patched", patched, pin.patch_sha256)):
+        variant, _ = ASAN_SIDES[side]
+        if src is None:
+            out[side] = {"built": False, "error": "build.patch_exact did not pass: no "
+                                                  "patched work tree"}
+            continue
+        try:
+            res = _build.build_whisper_cli(src, tree_id=pin.tree, patch_sha256=patch,
+                                           variant=variant, options=options, cache_dir=cache,
+                                           jobs=jobs, log=log)
+        except _build.BuildError as exc:
+            out[side] = {"built": False, "error": str(exc)}
+            continue
+        if patch is None:
+            after = _source.git_tree_id(pristine)
+            changed = [] if after == pin.tree else [f"tree {after}, expected {pin.tree}"]
+        else:
+            changed = list(_source.check_patch_exact(src, pin).problems)
+        if changed:
+            out[side] = {"built": False, "error": f"the {side} source {src} changed during "
+                                                  f"the build: {'; '.join(changed)}"}
+            continue
+        out[side] = _sidecar_record(res)
+    ctx.write_json(ASAN_SIDECAR, out)
+    for side, ev in out.items():
+        label = f"{side} ASan (canary.sanitizer only)"
+        if ev["built"]:
+            ctx.identity(ASAN_SIDES[side][1], ev["sha256"])
+            ctx.facts.update({f"{label} sha256": ev["sha256"],
+                              f"{label} build_seconds": ev["seconds"],
+                              f"{label} cached": ev["cached"]})
+        else:
+            ctx.facts[f"{label} build"] = f"failed: {ev['error']}"
+    return out
 
 
 # ----------------------------------------------------------------------------- Core ML build

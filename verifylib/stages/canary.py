@@ -1,4 +1,4 @@
-"""Stage 03_canary: the batch-lifecycle A/B, the Core ML negative control, the positive gate.
+"""Stage 03_canary: the batch-lifecycle A/B, its sanitizer runs, the Core ML controls.
 
 ``canary.lifecycle_ab`` (any OS; physical on Linux): the unpatched and the patched static
 GGML ``whisper-cli`` are each run N times (parameter ``canary.runs``) with the lifecycle
@@ -7,6 +7,11 @@ model, which makes ``whisper_init_state`` free its state before ``whisper_batch_
 the same early return as a Core ML load failure. PASS iff the patched build gives N/N exit 3 with the
 ``aheads_masks_init()`` failure line and the init-failure line and no signal; the
 unpatched outcomes are recorded as evidence of the defect, not gated.
+
+``canary.sanitizer`` (any OS, informational): the same trigger on the AddressSanitizer
+builds stage 01 left (unpatched and patched), a few runs each with fixed ``ASAN_OPTIONS``;
+PASS iff the unpatched build prints a sanitizer report and the patched one exits 3 with
+both markers and none. It supports the A/B and never replaces it.
 
 ``canary.coreml_negative`` (macOS): only the ``ggml-*.bin`` copied into a scratch folder
 and the Core ML build run once -- no warm-up, no retry. ``canary.coreml_positive``
@@ -39,12 +44,14 @@ from ..canonical import sha256_file, tree_digest
 from ..evidence import EvidenceRef
 from ..params import Params
 from ..results import (CanaryResult, LifecycleSide, LifecycleSummary, NegativeControl,
-                       PositiveControl)
-from ..rules import LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SIDES, _stream_name
+                       PositiveControl, SanitizerSide, SanitizerSummary)
+from ..rules import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SANITIZER_SCHEMA, SIDES,
+                     _stream_name, asan_stream_name)
+from .. import sanitizer as _sanitizer
 from ..runner import RunResult, run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
-from ..artifacts import (coreml_binary, ggml_binary, model_language, published_model,
-                         runtime_tree, unpatched_binary)
+from ..artifacts import (asan_build, coreml_binary, ggml_binary, model_language,
+                         published_model, runtime_tree, unpatched_binary)
 from ..contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
 from ..errors import PrerequisiteBroken
 
@@ -55,7 +62,9 @@ STAGE = "03_canary"
 
 def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int, timeout: float,
                   *, progress: bool = True,
-                  preset: str = contracts.LIFECYCLE_DTW_PRESET) -> dict[str, list[RunResult]]:
+                  preset: str = contracts.LIFECYCLE_DTW_PRESET,
+                  env_extra: Mapping[str, str] | None = None,
+                  desc: str = "lifecycle A/B") -> dict[str, list[RunResult]]:
     """Run each binary ``runs`` times with the lifecycle trigger, interleaved, no retry.
 
     Parameters
@@ -70,6 +79,10 @@ def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int
         Seconds per run.
     progress : bool
         Show a plain-text tqdm bar (no widget: the report carries no JavaScript).
+    env_extra : mapping, optional
+        Variables every run gets on top of the runner's environment (``ASAN_OPTIONS``).
+    desc : str
+        The progress bar's label.
 
     Returns
     -------
@@ -80,13 +93,13 @@ def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     out: dict[str, list[RunResult]] = {side: [] for side in sides}
-    bar = tqdm.tqdm(total=runs * len(sides), desc="lifecycle A/B", unit="run", file=sys.stdout,
+    bar = tqdm.tqdm(total=runs * len(sides), desc=desc, unit="run", file=sys.stdout,
                     mininterval=1.0, ascii=True, disable=not progress)
     try:
         for _ in range(runs):
             for side, binary in sides.items():
                 out[side].append(run_whisper_cli(lifecycle_argv(binary, model, audio, preset),
-                                                 timeout=timeout))
+                                                 timeout=timeout, env_extra=env_extra))
                 bar.update(1)
     finally:
         bar.close()
@@ -192,6 +205,119 @@ def lifecycle_summary(doc: Mapping) -> LifecycleSummary:
                                     wall_s_median=round(statistics.median(walls), 3),
                                     wall_s_total=round(sum(walls), 3))
     return LifecycleSummary(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
+
+
+# ----------------------------------------------------------------------------- ASan canary
+
+_BUILD_FIELDS = ("variant", "key", "options", "needed_libs", "static", "tree_id",
+                 "patch_sha256")
+
+
+def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin: str,
+                 model: Path, audio: Path, timeout: float, progress: bool = True,
+                 preset: str = contracts.LIFECYCLE_DTW_PRESET) -> tuple[list[EvidenceRef], dict]:
+    """Run the lifecycle trigger on both AddressSanitizer builds and write the evidence.
+
+    Each available side runs :data:`verifylib.sanitizer.RUNS_PER_SIDE` times, interleaved,
+    with :data:`verifylib.sanitizer.ASAN_OPTIONS`; every run's streams are stored and its
+    sanitizer report parsed (:func:`verifylib.sanitizer.parse_report`). A side whose build
+    is missing is recorded with the reason (the rule then fails: the gate needs both).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Where the evidence goes.
+    builds : mapping
+        ``"unpatched"`` / ``"patched"`` -> the build record stage 01 left
+        (:func:`verifylib.artifacts.asan_build`) or why there is none.
+    pin : str
+        The runtime pin (the rule checks each build against it).
+    model, audio : Path
+        The tree's test model and sample.
+    timeout : float
+        Seconds per run.
+
+    Returns
+    -------
+    (list of EvidenceRef, dict)
+        The ``sanitizer`` document and every distinct stream, and the identities of the
+        binaries that ran.
+    """
+    bins: dict[str, Path] = {}
+    meta: dict[str, dict] = {}
+    for side in SIDES:
+        b = builds[side]
+        if isinstance(b, str):
+            meta[side] = {"available": False, "reason": b}
+            continue
+        path = Path(b["binary"])
+        if sha256_file(path) != b["sha256"]:
+            raise PrerequisiteBroken(f"{side} ASan whisper-cli {path} does not hash to "
+                                     f"{b['sha256']}")
+        bins[side] = path
+        meta[side] = {"available": True, "binary": str(path), "binary_sha256": b["sha256"],
+                      "build": {k: b.get(k) for k in _BUILD_FIELDS}}
+    results = (run_lifecycle(bins, model, audio, _sanitizer.RUNS_PER_SIDE, timeout,
+                             progress=progress, preset=preset,
+                             env_extra=_sanitizer.sanitizer_env(), desc="ASan")
+               if bins else {})
+    streams: dict[str, bytes] = {}
+    for side, res_list in results.items():
+        rows = []
+        for i, r in enumerate(res_list):
+            rec = run_record(r)
+            rec["index"] = i
+            rec["outcome"] = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
+            rec["report"] = _sanitizer.report_evidence(r.stderr)
+            rows.append(rec)
+            streams[r.stderr_sha256] = r.stderr
+            streams[r.stdout_sha256] = r.stdout
+        meta[side]["runs"] = rows
+    doc = {"schema": SANITIZER_SCHEMA, "runs_per_side": _sanitizer.RUNS_PER_SIDE,
+           "timeout_s": timeout, "trigger": contracts.lifecycle_trigger_args(preset),
+           "asan_options": _sanitizer.ASAN_OPTIONS,
+           "external_symbolizer": _sanitizer.external_symbolizer(), "pin": pin,
+           "model": {"path": str(model), "sha256": sha256_file(model)},
+           "audio": {"path": str(audio), "sha256": sha256_file(audio)},
+           "sides": meta}
+    refs = [ctx.write_json("sanitizer", doc)]
+    refs += [ctx.write_bytes(asan_stream_name(sha), data, f"{asan_stream_name(sha)}.txt")
+             for sha, data in sorted(streams.items())]
+    ids = {_sanitizer.SIDES[side][1]: meta[side]["binary_sha256"] for side in bins}
+    _result(ctx).sanitizer = sanitizer_summary(doc)
+    return refs, ids
+
+
+def sanitizer_summary(doc: Mapping) -> SanitizerSummary:
+    """Per side: what each run ended with, the first report's kind and frames, for display.
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``sanitizer`` evidence document.
+
+    Returns
+    -------
+    SanitizerSummary
+    """
+    sides = {}
+    for side in SIDES:
+        s = doc["sides"][side]
+        if not s.get("available"):
+            sides[side] = SanitizerSide(False, reason=s.get("reason", ""))
+            continue
+        runs = s.get("runs", [])
+        labels = Counter(r["report"]["described"] if r.get("report")
+                         else f"{r['outcome']}, no sanitizer report" for r in runs)
+        first = next((r["report"] for r in runs if r.get("report")), None)
+        frames = tuple(_sanitizer.Frame(**f).text() for f in (first or {}).get("frames", []))
+        walls = [r["wall_s"] for r in runs]
+        sides[side] = SanitizerSide(
+            True, binary_sha256=s["binary_sha256"], variant=s["build"]["variant"],
+            outcomes=dict(sorted(labels.items())), kind=first["kind"] if first else None,
+            frames=frames, wall_s_median=round(statistics.median(walls), 3) if walls else None)
+    return SanitizerSummary(doc["runs_per_side"], " ".join(doc["trigger"]), doc["asan_options"],
+                            sides)
 
 
 # ----------------------------------------------------------------------------- Core ML negative
@@ -354,5 +480,21 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE,
                 first_timeout=cfg.first_run_timeout_s, timeout=cfg.timeout_s,
                 language=language)
+            g.judge(refs, ids)
+    g = ctx.begin("canary.sanitizer", disabled)
+    if g:
+        with g:
+            tree = runtime_tree(ctx)
+            builds: dict[str, Mapping | str] = {}
+            for side in SIDES:
+                try:
+                    builds[side] = asan_build(ctx, side)
+                except PrerequisiteBroken as exc:
+                    builds[side] = str(exc)
+            refs, ids = sanitizer_ab(
+                ctx, builds=builds, pin=params.runtime.pin,
+                model=tree / contracts.TEST_MODEL_IN_TREE,
+                audio=tree / contracts.TEST_AUDIO_IN_TREE, timeout=cfg.timeout_s,
+                progress=progress)
             g.judge(refs, ids)
     return ctx.finish()

@@ -1,4 +1,4 @@
-"""Display of stage 03_canary: the batch-lifecycle A/B and the Core ML controls."""
+"""Display of stage 03_canary: the batch-lifecycle A/B, its sanitizer runs, the Core ML controls."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT":
 
 CONTROLS = (("negative", "canary.coreml_negative"), ("positive", "canary.coreml_positive"))
 
+SANITIZER_GATE = "canary.sanitizer"
+
 
 def show(report) -> None:
-    """Show the A/B outcome table and chart, and the Core ML runs (or why they did not run).
+    """Show the A/B outcome table and chart, the sanitizer runs and the Core ML runs (or why
+    each did not run).
 
     Parameters
     ----------
@@ -26,14 +29,18 @@ def show(report) -> None:
                  sides=list(lc.sides) if lc else [])
     if lc:
         _lifecycle_chart(lc)
+    sz = result.sanitizer if result is not None else None
+    display_html("canary_sanitizer.html.j2", gate=SANITIZER_GATE, sz=sz,
+                 sides=list(sz.sides) if sz else [], verdict=_status(report, SANITIZER_GATE))
     for key, gid in CONTROLS:
         facts = getattr(result, key, None)
-        why = None
-        if not facts:
-            rec = next((r for r in report.records if r.id == gid), None)
-            why = (f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec
-                   else "no record")
+        why = None if facts else _status(report, gid)
         display_html("canary_coreml.html.j2", gate=gid, facts=facts, why=why)
+
+
+def _status(report, gate_id: str) -> str:
+    rec = next((r for r in report.records if r.id == gate_id), None)
+    return f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec else "no record"
 
 
 def _lifecycle_chart(lc) -> None:
