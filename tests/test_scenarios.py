@@ -188,6 +188,16 @@ ROWS = [
         POS, "FAIL", "warm-up", "REJECTED", Scenario(coreml="abort-first")),
     Row("flaky-coreml-canary", "§6.3 the warm-up loads, the measured run does not", CANARY,
         POS, "FAIL", "", "REJECTED", Scenario(coreml="flaky")),
+    Row("slow-first-run", "§6.3 the first run compiles for the device: the warm-up absorbs it",
+        CANARY, POS, "PASS", "Core ML model loaded", "ADMISSIBLE", Scenario(coreml="slow-first")),
+    Row("hung-runtime-times-out", "§6.3 a run that never ends is killed at its timeout",
+        CANARY, NEG, "FAIL", "timed out", "REJECTED", Scenario(coreml="hang")),
+    Row("log-on-stdout", "§10 the markers are looked for on stderr, where the log goes",
+        CANARY, POS, "FAIL", "", "REJECTED", Scenario(coreml="stdout-log")),
+    Row("stale-log-names-another-model", "§10 a load line for another model's .mlmodelc",
+        CANARY, POS, "FAIL", "", "REJECTED", Scenario(coreml="stale-log")),
+    Row("negative-control-exit-1", "§10 a nonzero exit that is not 3 is no negative control",
+        CANARY, NEG, "FAIL", "", "REJECTED", Scenario(coreml="exit1-on-failure")),
     Row("missing-mlmodelc", "§4.1 no .mlmodelc where -m derives it", CANARY, POS, "FAIL", "",
         "REJECTED", fault=_rm_mlmodelc),
     Row("unreadable-mlmodelc", "§4.1 an .mlmodelc folder that does not load", CANARY, POS,
@@ -205,6 +215,9 @@ ROWS = [
     Row("other-os-mlmodelc", "§4.3 an .mlmodelc compiled for another platform",
         ("02_export", "03_canary"), POS, "FAIL", "", "REJECTED", Scenario(coremlc="other-os")),
     # ------------------------------------------------------------ runtime parity
+    Row("mlmodelc-changed-after-canary", "§10 gate the exact bytes that ship: the .mlmodelc "
+        "changes after the canaries", ("04_parity",), "parity.runtime", "FAIL", "", "REJECTED",
+        fault=lambda d: (d / "fp32/ggml-model-encoder.mlmodelc/metadata.json").write_text("{}")),
     Row("runtime-parity-pass", "§7.1 CompiledMLModel under ComputeUnit.ALL", ("04_parity",),
         "parity.runtime", "PASS", "", "ADMISSIBLE"),
     Row("fp16-io", "§5 the output comes back float16", ("04_parity",), "parity.runtime",
@@ -266,7 +279,8 @@ def _params(tmp: Path):
     data["name"] = "scenarios"
     keep = {"jfk", "weather"}
     data["fixtures"] = [f for f in data["fixtures"] if f["id"] in keep]
-    data["canary"] = {"runs": 2, "timeout_s": 60, "first_run_timeout_s": 120}
+    # Short timeouts keep the hanging-runtime row to seconds; every clean run takes ~1 s.
+    data["canary"] = {"runs": 2, "timeout_s": 8, "first_run_timeout_s": 12}
     data["export"] = {"fp16": False}
     return params.validate(data, "scenario parameters", params.PARAMETERS_DIR)
 
@@ -339,7 +353,8 @@ def test_scenario(row: Row, scenario_prefixes, tmp_path):
 
 
 def test_the_matrix_has_forty_distinct_named_scenarios():
-    names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + ["admissible-audit"]
+    names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + ["admissible-audit",
+                                                                   "missing-audio-exit-2"]
     assert len(names) == len(set(names))
     assert len(names) >= 40
 
@@ -372,6 +387,21 @@ def test_argv_guard_refuses_before_launch(row, tmp_path):
         runner.run_whisper_cli([*argv, *row.extra], timeout=5)
     assert not (tmp_path / "ledger.jsonl").exists() or \
         (tmp_path / "ledger.jsonl").read_text() == ""
+
+
+@pytest.mark.physical
+def test_missing_audio_exit_2(scenario_prefixes, tmp_path):
+    """§6.2 whisper-cli exits 2 when the audio file does not exist: not a positive run."""
+    from verifylib import contracts, runner
+    _, prefixes = scenario_prefixes
+    ev = canonical.read_json(prefixes[1] / "evidence" / "01_build" / "coreml_build.json")
+    model = prefixes[2] / "fp32" / "ggml-model.bin"
+    with SimulatedMac(Scenario(), tmp_path / "state"):
+        res = runner.run_whisper_cli(contracts.coreml_argv(
+            ev["binary"], str(model), tmp_path / "missing.wav", "en"), timeout=30)
+    assert res.returncode == 2, res.stderr_text[-500:]
+    c = contracts.classify_positive(runner.run_record(res), res.stderr, res.stdout)
+    assert not c.ok and "exit 2" in c.detail
 
 
 # ---------------------------------------------------------------------------- the full audit
@@ -417,6 +447,9 @@ def markdown() -> str:
     for a in ARGV_ROWS:
         lines.append(f"| `{a.name}` | any | {a.covers} | (argv guard) | - | refused before "
                      f"launch | `{a.reason}` | - |")
+    lines.append("| `missing-audio-exit-2` | simulated Mac | §6.2 exit 2 when the audio file "
+                 "does not exist | (one Core ML run) | `canary.coreml_positive`'s classifier | "
+                 "not a positive run | exit 2 | - |")
     lines.append("| `admissible-audit` | simulated Mac | the whole default audit through "
                  "papermill | all six | every required gate | PASS | - | ADMISSIBLE |")
     return "\n".join(lines) + "\n"

@@ -45,6 +45,11 @@ BEHAVIOURS = {
     "abort-first": "the first run that finds a loadable model (the warm-up) dies by SIGABRT while "
                    "loading; later runs are clean",
     "flaky": "every run that finds a loadable model fails the load after the first one",
+    "slow-first": "the first run that finds a loadable model takes 3 s to load (on-device "
+                  "compilation), then everything is clean",
+    "stdout-log": "writes its log lines to stdout instead of stderr",
+    "stale-log": "the load lines name another model's .mlmodelc (a log from another run)",
+    "exit1-on-failure": "a failed Core ML load exits 1 with an error line, not 3",
 }
 
 NONSENSE = " Purple lighthouse gravel seventeen umbrella quietly orbit."
@@ -135,9 +140,11 @@ def cli(scenario: dict, argv: list) -> int:
         sys.stderr.buffer.write(run.stderr)
         return run.returncode
     path = encoder_path(model)
+    shown = ("/Users/someone/old-run/ggml-base.en-encoder.mlmodelc" if behaviour == "stale-log"
+             else path)
     block = []
     if behaviour != "exit3-no-marker":
-        block += [f"whisper_init_state: loading Core ML model from '{path}'",
+        block += [f"whisper_init_state: loading Core ML model from '{shown}'",
                   "whisper_init_state: first run on a device may take a while ..."]
     early = "".join(x + "\n" for x in block).encode()
     if behaviour == "hang":
@@ -152,6 +159,8 @@ def cli(scenario: dict, argv: list) -> int:
         ok = False
     if behaviour in ("exit3-no-marker",):
         ok = False
+    if behaviour == "slow-first" and ok and _count(state, "slow-first") == 1:
+        time.sleep(3)
     if not ok:
         fail = (f"whisper_init_state: failed to load Core ML model from '{path}'\n".encode()
                 if behaviour != "exit3-no-marker" else b"")
@@ -159,6 +168,9 @@ def cli(scenario: dict, argv: list) -> int:
             sys.stdout.buffer.write(run.stdout)
             sys.stderr.buffer.write(head + early + fail + tail.replace(b"COREML = 0", b"COREML = 1"))
             return run.returncode
+        if behaviour == "exit1-on-failure":
+            sys.stderr.buffer.write(head + early + fail + b"error: unknown failure\n")
+            return 1
         sys.stderr.buffer.write(head + early + fail
                                 + b"error: failed to initialize whisper context\n")
         return 3
@@ -176,6 +188,8 @@ def cli(scenario: dict, argv: list) -> int:
     if behaviour == "segv":
         sys.stdout.buffer.write(out)
         _die(signal.SIGSEGV, err[:len(head + loaded)])
+    if behaviour == "stdout-log":
+        out, err = err + out, b""
     sys.stdout.buffer.write(out)
     sys.stderr.buffer.write(err)
     for code in (134, 1, 4, 10):
