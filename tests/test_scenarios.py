@@ -263,6 +263,9 @@ ROWS = [
     Row("extra-ignored-file", "§3 a file .gitignore would hide (an object file)",
         ("01_build",), "build.source_identity", "FAIL", "tree id", "REJECTED", LINUX,
         edit=_folder_source(_append("src/stale.o", "not a real object\n"))),
+    Row("tree-id-mismatch", "§3 a tracked file missing from the source folder",
+        ("01_build",), "build.source_identity", "FAIL", "tree id", "REJECTED", LINUX,
+        edit=_folder_source(lambda root: (root / "README.md").unlink())),
     Row("hostile-transcript-text", "reference text with markup stays text",
         ("01_build", "02_export", "05_wer"), "wer.ggml_vs_source", "PASS", "",
         "INCOMPLETE", LINUX, edit=_hostile_fixture_text, check=_escaped_in_view),
@@ -353,8 +356,8 @@ def test_scenario(row: Row, scenario_prefixes, tmp_path):
 
 
 def test_the_matrix_has_forty_distinct_named_scenarios():
-    names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + ["admissible-audit",
-                                                                   "missing-audio-exit-2"]
+    names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + [
+        "admissible-audit", "missing-audio-exit-2", "patch-drift", "interrupted-build"]
     assert len(names) == len(set(names))
     assert len(names) >= 40
 
@@ -404,6 +407,46 @@ def test_missing_audio_exit_2(scenario_prefixes, tmp_path):
     assert not c.ok and "exit 2" in c.detail
 
 
+@pytest.mark.physical
+def test_patch_drift(scenario_prefixes, tmp_path, monkeypatch):
+    """§6.4 the patch file drifted from what the manifest declares: build.patch_exact FAILs."""
+    from verifylib import resources
+    from verifylib.stages import build as stage
+    p, _ = scenario_prefixes
+    patches = tmp_path / "patches"
+    shutil.copytree(resources.patches_dir(), patches)
+    patch = next(patches.glob("*v1.8.5.patch"))
+    text = patch.read_text()
+    assert "whisper_batch batch = {};" in text
+    patch.write_text(text.replace("whisper_batch batch = {};", "whisper_batch batch = {}; // drift"))
+    from verifylib.source import pins
+    monkeypatch.setattr(pins, "manifest_path", lambda: patches / "manifest.yaml")
+    rep = stage.run(p, tmp_path / "run")
+    st = {r.id: r for r in rep.records}
+    assert st["build.patch_exact"].status.value == "FAIL", st["build.patch_exact"].reason
+    assert st["build.ggml"].status.value == "NOT_RUN"
+
+
+@pytest.mark.physical
+def test_interrupted_build(scenario_prefixes, tmp_path):
+    """§3 an interrupted publication leaves a staging folder in the build cache: the next
+    audit neither uses nor trips over it, and takes the published build."""
+    from verifylib.artifacts import cache_dir
+    from verifylib.stages import build as stage
+    p, _ = scenario_prefixes
+    stray = cache_dir() / "builds" / f".staging-interrupted-{tmp_path.name}"
+    stray.mkdir(parents=True)
+    try:
+        (stray / "whisper-cli").write_bytes(b"half a binary")
+        rep = stage.run(p, tmp_path / "run")
+        st = {r.id: r for r in rep.records}
+        assert st["build.ggml"].status.value == "PASS", st["build.ggml"].reason
+        ev = canonical.read_json(tmp_path / "run" / "evidence" / "01_build" / "build.json")
+        assert ".staging" not in ev["binary"]
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- the full audit
 
 @pytest.mark.physical
@@ -450,6 +493,10 @@ def markdown() -> str:
     lines.append("| `missing-audio-exit-2` | simulated Mac | §6.2 exit 2 when the audio file "
                  "does not exist | (one Core ML run) | `canary.coreml_positive`'s classifier | "
                  "not a positive run | exit 2 | - |")
+    lines.append("| `patch-drift` | Linux | §6.4 the patch file drifted from the manifest's "
+                 "digest | 01_build | `build.patch_exact` | FAIL | - | REJECTED |")
+    lines.append("| `interrupted-build` | Linux | §3 a staging folder left in the build "
+                 "cache by an interrupted publication | 01_build | `build.ggml` | PASS | - | - |")
     lines.append("| `admissible-audit` | simulated Mac | the whole default audit through "
                  "papermill | all six | every required gate | PASS | - | ADMISSIBLE |")
     return "\n".join(lines) + "\n"
