@@ -220,6 +220,178 @@ def test_hybrid_clip_divergence_just_past_one_half_fails(errors, words):
     assert j.status is Status.FAIL and "clip b diverges from GGML beyond 0.5" in j.detail
 
 
+# wer.hybrid, limit by limit. Each case puts the better of GGML and source at least one
+# error below the worse, so the hybrid one error past min(...) + 0.05 is still within
+# max(...) + 0.05: a rule that took max (or only one side) passes what must fail.
+# (better errors, worse errors, reference words): words a multiple of 20, so the limit
+# better/words + 1/20 is a whole number of errors.
+HYBRID_AT_LIMIT = [(0, 1, 20), (2, 3, 20), (7, 8, 20), (7, 9, 20), (14, 16, 40), (22, 25, 60),
+                   (14, 18, 80), (12, 17, 100), (41, 46, 100)]
+
+
+def _hybrid_sides(better_side: str, better: int, worse: int, words: int):
+    """(source, ggml) count pairs with ``better_side`` holding the better WER."""
+    return (((better, words), (worse, words)) if better_side == "source"
+            else ((worse, words), (better, words)))
+
+
+@pytest.mark.parametrize("better_side", ["ggml", "source"])
+@pytest.mark.parametrize("better,worse,words", HYBRID_AT_LIMIT)
+def test_hybrid_limit_is_the_better_side_plus_delta_exactly(better_side, better, worse, words):
+    src, ggml = _hybrid_sides(better_side, better, worse, words)
+    at = better + words // 20
+    j = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(at, words))), clean_load)
+    assert j.status is Status.PASS, j.detail
+    assert f"(limit {(better + words // 20) / words:.4f})" in j.detail
+    # One error more is past min + 0.05, though not past max + 0.05 (worse >= better + 1).
+    assert at + 1 <= worse + words // 20
+    j = judge_hybrid(wer_evidence(wer_clip("c", src, ggml, hybrid=(at + 1, words))), clean_load)
+    assert j.status is Status.FAIL and "hybrid corpus WER above the limit" in j.detail
+
+
+def test_hybrid_limit_with_equal_sides():
+    # min == max: the limit is still exactly 7/20 + 1/20, no more, no less.
+    ev = wer_evidence(wer_clip("c", (7, 20), (7, 20), hybrid=(8, 20)))
+    assert judge_hybrid(ev, clean_load).status is Status.PASS
+    ev = wer_evidence(wer_clip("c", (7, 20), (7, 20), hybrid=(9, 20)))
+    assert judge_hybrid(ev, clean_load).status is Status.FAIL
+
+
+def test_hybrid_limit_and_value_are_corpus_sums_not_means_of_clips():
+    # Clip sizes 10 and 30 words (40 in all); GGML and source perfect: limit 1/20 = 2/40.
+    def ev(a, b):
+        return wer_evidence(wer_clip("a", (0, 10), (0, 10), hybrid=(a, 10), hybrid_vs_ggml=(a, 10)),
+                            wer_clip("b", (0, 30), (0, 30), hybrid=(b, 30), hybrid_vs_ggml=(b, 30)))
+    # 1 + 1 errors = 2/40, exactly at the limit; the mean of the clip WERs (1/10 + 1/30) / 2
+    # = 1/15 is above it.
+    j = judge_hybrid(ev(1, 1), clean_load)
+    assert j.status is Status.PASS, j.detail
+    # 0 + 3 errors = 3/40, past the limit; the mean (0 + 1/10) / 2 = 1/20 is at it.
+    j = judge_hybrid(ev(0, 3), clean_load)
+    assert j.status is Status.FAIL and "hybrid corpus WER above the limit" in j.detail
+
+
+def test_hybrid_limit_takes_min_of_corpus_sums_not_the_best_side_per_clip():
+    # GGML wins clip a, source wins clip b; both corpora are 4/40, so the limit is
+    # 4/40 + 2/40 = 6/40. The clip-by-clip best (0/40) would set it at 2/40.
+    def ev(hyb):
+        return wer_evidence(wer_clip("a", (4, 20), (0, 20), hybrid=(hyb, 20)),
+                            wer_clip("b", (0, 20), (4, 20), hybrid=(hyb, 20)))
+    assert judge_hybrid(ev(3), clean_load).status is Status.PASS
+    assert judge_hybrid(ev(4), clean_load).status is Status.FAIL
+
+
+def _wc(hits=0, substitutions=0, deletions=0, insertions=0) -> dict:
+    return {"hits": hits, "substitutions": substitutions, "deletions": deletions,
+            "insertions": insertions}
+
+
+@pytest.mark.parametrize("at,past", [
+    # Insertions are errors but not reference words: 8 over 20 words, then 9.
+    (_wc(hits=20, insertions=8), _wc(hits=20, insertions=9)),
+    # Deletions are errors and reference words: 8 of 20, then 9 of 20.
+    (_wc(hits=12, deletions=8), _wc(hits=11, deletions=9)),
+    # All three kinds at once: 3 + 3 + 2 = 8 errors over 14 + 3 + 3 = 20 words.
+    (_wc(hits=14, substitutions=3, deletions=3, insertions=2),
+     _wc(hits=14, substitutions=3, deletions=3, insertions=3)),
+])
+def test_hybrid_limit_counts_words_as_wer_does(at, past):
+    # Limit 7/20 + 1/20 = 8/20 (source 7/20, GGML 9/20).
+    def ev(hybrid):
+        clip = wer_clip("c", (7, 20), (9, 20), hybrid=(0, 20))
+        clip["hybrid"] = hybrid
+        return wer_evidence(clip)
+    j = judge_hybrid(ev(at), clean_load)
+    assert j.status is Status.PASS and "hybrid 0.4000" in j.detail, j.detail
+    j = judge_hybrid(ev(past), clean_load)
+    assert j.status is Status.FAIL and "hybrid corpus WER above the limit" in j.detail
+
+
+@pytest.mark.parametrize("at,past", [
+    ((1, 2), (2, 3)), ((3, 6), (4, 7)), ((10, 20), (11, 20)), ((500, 1000), (501, 1000)),
+])
+def test_clip_divergence_limit_is_one_half_exactly(at, past):
+    def ev(hvg):
+        return wer_evidence(wer_clip("c", (0, 20), (0, 20), hybrid=(0, 20), hybrid_vs_ggml=hvg))
+    j = judge_hybrid(ev(at), clean_load)
+    assert j.status is Status.PASS, j.detail
+    j = judge_hybrid(ev(past), clean_load)
+    assert j.status is Status.FAIL and "clip c diverges from GGML beyond 0.5" in j.detail
+
+
+@pytest.mark.parametrize("at,past", [
+    (_wc(hits=20, insertions=10), _wc(hits=20, insertions=11)),
+    (_wc(hits=10, deletions=10), _wc(hits=9, deletions=11)),
+])
+def test_clip_divergence_counts_insertions_and_deletions_as_wer_does(at, past):
+    def ev(hvg):
+        clip = wer_clip("c", (0, 20), (0, 20), hybrid=(0, 20))
+        clip["hybrid_vs_ggml"] = hvg
+        return wer_evidence(clip)
+    assert judge_hybrid(ev(at), clean_load).status is Status.PASS
+    j = judge_hybrid(ev(past), clean_load)
+    assert j.status is Status.FAIL and "clip c diverges from GGML beyond 0.5" in j.detail
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_clip_divergence_is_judged_on_every_clip_alone(position):
+    # One clip at 11/20 among clean ones, wherever it stands: neither the first clip, the
+    # least divergent one nor the corpus of all three (11/60) may stand in for it.
+    hvg = [(0, 20)] * 3
+    hvg[position] = (11, 20)
+    ev = wer_evidence(*(wer_clip(f"c{i}", (0, 20), (0, 20), hybrid=(0, 20), hybrid_vs_ggml=h)
+                        for i, h in enumerate(hvg)))
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.FAIL and f"clip c{position} diverges from GGML beyond 0.5" in j.detail
+
+
+def test_clip_divergence_is_against_ggml_not_against_the_reference():
+    # Hybrid 12/20 against the reference (within 12/20 + 1/20: GGML and source are as
+    # wrong) but only 8/20 away from GGML: passes. The other way round fails.
+    ev = wer_evidence(wer_clip("c", (12, 20), (12, 20), hybrid=(12, 20), hybrid_vs_ggml=(8, 20)))
+    j = judge_hybrid(ev, clean_load)
+    assert j.status is Status.PASS, j.detail
+    ev = wer_evidence(wer_clip("c", (0, 20), (0, 20), hybrid=(1, 20), hybrid_vs_ggml=(11, 20)))
+    assert judge_hybrid(ev, clean_load).status is Status.FAIL
+
+
+class _StoredHybrid:
+    """The evidence view ``rules.RULES['wer.hybrid']`` reads (what ``verify`` re-judges):
+    the stored document, each clip's stderr, the bound Core ML digest."""
+
+    SHA = "c" * 64
+
+    def __init__(self, clips):
+        pol = load_policy("wer-v1")
+        self.err = positive_stderr()
+        for c in clips:
+            c["run"] = dict(run_record(coreml_argv(), 0, self.err),
+                            launch={"seq": 0, "binary_sha256": self.SHA})
+        self.doc = {"policy": pol.rules, "policy_sha256": pol.sha256,
+                    "binary_sha256": self.SHA, "clips": clips}
+        self.identities = {"binary.coreml.sha256": self.SHA}
+
+    def json(self, name):
+        assert name == "hybrid"
+        return self.doc
+
+    def bytes(self, name):
+        assert name.startswith("hybrid_stderr_"), name
+        return self.err
+
+
+@pytest.mark.parametrize("hybrid,hvg,status", [
+    ((8, 20), (10, 20), Status.PASS),   # both limits met exactly
+    ((9, 20), (10, 20), Status.FAIL),   # corpus one error past min(GGML, source) + 0.05
+    ((8, 20), (11, 20), Status.FAIL),   # clip one error past 0.5
+])
+def test_the_registered_rule_applies_both_limits_of_the_packaged_policy(hybrid, hvg, status):
+    # Source 7/20, GGML 9/20: limit 8/20. Through the gate's rule, as verify runs it.
+    clip = wer_clip("c", (7, 20), (9, 20), hybrid=hybrid, hybrid_vs_ggml=hvg)
+    j = rules.judge("wer.hybrid", _StoredHybrid([clip]))
+    assert j.status is status, j.detail
+
+
 # ----------------------------------------------------------------------------- parity
 
 def _first_noise_below(signal: float, limit: float) -> float:

@@ -193,6 +193,7 @@ def published(tmp_path) -> Path:
     enc = fp32 / "ggml-model-encoder.mlmodelc"
     enc.mkdir()
     (enc / "coremldata.bin").write_bytes(b"compiled")
+    (enc / "model.mil").write_text("program")  # both: what the fake runtime can load
     return model
 
 
@@ -376,6 +377,7 @@ def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, s
     model.write_bytes(b"ggml model for the fake runtime")
     (run_dir / "fp32" / "ggml-model-encoder.mlmodelc").mkdir()
     (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "model.mil").write_text("program")
+    (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "coremldata.bin").write_bytes(b"compiled")
     stage("02_export", {
         "export.ggml_model": {"ggml": {"sha256": canonical.sha256_file(model),
                                        "model_arg": str(model)}},

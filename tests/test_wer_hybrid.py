@@ -32,7 +32,11 @@ def _run(tmp_path, scenario, with_mlmodelc=True, private=False):
     model.parent.mkdir()
     model.write_bytes(b"ggml")
     if with_mlmodelc:
-        (tmp_path / "fp32" / "ggml-model-encoder.mlmodelc").mkdir()
+        enc = tmp_path / "fp32" / "ggml-model-encoder.mlmodelc"
+        enc.mkdir()
+        # What the fake runtime can load: a compiled program, not just a folder.
+        (enc / "coremldata.bin").write_bytes(b"compiled")
+        (enc / "model.mil").write_text("program")
     refs, ids, shown = wer.hybrid(ctx, binary=binary,
                                   binary_sha256=canonical.sha256_file(binary),
                                   model_arg=str(model), texts=_texts(tmp_path, private),
