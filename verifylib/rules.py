@@ -186,6 +186,20 @@ def _summary(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n}x {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def _run_streams(side: str, i: int, rec: Any, stream: Callable[[str], bytes | None],
+                 problems: list[str]) -> tuple[bytes, bytes] | None:
+    """The stored stderr and stdout of one recorded run, or None with the problem noted."""
+    if not isinstance(rec, Mapping):
+        problems.append(f"{side} run {i}: malformed record")
+        return None
+    err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
+    out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
+    if err is None or out is None:
+        problems.append(f"{side} run {i}: stream not stored")
+        return None
+    return err, out
+
+
 def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> Judgement:
     """The rule of ``canary.lifecycle_ab`` on stored evidence.
 
@@ -234,14 +248,10 @@ def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> Judgement:
             continue
         classified = []
         for i, rec in enumerate(runs):
-            if not isinstance(rec, Mapping):
-                problems.append(f"{side} run {i}: malformed record")
+            streams = _run_streams(side, i, rec, stream, problems)
+            if streams is None:
                 continue
-            err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
-            out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
-            if err is None or out is None:
-                problems.append(f"{side} run {i}: stream not stored")
-                continue
+            err, out = streams
             c = contracts.classify_lifecycle(dict(rec), err, out)
             bad = contracts.record_problems(dict(rec), err, out)
             argv = rec.get("argv")
@@ -396,14 +406,10 @@ def judge_sanitizer(doc, stream: Callable[[str], bytes | None],
             problems.append(f"{side}: {len(runs)} runs recorded, expected {n}")
         seen = []
         for i, rec in enumerate(runs):
-            if not isinstance(rec, Mapping):
-                problems.append(f"{side} run {i}: malformed record")
+            streams = _run_streams(side, i, rec, stream, problems)
+            if streams is None:
                 continue
-            err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
-            out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
-            if err is None or out is None:
-                problems.append(f"{side} run {i}: stream not stored")
-                continue
+            err, out = streams
             bad = contracts.record_problems(dict(rec), err, out)
             argv = rec.get("argv")
             if not isinstance(argv, list) or not argv or argv[0] != s.get("binary"):

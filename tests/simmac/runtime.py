@@ -28,6 +28,11 @@ import subprocess
 import sys
 import time
 
+# The fake whisper-cli beside this folder already spells whisper.cpp's derivation of the
+# .mlmodelc path independently of verifylib; the simulated runtime uses the same one.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fake_whisper_cli import encoder_path  # noqa: E402
+
 BEHAVIOURS = {
     "ok": "the supported runtime",
     "stale": "a build without Core ML (COREML = 0, no Core ML lines): a stale binary",
@@ -75,17 +80,6 @@ def _die(sig: int, stderr: bytes) -> None:
     os.kill(os.getpid(), sig)
     time.sleep(5)
     os._exit(99)
-
-
-def encoder_path(model: str) -> str:
-    """whisper.cpp's derivation of the ``.mlmodelc`` path from the exact ``-m`` string."""
-    b = os.fsencode(model)
-    if b.rfind(b".") >= 0:
-        b = b[:b.rfind(b".")]
-    d = b.rfind(b"-")
-    if d >= 0 and len(b) - d == 5 and b[d + 1:d + 2] == b"q" and b[d + 3:d + 4] == b"_":
-        b = b[:d]
-    return os.fsdecode(b) + "-encoder.mlmodelc"
 
 
 def loadable(path: str) -> bool:
