@@ -75,7 +75,7 @@ def main() -> None:
             def go():
                 c0 = time.process_time()
                 r = execute(programs[prec], {"logmel_data": mel}, compute=mode)
-                # r.seconds is the op-by-op wall time (weights widened once, cached).
+                # r.seconds is the op-by-op wall time (big weights widened per use).
                 return r.seconds, time.process_time() - c0, r.outputs["output"]
             return go
 

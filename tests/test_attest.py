@@ -360,13 +360,15 @@ def test_cli_run_checks_sign_key_before_any_work(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_run_signs_each_published_run(tmp_path, rules, monkeypatch, capsys):
-    from verifylib import orchestrate, report
+    from verifylib import executors, orchestrate, report
     run_dir = make_run(tmp_path)
     priv, pub = write_keys(tmp_path / "keys")
     outcome = SimpleNamespace(name="tiny-en", verdict=Verdict.INCOMPLETE,
                               report=run_dir / "report.html", run_dir=run_dir)
-    monkeypatch.setattr(orchestrate, "load_all", lambda *a, **k: ["params"])
-    monkeypatch.setattr(orchestrate, "run_one", lambda *a, **k: outcome)
+    monkeypatch.setattr(orchestrate, "load_all",
+                        lambda *a, **k: [SimpleNamespace(name="tiny-en")])
+    # The batch driver (one model after another here) calls run_one for each model.
+    monkeypatch.setattr(executors, "run_one", lambda *a, **k: outcome)
     monkeypatch.setattr(report, "render_index", lambda *a, **k: tmp_path / "index.html")
     rc = cli.main(["run", "--reports", str(tmp_path / "reports"), "--sign-key", str(priv)])
     assert rc == 0

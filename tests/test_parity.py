@@ -165,7 +165,9 @@ def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
             kind = "fixture" if np.array_equal(x, ins["fixture"]) else "random"
             return {"output": (ref_out[kind] * (1 + 1e-3)).astype(np.float32)}
 
-    meas, drift = measure_runtime("/x.mlmodelc", ref, loader=Fake)
+    meas, drift, arrays = measure_runtime("/x.mlmodelc", ref, loader=Fake)
+    assert set(arrays) == {"fixture", "random"}
+    assert np.array_equal(arrays["random"], (ref_out["random"] * (1 + 1e-3)).astype(np.float32))
     assert [(m["input"], m["execution"]) for m in meas] == [("fixture", "coreml-all"),
                                                            ("random", "coreml-all")]
     assert 55 < meas[0]["metrics"]["snr_db"] < 65   # a 1e-3 relative error is 60 dB
@@ -409,3 +411,94 @@ def test_a_contract_mismatch_stops_the_stage_and_places_nothing(tmp_path, jfk_wa
     assert pa["parity.program"]["status"] == "NOT_RUN"
     assert pa["parity.program"]["reason"]["kind"] == "prerequisite"
     assert "export.contract is FAIL" in pa["parity.program"]["reason"]["detail"]
+
+
+# ----------------------------------------------------------------------------- attribution
+
+@pytest.mark.physical
+def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run):
+    from verifylib.arrays import ArrayFile
+    _, run_dir, report = staged_run
+    res = report.result
+    for gid, variant in (("parity.program", "fp32"), ("parity.program_fp16", "fp16")):
+        c = res.candidates[gid]
+        att = c.attribution
+        assert att is not None and att.variant == variant and att.fixture == "jfk"
+        assert len(att.ops) == sum(v for k, v in c.drift.op_counts.items() if k != "const")
+        assert att.unmapped == sum(1 for o in att.ops if o.module is None) > 0
+        assert {m.module for m in att.modules} >= {"conv1", "embeddings", "layers.0",
+                                                   "layer_norm"}
+        assert isinstance(c.outputs, ArrayFile) and not c.outputs.loaded
+        assert c.outputs["fixture"].shape == (1, 1500, 384)
+        assert c.outputs["layer_frame_snr_db"].shape == (len(c.drift.layers["float32"]), 1500)
+    fp16 = res.candidates["parity.program_fp16"].attribution
+    # float16 storage loses precision: the worst op loses tens of dB; fp32 loses far less.
+    assert fp16.precision_top and fp16.precision_top[0].precision_delta_snr_db < -20
+    fp32 = res.candidates["parity.program"].attribution
+    assert not fp32.top   # the fp32 program reproduces every HF module exactly
+    ref = res.reference_outputs
+    assert ref["fixture"].shape == (1, 1500, 384)
+    again = compare(ref["fixture"], res.candidates["parity.program"].outputs["fixture"])
+    stored = res.candidates["parity.program"].measurements[0]["metrics"]
+    assert again.noise_energy == pytest.approx(float(stored["noise_energy"]), rel=1e-12)
+    # The stage's result is what open_run's builder reads back from the evidence.
+    from verifylib.results import parity_result_from_evidence
+    from verifylib.stage import recorded_gates
+    back = parity_result_from_evidence(run_dir, recorded_gates(run_dir))
+    assert back.candidates.keys() == res.candidates.keys()
+    assert back.candidates["parity.program_fp16"].attribution == fp16
+
+
+@pytest.mark.physical
+def test_the_stage_attributes_an_edited_weight_to_its_layer(staged_run, tmp_path):
+    """A weight edited in the saved package: the attribution names that op first."""
+    from verifylib.stages import parity
+    params, run_dir, _ = staged_run
+    bad = shutil.copytree(run_dir, tmp_path / "R")
+    (bad / "gates" / "04_parity.json").unlink(missing_ok=True)
+    shutil.rmtree(bad / "evidence" / "04_parity", ignore_errors=True)
+    edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_1_fc2_weight", 7, 3.0)
+    report = parity.run(params, bad)
+    att = report.result.candidates["parity.program"].attribution
+    assert att.top[0].module == "layers.1.fc2", [(o.name, o.module) for o in att.top]
+    assert all(o.snr_db == math.inf for o in att.ops[:att.top[0].index] if o.module)
+
+
+@pytest.mark.physical
+@pytest.mark.parametrize("forgery, needle", [
+    ("outputs", "is not what the stored outputs give"),
+    ("reference", "is not what the stored outputs give"),
+    ("top", "top is not the ops ranked"),
+    ("delta", "does not follow from the SNRs"),
+])
+def test_forged_arrays_or_attribution_do_not_verify(staged_run, tmp_path, forgery, needle):
+    import numpy as np
+
+    from verifylib import arrays
+    from verifylib.receipt import build_receipt, verify
+    from tests import forge
+    _, run_dir, _ = staged_run
+    copy_dir = forge.clone(run_dir, tmp_path / "R")
+    build_receipt(copy_dir)
+    assert verify(copy_dir).ok
+    ev = copy_dir / "evidence" / "04_parity"
+    if forgery in ("outputs", "reference"):
+        name = "program-outputs.npz" if forgery == "outputs" else "reference-outputs.npz"
+        data = dict(arrays.decode((ev / name).read_bytes()))
+        data["fixture"] = (data["fixture"] * np.float32(1.001)).astype(np.float32)
+        (ev / name).unlink()
+        (ev / name).write_bytes(arrays.encode(data))
+    elif forgery == "top":
+        forge.edit_json(copy_dir, "evidence/04_parity/program_fp16-attribution.json",
+                        lambda d: d["top"].reverse())
+    else:
+        def lower(d):
+            for o in d["ops"]:
+                if o["delta_snr_db"] is not None:
+                    o["delta_snr_db"] = -1.0
+                    return
+        forge.edit_json(copy_dir, "evidence/04_parity/program_fp16-attribution.json", lower)
+    forge.reseal(copy_dir)
+    res = verify(copy_dir)
+    assert not res.ok
+    assert any(needle in p for p in res.problems), res.problems

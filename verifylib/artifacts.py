@@ -295,3 +295,38 @@ def published_mlmodelc(ctx: StageContext, variant: str) -> Path | None:
     """The ``.mlmodelc`` folder published for a variant, or None if there is none."""
     path = ctx.run_dir / variant / ENCODER_COMPILED
     return path if path.is_dir() else None
+
+
+def source_spec(params: Params):
+    """The :class:`verifylib.source.SourceSpec` of a parameter file's whisper.cpp source."""
+    from . import source as _source
+
+    src = params.runtime.source
+    if src["kind"] == "git":
+        src.setdefault("commit", _source.load_pins()[params.runtime.pin].commit)
+    if "path" in src:
+        src["path"] = str(params.resolve(src["path"]))
+    return _source.SourceSpec(**src)
+
+
+def standalone_fixture_audio(params: Params, fixture: Fixture, *, log=print) -> Path:
+    """A fixture's audio outside any run: a local path, or a file of the pinned source.
+
+    For tools that touch no run (``verifylib drift``): a whisper.cpp sample comes from the
+    pinned source obtained into the cache as stage 01 would obtain it.
+
+    Raises
+    ------
+    ParametersInvalid
+        If the file does not exist.
+    """
+    if fixture.runtime_file is not None:
+        from .source import obtain_source
+
+        tree = obtain_source(source_spec(params), cache_dir(), log=log)
+        path = Path(tree.path) / fixture.runtime_file
+    else:
+        path = params.resolve(fixture.path)
+    if not path.is_file():
+        raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
+    return path

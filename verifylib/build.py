@@ -7,7 +7,9 @@ generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everyt
 (source tree id, patch digest, variant, CMake options, compiler and host CPU), the binary
 is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with its
 ``build.json`` through a staging folder, so a failed or interrupted build publishes
-nothing and a cached one is re-hashed before reuse. Every subprocess goes through
+nothing and a cached one is re-hashed before reuse. One process at a time builds a key
+(its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that wanted the same
+key waits, then reuses that publication once it re-hashes. Every subprocess goes through
 :func:`verifylib.runner.run`.
 """
 
@@ -27,6 +29,7 @@ from . import contracts
 from .gates import Judgement
 from .canonical import dumps, is_sha256, publish_dir, read_json, sha256_bytes, sha256_file, write_json
 from .errors import BuildFailure, ParametersInvalid
+from .locks import LOCKS_DIR, produce_once
 from .runner import RunResult, run, run_record, run_whisper_binary, run_whisper_cli
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
@@ -429,7 +432,10 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     failure), builds only the ``whisper-cli`` target, and the
     binary is published with a ``build.json`` to ``cache_dir/builds/<key>/`` through a
     staging folder. An existing publication is reused only if its binary still hashes to
-    its recorded digest.
+    its recorded digest. Configuring, building and publishing a key happen under that
+    key's lock (``cache_dir/locks/build-<key>.lock``), so concurrent processes never share
+    a build folder; one that waited for the lock re-checks the cache and reuses what the
+    holder published instead of building over it.
 
     Parameters
     ----------
@@ -476,43 +482,61 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     final = builds / key
 
     t0 = time.monotonic()
-    if final.is_dir():
+    reported: set[str] = set()
+
+    def reuse() -> BuildResult | None:
+        if not final.is_dir():
+            return None
         problem = _cached_problem(final, key)
-        if problem is None:
-            result = _result_from_publication(final, key, True, time.monotonic() - t0)
-            log(f"whisper-cli [{variant}] from cache: {result.binary} (sha256 {result.sha256})")
-            return result
-        log(f"cached whisper-cli [{variant}] at {final} not reusable ({problem}); rebuilding")
+        if problem is not None:
+            if problem not in reported:  # checked once before and once under the lock
+                reported.add(problem)
+                log(f"cached whisper-cli [{variant}] at {final} not reusable ({problem}); "
+                    "rebuilding")
+            return None
+        result = _result_from_publication(final, key, True, time.monotonic() - t0)
+        log(f"whisper-cli [{variant}] from cache: {result.binary} (sha256 {result.sha256})")
+        return result
 
-    if not (src / "CMakeLists.txt").is_file():
-        raise BuildError(f"{src} has no CMakeLists.txt")
-    bdir = cache_dir / "cmake" / key
-    built, configure = _cmake_target(src, bdir, opts, "whisper-cli", f"whisper-cli [{variant}]",
-                                     jobs=jobs, timeout=timeout, log=log)
-    seconds = time.monotonic() - t0
+    def produce() -> BuildResult:
+        if not (src / "CMakeLists.txt").is_file():
+            raise BuildError(f"{src} has no CMakeLists.txt")
+        # Keyed like the publication and only touched under its lock: two processes
+        # never configure into one folder (one of them used to fail with cmake exit 2).
+        bdir = cache_dir / "cmake" / key
+        built, configure = _cmake_target(src, bdir, opts, "whisper-cli",
+                                         f"whisper-cli [{variant}]", jobs=jobs,
+                                         timeout=timeout, log=log)
+        seconds = time.monotonic() - t0
 
-    builds.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=builds))
-    try:
-        binary = staging / "whisper-cli"
-        shutil.copy2(built, binary)
-        digest = sha256_file(binary)
-        libs = needed_libs(binary)
-        write_json(staging / "build.json", {
-            "key": key, "variant": variant, "tree_id": tree_id, "patch_sha256": patch_sha256,
-            "options": opts, "compiler": compiler, "sha256": digest, "seconds": round(seconds, 3),
-            "needed_libs": list(libs), "static": not _links_runtime_dynamically(libs),
-            "configure_argv": configure, "jobs": jobs})
-        publish_dir(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    # Objects from a finished build are never reused (the folder is emptied before each
-    # build), so only a failed build's folder is kept, for its logs.
-    shutil.rmtree(bdir, ignore_errors=True)
-    result = _result_from_publication(final, key, False, seconds)
-    log(f"built whisper-cli [{variant}] in {seconds:.0f} s: {result.binary} "
-        f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'})")
-    return result
+        builds.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=builds))
+        try:
+            binary = staging / "whisper-cli"
+            shutil.copy2(built, binary)
+            digest = sha256_file(binary)
+            libs = needed_libs(binary)
+            write_json(staging / "build.json", {
+                "key": key, "variant": variant, "tree_id": tree_id,
+                "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
+                "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
+                "static": not _links_runtime_dynamically(libs), "configure_argv": configure,
+                "jobs": jobs})
+            # Under the lock, ``final`` exists here only if it failed its check above, so
+            # this replaces nothing another process could be using as a good build.
+            publish_dir(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        # Objects from a finished build are never reused (the folder is emptied before
+        # each build), so only a failed build's folder is kept, for its logs.
+        shutil.rmtree(bdir, ignore_errors=True)
+        result = _result_from_publication(final, key, False, seconds)
+        log(f"built whisper-cli [{variant}] in {seconds:.0f} s: {result.binary} "
+            f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'})")
+        return result
+
+    return produce_once(cache_dir / LOCKS_DIR, "build", key, check=reuse, produce=produce,
+                        what=f"whisper-cli [{variant}] build {key[:12]}", log=log)
 
 
 # ----------------------------------------------------------------------------- system_info
@@ -742,7 +766,8 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
 
     Configured in ``cache_dir/cmake/bench-<key>`` (outside the source tree), published
     through a staging folder to ``cache_dir/builds/bench-<key>/`` with a ``build.json``,
-    reused only if its bytes still hash to the record.
+    reused only if its bytes still hash to the record; built under the key's lock
+    (``cache_dir/locks/bench-<key>.lock``) like :func:`build_whisper_cli`.
 
     Raises
     ------
@@ -755,30 +780,41 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
                               "cli_key": cli.key}))
     final = cache_dir / "builds" / f"bench-{key}"
     t0 = time.monotonic()
-    try:
-        meta = read_json(final / "build.json")
-        if meta.get("key") == key and sha256_file(final / "whisper-bench") == meta.get("sha256"):
-            return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
-                              dict(meta["options"]), True, time.monotonic() - t0)
-    except (OSError, ValueError, AttributeError):
-        pass
-    bdir = cache_dir / "cmake" / f"bench-{key}"
-    opts = dict(cli.options)
-    built, _ = _cmake_target(src, bdir, opts, "whisper-bench", f"whisper-bench [{cli.variant}]",
-                             jobs=jobs, timeout=timeout, log=log)
-    seconds = time.monotonic() - t0
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
-    try:
-        shutil.copy2(built, staging / "whisper-bench")
-        digest = sha256_file(staging / "whisper-bench")
-        write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
-                                            "sha256": digest, "seconds": round(seconds, 3)})
-        publish_dir(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(bdir, ignore_errors=True)
-    log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest})")
-    return BenchBuild(final / "whisper-bench", digest, key, cli.key, opts, False, seconds)
+
+    def reuse() -> BenchBuild | None:
+        try:
+            meta = read_json(final / "build.json")
+            if meta.get("key") == key and \
+                    sha256_file(final / "whisper-bench") == meta.get("sha256"):
+                return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
+                                  dict(meta["options"]), True, time.monotonic() - t0)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None
+
+    def produce() -> BenchBuild:
+        bdir = cache_dir / "cmake" / f"bench-{key}"
+        opts = dict(cli.options)
+        built, _ = _cmake_target(src, bdir, opts, "whisper-bench",
+                                 f"whisper-bench [{cli.variant}]", jobs=jobs, timeout=timeout,
+                                 log=log)
+        seconds = time.monotonic() - t0
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
+        try:
+            shutil.copy2(built, staging / "whisper-bench")
+            digest = sha256_file(staging / "whisper-bench")
+            write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
+                                                "sha256": digest, "seconds": round(seconds, 3)})
+            publish_dir(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(bdir, ignore_errors=True)
+        log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest})")
+        return BenchBuild(final / "whisper-bench", digest, key, cli.key, opts, False, seconds)
+
+    return produce_once(cache_dir / LOCKS_DIR, "bench", key, check=reuse, produce=produce,
+                        what=f"whisper-bench [{cli.variant}] build {key[:12]}", log=log)
 
 
 def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options: Mapping,

@@ -1,5 +1,6 @@
 """The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory,
-``attest`` (sign) a published run, ``pin-check`` a candidate upstream source."""
+``attest`` (sign) a published run, ``pin-check`` a candidate upstream source, ``drift``
+(attribute a package's drift to its ops)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,14 @@ def _cmd_run(args) -> int:
         if signer is None:
             return EXIT_BAD_INPUT
     unsigned = 0
-    from .orchestrate import load_all, run_one
+    from .executors import BatchOptionInvalid, FailedRun, check_options, run_batch
+    from .orchestrate import load_all
+    from .ray_executor import RayUnavailable
+    try:
+        check_options(args.executor, args.jobs, args.address)
+    except BatchOptionInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         all_params = load_all(args.parameters or [resources.default_parameters()])
     except ParameterError as exc:
@@ -79,23 +87,50 @@ def _cmd_run(args) -> int:
     from .orchestrate import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
-    outcomes = []
-    for p in all_params:
-        out = run_one(p, reports, progress=not args.no_progress)
-        outcomes.append(out)
+
+    def show(out) -> None:
+        nonlocal unsigned
+        if isinstance(out, FailedRun):
+            where = f" on {out.node}" if out.node else ""
+            print(f"{out.name}: ERROR{where}, no run published: {out.reason}", flush=True)
+            return
         print(f"{out.name}: verdict {out.verdict.value}")
         print(f"  report:  {out.report}")
-        print(f"  receipt: {out.run_dir / 'receipt.json'}")
+        print(f"  receipt: {out.run_dir / 'receipt.json'}", flush=True)
         if signer is not None and not _sign_published(out.run_dir, signer):
             unsigned += 1
-    worst = gates.worst(o.verdict for o in outcomes)
-    from .report import render_index
-    index = render_index(outcomes, reports)
-    if len(outcomes) > 1:
-        print(f"worst verdict: {worst.value}")
-        print(f"  index:   {index}")
-    code = gates.exit_code(worst, require_admissible=args.require == "admissible")
-    return max(code, 1) if unsigned else code
+
+    # Several models at once print interleaved: papermill's bars would overwrite each other.
+    together = args.executor == "ray" or (args.jobs > 1 and len(all_params) > 1)
+    try:
+        outcomes = run_batch(all_params, reports, executor=args.executor, jobs=args.jobs,
+                             address=args.address,
+                             require_admissible=args.require == "admissible",
+                             progress=not (args.no_progress or together), on_outcome=show)
+    except (BatchOptionInvalid, RayUnavailable) as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    published = [o for o in outcomes if not isinstance(o, FailedRun)]
+    failed = [o for o in outcomes if isinstance(o, FailedRun)]
+    code = 1  # a batch where no model published a run
+    if published:
+        worst = gates.worst(o.verdict for o in published)
+        from .report import render_index
+        index = render_index(published, reports)
+        if len(outcomes) > 1:
+            print(f"worst verdict: {'ERROR' if failed else worst.value}")
+            print(f"  index:   {index}")
+        code = gates.exit_code(worst, require_admissible=args.require == "admissible")
+    if failed:
+        print(f"ERROR: no run published for {', '.join(o.name for o in failed)}")
+    return max(code, 1) if unsigned or failed else code
+
+
+def _cmd_ray_node_resources(args) -> int:  # noqa: ARG001 - argparse handler signature
+    import json
+    from .ray_executor import node_resources
+    print(json.dumps(node_resources(), sort_keys=True))
+    return 0
 
 
 def _cmd_verify(args) -> int:
@@ -154,6 +189,34 @@ def _cmd_pin_check(args) -> int:
     return cli_main(args)
 
 
+def _cmd_drift(args) -> int:
+    from .driftcli import cli_main
+    return cli_main(args)
+
+
+def _cmd_compare(args) -> int:
+    from .compare import CompareInputInvalid, compare_runs, default_output_dir, inside_a_run
+    out_dir = Path(args.output) if args.output else default_output_dir()
+    # Checked before reading anything: compare never writes into a run.
+    inside = inside_a_run(out_dir, args.runs)
+    if inside is not None:
+        print(f"verifylib: {out_dir}: inside the run {inside}; compare never writes into a "
+              f"run, name a folder outside it", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        comparison = compare_runs(args.runs, verify=not args.no_verify,
+                                  allow_simulated=args.allow_simulated)
+    except CompareInputInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from .views.compare import write
+    page = write(comparison, out_dir)
+    for line in comparison.summary:
+        print(f"  {line}")
+    print(f"comparison: {page}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``verifylib`` console script.
 
@@ -182,7 +245,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
     r.add_argument("--sign-key", metavar="KEY.pem", default=None,
                    help="attest each published run with this Ed25519 private key (PEM)")
+    r.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="audit up to N models at once on this host, one worker process each "
+                        "(default 1: one after another)")
+    r.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this host (default); ray: each model's audit is a task on a "
+                        "Ray cluster (pip install 'verifylib[ray]')")
+    r.add_argument("--address", metavar="ADDR", default=None,
+                   help="with --executor ray: the cluster to join (auto, HOST:6379 or "
+                        "ray://HOST:10001; default $RAY_ADDRESS, else a Ray on this host "
+                        "alone)")
     r.set_defaults(fn=_interruptible(_cmd_run))
+    rn = sub.add_parser("ray-node-resources",
+                        help="print what this host can run as Ray custom resources (JSON for "
+                             "ray start --resources)")
+    rn.set_defaults(fn=_cmd_ray_node_resources)
     v = sub.add_parser("verify", help="re-verify a run directory from its files")
     v.add_argument("run_dir")
     v.add_argument("--allow-simulated", action="store_true",
@@ -211,6 +288,30 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("--model", help="a ggml model for the GGML positive path (default: the "
                                     "default parameter file's model, written by verifylib)")
     pc.set_defaults(fn=_cmd_pin_check)
+    dr = sub.add_parser("drift", help="attribute a package's numeric drift to its ops, against "
+                                      "the model of a parameter file (touches no run)")
+    dr.add_argument("package", help="a saved .mlpackage (the encoder's ML program)")
+    dr.add_argument("--model", metavar="PARAMS.yaml", required=True,
+                    help="parameter file whose model is the reference")
+    dr.add_argument("--fixture", metavar="ID", help="fixture of the parameter file to encode "
+                                                    "(default: its first)")
+    dr.add_argument("--compute", choices=["float32", "float64"], default="float32",
+                    help="arithmetic of the package's execution (default float32)")
+    dr.add_argument("--json", metavar="OUT", help="write the attribution as JSON")
+    dr.add_argument("--top", type=int, default=10, help="ops to print (default 10)")
+    dr.set_defaults(fn=_cmd_drift)
+    cp = sub.add_parser("compare", help="compare published runs side by side (gates, "
+                                        "identities, drift, WER) in one HTML page")
+    cp.add_argument("runs", nargs="*", metavar="RUN",
+                    help="two or more published run directories; the first is the baseline")
+    cp.add_argument("-o", "--output", metavar="DIR",
+                    help="folder for compare.html (default: ./reports/compare-<UTC time>/)")
+    cp.add_argument("--no-verify", action="store_true",
+                    help="show the recorded verdicts without re-verifying each run")
+    cp.add_argument("--allow-simulated", action="store_true",
+                    help="verify runs recorded on the test suite's simulated host (flagged "
+                         "as not verifying otherwise)")
+    cp.set_defaults(fn=_cmd_compare)
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:

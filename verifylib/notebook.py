@@ -1,13 +1,26 @@
-"""Glue for the stage notebooks: one call turns the parameters cell into a run directory."""
+"""Glue for the stage notebooks: the parameters cell becomes a run directory, and one call
+audits the stage, or reads it back when the run directory is a published run.
+
+A stage notebook does two things with verifylib: :func:`setup` (validate the parameters,
+open the run directory) and :func:`audit` (the stage's one audit call). Pointed at a
+published run (a ``run_dir`` holding ``receipt.json``), neither writes anything: the
+parameters are the run's own and the stage report is rebuilt read-only through
+:func:`verifylib.open_run`, so the notebook can be re-executed to explore a run without
+touching it. The stage module is handed in by the notebook (this module never imports a
+stage), and nothing heavy is imported here.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import resources
+from . import canonical, resources
+from .errors import ParametersInvalid
 from .params import Params, from_notebook
-from .stage import init_run_dir, new_run_id
+from .runs import is_published, open_run
+from .stage import StageReport, init_run_dir, new_run_id
 
 
 def _quiet_library_chatter() -> None:
@@ -29,6 +42,10 @@ def _quiet_library_chatter() -> None:
 def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     """Validate a notebook's parameters and open its run directory.
 
+    Pointed at a published run, nothing is created or written: the parameters are the
+    run's own (parameters injected by papermill must be the same ones), and :func:`audit`
+    reads the stage back instead of running it.
+
     Parameters
     ----------
     namespace : mapping
@@ -42,13 +59,63 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
         Validated parameters and the run directory. Without a ``run_dir`` parameter a new
         folder ``./reports/<name>/<run-id>`` of the current directory is created, so a
         notebook also runs alone.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If the parameters are invalid, or differ from those a published ``run_dir`` was
+        made with.
     """
     _quiet_library_chatter()
-    params = from_notebook(namespace)
     run_dir = namespace.get("run_dir")
+    if run_dir and is_published(run_dir):
+        return _published(namespace, stage, Path(run_dir).resolve())
+    params = from_notebook(namespace)
     if not run_dir:
         run_dir = resources.reports_dir() / params.name / new_run_id()
     run_dir = Path(run_dir).resolve()
     init_run_dir(run_dir, params)
     print(f"stage {stage} · model {params.name} · run directory {run_dir}")
     return params, run_dir
+
+
+def _published(namespace: Mapping[str, Any], stage: str, run_dir: Path) -> tuple[Params, Path]:
+    run = open_run(run_dir)
+    if namespace.get("name") is not None:
+        # Parameters given with the run (papermill -f) must be the ones it was made with:
+        # a notebook must never show one run's evidence under another's parameters.
+        given = from_notebook(namespace)
+        if canonical.sha256_bytes(canonical.dumps(given.data)) != run.params_sha256:
+            raise ParametersInvalid(f"{run_dir} was made with other parameters "
+                                    f"({run.name!r}); leave the parameters out to read it "
+                                    f"with its own")
+    print(f"stage {stage} · model {run.name} · published run {run_dir} "
+          f"(read-only: the stage is read back, not run)")
+    return run.params, run_dir
+
+
+def audit(stage_module: Any, params: Params, run_dir: str | os.PathLike,
+          **kwargs: Any) -> StageReport:
+    """The stage notebook's one audit call: run the stage, or read a published run's.
+
+    Parameters
+    ----------
+    stage_module : module
+        The stage (``verifylib.stages.<stage>``, imported by the notebook), with its
+        ``STAGE`` name and ``run(params, run_dir, **kwargs)``.
+    params : Params
+        From :func:`setup`.
+    run_dir : path-like
+        From :func:`setup`.
+    **kwargs
+        Passed to the stage's ``run`` (not used for a published run).
+
+    Returns
+    -------
+    StageReport
+        The stage's report; for a published run the one :meth:`verifylib.runs.Run.report`
+        rebuilds from its evidence (digest-checked), writing nothing.
+    """
+    if is_published(run_dir):
+        return open_run(run_dir).report(stage_module.STAGE)
+    return stage_module.run(params, run_dir, **kwargs)

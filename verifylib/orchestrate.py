@@ -23,14 +23,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from . import canonical, gates, report, resources
+from .errors import EvidenceInvalid
 from .params import Params, load
 from .receipt import build_receipt
 from .stage import init_run_dir, new_run_id, read_stage_file
@@ -480,24 +482,80 @@ def remove_stale_staging(reports_root: Path, *, now: float | None = None) -> lis
     return removed
 
 
+def _link_exclusive(path: Path, data: bytes) -> None:
+    """Publish ``data`` at ``path`` complete and only if ``path`` does not exist yet.
+
+    Written to a private file first and hard-linked into place: the link is atomic (no
+    reader sees a partial record) and fails with FileExistsError when the name is taken.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
 def _create_staging(staging: Path) -> None:
-    """Write the owner record, then create the staging folder it owns.
+    """Reserve ``staging``'s run id: write the owner record, then create the folder it owns.
 
     The record comes first so that no staging folder ever exists without one (a folder
-    without a record is treated as foreign until it is an hour old). Another process may
+    without a record is treated as foreign until it is an hour old). It is created
+    exclusively, so of two processes that drew the same run id exactly one gets it; the
+    other gets FileExistsError and touches nothing of the winner's. Another process may
     remove the empty ``.staging`` area between our mkdir and our write; retry then.
+
+    Raises
+    ------
+    FileExistsError
+        When the run id is already taken in this staging area.
     """
     area = staging.parent
+    owner = area / f"{staging.name}{OWNER_SUFFIX}"
     for attempt in range(5):
         area.mkdir(parents=True, exist_ok=True)
         try:
-            canonical.write_json(area / f"{staging.name}{OWNER_SUFFIX}", owner_record())
-            staging.mkdir()
-            return
+            _link_exclusive(owner, canonical.dumps(owner_record()))
         except FileNotFoundError:
             if attempt == 4:
                 raise
+            continue
+        try:
+            staging.mkdir()
+        except BaseException:
+            owner.unlink(missing_ok=True)
+            raise
+        return
     raise AssertionError("unreachable")
+
+
+def _reserve_staging(model_root: Path) -> tuple[str, Path]:
+    """Draw a run id no other run of this model holds and create its staging folder.
+
+    Several ``verifylib run`` processes may audit the same model into one reports folder
+    in the same second. An id is taken when its owner record exists (a run in progress)
+    or its run directory does (a finished run: the record goes only after publication).
+
+    Returns
+    -------
+    (str, Path)
+        The run id and its staging folder ``<model_root>/.staging/<run-id>``.
+    """
+    for _ in range(100):
+        run_id = new_run_id()
+        staging = model_root / STAGING / run_id
+        try:
+            _create_staging(staging)
+        except FileExistsError:
+            continue
+        if (model_root / run_id).exists():
+            _remove_staging(staging)
+            continue
+        return run_id, staging
+    raise FileExistsError(f"no free run id in {model_root} after 100 draws")
 
 
 def _remove_staging(staging: Path) -> None:
@@ -537,9 +595,45 @@ def _stop_kernel(km: LocalKernelManager) -> None:
         pass
 
 
+def executor_record(kind: str = "local", **extra) -> dict:
+    """The ``executor`` record of ``run.json``: how and on which machine an audit ran.
+
+    Parameters
+    ----------
+    kind : str
+        ``local`` (``verifylib run`` on this host, one model after another or in
+        ``--jobs`` worker processes) or ``ray`` (a task on a Ray cluster).
+    **extra
+        Further JSON-able facts: ``jobs`` for a parallel batch, ``ray_node_id``.
+
+    Returns
+    -------
+    dict
+        ``kind``, ``node`` (the host name of the machine that ran the stages) and
+        ``extra``.
+    """
+    return {"kind": kind, "node": socket.gethostname(), **extra}
+
+
+def record_published(run_dir: Path) -> None:
+    """Note a run directory published outside :func:`run_one` (by a batch driver).
+
+    An interrupt report then names it instead of saying "nothing published".
+
+    Parameters
+    ----------
+    run_dir : Path
+        The published run directory.
+    """
+    if _SCOPE is not None:
+        _SCOPE.published.append(Path(run_dir))
+
+
 def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = print,
             progress: bool = True, stages: Sequence[str] = gates.STAGES,
-            kernel_manager: type[LocalKernelManager] | None = None) -> RunOutcome:
+            kernel_manager: type[LocalKernelManager] | None = None,
+            executor: Mapping | None = None,
+            on_stage_done: Callable[[str], None] | None = None) -> RunOutcome:
     """Audit one model: run every stage notebook, write the receipt and the reports.
 
     Parameters
@@ -558,6 +652,12 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         A :class:`LocalKernelManager` subclass for the stage kernels. Only the test
         suite's simulated Mac passes one (its kernels start with the simulated
         toolchain); the command line never does.
+    executor : mapping, optional
+        The ``executor`` record for ``run.json`` (see :func:`executor_record`); this
+        process on this host by default.
+    on_stage_done : callable, optional
+        Called with each stage's name once its notebook has ended (whatever its gates
+        say); a parallel batch uses it to start the models that share this one's build.
 
     Returns
     -------
@@ -572,14 +672,15 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
     """
     import papermill as pm
 
-    run_id = new_run_id()
+    # Reserved before the cleanup below guards it: a clash on the run id must never
+    # remove the staging folder of the other run that holds that id.
+    run_id, staging = _reserve_staging(reports_root / params.name)
     final = reports_root / params.name / run_id
-    staging = reports_root / params.name / STAGING / run_id
     # Whatever ends this run (an interrupt, a bug, a full disk), the staging folder goes;
     # once published it is already gone and only its owner record is left to remove.
     try:
-        _create_staging(staging)
-        init_run_dir(staging, params, run_id)
+        init_run_dir(staging, params, run_id,
+                     executor=dict(executor) if executor is not None else executor_record())
         (staging / "notebooks").mkdir()
         errors: dict[str, str] = {}
         seconds: dict[str, dict] = {}
@@ -611,6 +712,8 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                               "verifylib": data.get("verifylib_seconds")}
             statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
             log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
+            if on_stage_done is not None:
+                on_stage_done(stage)
         t0 = time.perf_counter()
         receipt = build_receipt(staging, errors)
         short, _ = report.render(staging, list(stages))
@@ -627,6 +730,127 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             _remove_staging(staging)
     return RunOutcome(params.name, final, gates.Verdict(receipt["verdict"]),
                       final / short.name, seconds)
+
+
+class RunImportRefused(EvidenceInvalid):
+    """A run directory audited elsewhere was not published: the archive is not a run
+    directory of the expected model, its id is taken, or it does not verify."""
+
+
+def pack_run(run_dir: Path) -> bytes:
+    """A published run directory as an uncompressed tar (paths relative to the run).
+
+    Uncompressed because most of a run's bytes are model weights, which do not
+    compress; regular files and folders only, in sorted order.
+
+    Parameters
+    ----------
+    run_dir : Path
+        A published run directory.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    RunImportRefused
+        If the folder holds anything but regular files and folders (a link could point
+        outside the run on the machine that unpacks it).
+    """
+    import io
+    import tarfile
+    run_dir = Path(run_dir)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(run_dir.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise RunImportRefused(f"{path}: not a regular file or folder")
+            tar.add(path, arcname=path.relative_to(run_dir).as_posix(), recursive=False)
+    return buf.getvalue()
+
+
+def import_run(archive: bytes, name: str, reports_root: Path, *,
+               allow_simulated: bool = False) -> RunOutcome:
+    """Verify a run directory audited elsewhere (:func:`pack_run`) and publish it here.
+
+    The archive is unpacked into a staging folder of ``reports_root`` (with an owner
+    record, as :func:`run_one` stages), re-verified from its own files by
+    :func:`verifylib.receipt.verify` (nothing the other machine says is trusted: the
+    verdict is the one verification recomputes) and renamed into
+    ``<reports_root>/<name>/<run-id>``. A published run is never replaced.
+
+    Parameters
+    ----------
+    archive : bytes
+        The tar of one published run directory.
+    name : str
+        The model the run must belong to (``run.json``'s ``name``).
+    reports_root : Path
+        The reports folder.
+    allow_simulated : bool
+        Accept a run recorded on the test suite's simulated host.
+
+    Returns
+    -------
+    RunOutcome
+        Of the published run; its verdict is the verified one.
+
+    Raises
+    ------
+    RunImportRefused
+        When nothing was published, with the reason.
+    KeyboardInterrupt
+        :class:`Interrupted`; the staging folder is removed as in :func:`run_one`.
+    """
+    import io
+    import tarfile
+    from .receipt import verify
+    from .stage import RUN_FILE
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(archive), mode="r:")
+    except tarfile.TarError as exc:
+        raise RunImportRefused(f"{name}: the returned run is not a tar archive: {exc}") from None
+    with tar:
+        try:
+            run = canonical.loads(tar.extractfile(tar.getmember(RUN_FILE)).read())
+        except (KeyError, AttributeError, ValueError, tarfile.TarError) as exc:
+            raise RunImportRefused(f"{name}: the returned run has no readable {RUN_FILE}: "
+                                   f"{exc}") from None
+        run_id = run.get("run_id") if isinstance(run, dict) else None
+        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+            raise RunImportRefused(f"{name}: the returned run has a malformed run id "
+                                   f"{run_id!r}")
+        if run.get("name") != name:
+            raise RunImportRefused(f"{name}: the returned run belongs to {run.get('name')!r}")
+        final = Path(reports_root) / name / run_id
+        staging = Path(reports_root) / name / STAGING / run_id
+        if final.exists() or staging.exists():
+            raise RunImportRefused(f"{name}: run {run_id} is already here; not replaced")
+        try:
+            _create_staging(staging)
+        except FileExistsError:
+            raise RunImportRefused(f"{name}: run {run_id} is already being published") \
+                from None
+        try:
+            # "data": no absolute paths, no "..", no links leaving the folder, no devices.
+            tar.extractall(staging, filter="data")
+            res = verify(staging, allow_simulated=allow_simulated)
+            if not res.ok:
+                raise RunImportRefused(f"{name}: the returned run {run_id} does not verify: "
+                                       + "; ".join(res.problems[:5]))
+            canonical.publish_dir(staging, final)
+        finally:
+            with _signals_deferred():
+                if final.is_dir() and _SCOPE is not None:
+                    _SCOPE.published.append(final)
+                _remove_staging(staging)
+    try:
+        seconds = canonical.read_json(final / "timings.json")
+    except (OSError, ValueError):
+        seconds = {}
+    return RunOutcome(name, final, gates.Verdict(res.verdict), final / report.REPORT,
+                      seconds if isinstance(seconds, dict) else {})
 
 
 def load_all(paths: Sequence[str | Path]) -> list[Params]:

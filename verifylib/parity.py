@@ -291,6 +291,70 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judg
     return Judgement.passed(figures)
 
 
+def _agree(a: Any, b: float) -> bool:
+    try:
+        x = as_float(a)
+    except EvidenceInvalid:
+        return False
+    if math.isnan(x) or math.isnan(b) or math.isinf(x) or math.isinf(b):
+        return (math.isnan(x) and math.isnan(b)) or x == b
+    # The sums are re-taken on another machine's BLAS: agree to 1e-9 relative.
+    return abs(x - b) <= 1e-9 * max(abs(x), abs(b)) + 1e-300
+
+
+def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
+    """Check the stored output arrays against the measurements that cite them.
+
+    When a parity gate cites its candidate's outputs and the reference's outputs
+    (``outputs`` / ``reference_outputs`` ``.npz`` evidence), every stored measurement of
+    the gated execution is re-taken from those arrays: its sums must agree. So the
+    arrays a researcher opens are the ones the gate was judged on.
+
+    Parameters
+    ----------
+    doc : mapping
+        The parity record (``measurements``, ``kind``).
+    ev : verifylib.evidence.EvidenceView
+        The gate's evidence.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when the arrays agree, or when the gate cites none).
+    """
+    has_out, has_ref = ev.has("outputs"), ev.has("reference_outputs")
+    if not has_out and not has_ref:
+        return []
+    if has_out != has_ref:
+        return ["the gate cites only one of its candidate's and the reference's outputs"]
+    out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
+    execution = "float32" if doc.get("kind") == "program" else "coreml-all"
+    problems = []
+    seen = 0
+    for m in doc.get("measurements", []):
+        if m.get("execution") != execution:
+            continue
+        kind = m.get("input")
+        if kind not in out or kind not in ref:
+            problems.append(f"no stored {kind} output for the {kind}/{execution} measurement")
+            continue
+        seen += 1
+        try:
+            again = compare(ref[kind], out[kind])
+        except ContractBroken as exc:
+            problems.append(f"stored {kind} outputs: {exc}")
+            continue
+        met = m.get("metrics") or {}
+        for key in ("signal_energy", "noise_energy", "dot", "candidate_energy"):
+            if not _agree(met.get(key), getattr(again, key)):
+                problems.append(f"{kind}/{execution}: stored {key} {met.get(key)} is not what "
+                                f"the stored outputs give ({getattr(again, key)!r})")
+                break
+    if not seen:
+        problems.append(f"the stored outputs back no {execution} measurement")
+    return problems
+
+
 def snr_series(values: Sequence[Any]) -> list[float]:
     """Stored SNR values (possibly ``"inf"`` strings) as floats, for plotting."""
     return [as_float(v) for v in values]

@@ -41,6 +41,10 @@ class ReferenceRun:
         Input kind -> HF encoder wall time.
     speech_frames : int
         Encoder output frames covered by the fixture's audio (the rest is padding).
+    description : dict
+        What the evidence says about the reference implementation.
+    encoder : transformers WhisperEncoder or None
+        The reference model, kept for op-level attribution (:mod:`verifylib.drift`).
     """
 
     contract: Any
@@ -51,6 +55,7 @@ class ReferenceRun:
     seconds: dict
     speech_frames: int
     description: dict = field(default_factory=dict)
+    encoder: Any = None
 
 
 def fixture_logmel(bundle, audio: np.ndarray, contract) -> np.ndarray:
@@ -62,7 +67,8 @@ def fixture_logmel(bundle, audio: np.ndarray, contract) -> np.ndarray:
         If the audio is longer than the contract's window (it would be cut silently) or the
         features do not have the contract's input shape.
     """
-    fe = bundle.feature_extractor
+    # A bundle (verifylib.model.HFBundle) or the feature extractor itself.
+    fe = getattr(bundle, "feature_extractor", bundle)
     n = contract.mel_width * fe.hop_length
     if audio.shape[0] > n:
         raise ContractBroken(f"fixture audio has {audio.shape[0]} samples; the encoder window "

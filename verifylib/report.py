@@ -32,6 +32,10 @@ def _summary_cell(fragment: str):
     return cell
 
 
+EXPLORE_TAG = "verifylib-explore"
+"""Tag of the stage notebooks' Explore cells (scripts/make_notebooks.py)."""
+
+
 def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
     """Merge the executed stage notebooks of a run into one notebook behind a summary."""
     nb = nbformat.v4.new_notebook()
@@ -48,6 +52,10 @@ def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
             if key in sub.metadata:
                 nb.metadata.setdefault(key, sub.metadata[key])
         for cell in sub.cells:
+            # The Explore cells are a researcher's starting points (they repeat the views
+            # in raw form); the executed notebooks keep them, the report does not.
+            if EXPLORE_TAG in cell.get("metadata", {}).get("tags", []):
+                continue
             # Markdown inside notebooks is ours, but outputs may carry run text: the
             # exporter's sanitizer and the audit template keep both inert.
             _drop_view_styles(cell)
@@ -67,9 +75,9 @@ def _drop_view_styles(cell) -> None:
 
 # Tags our own HTML outputs use; anything else in an output (script, iframe, event
 # attributes) is escaped by bleach, and non-HTML active types (JavaScript, widgets) dropped.
-_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2", "h3", "h4",
-         "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub", "sup",
-         "table", "tbody", "td", "th", "thead", "tr", "ul"]
+_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
+         "h3", "h4", "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub",
+         "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul"]
 _ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"]}
 _STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
            "background-color", "padding", "margin", "width"]
@@ -120,13 +128,52 @@ def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, 
 INDEX = "index.html"
 
 
+INDEX_LOCKS = ".locks"
+"""Folder of the reports folder's lock files (the index page's lock)."""
+
+
+def _index_row(root: Path, name: str, run_dir: Path) -> dict:
+    raw = (run_dir / RECEIPT_FILE).read_bytes()
+    rec = canonical.loads(raw)
+    counts: dict[str, int] = {}
+    for g in rec["gates"]:
+        counts[g["status"]] = counts.get(g["status"], 0) + 1
+    return {"name": name, "verdict": gates.Verdict(rec["verdict"]).value, "counts": counts,
+            "rel": run_dir.relative_to(root).as_posix(), "sha256": canonical.sha256_bytes(raw)}
+
+
+def _index_rows(root: Path, outcomes) -> list[dict]:
+    """One row per published run under ``root`` (``<name>/<run-id>/receipt.json``)."""
+    rows: dict[Path, dict] = {}
+    # This invocation's runs must be listed; an unreadable receipt of theirs is an error.
+    for o in outcomes:
+        rows[Path(o.run_dir).resolve()] = _index_row(root, o.name, Path(o.run_dir))
+    for receipt in root.glob(f"*/*/{RECEIPT_FILE}"):
+        run_dir = receipt.parent
+        if run_dir.parent.name.startswith(".") or run_dir.name.startswith(".") \
+                or run_dir.resolve() in rows:
+            continue
+        try:
+            rows[run_dir.resolve()] = _index_row(root, run_dir.parent.name, run_dir)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # another run's damage is `verifylib verify`'s to report, not the index's
+    return sorted(rows.values(), key=lambda r: (r["name"], r["rel"]))
+
+
 def render_index(outcomes, reports_root: str | Path) -> Path:
-    """Write ``<reports>/index.html``: every model of a batch with its verdict and links.
+    """Write ``<reports>/index.html``: every published run in the reports folder.
+
+    Several ``verifylib run`` processes may share one reports folder and finish in any
+    order, so the page is rebuilt from what is published on disk (every
+    ``<name>/<run-id>/receipt.json``, this invocation's runs included) under the folder's
+    index lock (``<reports>/.locks/index-page.lock``) and replaced atomically: the last
+    writer lists every run, and no process's entry is lost to another's write.
 
     Parameters
     ----------
     outcomes : sequence of RunOutcome
-        The runs of one ``verifylib run`` invocation.
+        The runs of this ``verifylib run`` invocation (listed even if they were
+        published outside the usual layout).
     reports_root : path-like
         The reports folder (links are relative to it).
 
@@ -135,19 +182,13 @@ def render_index(outcomes, reports_root: str | Path) -> Path:
     Path
         The index page, written atomically; self-contained and script-free.
     """
+    from .locks import held
+
     root = Path(reports_root)
-    worst = gates.worst(o.verdict for o in outcomes)
-    rows = []
-    for o in outcomes:
-        raw = (o.run_dir / RECEIPT_FILE).read_bytes()
-        rec = canonical.loads(raw)
-        counts: dict[str, int] = {}
-        for g in rec["gates"]:
-            counts[g["status"]] = counts.get(g["status"], 0) + 1
-        rows.append({"name": o.name, "verdict": o.verdict.value, "counts": counts,
-                     "rel": o.run_dir.relative_to(root).as_posix(),
-                     "sha256": canonical.sha256_bytes(raw)})
-    page = index_view.page(rows, worst.value, REPORT) + "\n"
-    path = root / INDEX
-    canonical.atomic_write_bytes(path, page.encode("utf-8"))
+    with held(root / INDEX_LOCKS, "index", "page", what="the reports index page"):
+        rows = _index_rows(root, outcomes)
+        worst = gates.worst(r["verdict"] for r in rows)
+        page = index_view.page(rows, worst.value, REPORT) + "\n"
+        path = root / INDEX
+        canonical.atomic_write_bytes(path, page.encode("utf-8"))
     return path

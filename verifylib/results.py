@@ -6,6 +6,12 @@ parity candidate's measurements and drift, each clip's transcripts and WER, each
 plan. They are built from the same values the stage wrote as evidence, never re-measured.
 Stages 01 and 02 have no nested results: their ``StageReport.facts`` is a flat table of
 labelled values.
+
+One code path: each stage builds its result (or facts) with this module's
+``*_from_evidence`` function from the evidence files its gates cite, right after writing
+them, and :func:`verifylib.open_run` calls the same function on a published run; every
+file is digest-checked on the way (:func:`judged_evidence`). This module stays light (no
+torch, coremltools or matplotlib): views and notebooks import it.
 """
 
 from __future__ import annotations
@@ -15,12 +21,61 @@ from typing import Any, Mapping
 
 __all__ = [
     "LifecycleSide", "LifecycleSummary", "SanitizerSide", "SanitizerSummary",
-    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult", "ClipResult", "CorpusWer",
-    "WerResult", "PlacementResult",
+    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult",
+    "parity_result_from_evidence", "ClipResult", "CorpusWer",
+    "WerResult", "PlacementResult", "PRIVATE", "WER_FIELDS", "PLAN_VARIANTS", "judged_evidence",
+    "canary_result_from_evidence",
+    "wer_result_from_evidence", "placement_result_from_evidence", "build_facts_from_evidence",
+    "export_facts_from_evidence", "describe_run",
 ]
 
 
+def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str):
+    """The verified evidence of ``gate_id`` if its rule judged it on a file named ``name``.
+
+    The ``*_from_evidence`` builders below read a stage's result through this one door:
+    a gate contributes to the result exactly when its rule judged it (PASS or FAIL) and
+    its record cites the document the stage writes for it. Such evidence is complete (the
+    stage writes it all before the rule judges it, and the rule read it); a gate that did
+    not run, or broke (ERROR, perhaps with partial evidence), contributes nothing. Every
+    cited file is digest-checked before anything is read.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord`.
+    gate_id : str
+        The gate.
+    name : str
+        The evidence name of its main document (``"lifecycle"``, ``"wer"``, ...).
+
+    Returns
+    -------
+    verifylib.evidence.EvidenceView or None
+
+    Raises
+    ------
+    verifylib.evidence.EvidenceError
+        If a cited file is missing or its digest differs from the record.
+    """
+    from pathlib import Path
+
+    from .evidence import EvidenceView
+    from .gates import Status
+
+    rec = records.get(gate_id)
+    if rec is None or rec.status not in (Status.PASS, Status.FAIL) \
+            or not any(r.name == name for r in rec.evidence):
+        return None
+    return EvidenceView(Path(run_dir), rec.evidence, rec.identities)
+
+
 # ----------------------------------------------------------------------------- 03_canary
+
+_SIDES = ("unpatched", "patched")
+"""The two builds of the lifecycle A/B and of ``canary.sanitizer``, in display order."""
 
 @dataclass(frozen=True)
 class LifecycleSide:
@@ -64,6 +119,28 @@ class LifecycleSummary:
     runs_per_side: int
     trigger: str
     sides: Mapping[str, LifecycleSide]
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any]) -> "LifecycleSummary":
+        """Build from the ``lifecycle`` evidence document of ``canary.lifecycle_ab``."""
+        import statistics
+
+        sides = {}
+        for side in _SIDES:
+            s = doc["sides"][side]
+            if not s.get("available"):
+                sides[side] = LifecycleSide(False, reason=s.get("reason", ""))
+                continue
+            walls = [r["wall_s"] for r in s["runs"]]
+            sides[side] = LifecycleSide(True, binary_sha256=s["binary_sha256"],
+                                        counts=dict(s["counts"]),
+                                        wall_s_median=round(statistics.median(walls), 3),
+                                        wall_s_total=round(sum(walls), 3))
+        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
+
+    def outcome_counts(self) -> dict[str, dict[str, int]]:
+        """Build side -> run outcome -> number of runs (available sides only)."""
+        return {side: dict(s.counts) for side, s in self.sides.items() if s.available}
 
 
 @dataclass(frozen=True)
@@ -121,6 +198,34 @@ class SanitizerSummary:
     asan_options: str
     sides: Mapping[str, SanitizerSide]
 
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any]) -> "SanitizerSummary":
+        """Build from the ``sanitizer`` evidence document of ``canary.sanitizer``: per side
+        what each run ended with, and the first report's kind and frames."""
+        import statistics
+        from collections import Counter
+
+        from .sanitizer import Frame
+
+        sides = {}
+        for side in _SIDES:
+            s = doc["sides"][side]
+            if not s.get("available"):
+                sides[side] = SanitizerSide(False, reason=s.get("reason", ""))
+                continue
+            runs = s.get("runs", [])
+            labels = Counter(r["report"]["described"] if r.get("report")
+                             else f"{r['outcome']}, no sanitizer report" for r in runs)
+            first = next((r["report"] for r in runs if r.get("report")), None)
+            frames = tuple(Frame(**f).text() for f in (first or {}).get("frames", []))
+            walls = [r["wall_s"] for r in runs]
+            sides[side] = SanitizerSide(
+                True, binary_sha256=s["binary_sha256"], variant=s["build"]["variant"],
+                outcomes=dict(sorted(labels.items())), kind=first["kind"] if first else None,
+                frames=frames,
+                wall_s_median=round(statistics.median(walls), 3) if walls else None)
+        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), doc["asan_options"], sides)
+
 
 @dataclass(frozen=True)
 class NegativeControl:
@@ -142,6 +247,18 @@ class NegativeControl:
     returncode: int | None
     signal: int | None
     scratch_listing: list[str]
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
+                      stdout: bytes) -> "NegativeControl":
+        """Build from the ``negative`` document and the run's stored streams; the outcome
+        and its explanation are the runtime contract's classifier re-run on them."""
+        from .contracts import classify_negative
+
+        run = doc["run"]
+        c = classify_negative(run, stderr, stdout)
+        return cls(c.outcome, c.detail, run["wall_s"], run["returncode"], run["signal"],
+                   list(doc["scratch_listing"]))
 
     def rows(self) -> list[tuple[str, Any]]:
         """Labelled values for a key/value table, in display order."""
@@ -173,6 +290,18 @@ class PositiveControl:
     measured_encode_ms: float | None
     transcript: str
 
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
+                      stdout: bytes) -> "PositiveControl":
+        """Build from the ``positive`` document and the measured run's stored streams; the
+        outcome is the four-condition classifier re-run on them."""
+        from .contracts import classify_positive
+
+        c = classify_positive(doc["measured"], stderr, stdout)
+        return cls(c.outcome, c.detail, doc["warmup"]["wall_s"], doc["measured"]["wall_s"],
+                   doc["warmup"]["encode_time_ms"], doc["measured"]["encode_time_ms"],
+                   stdout.decode("utf-8", "replace").strip())
+
     def rows(self) -> list[tuple[str, Any]]:
         """Labelled values for a key/value table, in display order."""
         return [("outcome", self.outcome), ("detail", self.detail),
@@ -190,6 +319,43 @@ class CanaryResult:
     sanitizer: SanitizerSummary | None = None
     negative: NegativeControl | None = None
     positive: PositiveControl | None = None
+
+
+def canary_result_from_evidence(run_dir, records: Mapping[str, Any]) -> CanaryResult:
+    """Stage 03's result, read from the evidence its gates cite (digest-checked).
+
+    The stage returns exactly this (built from the files it just wrote), and
+    :func:`verifylib.open_run` builds it the same way from a published run.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least the canary gates).
+
+    Returns
+    -------
+    CanaryResult
+        A canary is None unless its gate was judged (PASS or FAIL; see
+        :func:`judged_evidence`).
+    """
+    out = CanaryResult()
+    v = judged_evidence(run_dir, records, "canary.lifecycle_ab", "lifecycle")
+    if v is not None:
+        out.lifecycle = LifecycleSummary.from_evidence(v.json("lifecycle"))
+    v = judged_evidence(run_dir, records, "canary.sanitizer", "sanitizer")
+    if v is not None:
+        out.sanitizer = SanitizerSummary.from_evidence(v.json("sanitizer"))
+    v = judged_evidence(run_dir, records, "canary.coreml_negative", "negative")
+    if v is not None:
+        out.negative = NegativeControl.from_evidence(
+            v.json("negative"), v.bytes("negative_stderr"), v.bytes("negative_stdout"))
+    v = judged_evidence(run_dir, records, "canary.coreml_positive", "positive")
+    if v is not None:
+        out.positive = PositiveControl.from_evidence(
+            v.json("positive"), v.bytes("measured_stderr"), v.bytes("measured_stdout"))
+    return out
 
 
 # ----------------------------------------------------------------------------- 04_parity
@@ -257,6 +423,12 @@ class ParityCandidate:
         The frozen policy's rules.
     reference_seconds : dict
         Input kind -> HF encoder wall time.
+    attribution : verifylib.drift.Attribution or None
+        Op-level attribution of the drift (program candidates).
+    outputs : mapping or None
+        The candidate's outputs as stored (:class:`verifylib.arrays.ArrayFile`):
+        ``fixture`` and ``random`` (the gated execution) and, for program candidates,
+        ``layer_frame_snr_db`` (one row per residual-stream point, one column per frame).
     """
 
     gate: str
@@ -268,18 +440,99 @@ class ParityCandidate:
     drift: Drift
     policy: Mapping[str, Any]
     reference_seconds: Mapping[str, float]
+    attribution: Any = None
+    outputs: Mapping[str, Any] | None = None
 
 
 @dataclass
 class ParityResult:
-    """Stage 04's result: the reference's description and inputs, and each candidate."""
+    """Stage 04's result: the reference's description and inputs, and each candidate.
+
+    ``reference_outputs`` (:class:`verifylib.arrays.ArrayFile`) holds the Hugging Face
+    encoder's ``fixture`` and ``random`` outputs as stored.
+    """
 
     reference: Mapping[str, Any] | None = None
     inputs: Mapping[str, Any] | None = None
     candidates: dict[str, ParityCandidate] = field(default_factory=dict)
+    reference_outputs: Mapping[str, Any] | None = None
+
+
+REFERENCE_ARRAYS = "reference_outputs"
+"""Evidence name of the Hugging Face outputs (``fixture``, ``random``) every parity gate cites."""
+
+CANDIDATE_ARRAYS = "outputs"
+"""Evidence name of a parity candidate's stored outputs (:attr:`ParityCandidate.outputs`)."""
+
+ATTRIBUTION = "attribution"
+"""Evidence name of a program candidate's op-level attribution."""
+
+PARITY_GATES = ("parity.program", "parity.runtime", "parity.program_fp16",
+                "parity.runtime_fp16")
+
+
+def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityResult:
+    """Stage 04's result, read from the evidence its gates cite (digest-checked).
+
+    The stage builds its own result with this function right after writing the evidence,
+    and :func:`verifylib.open_run` builds it the same way from a published run, so both
+    show the same thing. Arrays are not read here: they load lazily, digest-bound
+    (:class:`verifylib.arrays.ArrayFile`).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least the parity gates).
+
+    Returns
+    -------
+    ParityResult
+        One candidate per parity gate its rule judged (PASS or FAIL), see
+        :func:`judged_evidence`.
+    """
+    from pathlib import Path
+
+    from .arrays import ArrayFile
+    from .drift import Attribution
+
+    run_dir = Path(run_dir)
+    result = ParityResult()
+    for gid in PARITY_GATES:
+        view = judged_evidence(run_dir, records, gid, "parity")
+        if view is None:
+            continue
+        rec = records[gid]
+        doc = view.json("parity")
+        drift = view.json("drift") if view.has("drift") else {}
+        att = Attribution.from_dict(view.json(ATTRIBUTION)) if view.has(ATTRIBUTION) else None
+        refs = {r.name: r for r in rec.evidence}
+        outputs = (ArrayFile(run_dir / refs[CANDIDATE_ARRAYS].path,
+                             refs[CANDIDATE_ARRAYS].sha256)
+                   if CANDIDATE_ARRAYS in refs else None)
+        if REFERENCE_ARRAYS in refs and result.reference_outputs is None:
+            result.reference_outputs = ArrayFile(run_dir / refs[REFERENCE_ARRAYS].path,
+                                                 refs[REFERENCE_ARRAYS].sha256)
+        reference = doc.get("reference") or {}
+        result.reference = result.reference or reference
+        result.inputs = result.inputs or doc.get("inputs")
+        result.candidates[gid] = ParityCandidate(
+            gid, doc.get("variant"), doc.get("kind"), rec.status.value, rec.reason.detail,
+            list(doc.get("measurements", [])), Drift.from_evidence(drift),
+            dict((doc.get("policy") or {}).get("rules") or {}),
+            dict(reference.get("seconds") or {}), attribution=att, outputs=outputs)
+    return result
 
 
 # ----------------------------------------------------------------------------- 05_wer
+
+PRIVATE = "(not public)"
+"""What a non-public clip shows instead of its texts (runs persist only its counts)."""
+
+WER_FIELDS = ("wer_source", "wer_ggml", "wer_hybrid", "wer_pairwise")
+"""The per-clip WER fields of :class:`ClipResult`, for :meth:`WerResult.ranked`."""
+
 
 @dataclass(frozen=True)
 class ClipResult:
@@ -313,6 +566,43 @@ class ClipResult:
     wer_hybrid: float | None
     wer_pairwise: float
 
+    @classmethod
+    def from_evidence(cls, clip: Mapping[str, Any], hybrid: Mapping[str, Any] | None = None,
+                      hybrid_stdout: bytes | None = None) -> "ClipResult":
+        """Build from one clip of the ``wer`` document (and of the ``hybrid`` one).
+
+        Parameters
+        ----------
+        clip : mapping
+            The clip's entry in ``wer.ggml_vs_source``'s ``wer`` document: edit counts
+            (``source``, ``ggml``, ``pairwise``) and, for a public clip, the raw texts.
+        hybrid : mapping, optional
+            The clip's entry in ``wer.hybrid``'s ``hybrid`` document, when that gate ran.
+        hybrid_stdout : bytes, optional
+            The hybrid run's stored stdout (public clips only): its transcript.
+        """
+        from .scoring import WordCounts
+
+        src, ggml, pair = (WordCounts(**clip[k]) for k in ("source", "ggml", "pairwise"))
+        hyb = WordCounts(**hybrid["hybrid"]) if hybrid is not None else None
+        public = bool(clip["public"])
+        if hyb is None:
+            hybrid_text = None
+        elif public:
+            hybrid_text = " ".join((hybrid_stdout or b"").decode("utf-8", "replace").split())
+        else:
+            hybrid_text = PRIVATE
+        return cls(
+            id=clip["id"], public=public, words=src.ref_words,
+            counts={"source": src.as_dict(), "ggml": ggml.as_dict(),
+                    "hybrid": None if hyb is None else hyb.as_dict()},
+            # Runs before raw_reference was stored kept only the normalized reference.
+            reference=clip.get("raw_reference", clip["reference"]) if public else PRIVATE,
+            source=clip["raw_source"] if public else PRIVATE,
+            ggml=clip["raw_ggml"] if public else PRIVATE,
+            hybrid=hybrid_text, wer_source=src.wer, wer_ggml=ggml.wer,
+            wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer)
+
 
 @dataclass(frozen=True)
 class CorpusWer:
@@ -330,6 +620,60 @@ class WerResult:
     clips: list[ClipResult] = field(default_factory=list)
     corpus: CorpusWer | None = None
 
+    def ranked(self, key: str = "wer_ggml", *, worst_first: bool = True) -> list[ClipResult]:
+        """The clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
+
+        Raises
+        ------
+        verifylib.errors.ParametersInvalid
+            If ``key`` is not one of :data:`WER_FIELDS`.
+        """
+        if key not in WER_FIELDS:
+            from .errors import ParametersInvalid
+            raise ParametersInvalid(f"no per-clip WER field {key!r}; use one of {WER_FIELDS}")
+        have = [c for c in self.clips if getattr(c, key) is not None]
+        return (sorted(have, key=lambda c: getattr(c, key), reverse=worst_first)
+                + [c for c in self.clips if getattr(c, key) is None])
+
+
+def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult | None:
+    """Stage 05's result, read from the evidence its gates cite (digest-checked).
+
+    The stage returns exactly this (built from the files it just wrote), and
+    :func:`verifylib.open_run` builds it the same way from a published run. A non-public
+    clip shows :data:`PRIVATE` for every text, with its edit counts and WERs.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least the WER gates).
+
+    Returns
+    -------
+    WerResult or None
+        None unless ``wer.ggml_vs_source`` was judged (PASS or FAIL).
+    """
+    from .scoring import corpus_wer
+
+    v = judged_evidence(run_dir, records, "wer.ggml_vs_source", "wer")
+    if v is None:
+        return None
+    clips = v.json("wer")["clips"]
+    hv = judged_evidence(run_dir, records, "wer.hybrid", "hybrid")
+    hybrid = {c["id"]: c for c in hv.json("hybrid")["clips"]} if hv is not None else {}
+
+    def stdout(cid: str) -> bytes | None:
+        name = f"hybrid_stdout_{cid}"
+        return hv.bytes(name) if hv is not None and hv.has(name) else None
+
+    return WerResult(
+        [ClipResult.from_evidence(c, hybrid.get(c["id"]), stdout(c["id"])) for c in clips],
+        CorpusWer(corpus_wer([c["source"] for c in clips]),
+                  corpus_wer([c["ggml"] for c in clips]),
+                  corpus_wer([c["pairwise"] for c in clips])))
+
 
 # ----------------------------------------------------------------------------- 06_placement
 
@@ -345,3 +689,183 @@ class PlacementResult:
     """
 
     plans: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def device_share(self, variant: str = "fp32") -> dict[str, float]:
+        """Preferred device -> its share of the plan's estimated cost, for one variant.
+
+        Raises
+        ------
+        KeyError
+            If the variant has no plan.
+        """
+        plan = self.plans[variant]
+        total = plan["cost_sum"] or 1.0
+        return {dev: cost / total for dev, cost in sorted(plan["cost_by_device"].items())}
+
+
+PLAN_VARIANTS = ("fp32", "fp16")
+"""Variants ``placement.plan`` may have planned, in display order."""
+
+
+def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> PlacementResult | None:
+    """Stage 06's result, read from the evidence ``placement.plan`` cites (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least ``placement.plan``).
+
+    Returns
+    -------
+    PlacementResult or None
+        None unless the gate was judged (PASS or FAIL).
+    """
+    v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
+    if v is None:
+        return None
+    return PlacementResult({variant: v.json(f"plan_{variant}") for variant in PLAN_VARIANTS
+                            if v.has(f"plan_{variant}")})
+
+
+# ----------------------------------------------------------------------------- 01_build, 02_export
+
+def describe_run(record: Mapping[str, Any]) -> str:
+    """How a recorded run ended, in the words of :meth:`verifylib.runner.RunResult.describe`."""
+    if record.get("timed_out"):
+        return f"timed out after {record['wall_s']:.1f}s"
+    if record.get("signal"):
+        return f"killed by {record['signal']} (return code {record['returncode']})"
+    return f"exit {record['returncode']}"
+
+
+def _system_info_line(text: str) -> str | None:
+    from .contracts import SYSTEM_INFO_PREFIX
+
+    return next((line.strip() for line in text.splitlines() if SYSTEM_INFO_PREFIX in line), None)
+
+
+def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
+                              sidecars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Stage 01's facts table, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least the build gates).
+    sidecars : mapping, optional
+        ``"unpatched"`` / ``"asan"`` -> the :class:`verifylib.evidence.EvidenceRef` of the
+        stage's two sidecars (``unpatched_build.json``, ``asan_builds.json`` of
+        :mod:`verifylib.artifacts`). No gate cites them; the stage passes the references
+        it wrote, a published run the digests its receipt lists.
+
+    Returns
+    -------
+    dict
+        Label -> value, in display order: the source folder, the GGML build, the unpatched
+        and AddressSanitizer builds, the Core ML build (each when it was built).
+    """
+    from pathlib import Path
+
+    from .evidence import EvidenceView
+
+    facts: dict[str, Any] = {}
+    v = judged_evidence(run_dir, records, "build.source_identity", "source")
+    if v is not None:
+        facts["source"] = v.json("source")["path"]
+    v = judged_evidence(run_dir, records, "build.ggml", "build")
+    if v is not None:
+        ev = v.json("build")
+        if ev.get("built"):
+            facts.update({"binary": ev["binary"], "sha256": ev["sha256"], "cached": ev["cached"],
+                          "build_seconds": ev["seconds"],
+                          "system_info": ev["probe"]["system_info_line"] or "(absent)",
+                          "compiler": ev["compiler"]})
+    refs = {k: r for k, r in (sidecars or {}).items() if r is not None}
+    side = EvidenceView(Path(run_dir), list(refs.values())) if refs else None
+    if "unpatched" in refs:
+        ev = side.json(refs["unpatched"].name)
+        if ev["built"]:
+            facts.update({"unpatched binary (lifecycle A/B only)": ev["binary"],
+                          "unpatched sha256": ev["sha256"], "unpatched cached": ev["cached"],
+                          "unpatched build_seconds": ev["seconds"]})
+        else:
+            facts["unpatched build"] = f"failed: {ev['error']}"
+    if "asan" in refs:
+        builds = side.json(refs["asan"].name)
+        for name in _SIDES:
+            if name not in builds:
+                continue
+            ev, label = builds[name], f"{name} ASan (canary.sanitizer only)"
+            if ev["built"]:
+                facts.update({f"{label} sha256": ev["sha256"],
+                              f"{label} build_seconds": ev["seconds"],
+                              f"{label} cached": ev["cached"]})
+            else:
+                facts[f"{label} build"] = f"failed: {ev['error']}"
+    v = judged_evidence(run_dir, records, "build.coreml", "coreml_build")
+    if v is not None:
+        ev = v.json("coreml_build")
+        if ev.get("built"):
+            facts.update({"Core ML binary": ev["binary"], "Core ML sha256": ev["sha256"],
+                          "Core ML build_seconds": ev["seconds"],
+                          "whisper-bench system_info":
+                              _system_info_line(v.text("bench_stderr")) or "(absent)"})
+    return facts
+
+
+def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> dict[str, Any]:
+    """Stage 02's facts table, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.GateRecord` (at least the export gates).
+
+    Returns
+    -------
+    dict
+        Label -> value, in display order: the model and ``ggml-model.bin``, the encoder
+        contract and build facts, each variant's package, and each compiled encoder.
+    """
+    facts: dict[str, Any] = {}
+    v = judged_evidence(run_dir, records, "export.ggml_model", "ggml")
+    if v is not None:
+        m, g = v.json("model"), v.json("ggml")
+        facts.update({"model kind": m["kind"], "model source digest": m["source_digest"],
+                      "Hugging Face folder": m["hf_dir"],
+                      "ggml-model.bin": f"{g['sha256']} ({g['bytes']} bytes)",
+                      "hyper-parameters": g["hparams"],
+                      "load probe": f"{describe_run(g['probe'])} in "
+                                    f"{g['probe']['wall_s']:.2f} s"})
+    v = judged_evidence(run_dir, records, "export.contract", "contract")
+    if v is not None:
+        doc = v.json("contract")
+        c, b = doc["contract"], doc["build"]
+        facts.update({
+            "encoder contract": (f"{c['input']['name']} float32 {c['input']['shape']} -> "
+                                 f"{c['output']['name']} float32 {c['output']['shape']} "
+                                 f"(from {doc['config']})"),
+            "coremltools / torch": f"{b['coremltools']} / {b['torch']}",
+            "torch-above-tested warning": " ".join(b["torch_version_warning"]) or "none",
+            "trace": f"{b['trace_seconds']:.2f} s",
+        })
+        for r in doc["variants"]:
+            state = (f"placed, tree digest {r['tree_digest']}" if r["placed"]
+                     else f"NOT placed: {'; '.join(r['problems']) or 'another variant failed'}")
+            facts[f"{r['precision']} package"] = (
+                f"{r['path']}: converted in {r['conversion']['seconds']:.2f} s, computes "
+                f"{'/'.join(r['description']['compute_dtypes'])}; {state}")
+        for k, c in doc["model_copies"].items():
+            facts[k] = f"{c['how']} of {c['from']} (sha256 {c['sha256']})"
+    v = judged_evidence(run_dir, records, "export.compile", "compile")
+    if v is not None:
+        for e in v.json("compile")["variants"]:
+            facts[f"{e['precision']} .mlmodelc"] = (f"{e['placed_path']} (tree {e['tree_digest']}) "
+                                                    f"in {e['coremlc']['wall_s']:.1f} s")
+    return facts

@@ -21,7 +21,9 @@ from . import sanitizer as _sanitizer
 from . import source as _source
 from .canonical import is_sha256, sha256_bytes as canonical_sha
 from .gates import Judgement, Status
-from .parity import POLICY_OF_VARIANT, judge_parity
+from .drift import check_document
+from .parity import POLICY_OF_VARIANT, judge_parity, stored_outputs_problems
+from .results import ATTRIBUTION
 from .placement import judge_plan
 from .scoring import judge_ggml_vs_source, judge_hybrid, load_policy
 
@@ -815,6 +817,9 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
         doc = ev.json("parity")
         if ev.has("drift") and not isinstance(ev.json("drift"), Mapping):
             problems.append("the drift record is not a mapping")
+        problems += stored_outputs_problems(doc, ev)
+        if ev.has(ATTRIBUTION):
+            problems += [f"attribution: {p}" for p in check_document(ev.json(ATTRIBUTION))]
         if problems:
             return Judgement(Status.FAIL, "; ".join(problems))
         return judge_parity(doc, policy_id, kind)

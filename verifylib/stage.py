@@ -62,9 +62,20 @@ def error_filename(gate_id: str) -> str:
 
 
 def new_run_id() -> str:
-    """Return a sortable, unique run id such as ``20261130T062000Z-3f9a``."""
+    """Return a sortable run id such as ``20261130T062000Z-3f9a07c2``.
+
+    The UTC second sorts runs by start; the 32 random bits tell apart runs of one model
+    started in the same second (several ``verifylib run`` processes on one reports
+    folder). Uniqueness is not left to chance: ``verifylib run`` reserves the id
+    exclusively in the model's staging area and draws again on a clash.
+
+    Returns
+    -------
+    str
+        ``<YYYYmmddTHHMMSSZ>-<8 hex digits>``.
+    """
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{now}-{secrets.token_hex(2)}"
+    return f"{now}-{secrets.token_hex(4)}"
 
 
 def package_versions() -> dict[str, str]:
@@ -80,7 +91,8 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> dict:
+def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
+                 executor: dict | None = None) -> dict:
     """Create a run directory's ``run.json`` unless it exists, and return its content.
 
     Parameters
@@ -91,6 +103,10 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> di
         Validated parameters; a run directory belongs to one parameter set.
     run_id : str, optional
         Id to record; defaults to the folder name.
+    executor : dict, optional
+        How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
+        :mod:`verifylib.executors` describes it; recorded as ``executor``. A notebook run
+        by hand records none. Covered by the receipt like the rest of ``run.json``.
 
     Returns
     -------
@@ -122,6 +138,7 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None) -> di
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": detect().as_record(),
         "packages": package_versions(),
+        **({"executor": dict(executor)} if executor is not None else {}),
     }
     canonical.write_json(path, rec)
     return rec

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..canonical import dumps, publish_dir, read_json, sha256_bytes, sha256_file, write_json
 from ..errors import SourceFailure
+from ..locks import LOCKS_DIR, held, produce_once
 from ..runner import CommandError, RunResult, run
 from .pins import GIT_OID_RE, Pin, _check_rel_path
 
@@ -445,6 +446,12 @@ def obtain_source(spec: SourceSpec, cache_dir: Path, *,
     specs (an exact sdist version, a commit id, an archive's digest) to their entry; a
     ``folder`` spec is copied every time because a local folder can change.
 
+    Concurrent processes on one cache fetch a spec once: the fetch runs under the spec's
+    lock (``cache_dir/locks/source-<spec-key>.lock``) and a process that waited for it
+    reuses the entry the holder published. A folder already published under the same tree
+    id is never replaced while it still hashes to that id (another process may be
+    building from it); only a damaged one is.
+
     Parameters
     ----------
     spec : SourceSpec
@@ -479,27 +486,76 @@ def obtain_source(spec: SourceSpec, cache_dir: Path, *,
         if not spec.path.is_dir():
             raise SourceError(f"folder not found: {spec.path}")
 
-    index_path = None
-    if spec.kind != "folder":
-        key = _spec_key(spec, {"archive_sha256": archive_sha} if archive_sha else {})
-        index_path = sources / "index" / f"{key}.json"
-        if index_path.is_file():
-            try:
-                entry = read_json(index_path)
-                recorded = entry["tree_id"]
-                origin = dict(entry["origin"])
-            except (ValueError, KeyError, TypeError):
-                recorded, origin = None, {}
-            if isinstance(recorded, str) and GIT_OID_RE.match(recorded):
-                folder = sources / recorded
-                if folder.is_dir():
-                    tree = git_tree_id(folder)
-                    if tree == recorded:
-                        log(f"source {tree} from cache ({folder})")
-                        return SourceTree(path=folder, tree_id=tree, origin=origin, cached=True)
-                    # A corrupted entry is refetched rather than trusted or half-used.
-                    log(f"cached source {folder} hashes to {tree}, not {recorded}: refetching")
+    if spec.kind == "folder":
+        # A local folder can change between runs, so it is copied every time; only the
+        # publication of its tree id is shared (and locked) in _publish_tree.
+        return _fetch_and_publish(spec, cache_dir, archive_sha, None, log)
+    key = _spec_key(spec, {"archive_sha256": archive_sha} if archive_sha else {})
+    index_path = sources / "index" / f"{key}.json"
+    reported: set[str] = set()
 
+    def check() -> SourceTree | None:
+        if not index_path.is_file():
+            return None
+        try:
+            entry = read_json(index_path)
+            recorded = entry["tree_id"]
+            origin = dict(entry["origin"])
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+        if not (isinstance(recorded, str) and GIT_OID_RE.match(recorded)):
+            return None
+        folder = sources / recorded
+        if not folder.is_dir():
+            return None
+        tree = git_tree_id(folder)
+        if tree == recorded:
+            log(f"source {tree} from cache ({folder})")
+            return SourceTree(path=folder, tree_id=tree, origin=origin, cached=True)
+        # A corrupted entry is refetched rather than trusted or half-used.
+        if tree not in reported:  # checked once before and once under the lock
+            reported.add(tree)
+            log(f"cached source {folder} hashes to {tree}, not {recorded}: refetching")
+        return None
+
+    # One process fetches a given spec at a time; the others wait and then find it in the
+    # index (the sdist is downloaded once, not once per concurrent audit).
+    return produce_once(cache_dir / LOCKS_DIR, "source", key, check=check,
+                        produce=lambda: _fetch_and_publish(spec, cache_dir, archive_sha,
+                                                           index_path, log),
+                        what=f"source {_describe_spec(spec)}", log=log)
+
+
+def _describe_spec(spec: SourceSpec) -> str:
+    return spec.package or (f"{spec.url}@{spec.commit[:12]}" if spec.commit else None) \
+        or str(spec.path)
+
+
+def _publish_tree(root: Path, sources: Path, tree: str, cache_dir: Path,
+                  log: Callable[[str], None]) -> tuple[Path, bool]:
+    """Publish a fetched folder as ``sources/<tree>`` unless an intact one is there.
+
+    Two different specs (an sdist and a git commit, or two folder copies) can yield the
+    same tree, and another process may be building from that folder right now, so an
+    existing folder that still hashes to ``tree`` is kept and reused, never replaced;
+    only a damaged one is. The check and the rename happen under the tree's lock.
+
+    Returns
+    -------
+    (Path, bool)
+        The published folder and whether an existing one was reused.
+    """
+    final = sources / tree
+    with held(cache_dir / LOCKS_DIR, "source-tree", tree, what=f"source tree {tree}", log=log):
+        if final.is_dir() and git_tree_id(final) == tree:
+            return final, True
+        return publish_dir(root, final), False
+
+
+def _fetch_and_publish(spec: SourceSpec, cache_dir: Path, archive_sha: str | None,
+                       index_path: Path | None, log: Callable[[str], None]) -> SourceTree:
+    """Fetch ``spec`` into a private staging folder, identify it and publish it."""
+    sources = cache_dir / "sources"
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=sources))
     try:
         if spec.kind == "pypi-sdist":
@@ -517,15 +573,15 @@ def obtain_source(spec: SourceSpec, cache_dir: Path, *,
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             origin["removed_dot_git"] = True
         tree = git_tree_id(root)
-        final = publish_dir(root, sources / tree)
+        final, reused = _publish_tree(root, sources, tree, cache_dir, log)
     except (CommandError, OSError) as exc:
         raise SourceError(f"cannot obtain {spec.to_dict()}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if index_path is not None:
         write_json(index_path, {"tree_id": tree, "origin": origin})
-    log(f"source {tree} obtained ({final})")
-    return SourceTree(path=final, tree_id=tree, origin=origin, cached=False)
+    log(f"source {tree} obtained ({final}{', identical to the cached folder' if reused else ''})")
+    return SourceTree(path=final, tree_id=tree, origin=origin, cached=reused)
 
 
 # ----------------------------------------------------------------------------- evidence

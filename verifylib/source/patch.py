@@ -1,7 +1,9 @@
 """Applying a pin's compatibility patch, and proving the tree carries exactly that patch.
 
 The pristine source is copied into a fresh git work tree, committed, and the patch file's
-bytes are applied. Checks made before and after a build compare the tree with its pin: the
+bytes are applied; the work tree is named by its content (pristine tree id and patch
+digest) and shared by concurrent runs, which reuse it only while it is exactly that
+content. Checks made before and after a build compare the tree with its pin: the
 diff is the patch file byte for byte and ``git status`` lists only the touched paths,
 ignored files included. :func:`judge_patch_exact` re-judges that evidence from plain
 JSON-able dicts, so ``verifylib verify`` needs no source tree.
@@ -14,10 +16,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from ..canonical import is_sha256, publish_dir, sha256_bytes
+from ..canonical import dumps, is_sha256, publish_dir, sha256_bytes
 from ..errors import SourceFailure
+from ..locks import LOCKS_DIR, produce_once
 from ..gates import Judgement
 from ..runner import CommandError
 from .fetch import _copy_tree, _git
@@ -54,9 +57,59 @@ class PatchedTree:
     head_commit: str
 
 
+_WORK_KEY_SCHEMA = "verifylib-patched-work-tree-v1"
+
+
+def work_tree_key(tree_id: str, patch_sha256: str) -> str:
+    """Content key of a patched work tree: what decides its bytes.
+
+    Parameters
+    ----------
+    tree_id : str
+        Git tree id of the pristine source.
+    patch_sha256 : str
+        SHA-256 of the patch bytes applied to it.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
+    return sha256_bytes(dumps({"schema": _WORK_KEY_SCHEMA, "tree_id": tree_id,
+                               "patch_sha256": patch_sha256}))
+
+
+def _reusable(final: Path, pin: Pin, expected: str, patch: bytes) -> tuple[str, str] | None:
+    """(HEAD tree, HEAD commit) of an existing work tree that is exactly pristine + patch."""
+    if not (final / ".git").is_dir():
+        return None
+    try:
+        check = check_patch_exact(final, pin)
+        head = _git(["rev-parse", "--verify", "HEAD"], git_dir=final / ".git", work_tree=final,
+                    cwd=final).stdout_text.strip()
+    except (PatchError, CommandError, OSError):
+        return None
+    # The declared digest is not consulted here: the stage's own checks judge it. Reuse
+    # needs only that the folder holds these very bytes on this very base.
+    if (check.head_tree == expected and check.diff_equals_patch
+            and sha256_bytes(patch) == check.patch_file_sha256
+            and check.status_lines == check.expected_status_lines):
+        return check.head_tree, head
+    return None
+
+
 def prepare_patched_tree(pristine: Path, pin: Pin, work_root: Path, *, name: str | None = None,
-                         expected_tree: str | None = None) -> PatchedTree:
-    """Copy a pristine tree into a fresh git work tree and apply the pin's patch.
+                         expected_tree: str | None = None,
+                         log: Callable[[str], None] = print) -> PatchedTree:
+    """Copy a pristine tree into a git work tree and apply the pin's patch (or reuse one).
+
+    The work tree is content-addressed: by default it is
+    ``work_root/<pin>-<work_tree_key>``, named after the pristine tree id and the patch
+    bytes, so two builds of different sources never share a folder. Any number of
+    processes may call this at once: the check and the preparation run under the key's
+    lock (``work_root/../locks/work-<key>.lock``), and a tree that is already exactly
+    pristine + patch (another process may be building from it) is reused, never replaced.
+    Only a damaged one is replaced, and only once the new one is complete.
 
     Parameters
     ----------
@@ -66,17 +119,18 @@ def prepare_patched_tree(pristine: Path, pin: Pin, work_root: Path, *, name: str
     pin : Pin
         The pin whose patch is applied.
     work_root : Path
-        Parent folder of the work tree.
+        Parent folder of the work tree (``<cache>/work`` in a run).
     name : str, optional
-        Work tree folder name; default ``"<pin>-patched"``. An existing folder of that
-        name is replaced only once the new one is complete.
+        Work tree folder name; default ``"<pin>-<key>"`` as above.
     expected_tree : str, optional
         Tree id HEAD must have; default the pin's tree.
+    log : callable
+        Receives progress lines (only while waiting for another process's lock).
 
     Returns
     -------
     PatchedTree
-        The published work tree.
+        The published (or reused) work tree.
 
     Raises
     ------
@@ -87,9 +141,34 @@ def prepare_patched_tree(pristine: Path, pin: Pin, work_root: Path, *, name: str
     """
     pristine = Path(pristine)
     work_root = Path(work_root)
-    work_root.mkdir(parents=True, exist_ok=True)
-    final = work_root / (name or f"{pin.name}-patched")
     expected = expected_tree or pin.tree
+    try:
+        patch = pin.patch_bytes()
+    except OSError as exc:
+        raise PatchError(f"pin {pin.name}: cannot read patch {pin.patch_path}: {exc}") from exc
+    key = work_tree_key(expected, sha256_bytes(patch))
+    final = work_root / (name or f"{pin.name}-{key}")
+
+    def check() -> PatchedTree | None:
+        hit = _reusable(final, pin, expected, patch)
+        if hit is None:
+            return None
+        return PatchedTree(path=final, base_tree=hit[0], patch_sha256=sha256_bytes(patch),
+                           pin_name=pin.name, head_commit=hit[1])
+
+    # The lock lives beside the work root (``<cache>/locks`` for ``<cache>/work``), keyed
+    # by the folder it guards, so a custom ``name`` gets its own lock.
+    lock_key = key if name is None else sha256_bytes(dumps({"key": key, "name": name}))
+    return produce_once(work_root.parent / LOCKS_DIR, "work", lock_key, check=check,
+                        produce=lambda: _prepare(pristine, pin, work_root, final, expected,
+                                                 patch),
+                        what=f"patched work tree {final.name}", log=log)
+
+
+def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: str,
+             patch: bytes) -> PatchedTree:
+    """Make the work tree in a staging folder and publish it as ``final``."""
+    work_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{pin.name}-", dir=work_root))
     try:
         tree_dir = staging / "tree"
@@ -109,10 +188,6 @@ def prepare_patched_tree(pristine: Path, pin: Pin, work_root: Path, *, name: str
         if head_tree != expected:
             raise PatchError(f"pin {pin.name}: pristine source {pristine} has tree {head_tree}, "
                              f"expected {expected}; refusing to patch a different tree")
-        try:
-            patch = pin.patch_bytes()
-        except OSError as exc:
-            raise PatchError(f"pin {pin.name}: cannot read patch {pin.patch_path}: {exc}") from exc
         # The bytes hashed are the bytes applied: git reads the patch from stdin.
         res = _git(["apply", "-"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir,
                    stdin=patch, check=False)

@@ -26,26 +26,18 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .. import contracts
-from ..artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR,
+from ..artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR, source_spec,
                          cache_dir)
 from ..canonical import read_json
 from ..gates import Status
 from ..params import Params
+from ..results import build_facts_from_evidence
 from ..runner import RunResult, run_record
 from ..stage import StageContext, StageReport
 from .. import build as _build
 from .. import source as _source
 
 STAGE = "01_build"
-
-
-def _source_spec(params: Params) -> "_source.SourceSpec":
-    src = params.runtime.source
-    if src["kind"] == "git":
-        src.setdefault("commit", _source.load_pins()[params.runtime.pin].commit)
-    if "path" in src:
-        src["path"] = str(params.resolve(src["path"]))
-    return _source.SourceSpec(**src)
 
 
 def build_options(params: Params) -> dict:
@@ -76,13 +68,12 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     g = ctx.begin("build.source_identity")
     if g:
         with g:
-            st = _source.obtain_source(_source_spec(params), cache, log=print)
+            st = _source.obtain_source(source_spec(params), cache, log=print)
             computed = _source.git_tree_id(st.path)
             evidence = _source.source_evidence(pin, computed, st)
             ref = ctx.write_json("source", evidence)
             rec = g.judge([ref], {"runtime.pin": pin.name, "runtime.commit": pin.commit,
                                   "runtime.tree": computed})
-            ctx.facts["source"] = str(st.path)
             if rec.status is Status.PASS:
                 tree = st
     build_result = build_error = patched = None
@@ -130,11 +121,6 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 ev = _build.build_evidence(build_result, probe)
                 refs.append(ctx.write_json("build", ev))
                 g.judge(refs, {"binary.ggml.sha256": build_result.sha256})
-                ctx.facts.update({
-                    "binary": str(build_result.binary), "sha256": build_result.sha256,
-                    "cached": build_result.cached, "build_seconds": build_result.seconds,
-                    "system_info": probe.system_info_line or "(absent)",
-                    "compiler": build_result.compiler})
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
                         jobs=params.runtime.jobs)
@@ -156,18 +142,24 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             except _build.BuildError as exc:
                 # A Core ML build that does not build is this gate's FAIL, with its log tail.
                 g.judge([ctx.write_json("coreml_build", {"built": False, "error": str(exc)})])
-                return ctx.finish()
+                return _finish(ctx)
             after = _source.check_patch_exact(patched.path, pin)
             probe = _build.probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
             refs, ids = write_coreml_evidence(
                 ctx, cli, bench, probe, patch_after_problems=list(after.problems),
                 ggml_key=build_result.key if build_result is not None else None)
             g.judge(refs, ids)
-            ctx.facts.update({"Core ML binary": str(cli.binary), "Core ML sha256": cli.sha256,
-                              "Core ML build_seconds": cli.seconds,
-                              "whisper-bench system_info": _build.parse_system_info(
-                                  probe.stderr_text)[0] or "(absent)"})
-    return ctx.finish()
+    return _finish(ctx)
+
+
+def _finish(ctx: StageContext) -> StageReport:
+    """Close the stage; its facts table comes from the files the gates cite and the two
+    sidecars, read back exactly as :func:`verifylib.open_run` reads a published run."""
+    report = ctx.finish()
+    sidecars = {role: next((r for r in ctx.written if r.name == name), None)
+                for role, name in (("unpatched", UNPATCHED_SIDECAR), ("asan", ASAN_SIDECAR))}
+    report.facts = build_facts_from_evidence(ctx.run_dir, ctx.records, sidecars)
+    return report
 
 
 # ----------------------------------------------------------------------------- unpatched build
@@ -206,11 +198,6 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
     ctx.write_json(UNPATCHED_SIDECAR, ev)
     if ev["built"]:
         ctx.identity(UNPATCHED_IDENTITY, ev["sha256"])
-        ctx.facts.update({"unpatched binary (lifecycle A/B only)": ev["binary"],
-                          "unpatched sha256": ev["sha256"], "unpatched cached": ev["cached"],
-                          "unpatched build_seconds": ev["seconds"]})
-    else:
-        ctx.facts["unpatched build"] = f"failed: {ev['error']}"
     return ev
 
 
@@ -286,14 +273,8 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         out[side] = _sidecar_record(res)
     ctx.write_json(ASAN_SIDECAR, out)
     for side, ev in out.items():
-        label = f"{side} ASan (canary.sanitizer only)"
         if ev["built"]:
             ctx.identity(ASAN_SIDES[side][1], ev["sha256"])
-            ctx.facts.update({f"{label} sha256": ev["sha256"],
-                              f"{label} build_seconds": ev["seconds"],
-                              f"{label} cached": ev["cached"]})
-        else:
-            ctx.facts[f"{label} build"] = f"failed: {ev['error']}"
     return out
 
 

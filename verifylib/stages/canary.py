@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from collections import Counter
@@ -43,8 +42,8 @@ from .. import contracts
 from ..canonical import sha256_file, tree_digest
 from ..evidence import EvidenceRef
 from ..params import Params
-from ..results import (CanaryResult, LifecycleSide, LifecycleSummary, NegativeControl,
-                       PositiveControl, SanitizerSide, SanitizerSummary)
+from ..results import (CanaryResult, LifecycleSummary, NegativeControl, PositiveControl,
+                       SanitizerSummary, canary_result_from_evidence)
 from ..rules import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SANITIZER_SCHEMA, SIDES,
                      _stream_name, asan_stream_name)
 from .. import sanitizer as _sanitizer
@@ -171,7 +170,7 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
     ids = {"binary.ggml.sha256": meta["patched"]["binary_sha256"]}
     if meta["unpatched"]["available"]:
         ids["binary.ggml_unpatched.sha256"] = meta["unpatched"]["binary_sha256"]
-    _result(ctx).lifecycle = lifecycle_summary(doc)
+    _result(ctx).lifecycle = LifecycleSummary.from_evidence(doc)
     return refs, ids
 
 
@@ -179,32 +178,6 @@ def _result(ctx: StageContext) -> CanaryResult:
     if ctx.result is None:
         ctx.result = CanaryResult()
     return ctx.result
-
-
-def lifecycle_summary(doc: Mapping) -> LifecycleSummary:
-    """Per side: availability, digest, outcome counts and wall times, for display.
-
-    Parameters
-    ----------
-    doc : mapping
-        The ``lifecycle`` evidence document.
-
-    Returns
-    -------
-    LifecycleSummary
-    """
-    sides = {}
-    for side in SIDES:
-        s = doc["sides"][side]
-        if not s.get("available"):
-            sides[side] = LifecycleSide(False, reason=s.get("reason", ""))
-            continue
-        walls = [r["wall_s"] for r in s["runs"]]
-        sides[side] = LifecycleSide(True, binary_sha256=s["binary_sha256"],
-                                    counts=dict(s["counts"]),
-                                    wall_s_median=round(statistics.median(walls), 3),
-                                    wall_s_total=round(sum(walls), 3))
-    return LifecycleSummary(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
 
 
 # ----------------------------------------------------------------------------- ASan canary
@@ -284,40 +257,8 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
     refs += [ctx.write_bytes(asan_stream_name(sha), data, f"{asan_stream_name(sha)}.txt")
              for sha, data in sorted(streams.items())]
     ids = {_sanitizer.SIDES[side][1]: meta[side]["binary_sha256"] for side in bins}
-    _result(ctx).sanitizer = sanitizer_summary(doc)
+    _result(ctx).sanitizer = SanitizerSummary.from_evidence(doc)
     return refs, ids
-
-
-def sanitizer_summary(doc: Mapping) -> SanitizerSummary:
-    """Per side: what each run ended with, the first report's kind and frames, for display.
-
-    Parameters
-    ----------
-    doc : mapping
-        The ``sanitizer`` evidence document.
-
-    Returns
-    -------
-    SanitizerSummary
-    """
-    sides = {}
-    for side in SIDES:
-        s = doc["sides"][side]
-        if not s.get("available"):
-            sides[side] = SanitizerSide(False, reason=s.get("reason", ""))
-            continue
-        runs = s.get("runs", [])
-        labels = Counter(r["report"]["described"] if r.get("report")
-                         else f"{r['outcome']}, no sanitizer report" for r in runs)
-        first = next((r["report"] for r in runs if r.get("report")), None)
-        frames = tuple(_sanitizer.Frame(**f).text() for f in (first or {}).get("frames", []))
-        walls = [r["wall_s"] for r in runs]
-        sides[side] = SanitizerSide(
-            True, binary_sha256=s["binary_sha256"], variant=s["build"]["variant"],
-            outcomes=dict(sorted(labels.items())), kind=first["kind"] if first else None,
-            frames=frames, wall_s_median=round(statistics.median(walls), 3) if walls else None)
-    return SanitizerSummary(doc["runs_per_side"], " ".join(doc["trigger"]), doc["asan_options"],
-                            sides)
 
 
 # ----------------------------------------------------------------------------- Core ML negative
@@ -360,8 +301,7 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     refs = [ctx.write_json("negative", doc),
             ctx.write_bytes("negative_stderr", res.stderr, "negative.stderr.txt"),
             ctx.write_bytes("negative_stdout", res.stdout, "negative.stdout.txt")]
-    _result(ctx).negative = NegativeControl(c.outcome, c.detail, rec["wall_s"],
-                                            rec["returncode"], rec["signal"], listing)
+    _result(ctx).negative = NegativeControl.from_evidence(doc, res.stderr, res.stdout)
     return refs, {"binary.coreml.sha256": binary_sha256, "model.ggml.sha256": model_sha}
 
 
@@ -411,10 +351,7 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
             ctx.write_bytes("measured_stdout", measured.stdout, "positive-measured.stdout.txt"),
             ctx.write_bytes("warmup_stderr", warm.stderr, "positive-warmup.stderr.txt"),
             ctx.write_bytes("warmup_stdout", warm.stdout, "positive-warmup.stdout.txt")]
-    _result(ctx).positive = PositiveControl(
-        c.outcome, c.detail, recs["warmup"]["wall_s"], recs["measured"]["wall_s"],
-        recs["warmup"]["encode_time_ms"], recs["measured"]["encode_time_ms"],
-        measured.stdout_text.strip())
+    _result(ctx).positive = PositiveControl.from_evidence(doc, measured.stderr, measured.stdout)
     ids = {"binary.coreml.sha256": binary_sha256}
     if before:
         ids["artifact.fp32.mlmodelc.tree_digest"] = before
@@ -497,4 +434,8 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 audio=tree / contracts.TEST_AUDIO_IN_TREE, timeout=cfg.timeout_s,
                 progress=progress)
             g.judge(refs, ids)
-    return ctx.finish()
+    report = ctx.finish()
+    # What the stage returns is what open_run reads from a published run: the same builder
+    # on the files the gates cite (the helpers above fill ctx.result for direct callers).
+    report.result = canary_result_from_evidence(ctx.run_dir, ctx.records)
+    return report

@@ -27,6 +27,7 @@ from ..canonical import sha256_file
 from ..ggml_writer import write_ggml_model
 from ..model import obtain_model
 from ..params import Params
+from ..results import export_facts_from_evidence
 from ..runner import run_record, run_whisper_cli
 from ..stage import StageContext, StageReport
 from ..artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants, ggml_binary,
@@ -39,7 +40,8 @@ LOAD_PROBE_MS = "2000"
 
 def _export_contract(ctx: StageContext) -> None:
     from ..coreml_export import (build_facts, contract_of, convert_traced, discard_staged,
-                                 link_or_copy, publish_staged, stage_mlpackage, trace_encoder)
+                                 link_or_copy, publish_staged, release_conversion,
+                                 release_memory, stage_mlpackage, trace_encoder)
     from ..model import load_hf
 
     g = ctx.begin("export.contract")
@@ -49,6 +51,11 @@ def _export_contract(ctx: StageContext) -> None:
         src = model_source(ctx)
         bundle = load_hf(src["hf_dir"])
         encoder = bundle.model.get_encoder()
+        # Only the encoder is exported. The decoder holds most of a large model's weights,
+        # resident when a float16 checkpoint was widened to float32 on loading: it goes
+        # before the trace and the two conversions add theirs.
+        del bundle
+        release_memory()
         contract = contract_of(encoder)
         facts = build_facts()
         variants = export_variants(ctx.params)
@@ -58,6 +65,7 @@ def _export_contract(ctx: StageContext) -> None:
             for name in (ENCODER_PACKAGE, ENCODER_PACKAGE.replace(".mlpackage", ".mlmodelc")):
                 shutil.rmtree(ctx.run_dir / v / name, ignore_errors=True)
         traced, trace_log, trace_s = trace_encoder(encoder, contract)
+        del encoder  # the trace holds the weights it needs
         refs, staged, convs = [], [], {}
         try:
             for v in variants:
@@ -67,6 +75,11 @@ def _export_contract(ctx: StageContext) -> None:
                                             f"convert-{v}.log.txt"))
                 staged.append(stage_mlpackage(conv.model, ctx.artifact_path(v, ENCODER_PACKAGE),
                                               contract, v))
+                # Saved and read back: the in-memory program goes before the next variant
+                # is converted, so two are never alive at once.
+                release_conversion(conv)
+            del traced
+            release_memory()
             all_ok = all(s.ok for s in staged)
             if all_ok:
                 for s in staged:
@@ -97,22 +110,6 @@ def _export_contract(ctx: StageContext) -> None:
             if s.tree_digest:
                 ids[f"artifact.{s.precision}.mlpackage.tree_digest"] = s.tree_digest
         g.judge(refs, ids)
-        ctx.facts.update({
-            "encoder contract": (f"{contract.input_name} float32 {list(contract.input_shape)} "
-                                 f"-> {contract.output_name} float32 "
-                                 f"{list(contract.output_shape)} (from {contract.values()})"),
-            "coremltools / torch": f"{facts['coremltools']} / {facts['torch']}",
-            "torch-above-tested warning": " ".join(facts["torch_version_warning"]) or "none",
-            "trace": f"{trace_s:.2f} s",
-        })
-        for r in records:
-            state = (f"placed, tree digest {r['tree_digest']}" if r["placed"]
-                     else f"NOT placed: {'; '.join(r['problems']) or 'another variant failed'}")
-            ctx.facts[f"{r['precision']} package"] = (
-                f"{r['path']}: converted in {r['conversion']['seconds']:.2f} s, computes "
-                f"{'/'.join(r['description']['compute_dtypes'])}; {state}")
-        for k, v in copies.items():
-            ctx.facts[k] = f"{v['how']} of {v['from']} (sha256 {v['sha256']})"
 
 
 def _export_compile(ctx: StageContext) -> None:
@@ -148,7 +145,6 @@ def _export_compile(ctx: StageContext) -> None:
                             "wall_s": round(res.run.wall_s, 3),
                             "stderr_sha256": res.run.stderr_sha256}})
             ids[f"artifact.{prec}.mlmodelc.tree_digest"] = res.tree_digest
-            ctx.facts[f"{prec} .mlmodelc"] = f"{dest} (tree {res.tree_digest}) in {res.run.wall_s:.1f} s"
         from ..capabilities import detect
         refs.append(ctx.write_json("compile", {"variants": entries, "coremlc": detect().coremlc}))
         g.judge(refs, ids)
@@ -198,11 +194,9 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             g.judge(refs, {"model.source_digest": info.source_digest,
                            "model.ggml.sha256": written.sha256,
                            "binary.ggml.sha256": binary_sha})
-            ctx.facts.update({"model kind": info.kind, "model source digest": info.source_digest,
-                              "Hugging Face folder": str(info.hf_dir),
-                              "ggml-model.bin": f"{written.sha256} ({written.bytes} bytes)",
-                              "hyper-parameters": written.hparams,
-                              "load probe": f"{res.describe()} in {res.wall_s:.2f} s"})
     _export_contract(ctx)
     _export_compile(ctx)
-    return ctx.finish()
+    report = ctx.finish()
+    # The facts table comes from the files the gates cite, as open_run reads a published run.
+    report.facts = export_facts_from_evidence(ctx.run_dir, ctx.records)
+    return report

@@ -24,11 +24,14 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 from ..audio import audio_sha256, read_wav_16k
 from ..canonical import sha256_bytes, tree_digest
 from ..params import Params
-from ..results import Drift, ParityCandidate, ParityResult
+from ..arrays import encode as encode_arrays
+from ..results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
+                       parity_result_from_evidence)
 from ..parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db, policy_record)
 from ..scoring import load_policy
 from ..stage import StageContext, StageReport
@@ -57,11 +60,11 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     import torch
 
     from ..coreml_export import contract_of
-    from ..model import load_hf
+    from ..model import load_hf_encoder
 
     src = model_source(ctx)
-    bundle = load_hf(src["hf_dir"])
-    encoder = bundle.model.get_encoder()
+    # The encoder alone: the decoder would only add memory (issue of large encoders).
+    encoder, fe = load_hf_encoder(src["hf_dir"])
     contract = contract_of(encoder)
     exported = ctx.evidence_of("export.contract", "contract")
     if exported["contract"] != contract.as_dict():
@@ -73,9 +76,8 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     fx = fixtures[0]
     path = fixture_audio(ctx, fx)
     audio = read_wav_16k(path)
-    mel = fixture_logmel(bundle, audio, contract)
+    mel = fixture_logmel(fe, audio, contract)
     rnd = random_logmel(contract)
-    fe = bundle.feature_extractor
     records = {
         "fixture": {"id": fx.id, "public": fx.public, "audio_sha256": audio_sha256(path),
                     "samples": int(audio.shape[0]), "shape": list(mel.shape),
@@ -93,27 +95,35 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     speech = min(contract.max_source_positions,
                  math.ceil(audio.shape[0] / fe.hop_length / stride))
     description = {"implementation": "transformers WhisperEncoder", "dtype": "float32",
-                   "attention": bundle.model.config._attn_implementation, "device": "cpu",
+                   "attention": encoder.config._attn_implementation, "device": "cpu",
                    "mode": "eval + torch.inference_mode", "torch": torch.__version__,
                    "transformers": metadata.version("transformers"),
                    "model_source_digest": src["source_digest"],
                    "seconds": {k: round(v, 4) for k, v in seconds.items()}}
     return ReferenceRun(contract, {"fixture": mel, "random": rnd}, records, outputs, layers,
-                        seconds, speech, description)
+                        seconds, speech, description, encoder=encoder)
 
 
 # ----------------------------------------------------------------------------- candidates
 
-def measure_program(package: str | os.PathLike, ref: ReferenceRun) -> tuple[dict, dict]:
+def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
+                    variant: str | None = None) -> tuple[list, dict, dict, Any]:
     """Execute a saved package's ML program on both inputs in both compute modes.
 
     Returns
     -------
-    (measurements, drift)
+    (measurements, drift, arrays, attribution)
         ``measurements``: ``[{input, execution, metrics, seconds}]`` (the gated one is
         fixture/float32); ``drift``: SNR per layer, per frame and the error histogram of
-        the fixture input, plus the op counts and executor timings.
+        the fixture input, plus the op counts and executor timings; ``arrays``: the
+        float32 outputs (``fixture``, ``random``) and ``layer_frame_snr_db`` (SNR per
+        frame at each residual-stream point, float32 execution); ``attribution``: the
+        op-level attribution on the fixture (:func:`verifylib.drift.attribute`, float32),
+        None when the reference model is not at hand.
     """
+    import numpy as np
+
+    from ..drift import attribute
     from ..mil_exec import MilExecError, execute, load_program, residual_taps
 
     program = load_program(package)
@@ -125,6 +135,7 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun) -> tuple[dict
         taps, tap_error = [], str(exc)
     measurements, drift = [], {"layers": {}, "frames": {}, "histogram": {},
                                "op_counts": program.op_counts, "executor_seconds": {}}
+    arrays: dict = {}
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
             run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
@@ -134,6 +145,8 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun) -> tuple[dict
             measurements.append({"input": kind, "execution": mode, "metrics": m.as_dict(),
                                  "seconds": round(run.seconds, 4)})
             drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
+            if mode == PROGRAM_MODES[0]:
+                arrays[kind] = np.asarray(out, dtype=np.float32)
             if kind != "fixture":
                 continue
             drift["frames"][mode] = frame_snr_db(ref.outputs[kind], out)
@@ -145,15 +158,34 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun) -> tuple[dict
                      "snr_db": compare(ref_layers[label],
                                        out if label == "output" else run.taps[v]).snr_db}
                     for label, v in taps]
+                if mode == PROGRAM_MODES[0]:
+                    arrays["layer_frame_snr_db"] = np.array(
+                        [frame_snr_db(ref_layers[label],
+                                      out if label == "output" else run.taps[v])
+                         for label, v in taps], dtype=np.float64)
     if tap_error:
         drift["layers_unavailable"] = tap_error
     drift["speech_frames"] = ref.speech_frames
-    return measurements, drift
+    attribution = None
+    if ref.encoder is not None:
+        attribution = attribute(program, ref.encoder, ref.inputs["fixture"],
+                                compute=PROGRAM_MODES[0], variant=variant,
+                                fixture=ref.input_records["fixture"]["id"])
+        drift["executor_seconds"]["attribution"] = round(attribution.seconds, 4)
+    return measurements, drift, arrays, attribution
 
 
 def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
-                    loader=None) -> tuple[dict, dict]:
-    """Predict with ``CompiledMLModel(mlmodelc, ComputeUnit.ALL)`` on both inputs (macOS)."""
+                    loader=None) -> tuple[list, dict, dict]:
+    """Predict with ``CompiledMLModel(mlmodelc, ComputeUnit.ALL)`` on both inputs (macOS).
+
+    Returns
+    -------
+    (measurements, drift, arrays)
+        As :func:`measure_program`, without per-layer figures or attribution.
+    """
+    import numpy as np
+
     from ..coreml_export import load_compiled, predict_compiled
 
     t0 = time.perf_counter()
@@ -161,6 +193,7 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     load_s = time.perf_counter() - t0
     measurements, drift = [], {"frames": {}, "histogram": {}, "load_seconds": round(load_s, 3),
                                "predict_seconds": {}}
+    arrays: dict = {}
     for kind in ("fixture", "random"):
         t0 = time.perf_counter()
         out = predict_compiled(model, ref.inputs[kind], ref.contract)
@@ -169,13 +202,14 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
         measurements.append({"input": kind, "execution": RUNTIME_EXECUTION,
                              "metrics": m.as_dict(), "seconds": round(secs, 4)})
         drift["predict_seconds"][kind] = round(secs, 4)
+        arrays[kind] = np.asarray(out, dtype=np.float32)
         if kind == "fixture":
             drift["frames"][RUNTIME_EXECUTION] = frame_snr_db(ref.outputs[kind], out)
             drift["histogram"][RUNTIME_EXECUTION] = error_histogram(ref.outputs[kind], out)
     drift["speech_frames"] = ref.speech_frames
     drift["layers_unavailable"] = ("the compiled model exposes only its output feature; "
                                    "per-layer drift is measured on the program executor")
-    return measurements, drift
+    return measurements, drift, arrays
 
 
 def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> StageReport:
@@ -198,7 +232,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
     """
     ctx = StageContext(STAGE, params, run_dir)
     ref: ReferenceRun | None = None
-    ctx.result = result = ParityResult()
+    ref_outputs = None  # the reference's arrays, written once and cited by every candidate
     for gate_id, variant, kind in CANDIDATES:
         disabled = ("export.fp16" if variant == "fp16"
                     and not params.export.fp16 else None)
@@ -213,11 +247,17 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
             exported = exported_variant(ctx, variant)
             if ref is None:
                 ref = reference_run(ctx)
+                ref_outputs = ctx.write_bytes(
+                    REFERENCE_ARRAYS, encode_arrays({k: ref.outputs[k]
+                                                     for k in ("fixture", "random")}),
+                    "reference-outputs.npz")
+            attribution = None
             if kind == "program":
                 path = ctx.run_dir / exported["path"]
                 measured = tree_digest(path)
                 bound = exported["tree_digest"]
-                measurements, drift = measure_program(path, ref)
+                measurements, drift, arrays, attribution = measure_program(path, ref,
+                                                                           variant=variant)
                 ident_key = f"artifact.{variant}.mlpackage.tree_digest"
                 candidate = {"executor": "verifylib.mil_exec (op by op, torch CPU kernels)",
                              "modes": list(PROGRAM_MODES), "op_counts": drift["op_counts"]}
@@ -226,7 +266,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                 path = (ctx.run_dir / exported["path"]).with_suffix(".mlmodelc")
                 measured = tree_digest(path)
                 bound = comp["tree_digest"]
-                measurements, drift = measure_runtime(path, ref, loader=runtime_loader)
+                measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
                 ident_key = f"artifact.{variant}.mlmodelc.tree_digest"
                 candidate = {"runtime": "coremltools.models.CompiledMLModel",
                              "compute_units": "ALL", "mlmodelc": comp["placed_path"]}
@@ -239,6 +279,12 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                       "inputs": ref.input_records, "measurements": measurements}
             refs.append(ctx.write_json("parity", record, f"{short}.json"))
             refs.append(ctx.write_json("drift", drift, f"{short}-drift.json"))
+            refs.append(ref_outputs)
+            refs.append(ctx.write_bytes(CANDIDATE_ARRAYS, encode_arrays(arrays),
+                                        f"{short}-outputs.npz"))
+            if attribution is not None:
+                refs.append(ctx.write_json(ATTRIBUTION, attribution.as_dict(),
+                                           f"{short}-attribution.json"))
             pol = POLICY_OF_VARIANT[variant].split("-")[0]
             ids = {f"policy.{pol}.id": policy.id, f"policy.{pol}.sha256": policy.sha256,
                    f"fixture.{ref.input_records['fixture']['id']}.sha256":
@@ -246,11 +292,8 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                    "model.source_digest": ref.description["model_source_digest"]}
             if measured == bound:
                 ids[ident_key] = measured
-            rec = g.judge(refs, ids)
-            result.candidates[gate_id] = ParityCandidate(
-                gate_id, variant, kind, rec.status.value, rec.reason.detail, measurements,
-                Drift.from_evidence(drift), policy.rules, dict(ref.seconds))
-    if ref is not None:
-        result.reference = ref.description
-        result.inputs = ref.input_records
+            g.judge(refs, ids)
+    # The result is read back from the evidence just written, through the same function
+    # open_run uses, so what the notebook shows is what a published run will show.
+    ctx.result = parity_result_from_evidence(ctx.run_dir, ctx.records)
     return ctx.finish()

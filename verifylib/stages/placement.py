@@ -16,7 +16,7 @@ from ..placement import analyze_plan, load_plan, placement_evidence
 from ..stage import StageContext, StageReport
 from ..artifacts import published_mlmodelc
 from ..errors import PrerequisiteBroken
-from ..results import PlacementResult
+from ..results import placement_result_from_evidence
 
 STAGE = "06_placement"
 
@@ -54,8 +54,8 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
                 ev = placement_evidence(analyze_plan(plan_loader(path)), variant, digest)
                 refs.append(ctx.write_json(f"plan_{variant}", ev))
                 ids[f"artifact.{variant}.mlmodelc.tree_digest"] = digest
-                if ctx.result is None:
-                    ctx.result = PlacementResult()
-                ctx.result.plans[variant] = ev
             g.judge(refs, ids)
-    return ctx.finish()
+    report = ctx.finish()
+    # The plans as the gate cites them, which is what open_run reads from a published run.
+    report.result = placement_result_from_evidence(ctx.run_dir, ctx.records)
+    return report

@@ -38,8 +38,11 @@ def number(value: Any) -> str:
     Returns
     -------
     str
-        ``inf``/``nan`` spelled as Python does, other floats as ``%.6g``, the rest as ``str``.
+        ``inf``/``nan`` spelled as Python does, other floats as ``%.6g``, None (nothing
+        measured) as a dash, the rest as ``str``.
     """
+    if value is None:
+        return "—"
     if isinstance(value, float):
         if math.isinf(value) or math.isnan(value):
             return str(value)

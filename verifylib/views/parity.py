@@ -36,6 +36,9 @@ def show(report):
                  reference=result.reference or {}, inputs=result.inputs or {},
                  reference_seconds=next(iter(cands.values())).reference_seconds)
     _plots(cands)
+    for c in cands.values():
+        if c.attribution is not None:
+            attribution(c)
     return None
 
 
@@ -114,3 +117,164 @@ def _plots(cands: dict) -> None:
         ax.text(0.5, 0.5, "no per-layer drift available", ha="center")
     fig.tight_layout()
     plt.show()
+
+
+# ----------------------------------------------------------------------------- attribution
+
+def attribution(candidate, *, plots: bool = True):
+    """Show one program candidate's op-level attribution: tables, then its two plots.
+
+    Parameters
+    ----------
+    candidate : verifylib.results.ParityCandidate
+        A program candidate (``parity.program`` or ``parity.program_fp16``).
+    plots : bool
+        Also draw :func:`program_snr_plot` and :func:`worst_ops_plot`.
+
+    Returns
+    -------
+    IPython.display.HTML or None
+        A note when the candidate has no attribution; otherwise everything is displayed.
+    """
+    att = candidate.attribution
+    if att is None:
+        return html_object("fragment.html.j2", style=False)
+    display_html("parity_attribution.html.j2", style=False, att=att, gate=candidate.gate)
+    if plots:
+        program_snr_plot(att)
+        worst_ops_plot(att)
+    return None
+
+
+def _op_colors(types) -> dict:
+    return {t: f"C{i % 10}" for i, t in enumerate(sorted(set(types)))}
+
+
+def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
+    """SNR of every op's output along the program, coloured by op type.
+
+    Two panels: precision drift (every op, against float64) and conversion drift (ops
+    with a Hugging Face counterpart). ``start``/``stop`` zoom on a range of op indices.
+
+    Parameters
+    ----------
+    att : verifylib.drift.Attribution
+    start, stop : int, optional
+        Op index range to draw.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    ops = [o for o in att.ops if o.index >= start and (stop is None or o.index < stop)]
+    colors = _op_colors(o.type for o in att.ops)
+    fig, axes = plt.subplots(2, 1, figsize=(15, 6.5), sharex=True)
+    for ax, key, title in ((axes[0], "precision_snr_db",
+                            f"Precision drift: each op against the program in float64 "
+                            f"({att.variant}, {att.compute})"),
+                           (axes[1], "snr_db", "Conversion drift: each mapped op against its "
+                                               "Hugging Face module")):
+        exact = False
+        for t, c in colors.items():
+            pts = [(o.index, getattr(o, key)) for o in ops
+                   if o.type == t and getattr(o, key) is not None]
+            if not pts:
+                continue
+            x = np.array([p[0] for p in pts])
+            y = np.array([p[1] for p in pts], dtype=float)
+            exact |= bool(np.isposinf(y).any())
+            ax.scatter(x, np.where(np.isposinf(y), SNR_CAP_DB, y), s=14, color=c, label=t)
+        # Layer boundaries help read the x axis: one tick where each region begins.
+        seen, ticks = set(), []
+        for o in ops:
+            region = _region_label(o)
+            if region not in seen:
+                seen.add(region)
+                ticks.append((o.index, region))
+        for x, _ in ticks:
+            ax.axvline(x - 0.5, color="0.85", lw=0.6, zorder=0)
+        ax.set_ylabel("SNR dB")
+        ax.set_title(title + (f" (exact drawn at {SNR_CAP_DB:g})" if exact else ""),
+                     fontsize=9)
+        ax.legend(fontsize=7, loc="lower left", ncol=6)
+    axes[1].set_xticks([t[0] for t in ticks], [t[1] for t in ticks], rotation=30,
+                       ha="right", fontsize=7)
+    axes[1].set_xlabel("op (program order); ticks where each module begins")
+    fig.tight_layout()
+    plt.show()
+    return fig
+
+
+def _region_label(o) -> str:
+    from ..drift import region
+    return region(o.module or o.scope)
+
+
+def worst_ops_plot(att, n: int = 10):
+    """Bar charts of the ops that lose the most: conversion and precision ΔSNR.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
+    colors = _op_colors(o.type for o in att.ops)
+    for ax, ops, key, title in ((axes[0], att.top[:n], "delta_snr_db",
+                                 "Worst ops: conversion ΔSNR (against HF)"),
+                                (axes[1], att.precision_top[:n], "precision_delta_snr_db",
+                                 "Worst ops: precision ΔSNR (against float64)")):
+        if not ops:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "no op loses anything", ha="center")
+            continue
+        labels = [f"{o.name} ({o.module or o.scope})" for o in ops][::-1]
+        vals = [getattr(o, key) for o in ops][::-1]
+        ax.barh(range(len(ops)), vals, color=[colors[o.type] for o in ops][::-1])
+        ax.set_yticks(range(len(ops)), labels, fontsize=7)
+        ax.set_xlabel("ΔSNR dB (negative: drift introduced by the op)")
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    plt.show()
+    return fig
+
+
+def layer_frames_plot(candidate, layers=None):
+    """SNR per time frame at residual-stream points (zoom on a layer), from stored arrays.
+
+    Parameters
+    ----------
+    candidate : verifylib.results.ParityCandidate
+        A program candidate with stored outputs.
+    layers : iterable of str, optional
+        Labels as in ``candidate.drift.layers`` (``"block 2"`` …); all by default.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        None when the candidate stored no per-layer arrays.
+    """
+    import matplotlib.pyplot as plt
+
+    if candidate.outputs is None or "layer_frame_snr_db" not in candidate.outputs:
+        return None
+    rows = next(iter(candidate.drift.layers.values()), [])
+    labels = [r["label"] for r in rows]
+    snr = np.asarray(candidate.outputs["layer_frame_snr_db"], dtype=float)
+    want = labels if layers is None else list(layers)
+    fig, ax = plt.subplots(figsize=(15, 3.8))
+    for label in want:
+        i = labels.index(label)
+        y = snr[i]
+        ax.plot(np.where(np.isposinf(y), SNR_CAP_DB, y), lw=0.8, label=label)
+    if candidate.drift.speech_frames:
+        ax.axvline(candidate.drift.speech_frames, color="gray", ls="--", lw=0.8)
+    _label(ax, "encoder frame", "SNR dB",
+           f"SNR per frame along the residual stream ({candidate.variant} program, float32)",
+           "lower left")
+    fig.tight_layout()
+    plt.show()
+    return fig

@@ -1,0 +1,193 @@
+"""Op-level drift attribution: the op-to-module mapping, ΔSNR and its re-derivation, and
+``verifylib drift`` localising a planted single-layer conversion defect (physical: the
+tiny.en encoder is edited, traced and converted for real)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verifylib import canonical, cli
+from verifylib.drift import (CEILING_DB, EMBEDDINGS, Attribution, OpDrift, check_document,
+                             derive, map_program, weight_module, module_keys)
+
+from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = ROOT / "parameters" / "tiny-en.yaml"
+DEFECT_LAYER = 2
+
+
+def test_weight_names_map_to_the_longest_module_path():
+    keys = module_keys(["conv1", "layers.0", "layers.0.fc1", "layers.1.fc1", "layers.10.fc1",
+                        "layers.0.self_attn", "layers.0.self_attn.q_proj", "layer_norm",
+                        "layers.0.self_attn_layer_norm"])
+    assert weight_module("encoder_layers_0_fc1_weight", keys) == "layers.0.fc1"
+    assert weight_module("encoder_layers_10_fc1_bias_to_fp16", keys) == "layers.10.fc1"
+    assert weight_module("encoder_layers_0_self_attn_q_proj_weight", keys) == \
+        "layers.0.self_attn.q_proj"
+    assert weight_module("encoder_layers_0_self_attn_layer_norm_weight", keys) == \
+        "layers.0.self_attn_layer_norm"
+    assert weight_module("encoder_layer_norm_weight", keys) == "layer_norm"
+    assert weight_module("linear_1_bias_0", keys) is None   # a zero bias coremltools made
+    assert weight_module("var_72", keys) is None
+
+
+def _op(i, name, inputs, snr, psnr, module="m", typ="linear"):
+    return OpDrift(i, name, typ, module, module or "s", tuple(inputs), snr,
+                   1.0 if snr is not None else None, None, psnr, 1.0, None)
+
+
+def test_delta_is_taken_across_unmapped_ops_and_capped():
+    ops = [_op(0, "a", ["x"], math.inf, 140.0),
+           _op(1, "b", ["a"], None, 120.0, module=None, typ="softmax"),
+           _op(2, "c", ["b"], 60.0, 110.0),
+           _op(3, "d", ["c", "a"], 58.0, 111.0)]
+    d = derive(ops, ["x"])
+    assert d[0].delta_snr_db == 0.0            # inf and the exact input both cap at the ceiling
+    assert d[0].precision_delta_snr_db == 140.0 - CEILING_DB
+    assert d[1].delta_snr_db is None           # unmapped: no conversion figure of its own
+    assert d[1].precision_delta_snr_db == pytest.approx(-20.0)
+    assert d[2].delta_snr_db == 60.0 - CEILING_DB   # back through b to a (exact)
+    assert d[3].delta_snr_db == pytest.approx(-2.0)  # worst input: c at 60 dB
+    assert d[3].precision_delta_snr_db == pytest.approx(1.0)
+
+
+def _doc_of(ops) -> dict:
+    from verifylib import drift
+    d = derive(ops, ["x"])
+    att = Attribution(ops=d, top=drift._rank(d, "delta_snr_db"),
+                      precision_top=drift._rank(d, "precision_delta_snr_db"),
+                      modules=drift._summaries(d))
+    return canonical.loads(canonical.dumps(att.as_dict()))
+
+
+def test_a_stored_attribution_must_follow_from_its_snrs():
+    ops = [_op(0, "a", ["x"], math.inf, 140.0, module="layers.0.fc1"),
+           _op(1, "c", ["a"], 30.0, 110.0, module="layers.1.fc1")]
+    doc = _doc_of(ops)
+    assert check_document(doc) == []
+    assert [r["name"] for r in doc["top"]] == ["c"]
+    forged = copy.deepcopy(doc)
+    forged["ops"][1]["delta_snr_db"] = -1.0
+    assert any("does not follow" in p for p in check_document(forged))
+    forged = copy.deepcopy(doc)
+    forged["top"] = [forged["ops"][0]]
+    assert any("top is not" in p for p in check_document(forged))
+    forged = copy.deepcopy(doc)
+    forged["modules"][0]["delta_snr_db"] = 5.0
+    assert any("per-module" in p for p in check_document(forged))
+    forged = copy.deepcopy(doc)
+    forged["ceiling_db"] = 300.0
+    assert check_document(forged)
+    assert check_document({"ops": "x"})
+
+
+@pytest.fixture(scope="module")
+def tiny_packages(tiny_en_bundle, tmp_path_factory):
+    """tiny.en converted as is, and with layer 2's fc1 weight scaled by 1.01 (fp32)."""
+    import torch
+
+    from verifylib.coreml_export import contract_of, convert_traced, trace_encoder
+
+    root = tmp_path_factory.mktemp("drift")
+    out = {}
+    for label in ("clean", "defect"):
+        encoder = copy.deepcopy(tiny_en_bundle.model.get_encoder())
+        if label == "defect":
+            with torch.no_grad():
+                encoder.layers[DEFECT_LAYER].fc1.weight.mul_(1.01)
+        contract = contract_of(encoder)
+        traced, _, _ = trace_encoder(encoder, contract)
+        conv = convert_traced(traced, contract, "fp32")
+        path = root / f"{label}.mlpackage"
+        conv.model.save(str(path))
+        out[label] = path
+    return out
+
+
+def test_the_clean_conversion_maps_every_module_point(tiny_packages, tiny_en_bundle):
+    from verifylib.mil_exec import load_program
+
+    encoder = tiny_en_bundle.model.get_encoder()
+    prog = load_program(tiny_packages["clean"])
+    mapping = map_program(prog, (n for n, _ in encoder.named_modules()))
+    points = {p for m in mapping for p in m.points}
+    n = len(encoder.layers)
+    for k in range(n):
+        for leaf in ("self_attn", "self_attn_layer_norm", "self_attn.q_proj",
+                     "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+                     "final_layer_norm", "fc1", "activation_fn", "fc2"):
+            assert f"layers.{k}.{leaf}" in points
+        assert f"layers.{k}" in points
+    assert {EMBEDDINGS, "conv1", "conv2", "layer_norm"} <= points
+    assert len(mapping) == len(prog.ops)
+    unmapped = [(op.type, m.scope) for op, m in zip(prog.ops, mapping) if m.module is None]
+    assert {t for t, _ in unmapped} >= {"softmax", "matmul", "reshape", "transpose"}
+    assert all(s and s != "(program)" for _, s in unmapped)
+
+
+def test_drift_cli_localises_a_planted_layer_defect(tiny_packages, tiny_en_info, tmp_path,
+                                                   capsys):
+    out = tmp_path / "drift.json"
+    code = cli.main(["drift", str(tiny_packages["defect"]), "--model", str(PARAMS),
+                     "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert check_document(canonical.loads(out.read_bytes())) == []
+    first = doc["top"][0]
+    assert first["module"].startswith(f"layers.{DEFECT_LAYER}.")
+    assert first["module"] == f"layers.{DEFECT_LAYER}.fc1"
+    assert float(first["delta_snr_db"]) < -60
+    assert {"name", "type", "module", "snr_db", "delta_snr_db", "cosine"} <= set(first)
+    # Everything before the defect is the HF encoder's exact computation.
+    before = [o for o in doc["ops"] if o["index"] < first["index"] and o["module"]]
+    assert before and all(o["snr_db"] == "inf" for o in before)
+    assert f"layers.{DEFECT_LAYER}.fc1" in printed
+    regions = [m["module"] for m in doc["modules"]]
+    worst = min(doc["modules"], key=lambda m: float(m["delta_snr_db"]))
+    assert worst["module"] == f"layers.{DEFECT_LAYER}" and regions.index("layers.0") < \
+        regions.index(f"layers.{DEFECT_LAYER}")
+
+
+def test_drift_cli_clean_package_has_no_conversion_drift(tiny_packages, tiny_en_info, capsys):
+    code = cli.main(["drift", str(tiny_packages["clean"]), "--model", str(PARAMS),
+                     "--compute", "float64", "--top", "3"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "precision drift" in printed and "conversion drift" in printed
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["drift", "/nonexistent.mlpackage", "--model", str(PARAMS)], "no such .mlpackage"),
+    (["drift", "PKG", "--model", str(PARAMS), "--fixture", "nope"], "no fixture 'nope'"),
+    (["drift", "PKG", "--model", "/nonexistent.yaml"], "nonexistent.yaml"),
+])
+def test_drift_cli_bad_input_exits_2(argv, needle, tiny_packages, capsys):
+    argv = [str(tiny_packages["clean"]) if a == "PKG" else a for a in argv]
+    assert cli.main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_drift_cli_refuses_a_package_of_another_shape(tiny_en_info, tmp_path, capsys):
+    """A package whose input is not the model's log-mel shape: exit 2, nothing written."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 80, 100))])
+    def prog(logmel_data):
+        return mb.mul(x=logmel_data, y=np.float32(2.0), name="output")
+
+    model = ct.convert(prog, convert_to="mlprogram", skip_model_load=True)
+    pkg = tmp_path / "other.mlpackage"
+    model.save(str(pkg))
+    out = tmp_path / "never.json"
+    assert cli.main(["drift", str(pkg), "--model", str(PARAMS), "--json", str(out)]) == 2
+    assert "shape" in capsys.readouterr().err
+    assert not out.exists()

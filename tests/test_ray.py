@@ -1,0 +1,228 @@
+"""`verifylib run --executor ray`: audits as Ray tasks, runs returned, verified, published.
+
+The cluster is a local one (``ray.init`` with this machine's cores and capabilities),
+started once for the module; the batches run stage 01 only (``executors.DEFAULT_STAGES``
+narrowed, or ``stages=``): what is tested is the executor, not the stages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from verifylib import canonical, capabilities, cli, executors, ray_executor
+from verifylib.capabilities import HostCapabilities
+from verifylib.executors import FailedRun
+from verifylib.orchestrate import Interrupted, RunOutcome, interrupts_raise
+from verifylib.params import load
+from verifylib.receipt import verify
+
+ROOT = Path(__file__).resolve().parents[1]
+LINUX = HostCapabilities("Linux", "x86_64", None, None)
+MAC = HostCapabilities("Darwin", "arm64", (14, 5), "/Applications/Xcode.app/Contents/x/coremlc")
+
+
+def _params(folder: Path, name: str, **changes) -> Path:
+    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
+    data["name"] = name
+    data["fixtures"] = data["fixtures"][:1]
+    for key, value in changes.items():
+        section, _, leaf = key.partition(".")
+        data[section][leaf] = value
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _published(reports: Path, name: str) -> list[Path]:
+    area = reports / name
+    return [p for p in area.iterdir() if not p.name.startswith(".")] if area.exists() else []
+
+
+# ----------------------------------------------------------------------------- no cluster
+
+def test_capabilities_become_resource_names():
+    assert [ray_executor.capability_resource(c) for c in capabilities.Capability
+            if c is not capabilities.Capability.ANY] == ["macos", "macos_xcode", "macos_14_4"]
+    assert ray_executor.node_resources(LINUX) == {}
+    assert ray_executor.node_resources(MAC) == {"macos": 1.0, "macos_xcode": 1.0,
+                                                "macos_14_4": 1.0}
+    older = HostCapabilities("Darwin", "arm64", (14, 1), None)
+    assert ray_executor.node_resources(older) == {"macos": 1.0}
+
+
+def test_task_resources_follow_the_required_gates(tmp_path):
+    share = ray_executor.TASK_SHARE
+    p = load(_params(tmp_path, "m"))
+    assert ray_executor.task_resources(p, require_admissible=False) == {}
+    assert ray_executor.task_resources(p, require_admissible=True) == {
+        "macos": share, "macos_xcode": share, "macos_14_4": share}
+    # Stage 01's one Mac gate is build.coreml (full Xcode).
+    assert ray_executor.task_resources(p, require_admissible=True, stages=("01_build",)) == {
+        "macos_xcode": share}
+    # Switched-off gates need nothing: without the canaries, stage 03 asks for no Mac.
+    off = load(_params(tmp_path, "off", **{"canary.enabled": False}))
+    assert ray_executor.task_resources(off, require_admissible=True,
+                                       stages=("03_canary",)) == {}
+    assert ray_executor.task_resources(p, require_admissible=True,
+                                       stages=("03_canary",)) == {"macos": share}
+
+
+def test_ray_node_resources_command(capsys):
+    assert cli.main(["ray-node-resources"]) == 0
+    assert capsys.readouterr().out == "{}\n"  # this Linux host runs no Core ML gate
+    capabilities.simulate(dataclasses.replace(MAC, simulated=True))
+    try:
+        assert cli.main(["ray-node-resources"]) == 0
+    finally:
+        capabilities.simulate(None)
+    assert capsys.readouterr().out == \
+        '{"macos": 1.0, "macos_14_4": 1.0, "macos_xcode": 1.0}\n'
+
+
+def test_missing_ray_exits_2_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    reports = tmp_path / "reports"
+    code = cli.main(["run", str(_params(tmp_path, "m")), "--executor", "ray",
+                     "--reports", str(reports)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--executor ray needs the ray package: pip install 'verifylib[ray]'" in err
+    assert not list(reports.rglob("*.json")) if reports.exists() else True
+
+
+# ----------------------------------------------------------------------------- local cluster
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster of this machine: its cores, its capabilities as resources."""
+    import ray
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    ray.init(address="local", num_cpus=os.cpu_count(),
+             resources=ray_executor.node_resources(), include_dashboard=False,
+             log_to_driver=True)
+    for s, h in saved.items():  # ray.init's SIGTERM handler would outlive the module
+        signal.signal(s, h)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_ray_batch_of_two_models(ray_cluster, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(executors, "DEFAULT_STAGES", ("01_build",))
+    a, b = _params(tmp_path, "model-a"), _params(tmp_path, "model-b")
+    reports = tmp_path / "reports"
+    code = cli.main(["run", str(a), str(b), "--executor", "ray", "--reports", str(reports)])
+    out = capsys.readouterr()
+    assert code == 1, out  # REJECTED: the stages left out have no record
+    assert "worst verdict: REJECTED" in out.out.splitlines()
+    assert ray_cluster.is_initialized()  # a connection the batch found is left alone
+    node_id = ray_cluster.get_runtime_context().get_node_id()
+    runs = {}
+    for name in ("model-a", "model-b"):
+        (run_dir,) = _published(reports, name)
+        runs[name] = run_dir
+        assert not (reports / name / ".staging").exists()
+        res = verify(run_dir)
+        assert res.ok and res.verdict == "REJECTED", res.problems
+        run = canonical.read_json(run_dir / "run.json")
+        assert run["executor"] == {"kind": "ray", "node": socket.gethostname(),
+                                   "ray_node_id": node_id}
+        assert (run_dir / "report.html").is_file()
+        # The node's copy went back to the driver and was deleted there.
+        assert not (ray_executor.default_node_root() / name).exists()
+    index = (reports / "index.html").read_text()
+    for run_dir in runs.values():
+        assert f"{run_dir.relative_to(reports).as_posix()}/report.html" in index
+
+
+@pytest.mark.notebook
+def test_require_admissible_needs_a_mac_node(ray_cluster, tmp_path, capsys):
+    reports = tmp_path / "reports"
+    code = cli.main(["run", str(_params(tmp_path, "model-a")), str(_params(tmp_path, "model-b")),
+                     "--executor", "ray", "--require", "admissible", "--reports", str(reports)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    for name in ("model-a", "model-b"):
+        assert (f"{name}: ERROR, no run published: no node of the Ray cluster offers "
+                "['macos', 'macos_14_4', 'macos_xcode']") in out
+    assert "ERROR: no run published for model-a, model-b" in out
+    assert not (reports / "index.html").exists()
+
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp_path):
+    def flaky(spec):
+        # model-a's worker dies as an OOM-killed one would; model-b is audited for real.
+        if spec["params"]["name"] == "model-a":
+            os._exit(1)
+        return ray_executor.audit_task(spec)
+
+    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    reports = tmp_path / "reports"
+    outcomes = ray_executor.run_batch_ray(
+        params, reports, stages=("01_build",), node_root=tmp_path / "node",
+        log=lambda line: None, task=ray_cluster.remote(flaky))
+    failed, done = outcomes
+    assert isinstance(failed, FailedRun) and failed.name == "model-a"
+    assert "WorkerCrashedError" in failed.reason, failed.reason
+    assert isinstance(done, RunOutcome) and verify(done.run_dir).ok
+    assert _published(reports, "model-a") == []
+    assert list((tmp_path / "node").rglob("*")) == []
+
+
+def _audit_processes() -> list[psutil.Process]:
+    """The Ray workers running a verifylib audit task, and everything they started."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if "verifylib-audit-" in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+            try:
+                found += proc.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_interrupt_cancels_every_task(ray_cluster, tmp_path):
+    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    reports, node_root = tmp_path / "reports", tmp_path / "node"
+    kernels: list[psutil.Process] = []
+
+    def interrupt_once_both_run():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and \
+                len([p for p in node_root.glob("*/.staging/*") if p.is_dir()]) < 2:
+            time.sleep(0.1)
+        time.sleep(2.0)
+        kernels.extend(p for p in _audit_processes()
+                       if "ipykernel" in " ".join(p.cmdline()))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t0 = time.monotonic()
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+    with pytest.raises(Interrupted):
+        with interrupts_raise():
+            ray_executor.run_batch_ray(params, reports, stages=("01_build",),
+                                       node_root=node_root, log=lambda line: None)
+    print(f"interrupted after {time.monotonic() - t0:.1f} s")
+    assert kernels, "no stage kernel was running when the signal came"
+    # Every task stopped its kernel and removed its staging before the driver went on.
+    gone, alive = psutil.wait_procs(kernels, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+    assert list(node_root.rglob("*")) == []
+    assert _published(reports, "model-a") == _published(reports, "model-b") == []
