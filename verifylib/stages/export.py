@@ -42,20 +42,18 @@ def _export_contract(ctx: StageContext) -> None:
     from ..coreml_export import (build_facts, contract_of, convert_traced, discard_staged,
                                  link_or_copy, publish_staged, release_conversion,
                                  release_memory, stage_mlpackage, trace_encoder)
-    from ..model import load_hf
+    from ..model import load_hf_encoder
 
     g = ctx.begin("export.contract")
     if not g:
         return
     with g:
         src = model_source(ctx)
-        bundle = load_hf(src["hf_dir"])
-        encoder = bundle.model.get_encoder()
-        # Only the encoder is exported. The decoder holds most of a large model's weights,
-        # resident when a float16 checkpoint was widened to float32 on loading: it goes
-        # before the trace and the two conversions add theirs.
-        del bundle
-        release_memory()
+        # Only the encoder is exported, and stage 04 measures it against the same loader's
+        # encoder. The full model would also widen the decoder (most of a large model's
+        # weights) to float32 from a float16 checkpoint, before the trace and the two
+        # conversions add theirs.
+        encoder, _ = load_hf_encoder(src["hf_dir"])
         contract = contract_of(encoder)
         facts = build_facts()
         variants = export_variants(ctx.params)
