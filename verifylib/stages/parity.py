@@ -123,6 +123,7 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
     """
     import numpy as np
 
+    from ..coreml_export import release_memory
     from ..drift import attribute
     from ..mil_exec import MilExecError, execute, load_program, residual_taps
 
@@ -145,6 +146,9 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
             measurements.append({"input": kind, "execution": mode, "metrics": m.as_dict(),
                                  "seconds": round(run.seconds, 4)})
             drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
+            # A large encoder's freed float64 activations would otherwise stay resident
+            # (glibc keeps them in its heap) and add to the next execution's peak.
+            release_memory()
             if mode == PROGRAM_MODES[0]:
                 arrays[kind] = np.asarray(out, dtype=np.float32)
             if kind != "fixture":
@@ -172,6 +176,8 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
                                 compute=PROGRAM_MODES[0], variant=variant,
                                 fixture=ref.input_records["fixture"]["id"])
         drift["executor_seconds"]["attribution"] = round(attribution.seconds, 4)
+    del program
+    release_memory()
     return measurements, drift, arrays, attribution
 
 
