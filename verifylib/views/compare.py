@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import display_html, render
+from .parity import SNR_CAP_DB
 
 PAGE = "compare.html"
 """File name of the page ``verifylib compare`` writes."""
 
-SNR_CAP_DB = 160.0
-"""Where an exact (infinite-SNR) point is drawn; the legend says so."""
+# Exact (infinite-SNR) points are drawn where the stage 04 view draws them, so a curve
+# reads the same on the report and on the comparison page.
 
 _MODE_STYLES = ("-", "--", ":", "-.")
 
