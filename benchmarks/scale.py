@@ -173,17 +173,32 @@ def whisper_config(shape: Shape, template: Path):
     return WhisperConfig.from_dict(data)
 
 
+RECIPE = 2
+"""Version of :func:`build_model`'s recipe; a kept model of another recipe is rebuilt."""
+
+
 def build_model(shape: Shape, template: Path, seed: int = SEED):
     """A seeded random ``WhisperForConditionalGeneration`` of ``shape`` (float32, eval).
 
     The same seed gives the same weights: the initialization draws from torch's global
-    generator only.
+    generator only. Every layer norm's gamma and beta and every bias is then moved off
+    its initial value (gamma 1 + N(0, 0.02), the others N(0, 0.02)), as training leaves
+    them: freshly initialized, they are identical across layers, coremltools merges
+    identical constants into one, and the program would then not be shaped like a real
+    model's (each op reading its own weights; attribution mapping each to its module).
     """
     import torch
     from transformers import WhisperForConditionalGeneration
 
     torch.manual_seed(seed)
-    return WhisperForConditionalGeneration(whisper_config(shape, template)).eval()
+    model = WhisperForConditionalGeneration(whisper_config(shape, template)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("layer_norm.weight"):
+                param.add_(torch.randn_like(param), alpha=0.02)
+            elif name.endswith(".bias"):
+                param.normal_(0.0, 0.02)
+    return model
 
 
 def save_model_folder(model, shape: Shape, template: Path, dest: Path, dtype: str) -> None:
@@ -379,7 +394,7 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
         save_model_folder(model, shape, template, hf_dir, opts["dtype"])
         out["seconds"] = time.perf_counter() - t0
         meta = {"shape": shape_name, "config": asdict(shape), "seed": opts["seed"],
-                "checkpoint_dtype": opts["dtype"], "encoder_parameters": n_enc,
+                "recipe": RECIPE, "checkpoint_dtype": opts["dtype"], "encoder_parameters": n_enc,
                 "model_parameters": n_all, "torch": torch.__version__}
         (work / "model.json").write_text(json.dumps(meta, indent=1))
         out["model_parameters"] = n_all
@@ -476,8 +491,8 @@ def _model_reusable(work: Path, shape_name: str, opts: dict) -> bool:
     if not meta.is_file() or not (work / "hf" / "config.json").is_file():
         return False
     m = json.loads(meta.read_text())
-    return (m.get("shape"), m.get("seed"), m.get("checkpoint_dtype"),
-            m.get("config")) == (shape_name, opts["seed"], opts["dtype"],
+    return (m.get("shape"), m.get("seed"), m.get("recipe"), m.get("checkpoint_dtype"),
+            m.get("config")) == (shape_name, opts["seed"], RECIPE, opts["dtype"],
                                  asdict(SHAPES[shape_name]))
 
 

@@ -117,6 +117,60 @@ def test_fp16_program_keeps_float16_storage(tiny_en_export, jfk_logmel, jfk_refe
     assert 40 <= m.snr_db <= 80, m.snr_db
 
 
+def _pymil_view(path):
+    """The same package read by coremltools' own program loader (which copies weights)."""
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
+    from coremltools.converters.mil.mil import types
+
+    model = ct.models.MLModel(str(path), skip_model_load=True)
+    spec = model.get_spec()
+    fn = load_milproto(spec, spec.specificationVersion, model.weights_dir).functions["main"]
+    consts, ops = {}, []
+    for op in fn.operations:
+        out = op.outputs[0]
+        if op.op_type == "const":
+            consts[out.name] = (np.asarray(out.val), types.builtin_to_string(out.dtype))
+        else:
+            ins = {k: tuple(v.name for v in (a if isinstance(a, (list, tuple)) else (a,)))
+                   for k, a in op.inputs.items()}
+            ops.append((op.op_type, ins, tuple((v.name, types.builtin_to_string(v.dtype),
+                                               tuple(v.shape)) for v in op.outputs)))
+    return consts, ops
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_mapped_weights_equal_what_coremltools_reads(tiny_en_export, variant):
+    path = getattr(tiny_en_export, variant)
+    prog = load_program(path)
+    consts, ops = _pymil_view(path)
+    assert set(prog.consts) == set(consts)
+    big = 0
+    for name, (val, dtype) in consts.items():
+        ours = np.asarray(prog.consts[name])
+        assert prog.const_dtypes[name] == dtype, name
+        assert ours.dtype == val.dtype and ours.shape == val.shape, name
+        assert np.array_equal(ours, val), name
+        if ours.nbytes > 1 << 16:
+            big += 1
+            # A view into the mapped weight file, not a copy.
+            assert not ours.flags["OWNDATA"], name
+    assert big >= 20
+    assert [(op.type, dict(op.inputs), tuple((v.name, v.dtype, v.shape) for v in op.outputs))
+            for op in prog.ops] == ops
+
+
+def test_a_corrupt_blob_header_is_refused(tiny_en_export, tmp_path):
+    pkg = shutil.copytree(tiny_en_export.fp32, tmp_path / "ggml-model-encoder.mlpackage")
+    weights = next(pkg.rglob("weight.bin"))
+    data = bytearray(weights.read_bytes())
+    assert struct.unpack_from("<I", data, 64)[0] == 0xDEADBEEF
+    struct.pack_into("<I", data, 64, 0)
+    weights.write_bytes(bytes(data))
+    with pytest.raises(MilExecError, match="no blob metadata"):
+        load_program(pkg)
+
+
 def test_an_edited_weight_inside_the_package_changes_the_output(tiny_en_export, tmp_path,
                                                                 jfk_logmel, jfk_reference):
     pkg = shutil.copytree(tiny_en_export.fp32, tmp_path / "ggml-model-encoder.mlpackage")

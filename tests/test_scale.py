@@ -75,6 +75,19 @@ def test_tiny_builder_has_the_expected_parameter_counts(scale, tmp_path):
     again = scale.build_model(shape, tmp_path, seed=1)
     w0, w1 = model.model.encoder.layers[0].fc1.weight, again.model.encoder.layers[0].fc1.weight
     assert bool((w0 == w1).all()), "the same seed must give the same weights"
+    # No two layer norms or biases are alike, so coremltools merges none of them and each
+    # op of the program reads its own constant, as in a trained model.
+    enc_params = dict(model.model.encoder.named_parameters())
+    small = {n: p for n, p in enc_params.items()
+             if n.endswith(".bias") or "layer_norm" in n}
+    assert len(small) > 20
+    seen = set()
+    for name, p in small.items():
+        key = (tuple(p.shape), p.detach().numpy().tobytes())
+        assert key not in seen, f"{name} equals another parameter"
+        seen.add(key)
+    assert bool((again.model.encoder.layers[1].final_layer_norm.weight
+                 == model.model.encoder.layers[1].final_layer_norm.weight).all())
 
 
 def test_least_squares_fits(scale):

@@ -21,8 +21,6 @@ the contract and the order of publishing:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import io
 import logging
 import os
@@ -36,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .memory import freed_blocks_unmapped, release_memory
 from . import contracts
 from .canonical import publish_dir, tree_digest
 from .errors import ContractBroken, ExportFailure, ParametersInvalid
@@ -313,67 +312,6 @@ def build_facts() -> dict:
     return facts
 
 
-# ----------------------------------------------------------------------------- memory
-
-_GLIBC: Any = False  # not looked up yet; None when the C library is not glibc
-_M_MMAP_THRESHOLD = -3  # mallopt parameter number in glibc's malloc.h
-_MMAP_THRESHOLD_WHILE_TRACING = 1 << 20
-_MMAP_THRESHOLD_CEILING = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit hosts
-
-
-def _glibc():
-    """The process's glibc through ctypes, or None with any other C library."""
-    global _GLIBC
-    if _GLIBC is False:
-        try:
-            os.confstr("CS_GNU_LIBC_VERSION")  # ValueError off glibc (macOS, musl)
-            _GLIBC = ctypes.CDLL(None)
-            _GLIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-            _GLIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        except (ValueError, OSError, AttributeError):
-            _GLIBC = None
-    return _GLIBC
-
-
-def release_memory() -> None:
-    """Collect garbage and hand the C heap's free pages back to the operating system.
-
-    The MIL programs coremltools builds are reference cycles (ops, blocks and values point
-    at each other), so a dropped program is freed only by a collection. And glibc keeps
-    freed blocks below its mmap threshold (up to 32 MiB, so every activation of a traced
-    forward pass) in the process heap: after tracing a large encoder that is gigabytes of
-    resident memory holding nothing. ``malloc_trim(0)`` returns it; other C libraries
-    (macOS, musl) are left alone.
-    """
-    gc.collect()
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
-@contextlib.contextmanager
-def _freed_blocks_unmapped():
-    """Inside, glibc maps every block from 1 MiB up on its own, so freeing it unmaps it.
-
-    A traced forward pass allocates and frees thousands of activation-sized blocks (1500 x
-    d_model floats and the feed-forward's 4x wider ones, a few MiB to tens of MiB). glibc
-    serves blocks below its mmap threshold, which rises to 32 MiB in a torch process, from
-    the heap, and heap blocks freed out of order stay resident: measured, the trace of a
-    medium-shaped encoder peaked 1.7 GiB above its resident weights, 0.25 GiB with the
-    threshold at 1 MiB. On leaving, the threshold is set to 32 MiB, the ceiling glibc's
-    own adjustment climbs to (glibc cannot be handed that adjustment back). Other C
-    libraries (macOS, musl) return large blocks by themselves and are left alone.
-    """
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_WHILE_TRACING)
-    try:
-        yield
-    finally:
-        if libc is not None:
-            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_CEILING)
-
-
 # ----------------------------------------------------------------------------- conversion
 
 class _EncoderOutput:
@@ -409,7 +347,7 @@ def trace_encoder(encoder, contract: EncoderContract):
     module = _EncoderOutput.wrap(encoder)
     example = torch.zeros(contract.input_shape, dtype=torch.float32)
     t0 = time.perf_counter()
-    with _captured_log() as buf, torch.no_grad(), _freed_blocks_unmapped():
+    with _captured_log() as buf, torch.no_grad(), freed_blocks_unmapped():
         traced = torch.jit.trace(module, example, check_trace=False)
     # The forward pass's activations are garbage now; conversion starts from the weights.
     del module, example

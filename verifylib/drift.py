@@ -31,7 +31,9 @@ names a weight constant after the torch parameter it came from, with dots as und
    -> ``layers.k.fc1``, ``conv`` -> ``conv1``, ``layer_norm`` -> ``layers.k.final_layer_norm``;
    its output is that module's output, except for a weight read by an elementwise op (the
    positional embedding's ``add``), whose output is the ``embeddings`` point (the input of
-   ``layers.0``, as the HF encoder feeds it);
+   ``layers.0``, as the HF encoder feeds it). A constant read by several ops names no
+   module: coremltools merges identical constants (a freshly initialized model's layer
+   norms all have gamma 1 and beta 0), so its name says nothing about which op is whose;
 2. the output of ``layers.k.self_attn.out_proj`` is also ``layers.k.self_attn``'s output;
 3. a ``gelu`` applied to ``layers.k.fc1``'s output is ``layers.k.activation_fn``;
 4. the ``x`` of the layer norm opening block ``k + 1`` (or of the final ``layer_norm``) is
@@ -49,12 +51,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ParametersInvalid
+from .memory import freed_blocks_unmapped, release_memory
 
 CEILING_DB = 150.0
 """SNR at and above which a value counts as exact when differencing (float32 rounding of a
@@ -349,12 +353,17 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
     paths = [p for p in module_paths if p]
     keys = module_keys(paths)
     known = set(paths)
+    readers: Counter = Counter(n for op in program.ops for names in op.inputs.values()
+                               for n in set(names) if n in program.consts)
     wmods: list[str | None] = []
     for op in program.ops:
         found = None
         for pname in _WEIGHT_PARAMS:
             for n in op.inputs.get(pname, ()):
-                if n in program.consts:
+                # A constant several ops read names one module but serves them all:
+                # coremltools merges identical constants (the untouched layer norms and
+                # zero biases of a freshly initialized model), so it identifies none.
+                if n in program.consts and readers[n] == 1:
                     found = weight_module(n, keys)
                     if found:
                         break
@@ -492,6 +501,7 @@ class _HfStream:
         self.error: BaseException | None = None
         self.seconds = 0.0
         self._encoder, self._mel, self._wanted = encoder, mel, set(wanted)
+        self._taken: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="verifylib-hf-points",
                                         daemon=True)
         self._thread.start()
@@ -531,7 +541,14 @@ class _HfStream:
             self._q.put(self._END)
 
     def get(self, name: str):
-        """The output of module ``name`` (None if the forward pass never produced it)."""
+        """The output of module ``name`` (None if the forward pass never produced it).
+
+        A module asked for twice, or never hooked, is None at once: waiting for it would
+        buffer every remaining output of the forward pass.
+        """
+        if name in self._taken or name not in self._wanted:
+            return None
+        self._taken.add(name)
         while name not in self._buf and not self._done:
             item = self._q.get()
             if item is self._END:
@@ -552,25 +569,34 @@ class _HfStream:
 
 
 
+_CHUNK = 1 << 22
+"""Elements per float64 chunk in :func:`_agreement` (32 MiB)."""
+
+
 def _agreement(reference, candidate) -> tuple[float, float]:
     """SNR (dB, reference as signal) and cosine of two same-shaped tensors, float64.
 
     The same statistics as :func:`verifylib.parity.compare` (no epsilon floor), computed
     with torch's float64 dot products because attribution compares every op's output and
     the full :class:`~verifylib.parity.Metrics` (max and mean error, finiteness) would
-    double its cost.
+    double its cost. The sums run over chunks: a float64 copy of a large encoder's
+    attention scores (20 heads x 1500 x 1500) is 360 MB, three of them a gigabyte.
     """
     import torch
 
     from .parity import cosine_from_sums, snr_from_energies
 
-    r = torch.as_tensor(reference).reshape(-1).to(torch.float64)
-    c = torch.as_tensor(candidate).reshape(-1).to(torch.float64)
-    signal = float(torch.dot(r, r))
-    dot = float(torch.dot(r, c))
-    cand = float(torch.dot(c, c))
-    err = c - r
-    noise = float(torch.dot(err, err))
+    r_all = torch.as_tensor(reference).reshape(-1)
+    c_all = torch.as_tensor(candidate).reshape(-1)
+    signal = dot = cand = noise = 0.0
+    for start in range(0, r_all.numel(), _CHUNK):
+        r = r_all[start:start + _CHUNK].to(torch.float64)
+        c = c_all[start:start + _CHUNK].to(torch.float64)
+        signal += float(torch.dot(r, r))
+        dot += float(torch.dot(r, c))
+        cand += float(torch.dot(c, c))
+        err = c - r
+        noise += float(torch.dot(err, err))
     return snr_from_energies(signal, noise), cosine_from_sums(dot, signal, cand)
 
 
@@ -713,17 +739,21 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
                                 f"program's input {inp.name!r} is {want}")
     mapping = map_program(program, (n for n, _ in encoder.named_modules()))
     needed = {p for m in mapping for p in m.points}
-    if hf is not None and needed <= set(hf):
-        fetch, stream = hf.get, None
-    else:
-        stream = _HfStream(encoder, mel, needed)
-        fetch = stream.get
-    try:
-        return _attribute(program, mapping, mel, fetch, compute=compute, variant=variant,
-                          fixture=fixture, progress=progress, t0=t0)
-    finally:
-        if stream is not None:
-            stream.close()
+    # Both executions and the HF forward allocate and free activation-sized blocks
+    # hundreds of times; unmapped on free, they cannot pile up in the heaps (large encoders).
+    with freed_blocks_unmapped():
+        if hf is not None and needed <= set(hf):
+            fetch, stream = hf.get, None
+        else:
+            stream = _HfStream(encoder, mel, needed)
+            fetch = stream.get
+        try:
+            return _attribute(program, mapping, mel, fetch, compute=compute, variant=variant,
+                              fixture=fixture, progress=progress, t0=t0)
+        finally:
+            if stream is not None:
+                stream.close()
+            release_memory()
 
 
 def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progress,

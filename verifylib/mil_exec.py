@@ -8,12 +8,15 @@ if the saved program, run exactly as written, matches the Hugging Face encoder, 
 seen on a Mac comes from the runtime. So this module executes the program literally.
 
 What is read, and how: the program comes from the saved artifact only, never from the
-torch model. coremltools' own loaders do the parsing — ``MLModel(path,
-skip_model_load=True)`` reads ``Data/com.apple.CoreML/model.mlmodel`` (the protobuf) and
-locates the weights folder, and the MIL protobuf frontend
-(``coremltools.converters.mil.frontend.milproto.load``) turns the protobuf into a program,
-reading every weight constant from ``weights/weight.bin`` through coremltools' blob
-reader. Only ``const`` operations contribute values; every other operation is computed
+torch model. coremltools opens the package (``MLModel(path, skip_model_load=True)`` reads
+``Data/com.apple.CoreML/model.mlmodel``, the protobuf, and locates the weights folder),
+and its MIL protobuf helpers decode types and immediate values. The weights in
+``weights/weight.bin`` are memory-mapped and read as views, following the blob storage
+format coremltools writes (a 64-byte metadata record per blob: sentinel ``0xDEADBEEF``,
+data type, size, data offset); that part is hand-written because coremltools' reader
+copies every weight (twice more in its program loader), which for a large encoder
+doubles the memory parity needs. A blob of a type the view does not cover is read with
+coremltools' loader. Only ``const`` operations contribute values; every other operation is computed
 here, in program order, with torch CPU kernels, following the MIL operation reference
 (coremltools' op documentation). An operation this module does not know stops execution
 with :class:`UnsupportedOpError` naming it — nothing is skipped or approximated.
@@ -129,6 +132,7 @@ class Program:
     op_counts: dict[str, int]
     specification_version: int
     _tensor_cache: dict = field(default_factory=dict, repr=False)
+    _weights: Any = field(default=None, repr=False)
 
     def producer(self) -> dict[str, Op]:
         """Value name -> the op that computes it (consts excluded)."""
@@ -141,22 +145,90 @@ class Program:
         return out
 
 
-def _dtype_name(var) -> str:
+_BLOB_SENTINEL = 0xDEADBEEF
+_BLOB_DTYPES = {1: ("fp16", np.float16), 2: ("fp32", np.float32), 3: ("uint8", np.uint8),
+                4: ("int8", np.int8)}
+"""MIL blob storage data type codes (``BlobDataType``) this reader maps without copying."""
+
+
+def _value_type(valuetype) -> tuple[str, tuple]:
+    """MIL dtype name and shape of a protobuf ``ValueType``, via coremltools' own mapping."""
+    from coremltools.converters.mil.frontend.milproto.helper import proto_to_types
     from coremltools.converters.mil.mil import types
-    dt = var.dtype
+
+    t = proto_to_types(valuetype)
+    if types.is_tensor(t):
+        dt, shape = t.get_primitive(), t.get_shape()
+    else:
+        dt, shape = t, ()
     try:
-        return types.builtin_to_string(dt)
+        name = types.builtin_to_string(dt)
     except Exception:  # noqa: BLE001 - lists, tuples and other non-tensor types
-        return str(dt)
+        name = str(dt)
+    return name, tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in shape)
 
 
-def _shape_of(var) -> tuple:
-    shape = getattr(var, "shape", ()) or ()
-    return tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in shape)
+class _Weights:
+    """The package's weight files, memory-mapped; blob values are numpy views into them.
+
+    Why not coremltools' ``BlobReader``: it copies every weight out of its own mapping,
+    and its loader copies it twice more (``np.array(...).astype(...)``), so reading a
+    2.5 GB program held about 5 GB at its peak (measured on a large-v3-shaped encoder).
+    A view costs no anonymous memory: the pages are the file's, read when an op uses them
+    and reclaimable by the kernel. The mapping is private (copy on write), so nothing
+    here can change the package, and the arrays are writable, as torch expects.
+    """
+
+    def __init__(self, weights_dir: str):
+        self.dir = weights_dir
+        self._maps: dict[str, Any] = {}
+
+    def _map(self, file_name: str):
+        import mmap
+
+        name = file_name.split("/")[-1]
+        if name not in self._maps:
+            path = os.path.join(self.dir, name)
+            with open(path, "rb") as f:
+                self._maps[name] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return self._maps[name]
+
+    def view(self, blob, dtype: str, shape: tuple):
+        """The blob at ``blob.offset`` as an array of ``shape``, or None when its stored
+        type or size is not what the program declares (the caller then reads it with
+        coremltools)."""
+        import struct
+
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        mm = self._map(blob.fileName)
+        try:
+            sentinel, code, size, data = struct.unpack_from("<IIQQ", mm, blob.offset)
+        except struct.error:
+            raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} lies "
+                               "past the end of the file") from None
+        if sentinel != _BLOB_SENTINEL:
+            raise MilExecError(f"no blob metadata at offset {blob.offset} of {blob.fileName} "
+                               f"(sentinel {sentinel:#x})")
+        known = _BLOB_DTYPES.get(code)
+        if known is None or known[0] != dtype:
+            return None
+        count = int(np.prod(shape, dtype=np.int64))
+        if size != count * np.dtype(known[1]).itemsize or data + size > len(mm):
+            raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} holds "
+                               f"{size} bytes; the program declares {dtype} {list(shape)}")
+        return np.frombuffer(mm, dtype=known[1], count=count, offset=data).reshape(shape)
 
 
 def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Program:
-    """Read the ML program of a saved ``.mlpackage`` with coremltools' own loaders.
+    """Read the ML program of a saved ``.mlpackage``.
+
+    The package is opened with coremltools (``MLModel(path, skip_model_load=True)``, which
+    parses the protobuf and finds the weights folder); types and immediate values are
+    decoded with coremltools' MIL protobuf helpers. Weights stored in the blob file are
+    memory-mapped views (:class:`_Weights`), so loading holds no copy of them; the
+    program's structure is read straight from the protobuf rather than built as a
+    coremltools program, which would copy every weight.
 
     Parameters
     ----------
@@ -172,11 +244,12 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     Raises
     ------
     MilExecError
-        If the package is not an ML program, the function is missing, or an operation
-        has nested blocks (control flow is not supported).
+        If the package is not an ML program, the function or its opset's block is
+        missing, an operation has nested blocks (control flow is not supported), or a
+        weight blob disagrees with the type the program declares.
     """
     import coremltools as ct
-    from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
+    from coremltools.converters.mil.frontend.milproto import load as milproto
 
     path = Path(mlpackage)
     if not path.is_dir():
@@ -185,39 +258,59 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     spec = model.get_spec()
     if spec.WhichOneof("Type") != "mlProgram":
         raise MilExecError(f"{path}: holds a {spec.WhichOneof('Type')!r} model, not an ML program")
-    prog = load_milproto(spec, spec.specificationVersion, model.weights_dir)
-    if function not in prog.functions:
-        raise MilExecError(f"{path}: no function {function!r} (has {sorted(prog.functions)})")
-    fn = prog.functions[function]
-    inputs = tuple(Value(name, _dtype_name(var), _shape_of(var))
-                   for name, var in fn.inputs.items())
+    functions = spec.mlProgram.functions
+    if function not in functions:
+        raise MilExecError(f"{path}: no function {function!r} (has {sorted(functions)})")
+    fn = functions[function]
+    if fn.opset not in fn.block_specializations:
+        raise MilExecError(f"{path}: function {function!r} has no block for its opset "
+                           f"{fn.opset!r}")
+    block = fn.block_specializations[fn.opset]
+    weights = _Weights(model.weights_dir)
+    context = milproto.TranscriptionContext(model.weights_dir)
+
+    def value_of(value_spec):
+        dtype, shape = _value_type(value_spec.type)
+        if value_spec.WhichOneof("value") == "blobFileValue":
+            view = weights.view(value_spec.blobFileValue, dtype, shape)
+            if view is not None:
+                return view, dtype
+        # Immediate values (shapes, axes, modes, small tensors) and any blob of a type
+        # the view does not cover: coremltools' own decoding.
+        return milproto._load_value(context, value_spec), dtype
+
+    inputs = tuple(Value(v.name, *_value_type(v.type)) for v in fn.inputs)
     consts: dict[str, Any] = {}
     const_dtypes: dict[str, str] = {}
     ops: list[Op] = []
     counts: Counter = Counter()
-    for op in fn.operations:
-        counts[op.op_type] += 1
+    for op in block.operations:
+        counts[op.type] += 1
         if op.blocks:
-            raise MilExecError(f"{path}: operation {op.op_type} {op.name!r} has nested blocks "
-                               "(control flow is not supported)")
-        if op.op_type == "const":
+            raise MilExecError(f"{path}: operation {op.type} {op.outputs[0].name!r} has "
+                               "nested blocks (control flow is not supported)")
+        if op.type == "const":
             (out,) = op.outputs
-            consts[out.name] = out.val
-            const_dtypes[out.name] = _dtype_name(out)
+            consts[out.name], const_dtypes[out.name] = value_of(op.attributes["val"])
             continue
         ins: dict[str, tuple[str, ...]] = {}
         for pname, arg in op.inputs.items():
-            if isinstance(arg, (list, tuple)):
-                ins[pname] = tuple(v.name for v in arg)
-            else:
-                ins[pname] = (arg.name,)
-        outs = tuple(Value(v.name, _dtype_name(v), _shape_of(v)) for v in op.outputs)
-        ops.append(Op(op.op_type, ins, outs))
-    outputs = tuple(v.name for v in fn.outputs)
-    return Program(path=path, function=function, inputs=inputs, outputs=outputs,
+            names = []
+            for k, binding in enumerate(arg.arguments):
+                if binding.WhichOneof("binding") == "name":
+                    names.append(binding.name)
+                else:  # an inline value: named here, kept with the constants
+                    inline = f"{op.outputs[0].name}::{pname}::{k}"
+                    consts[inline], const_dtypes[inline] = value_of(binding.value)
+                    names.append(inline)
+            ins[pname] = tuple(names)
+        outs = tuple(Value(v.name, *_value_type(v.type)) for v in op.outputs)
+        ops.append(Op(op.type, ins, outs))
+    return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
                    ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
                    op_counts=dict(sorted(counts.items())),
-                   specification_version=int(spec.specificationVersion))
+                   specification_version=int(spec.specificationVersion),
+                   _weights=weights)
 
 
 def check_supported(program: Program) -> None:

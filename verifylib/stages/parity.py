@@ -37,6 +37,7 @@ from ..scoring import load_policy
 from ..stage import StageContext, StageReport
 from ..artifacts import compiled_variant, exported_variant, fixture_audio, model_source
 from ..errors import ParametersInvalid, PrerequisiteBroken
+from ..memory import freed_blocks_unmapped, release_memory
 from ..reference import RANDOM_SEED, ReferenceRun, fixture_logmel, random_logmel, reference_encode
 
 STAGE = "04_parity"
@@ -121,13 +122,18 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
         op-level attribution on the fixture (:func:`verifylib.drift.attribute`, float32),
         None when the reference model is not at hand.
     """
+    with freed_blocks_unmapped():  # activations of large encoders, see verifylib.memory
+        return _measure_program(package, ref, variant)
+
+
+def _measure_program(package, ref: ReferenceRun, variant: str | None):
     import numpy as np
 
-    from ..coreml_export import release_memory
     from ..drift import attribute
     from ..mil_exec import MilExecError, execute, load_program, residual_taps
 
     program = load_program(package)
+
     name_in, name_out = ref.contract.input_name, ref.contract.output_name
     try:
         taps = residual_taps(program)
