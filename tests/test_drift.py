@@ -132,6 +132,58 @@ def test_the_clean_conversion_maps_every_module_point(tiny_packages, tiny_en_bun
     assert all(s and s != "(program)" for _, s in unmapped)
 
 
+def test_merged_constants_name_no_module_and_do_not_stall_the_stream(tiny_en_bundle,
+                                                                     tmp_path):
+    """Layer norms reset to gamma 1, beta 0 (as freshly initialized) are merged by
+    coremltools into one constant; no op reading it is given a module, and attribution
+    neither compares them with the wrong HF output nor buffers the HF forward pass."""
+    import torch
+
+    from verifylib import drift
+    from verifylib.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.mil_exec import load_program
+
+    encoder = copy.deepcopy(tiny_en_bundle.model.get_encoder())
+    with torch.no_grad():
+        for name, mod in encoder.named_modules():
+            if name.endswith("layer_norm"):
+                mod.weight.fill_(1.0)
+                mod.bias.zero_()
+    contract = contract_of(encoder)
+    traced, _, _ = trace_encoder(encoder, contract)
+    path = tmp_path / "merged.mlpackage"
+    convert_traced(traced, contract, "fp32").model.save(str(path))
+    prog = load_program(path)
+    norms = [op for op in prog.ops if op.type == "layer_norm"]
+    gammas = {op.inputs["gamma"][0] for op in norms}
+    assert len(norms) == 9 and len(gammas) == 1, "coremltools no longer merges them"
+    mapping = map_program(prog, (n for n, _ in encoder.named_modules()))
+    for op, m in zip(prog.ops, mapping):
+        if op.type == "layer_norm":
+            assert m.module is None and m.weight_module is None
+    assert any(m.module == "layers.2.fc1" for m in mapping)
+
+    most = [0]
+    real_get = drift._HfStream.get
+
+    def watched(self, name):
+        out = real_get(self, name)
+        most[0] = max(most[0], len(self._buf))
+        return out
+
+    mel = np.random.default_rng(3).uniform(-1, 1, tuple(prog.inputs[0].shape)).astype(
+        np.float32)
+    drift._HfStream.get = watched
+    try:
+        att = drift.attribute(prog, encoder, mel)
+    finally:
+        drift._HfStream.get = real_get
+    assert most[0] <= 4, f"{most[0]} HF outputs were buffered at once"
+    assert att.op(next(op.outputs[0].name for op, m in zip(prog.ops, mapping)
+                       if m.module == "layers.2.fc1")).snr_db > 100
+    assert all(o.module is None for o in att.ops if o.type == "layer_norm")
+
+
 def test_drift_cli_localises_a_planted_layer_defect(tiny_packages, tiny_en_info, tmp_path,
                                                    capsys):
     out = tmp_path / "drift.json"
