@@ -12,6 +12,7 @@ from verifylib import contracts
 
 from verifylib.canonical import read_json, sha256_file
 from verifylib.ct2 import read_ct2
+import verifylib.ggml_writer as gw
 from verifylib.ggml_writer import (GGML_FILE_MAGIC, GgmlError, expected_tensors, ggml_name,
                                    read_ggml, write_ggml_model)
 from verifylib.runner import run
@@ -158,6 +159,203 @@ def test_read_refuses_bad_magic_and_truncation(tiny_en_ggml, tmp_path):
     bad.write_bytes(head)
     with pytest.raises(GgmlError, match="truncated"):
         read_ggml(bad)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+def _forbid_full_load(monkeypatch) -> None:
+    """Make loading the whole model fail, so a write that succeeds was streamed."""
+    from transformers import WhisperForConditionalGeneration
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the whole model was loaded")
+
+    monkeypatch.setattr(WhisperForConditionalGeneration, "from_pretrained", refuse)
+
+
+def _write_loaded(hf_dir: Path, out: Path, monkeypatch) -> gw.GgmlWriteResult:
+    """Write through ``from_pretrained`` (the writer's only path before streaming)."""
+    with monkeypatch.context() as m:
+        m.setattr(gw, "_streamed_weights", lambda *a: None)
+        return write_ggml_model(hf_dir, out)
+
+
+def _same_result(a: gw.GgmlWriteResult, b: gw.GgmlWriteResult) -> None:
+    assert a.path.read_bytes() == b.path.read_bytes()
+    assert (a.sha256, a.bytes, a.n_tensors, a.n_vocab_entries, a.hparams) == \
+        (b.sha256, b.bytes, b.n_tensors, b.n_vocab_entries, b.hparams)
+    assert a.lossless == b.lossless
+    assert a.max_abs_rounding == b.max_abs_rounding or (np.isnan(a.max_abs_rounding)
+                                                        and np.isnan(b.max_abs_rounding))
+
+
+def test_default_model_streams_to_the_same_bytes(tiny_en_info, tiny_en_ggml, tmp_path, monkeypatch):
+    loaded = _write_loaded(tiny_en_info.hf_dir, tmp_path / "loaded" / "ggml-model.bin", monkeypatch)
+    _same_result(tiny_en_ggml, loaded)
+    with monkeypatch.context() as m:
+        _forbid_full_load(m)
+        streamed = write_ggml_model(tiny_en_info.hf_dir, tmp_path / "streamed" / "ggml-model.bin")
+    _same_result(streamed, loaded)
+
+
+def _small_config(**kw):
+    from transformers import WhisperConfig
+
+    fields = dict(vocab_size=64, d_model=8, encoder_layers=2, decoder_layers=2,
+                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                  decoder_ffn_dim=32, num_mel_bins=4, max_source_positions=8,
+                  max_target_positions=8, pad_token_id=0, bos_token_id=1, eos_token_id=0,
+                  decoder_start_token_id=1)
+    fields.update(kw)
+    return WhisperConfig(**fields)
+
+
+def _small_folder(dest: Path, *, dtype: str = "float32", shard: bool = False,
+                  config=None, edit=None) -> Path:
+    """A random small Whisper folder; ``edit(state)`` rewrites its checkpoint's tensors."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    torch.manual_seed(1)
+    model = WhisperForConditionalGeneration(config or _small_config()).to(getattr(torch, dtype))
+    model.save_pretrained(dest, **({"max_shard_size": "2KB"} if shard else {}))
+    if edit is not None:
+        state = {k: v.clone().contiguous() for k, v in model.state_dict().items()
+                 if k != "proj_out.weight"}
+        edit(state)
+        save_file(state, dest / "model.safetensors", metadata={"format": "pt"})
+    WhisperFeatureExtractor(feature_size=4).save_pretrained(dest)
+    chars = bytes_to_unicode()
+    (dest / "vocab.json").write_text(json.dumps({chars[b]: i for i, b in enumerate(range(33, 97))}))
+    return dest
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shard", [False, True], ids=["single", "sharded"])
+def test_checkpoint_dtypes_and_shards_stream_to_the_same_bytes(tmp_path, monkeypatch, dtype, shard):
+    hf = _small_folder(tmp_path / "hf", dtype=dtype, shard=shard)
+    assert (hf / "model.safetensors.index.json").is_file() == shard
+    if shard:
+        assert len(list(hf.glob("model-*.safetensors"))) > 2
+    loaded = _write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
+    with monkeypatch.context() as m:
+        _forbid_full_load(m)
+        streamed = write_ggml_model(hf, tmp_path / "streamed.bin")
+    _same_result(streamed, loaded)
+    # float16 weights fit f16 exactly; float32 ones round (bfloat16's tiny values can too).
+    if dtype != "bfloat16":
+        assert streamed.lossless == (dtype == "float16")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_non_finite_weights_stream_to_the_same_bytes_and_exactness(tmp_path, monkeypatch):
+    def edit(state):
+        w = state["model.encoder.layers.0.fc1.weight"]
+        w[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e6])  # 1e6: f16 inf
+        state["model.decoder.layers.1.fc2.bias"][:2] = torch.tensor([float("nan"), 2.0 ** -30])
+
+    import torch
+
+    hf = _small_folder(tmp_path / "hf", edit=edit)
+    loaded = _write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
+    with monkeypatch.context() as m:
+        _forbid_full_load(m)
+        streamed = write_ggml_model(hf, tmp_path / "streamed.bin")
+    _same_result(streamed, loaded)
+    assert not streamed.lossless and streamed.max_abs_rounding == float("inf")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("values", ["random", "special", "exact"])
+def test_chunked_exactness_equals_the_whole_array_rule(tmp_path, monkeypatch, values):
+    """``_write_tensor`` checks in chunks; it must agree with the whole-array formula."""
+    import io
+
+    import torch
+
+    rng = np.random.default_rng(7)
+    arr = rng.standard_normal((37, 29)).astype(np.float32)
+    if values == "special":
+        arr.flat[::5] = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-40, 7e4, 0.5],
+                                 dtype=np.float32).repeat(31)[:arr.flat[::5].size]
+        arr[:, :3] = np.float16(1.5)   # some chunks exact, some not
+    if values == "exact":
+        arr = arr.astype(np.float16).astype(np.float32)
+        arr.flat[::50] = [np.nan, np.inf, -np.inf, -0.0, np.nan, 2.0 ** -24, 65504.0, np.nan, 1.0, -2.0,
+                          np.nan, 0.0, 3.0, np.nan, 4.0, 5.0, np.inf, 6.0, 7.0, 8.0, 9.0, 10.0]
+    monkeypatch.setattr(gw, "_CHUNK", 64)
+    buf = io.BytesIO()
+    err = gw._write_tensor(gw._HashingWriter(buf), tmp_path, "t", arr.shape[::-1], gw.GGML_TYPE_F16,
+                           torch.from_numpy(arr))
+    with np.errstate(all="ignore"):
+        stored = np.ascontiguousarray(arr, dtype="<f2")
+        back = stored.astype(np.float32)
+        exact = np.array_equal(back, arr, equal_nan=True)
+        want = None if exact else float(np.nanmax(np.abs(back - arr)))
+    assert buf.getvalue().endswith(stored.tobytes())
+    assert err == want
+    assert (want is None) == (values == "exact")
+
+
+def test_untied_projection_is_refused_when_streamed(tmp_path, monkeypatch):
+    hf = _small_folder(tmp_path / "hf", config=_small_config(tie_word_embeddings=False))
+    with monkeypatch.context() as m:
+        _forbid_full_load(m)
+        with pytest.raises(GgmlError, match="proj_out.weight differs"):
+            write_ggml_model(hf, tmp_path / "out.bin")
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_stored_projection_differing_from_a_tied_embedding_is_refused(tmp_path, monkeypatch):
+    def edit(state):
+        state["proj_out.weight"] = state["model.decoder.embed_tokens.weight"] + 1.0
+
+    hf = _small_folder(tmp_path / "hf", edit=edit)
+    for force_load in (False, True):   # from_pretrained unties them too (and warns)
+        with monkeypatch.context() as m:
+            if force_load:
+                m.setattr(gw, "_streamed_weights", lambda *a: None)
+            else:
+                _forbid_full_load(m)
+            with pytest.raises(GgmlError, match="proj_out.weight differs"):
+                write_ggml_model(hf, tmp_path / "out.bin")
+
+
+def test_other_folders_go_through_from_pretrained(tmp_path, monkeypatch):
+    import torch
+    from transformers import WhisperConfig
+
+    ref = _small_folder(tmp_path / "ref")
+    want = write_ggml_model(ref, tmp_path / "ref.bin")
+    cfg = WhisperConfig.from_pretrained(ref)
+    state = {k: v.clone() for k, v in _small_state(ref).items()}
+
+    # A .bin-only folder.
+    binf = _small_folder(tmp_path / "bin")
+    (binf / "model.safetensors").unlink()
+    torch.save(state, binf / "pytorch_model.bin")
+    assert gw._streamed_weights(binf, cfg) is None
+    _same_result(write_ggml_model(binf, tmp_path / "bin.bin"), want)
+
+    # Keys from_pretrained would not load as stored: an extra one, a base-model prefix.
+    def extra(s):
+        s["model.encoder.extra"] = torch.zeros(2)
+
+    def base_model(s):
+        for k in list(s):
+            s[k.removeprefix("model.")] = s.pop(k)
+
+    for name, edit in (("extra", extra), ("base", base_model)):
+        assert gw._streamed_weights(_small_folder(tmp_path / name, edit=edit), cfg) is None, name
+    assert gw._streamed_weights(ref, cfg) is not None
+
+
+def _small_state(hf: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(hf / "model.safetensors")
 
 
 # ----------------------------------------------------------------------------- whisper-cli

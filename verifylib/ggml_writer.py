@@ -32,6 +32,13 @@ measured: SIGABRT, exit 134, on jfk.wav). ``ftype = 1`` is also what whisper.cpp
 converters produce and what users ship, and it is lossless for fp16 sources such as the
 CTranslate2 ``tiny.en``; the result reports whether every stored value equals the Hugging
 Face float32 weight, and the largest rounding when not.
+
+Memory: the weights are streamed. A ``model.safetensors`` (or the shards a
+``model.safetensors.index.json`` names) is read one tensor at a time, each widened to
+float32, written and released before the next is read, so a large-v3 export holds about
+one tensor (plus its f16 copy) instead of the whole model. Every other folder (``.bin``
+weights, renamed or missing keys, non-float tensors, quantized or adapter folders) is
+loaded whole through ``from_pretrained`` as before; both paths write the same bytes.
 """
 
 from __future__ import annotations
@@ -308,10 +315,149 @@ class _HashingWriter:
     def __init__(self, fh: BinaryIO):
         self.fh, self.h, self.n = fh, hashlib.sha256(), 0
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | memoryview | np.ndarray) -> None:
         self.fh.write(data)
         self.h.update(data)
         self.n += len(data)
+
+
+# Every float dtype from_pretrained widens exactly as ``Tensor.to(torch.float32)`` does;
+# anything else (integers, fp8, quantized blocks) is left to from_pretrained.
+_STREAMED_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+
+
+class _LoadedWeights:
+    """A whole model's float32 state dict (the ``from_pretrained`` path)."""
+
+    def __init__(self, state: dict):
+        self.names, self._state = list(state), state
+
+    def source(self, name: str) -> str:
+        return name
+
+    def get(self, name: str):
+        return self._state[name]
+
+
+class _StreamedWeights:
+    """The model's parameters read from safetensors files one at a time, as float32."""
+
+    def __init__(self, names: list[str], files: dict[str, Path], ties: dict[str, str]):
+        self.names, self._files, self._ties = names, files, ties
+
+    def source(self, name: str) -> str:
+        """The checkpoint key ``name`` is read from (its tie source if it is not stored)."""
+        return name if name in self._files else self._ties[name]
+
+    def get(self, name: str):
+        import torch
+        from safetensors import safe_open
+
+        key = self.source(name)
+        # A handle maps its whole file, and every page a tensor touched stays in the
+        # resident set until the handle closes (measured: a large-v3 pass reached the
+        # file's size). One handle per tensor bounds it by the tensors alive at once.
+        with safe_open(self._files[key], framework="pt") as fh:
+            tensor = fh.get_tensor(key)
+        return tensor.to(torch.float32)
+
+
+def _streamed_weights(hf_dir: Path, cfg) -> _StreamedWeights | None:
+    """The folder's weights as :class:`_StreamedWeights`, or None when ``from_pretrained``
+    would load anything other than the checkpoint's tensors under the model's own names."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+    from transformers import WhisperForConditionalGeneration
+
+    # These make from_pretrained read another file, quantize or attach an adapter.
+    if (getattr(cfg, "transformers_weights", None) or getattr(cfg, "quantization_config", None)
+            or (hf_dir / "adapter_config.json").exists()):
+        return None
+    single, index = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json"
+    weight_map = None
+    if single.is_file():   # from_pretrained's order: the single file wins over an index
+        shards = [single]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shard_names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not all(isinstance(n, str) and Path(n).name == n and (hf_dir / n).is_file()
+                   for n in shard_names):
+            return None
+        shards = [hf_dir / n for n in shard_names]
+    else:
+        return None
+    files: dict[str, Path] = {}
+    layout: dict[str, tuple[str, tuple[int, ...]]] = {}
+    try:
+        for shard in shards:
+            with safe_open(shard, framework="pt") as fh:
+                keys = fh.keys()
+                for key in keys:
+                    if key in files:
+                        return None
+                    part = fh.get_slice(key)
+                    files[key], layout[key] = shard, (part.get_dtype(), tuple(part.get_shape()))
+    except (OSError, SafetensorError):
+        return None   # from_pretrained reports an unreadable checkpoint its own way
+    if weight_map is not None and {k: f.name for k, f in files.items()} != weight_map:
+        return None
+    # The parameter names, shapes and ties from_pretrained would load into, without weights.
+    with torch.device("meta"):
+        model = WhisperForConditionalGeneration(cfg)
+    state = model.state_dict()
+    tied = getattr(model, "all_tied_weights_keys", None)
+    if not isinstance(tied, dict):
+        return None
+    # A tied target absent from the checkpoint is its source (from_pretrained ties it);
+    # one present in it is loaded as stored, and the writer compares the two.
+    ties = {t: s for t, s in tied.items() if t not in files and s in files}
+    if set(files) | set(ties) != set(state):
+        return None   # missing, renamed or extra keys: from_pretrained's rules decide
+    for key, (dtype, shape) in layout.items():
+        if dtype not in _STREAMED_DTYPES or shape != tuple(state[key].shape):
+            return None
+    return _StreamedWeights(list(state), files, ties)
+
+
+_CHUNK = 1 << 22
+"""Elements converted, checked and written at a time (16 MiB of float32)."""
+
+
+def _write_tensor(w: _HashingWriter, hf_dir: Path, name: str, dims: tuple, gtype: int,
+                  tensor) -> float | None:
+    """Write one tensor record; return its largest f16 rounding, or None if exact."""
+    arr = tensor.detach().cpu().numpy().astype(np.float32, copy=False)
+    if name in ("encoder.conv1.bias", "encoder.conv2.bias"):
+        arr = arr.reshape(arr.shape[0], 1)
+    if tuple(reversed(arr.shape)) != dims:
+        raise GgmlError(f"{hf_dir}: {name} has shape {arr.shape}, whisper.cpp expects "
+                        f"ggml extents {dims} (numpy {tuple(reversed(dims))})")
+    raw = name.encode("utf-8")
+    w.write(struct.pack("<iii", len(dims), len(raw), gtype))
+    w.write(struct.pack(f"<{len(dims)}i", *dims))
+    w.write(raw)
+    # In chunks, so the stored copy, its float32 read-back and the difference are a few
+    # MiB each rather than the size of a 265 MB token embedding.
+    flat = arr.reshape(-1)   # C order, as the data is stored
+    err = None
+    with np.errstate(invalid="ignore"):   # inf - inf where an infinity survived f16
+        for start in range(0, flat.size, _CHUNK):
+            part = flat[start:start + _CHUNK]
+            stored = part.astype(_NUMPY[gtype])
+            if gtype != GGML_TYPE_F32:
+                diff = stored.astype(np.float32)
+                np.abs(np.subtract(diff, part, out=diff), out=diff)
+                # Exactness counts NaN = NaN as equal. f16 keeps NaN and non-NaN apart, so a
+                # NaN difference is such a pair (or two equal infinities) and fmax skips it;
+                # any other mismatch differs by more than 0 (gradual underflow).
+                rounding = float(np.fmax.reduce(diff, initial=0.0))
+                if rounding > 0.0:
+                    err = max(err or 0.0, rounding)
+            w.write(stored.view(np.uint8))
+    return err
 
 
 def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> GgmlWriteResult:
@@ -319,6 +465,16 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
 
     The file is written to a staging name beside ``out_path`` and renamed into place, so
     ``out_path`` either keeps its old content or holds the complete new file.
+
+    The weights are streamed when the folder holds ``model.safetensors`` or a
+    ``model.safetensors.index.json`` with its shards, whose tensors are float (F64, F32,
+    F16, BF16) and carry exactly the names and shapes ``WhisperForConditionalGeneration``
+    loads (``proj_out.weight`` may be absent when tied): each tensor is read, widened to
+    float32, checked, converted and written before the next is read, so memory stays near
+    one tensor. Any other folder (``.bin`` weights, keys ``from_pretrained`` would rename,
+    add, drop or initialize, quantized or adapter folders) is loaded whole with
+    ``from_pretrained(dtype=torch.float32)``, as this writer always did. Both paths write
+    the same bytes and refuse the same models.
 
     Parameters
     ----------
@@ -341,13 +497,19 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
         output projection, unmapped parameters) or the tokenizer is not byte-level BPE.
     """
     import torch
-    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+    from transformers import (WhisperConfig, WhisperFeatureExtractor,
+                              WhisperForConditionalGeneration)
 
     t0 = time.monotonic()
     hf_dir, out_path = Path(hf_dir), Path(out_path)
-    model = WhisperForConditionalGeneration.from_pretrained(
-        hf_dir, dtype=torch.float32, local_files_only=True)
-    cfg = model.config
+    cfg = WhisperConfig.from_pretrained(hf_dir, local_files_only=True)
+    weights: _StreamedWeights | _LoadedWeights | None = _streamed_weights(hf_dir, cfg)
+    if weights is None:
+        model = WhisperForConditionalGeneration.from_pretrained(
+            hf_dir, dtype=torch.float32, local_files_only=True)
+        cfg = model.config
+        weights = _LoadedWeights(model.state_dict())
+        del model
     hparams = {
         "n_vocab": cfg.vocab_size, "n_audio_ctx": cfg.max_source_positions,
         "n_audio_state": cfg.d_model, "n_audio_head": cfg.encoder_attention_heads,
@@ -376,22 +538,29 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
     if len(vocab) > cfg.vocab_size:
         raise GgmlError(f"{hf_dir}: {len(vocab)} vocabulary entries for {cfg.vocab_size} embedding rows")
 
-    state = model.state_dict()
-    proj, emb = state.get("proj_out.weight"), state["model.decoder.embed_tokens.weight"]
+    # With tied weights the loaded proj_out *is* the embedding, so this also compares the
+    # embedding with itself (torch.equal is False if it holds a NaN), on both paths.
+    emb_name, proj_name = "model.decoder.embed_tokens.weight", "proj_out.weight"
+    emb, proj = weights.get(emb_name), None
+    if proj_name in weights.names:
+        # Not a second read (and copy) of the embedding when the projection is tied to it.
+        same = weights.source(proj_name) == weights.source(emb_name)
+        proj = emb if same else weights.get(proj_name)
     if proj is not None and not torch.equal(proj, emb):
         raise GgmlError(f"{hf_dir}: proj_out.weight differs from the token embedding; whisper.cpp "
                         "reuses the embedding as the output projection")
-    by_ggml: dict[str, np.ndarray] = {}
-    for hf_name, tensor in state.items():
+    del emb, proj
+    hf_of: dict[str, str] = {}
+    for hf_name in weights.names:
         g = ggml_name(hf_name)
         if g is None:
             continue
-        if g in by_ggml:
+        if g in hf_of:
             raise GgmlError(f"{hf_dir}: two parameters map to {g!r}")
         if g not in expected:
             raise GgmlError(f"{hf_dir}: {hf_name!r} maps to {g!r}, which whisper.cpp does not load")
-        by_ggml[g] = tensor.detach().cpu().numpy().astype(np.float32, copy=False)
-    missing = [g for g in expected if g not in by_ggml]
+        hf_of[g] = hf_name
+    missing = [g for g in expected if g not in hf_of]
     if missing:
         raise GgmlError(f"{hf_dir}: no Hugging Face parameter for whisper.cpp tensors {missing}")
 
@@ -411,23 +580,12 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
                 w.write(struct.pack("<i", len(token)))
                 w.write(token)
             for name, (dims, gtype) in expected.items():
-                arr = by_ggml[name]
-                if name in ("encoder.conv1.bias", "encoder.conv2.bias"):
-                    arr = arr.reshape(arr.shape[0], 1)
-                if tuple(reversed(arr.shape)) != dims:
-                    raise GgmlError(f"{hf_dir}: {name} has shape {arr.shape}, whisper.cpp expects "
-                                    f"ggml extents {dims} (numpy {tuple(reversed(dims))})")
-                stored = np.ascontiguousarray(arr, dtype=_NUMPY[gtype])
-                if gtype != GGML_TYPE_F32:
-                    back = stored.astype(np.float32)
-                    if not np.array_equal(back, arr, equal_nan=True):
-                        lossless = False
-                        max_err = max(max_err, float(np.nanmax(np.abs(back - arr))))
-                raw = name.encode("utf-8")
-                w.write(struct.pack("<iii", len(dims), len(raw), gtype))
-                w.write(struct.pack(f"<{len(dims)}i", *dims))
-                w.write(raw)
-                w.write(stored.tobytes())
+                # The tensor is read here and dropped when the call returns, so a streamed
+                # model never has two in memory.
+                err = _write_tensor(w, hf_dir, name, dims, gtype, weights.get(hf_of[name]))
+                if err is not None:
+                    lossless = False
+                    max_err = max(max_err, err)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out_path)
