@@ -197,6 +197,14 @@ def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_log
     ref = dict(layers)
     for label, v in taps[:-1]:
         assert compare(ref[label], run.taps[v]).snr_db > 110, label
+    # Handed over as produced instead of kept: the same values, none retained.
+    seen = {}
+    streamed = execute(p, {"logmel_data": jfk_logmel}, compute="float64",
+                       taps=[v for _, v in taps[:-1]],
+                       on_tap=lambda name, val: seen.__setitem__(name, val.copy()))
+    assert streamed.taps == {} and list(seen) == [v for _, v in taps[:-1]]
+    for _label, v in taps[:-1]:
+        assert np.array_equal(seen[v], run.taps[v])
 
 
 # ----------------------------------------------------------------------------- semantics

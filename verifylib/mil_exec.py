@@ -659,7 +659,8 @@ class Stepper:
 
 
 def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str = "float32",
-            taps: Iterable[str] = ()) -> Execution:
+            taps: Iterable[str] = (),
+            on_tap: Callable[[str, np.ndarray], None] | None = None) -> Execution:
     """Run ``program`` on ``feeds`` op by op.
 
     Parameters
@@ -672,6 +673,11 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
         Arithmetic of every floating-point value (see the module docstring).
     taps : iterable of str
         Names of intermediate values to return as well.
+    on_tap : callable, optional
+        Receives ``(name, array)`` for each tap as soon as it is computed, instead of the
+        tap being kept: the array is valid during the call only. So a caller that reduces
+        taps to figures holds none of them (a large encoder's 33 residual-stream values
+        in float64 are half a gigabyte). ``Execution.taps`` is then empty.
 
     Returns
     -------
@@ -692,16 +698,22 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
     unknown = [t for t in taps if t not in types]
     if unknown:
         raise MilExecError(f"unknown tap value(s): {unknown}")
-    run = Stepper(program, feeds, compute=compute, keep=taps)
+    run = Stepper(program, feeds, compute=compute, keep=() if on_tap else taps)
     wanted = set(taps)
     tapped: dict[str, np.ndarray] = {}
     for _i, op, values in run.steps():
         for out, val in zip(op.outputs, values):
             if out.name in wanted:
-                tapped[out.name] = val.detach().cpu().numpy().copy()
+                if on_tap is not None:
+                    on_tap(out.name, val.detach().cpu().numpy())
+                else:
+                    tapped[out.name] = val.detach().cpu().numpy().copy()
     for name in taps:
         if name not in tapped and name in run.env:
-            tapped[name] = run.env[name].detach().cpu().numpy()
+            if on_tap is not None:
+                on_tap(name, run.env[name].detach().cpu().numpy())
+            else:
+                tapped[name] = run.env[name].detach().cpu().numpy()
     return Execution(outputs=run.outputs(), taps=tapped, seconds=run.seconds, compute=compute)
 
 

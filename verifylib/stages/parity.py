@@ -143,10 +143,24 @@ def _measure_program(package, ref: ReferenceRun, variant: str | None):
     measurements, drift = [], {"layers": {}, "frames": {}, "histogram": {},
                                "op_counts": program.op_counts, "executor_seconds": {}}
     arrays: dict = {}
+    ref_layers = dict(ref.layers["fixture"])
+    label_of = {v: label for label, v in taps}
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
+            # Per-layer figures are taken as each residual-stream value is computed, so
+            # none of those values is kept (issue of large encoders).
+            layer_snr: dict[str, float] = {}
+            layer_frames: dict[str, list] = {}
+
+            def on_tap(name, value, mode=mode, layer_snr=layer_snr, layer_frames=layer_frames):
+                reference = ref_layers[label_of[name]]
+                layer_snr[name] = compare(reference, value).snr_db
+                if mode == PROGRAM_MODES[0]:
+                    layer_frames[name] = frame_snr_db(reference, value)
+
             run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
-                          taps=[v for _, v in taps[:-1]] if kind == "fixture" else ())
+                          taps=[v for _, v in taps[:-1]] if kind == "fixture" else (),
+                          on_tap=on_tap)
             out = run.outputs[name_out]
             m = compare(ref.outputs[kind], out)
             measurements.append({"input": kind, "execution": mode, "metrics": m.as_dict(),
@@ -162,17 +176,15 @@ def _measure_program(package, ref: ReferenceRun, variant: str | None):
             drift["frames"][mode] = frame_snr_db(ref.outputs[kind], out)
             drift["histogram"][mode] = error_histogram(ref.outputs[kind], out)
             if taps:
-                ref_layers = dict(ref.layers[kind])
                 drift["layers"][mode] = [
                     {"label": label, "value": v,
-                     "snr_db": compare(ref_layers[label],
-                                       out if label == "output" else run.taps[v]).snr_db}
+                     "snr_db": (compare(ref_layers[label], out).snr_db if label == "output"
+                                else layer_snr[v])}
                     for label, v in taps]
                 if mode == PROGRAM_MODES[0]:
                     arrays["layer_frame_snr_db"] = np.array(
-                        [frame_snr_db(ref_layers[label],
-                                      out if label == "output" else run.taps[v])
-                         for label, v in taps], dtype=np.float64)
+                        [frame_snr_db(ref_layers[label], out) if label == "output"
+                         else layer_frames[v] for label, v in taps], dtype=np.float64)
     if tap_error:
         drift["layers_unavailable"] = tap_error
     drift["speech_frames"] = ref.speech_frames
