@@ -58,7 +58,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import ParametersInvalid
-from .memory import freed_blocks_unmapped, release_memory
+from .memory import release_memory, trimmed
 
 CEILING_DB = 150.0
 """SNR at and above which a value counts as exact when differencing (float32 rounding of a
@@ -739,21 +739,18 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
                                 f"program's input {inp.name!r} is {want}")
     mapping = map_program(program, (n for n, _ in encoder.named_modules()))
     needed = {p for m in mapping for p in m.points}
-    # Both executions and the HF forward allocate and free activation-sized blocks
-    # hundreds of times; unmapped on free, they cannot pile up in the heaps (large encoders).
-    with freed_blocks_unmapped():
-        if hf is not None and needed <= set(hf):
-            fetch, stream = hf.get, None
-        else:
-            stream = _HfStream(encoder, mel, needed)
-            fetch = stream.get
-        try:
-            return _attribute(program, mapping, mel, fetch, compute=compute, variant=variant,
-                              fixture=fixture, progress=progress, t0=t0)
-        finally:
-            if stream is not None:
-                stream.close()
-            release_memory()
+    if hf is not None and needed <= set(hf):
+        fetch, stream = hf.get, None
+    else:
+        stream = _HfStream(encoder, mel, needed)
+        fetch = stream.get
+    try:
+        return _attribute(program, mapping, mel, fetch, compute=compute, variant=variant,
+                          fixture=fixture, progress=progress, t0=t0)
+    finally:
+        if stream is not None:
+            stream.close()
+        release_memory()
 
 
 def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progress,
@@ -770,7 +767,8 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
     points: list[dict] = []
     moved: dict[str, tuple] = {}
     total = len(program.ops)
-    for (i, op, cvals), (_, _, rvals) in zip(cand.steps(), ref.steps()):
+    # Both executions and the HF forward free activations out of order (memory.trimmed).
+    for (i, op, cvals), (_, _, rvals) in trimmed(zip(cand.steps(), ref.steps())):
         m = mapping[i]
         c, r = cvals[0], rvals[0]
         floating = c.is_floating_point()

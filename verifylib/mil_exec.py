@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from .errors import ExportFailure, ParametersInvalid
+from .memory import trimmed
 
 SUPPORTED_OPS = ("const", "linear", "conv", "layer_norm", "gelu", "softmax", "matmul",
                  "transpose", "reshape", "add", "mul", "cast")
@@ -701,7 +702,7 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
     run = Stepper(program, feeds, compute=compute, keep=() if on_tap else taps)
     wanted = set(taps)
     tapped: dict[str, np.ndarray] = {}
-    for _i, op, values in run.steps():
+    for _i, op, values in trimmed(run.steps()):  # freed activations go back (large encoders)
         for out, val in zip(op.outputs, values):
             if out.name in wanted:
                 if on_tap is not None:

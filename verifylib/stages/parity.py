@@ -37,7 +37,7 @@ from ..scoring import load_policy
 from ..stage import StageContext, StageReport
 from ..artifacts import compiled_variant, exported_variant, fixture_audio, model_source
 from ..errors import ParametersInvalid, PrerequisiteBroken
-from ..memory import freed_blocks_unmapped, release_memory
+from ..memory import release_memory
 from ..reference import RANDOM_SEED, ReferenceRun, fixture_logmel, random_logmel, reference_encode
 
 STAGE = "04_parity"
@@ -122,11 +122,6 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
         op-level attribution on the fixture (:func:`verifylib.drift.attribute`, float32),
         None when the reference model is not at hand.
     """
-    with freed_blocks_unmapped():  # activations of large encoders, see verifylib.memory
-        return _measure_program(package, ref, variant)
-
-
-def _measure_program(package, ref: ReferenceRun, variant: str | None):
     import numpy as np
 
     from ..drift import attribute
