@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from verifylib import canonical, cli, executors
+from verifylib import canonical, cli, executors, report
 from verifylib.cli import EXIT_INTERRUPTED, EXIT_TERMINATED
 from verifylib.executors import FailedRun
 from verifylib.orchestrate import RunOutcome
@@ -120,6 +120,20 @@ def test_a_worker_that_dies_is_an_error_and_the_other_model_finishes(tmp_path, m
     assert [o.name for o in seen] == ["model-a", "model-b"]
     assert _published(reports, "model-a") == []
     assert "[model-b] [1/1] model-b: stage 01_build" in lines
+    # No receipt lists model-a: its failure record does, and the index shows it at once.
+    assert failed.record is not None and failed.record.parent == reports / "model-a" / ".failed"
+    rec = canonical.read_json(failed.record)
+    assert rec["name"] == "model-a" and rec["status"] == "ERROR"
+    assert rec["reason"] == failed.reason and rec["parameters"] == str(tmp_path / "model-a.yaml")
+    assert rec["executor"] == {"kind": "local", "jobs": 2, "node": socket.gethostname()}
+    index = (reports / "index.html").read_text()
+    assert f"no run published: {failed.reason}" in index
+    assert '<td>model-a</td><td class="vl-ERROR"><b>ERROR</b></td>' in index
+    # The rebuild at the end of `verifylib run` keeps it beside model-b's run.
+    index = report.render_index([done], reports).read_text()
+    assert f"no run published: {failed.reason}" in index
+    assert f"{done.run_dir.relative_to(reports).as_posix()}/report.html" in index
+    assert "1 run(s), 1 failed audit(s) of 2 model(s)" in index
 
 
 def test_batch_options_are_checked_before_any_work(tmp_path, capsys):
@@ -170,9 +184,21 @@ def test_interrupted_jobs_stop_every_worker_and_publish_nothing(tmp_path, sig, c
             time.sleep(0.1)
         time.sleep(1.5)
         started = _descendants(proc.pid)
-        assert sum("verifylib.executors" in " ".join(p.cmdline()) for p in started) == 2
+        workers = [p for p in started if "verifylib.executors" in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        # A worker must be able to receive the signal the driver forwards: not blocked
+        # in it (a child inherits its parent's mask) nor in the kernels it starts.
+        for p in started:
+            status = Path(f"/proc/{p.pid}/status")
+            if status.exists():
+                blocked = int(next(l.split()[1] for l in status.read_text().splitlines()
+                                   if l.startswith("SigBlk:")), 16)
+                assert not blocked & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGTERM - 1)), \
+                    (p.cmdline(), hex(blocked))
+        t0 = time.monotonic()
         proc.send_signal(sig)
         proc.wait(timeout=120)
+        stopped = time.monotonic() - t0
         reader.join(timeout=10)
     finally:
         if proc.poll() is None:
@@ -182,6 +208,8 @@ def test_interrupted_jobs_stop_every_worker_and_publish_nothing(tmp_path, sig, c
     stderr = err_path.read_text()
     assert proc.returncode == code, (stderr, lines)
     assert stderr == "interrupted; nothing published\n", stderr
+    # Every worker stopped on the signal, not when the grace period ran out.
+    assert stopped < executors.STOP_GRACE_SECONDS / 2, stopped
     for name in ("model-a", "model-b"):
         left = sorted(str(p.relative_to(reports)) for p in (reports / name).rglob("*")) \
             if (reports / name).exists() else []

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from verifylib import canonical, capabilities, cli, executors, ray_executor
+from verifylib import canonical, capabilities, cli, executors, ray_executor, report
 from verifylib.capabilities import HostCapabilities
 from verifylib.executors import FailedRun
 from verifylib.orchestrate import Interrupted, RunOutcome, interrupts_raise
@@ -158,7 +158,16 @@ def test_require_admissible_needs_a_mac_node(ray_cluster, tmp_path, capsys):
         assert (f"{name}: ERROR, no run published: no node of the Ray cluster offers "
                 "['macos', 'macos_14_4', 'macos_xcode']") in out
     assert "ERROR: no run published for model-a, model-b" in out
-    assert not (reports / "index.html").exists()
+    # Neither has a receipt; both are on the index through their failure records.
+    index = (reports / "index.html").read_text()
+    assert "No run is published here." in index
+    assert index.count("no run published: no node of the Ray cluster offers "
+                       "[&#39;macos&#39;, &#39;macos_14_4&#39;, &#39;macos_xcode&#39;]") == 2
+    for name in ("model-a", "model-b"):
+        (record,) = (reports / name / ".failed").iterdir()
+        rec = canonical.read_json(record)
+        assert rec["executor"] == {"kind": "ray", "node": None}
+        assert rec["parameters"] == str(tmp_path / f"{name}.yaml")
 
 
 @pytest.mark.physical
@@ -168,7 +177,7 @@ def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp
         # model-a's worker dies as an OOM-killed one would; model-b is audited for real.
         if spec["params"]["name"] == "model-a":
             os._exit(1)
-        return ray_executor.audit_task(spec)
+        yield from ray_executor.audit_task(spec)
 
     params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
     reports = tmp_path / "reports"
@@ -181,6 +190,87 @@ def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp
     assert isinstance(done, RunOutcome) and verify(done.run_dir).ok
     assert _published(reports, "model-a") == []
     assert list((tmp_path / "node").rglob("*")) == []
+    # The dead worker's model is on the index, marked ERROR with the reason.
+    rec = canonical.read_json(failed.record)
+    assert rec["reason"] == failed.reason and rec["executor"]["kind"] == "ray"
+    index = report.render_index([done], reports).read_text()
+    assert '<td>model-a</td><td class="vl-ERROR"><b>ERROR</b></td>' in index
+    assert "no run published: the audit raised WorkerCrashedError" in index \
+        or "no run published: WorkerCrashedError" in index, index
+    assert f"{done.run_dir.relative_to(reports).as_posix()}/report.html" in index
+
+
+@pytest.mark.physical
+@pytest.mark.notebook
+def test_a_run_streams_back_in_small_chunks_and_a_damaged_one_is_refused(ray_cluster,
+                                                                         tmp_path):
+    chunk = 32 * 1024
+
+    def tampering(spec):
+        # model-b's node flips one byte of its third chunk on the way: the driver must
+        # see the stream disagree with its trailer and publish nothing.
+        for i, item in enumerate(ray_executor.audit_task(spec)):
+            if spec["params"]["name"] == "model-b" and i == 3:
+                assert len(item) == chunk
+                item = bytes([item[0] ^ 1]) + item[1:]
+            yield item
+
+    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    reports = tmp_path / "reports"
+    lines: list[str] = []
+    done, refused = ray_executor.run_batch_ray(
+        params, reports, stages=("01_build",), node_root=tmp_path / "node",
+        log=lines.append, task=ray_cluster.remote(tampering), chunk_bytes=chunk)
+    assert isinstance(done, RunOutcome) and verify(done.run_dir).ok
+    size = sum(p.stat().st_size for p in done.run_dir.rglob("*") if p.is_file())
+    (received,) = [l for l in lines if l.startswith("[model-a] received ")]
+    chunks = int(received.split(" in ")[1].split(" chunk")[0])
+    assert chunks >= size // chunk > 3, received
+    assert isinstance(refused, FailedRun), refused
+    assert refused.reason.startswith("model-b: the returned run arrived damaged"), refused.reason
+    assert refused.node == socket.gethostname()
+    assert _published(reports, "model-b") == []
+    assert not (reports / "model-b" / ".staging").exists()
+    assert list((tmp_path / "node").rglob("*")) == []
+    assert canonical.read_json(refused.record)["executor"]["ray_node_id"] == \
+        ray_cluster.get_runtime_context().get_node_id()
+
+
+@pytest.mark.parametrize("how", ["dies", "stops"])
+def test_a_stream_cut_short_is_an_error_and_leaves_nothing(ray_cluster, tmp_path, how):
+    """No audit: a stand-in task announces a run, sends one chunk, then its worker dies
+    (or its stream just ends)."""
+    reports = tmp_path / "reports"
+
+    def cut(spec):
+        yield ray_executor.StreamHeader(spec["params"]["name"], "20990101T000000Z-0000abcd",
+                                        "INCOMPLETE", {"kind": "ray", "node": "n1"},
+                                        10 * 1024, 1024).to_json()
+        yield b"\0" * 1024
+        if how == "dies":
+            # Once the driver has the header and its staging file (items not yet
+            # delivered when a worker dies are lost with it).
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and \
+                    not list(reports.glob("model-a/.staging/*/run.tar")):
+                time.sleep(0.05)
+            os._exit(1)
+
+    params = [load(_params(tmp_path, "model-a"))]
+    (failed,) = ray_executor.run_batch_ray(params, reports, stages=("01_build",),
+                                           log=lambda line: None, task=ray_cluster.remote(cut),
+                                           chunk_bytes=1024)
+    assert isinstance(failed, FailedRun) and failed.node == "n1"
+    if how == "dies":
+        assert "WorkerCrashedError" in failed.reason, failed.reason
+    else:
+        assert failed.reason == ("model-a: the task's stream ended before the whole run "
+                                 "arrived (1 chunks, 1024 of 10240 bytes)")
+    # The received chunk's staging file is gone; the failure record is all that is left.
+    assert sorted(p.relative_to(reports).as_posix() for p in reports.rglob("*")
+                  if p.is_file()) == [".locks/index-page.lock", "index.html",
+                                      failed.record.relative_to(reports).as_posix()]
+    assert canonical.read_json(failed.record)["executor"] == {"kind": "ray", "node": "n1"}
 
 
 def _audit_processes() -> list[psutil.Process]:

@@ -18,7 +18,12 @@ model, in the order given:
   (:mod:`verifylib.ray_executor`, imported only then).
 
 A model whose worker died, or whose returned run was refused, becomes a
-:class:`FailedRun` (the ERROR outcome, with the reason) while the others finish.
+:class:`FailedRun` (the ERROR outcome, with the reason) while the others finish. It
+has no receipt to be listed by, so the batch publishes a failure record for it,
+``<reports>/<name>/.failed/<id>.json`` (:func:`verifylib.report.publish_failure`: model,
+parameter file, ERROR, reason, executor and node, time), and rebuilds the reports
+index at once, which lists the record beside the published runs
+(:func:`failure_recorder`).
 
 Interrupts: the driver runs under :func:`verifylib.orchestrate.interrupts_raise`. On
 SIGINT or SIGTERM it forwards the same signal to every worker (each then stops its
@@ -47,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence, Union
 
-from . import canonical, gates
+from . import canonical, gates, report
 from .errors import ParametersInvalid
 from .orchestrate import (RunOutcome, _signals_deferred, executor_record, interrupts_raise,
                           record_published, remove_stale_staging, run_one)
@@ -82,14 +87,66 @@ class FailedRun:
         Why (the worker's exit, the task's exception, the refused run's problems).
     node : str or None
         Where it ran, when known.
+    executor : dict or None
+        The executor record (``kind``, ``node``, and what else is known), for the
+        failure record.
+    record : Path or None
+        The failure record published for it (see :func:`failure_recorder`).
     """
 
     name: str
     reason: str
     node: str | None = None
+    executor: dict | None = None
+    record: Path | None = None
 
 
 Outcome = Union[RunOutcome, FailedRun]
+
+
+def failure_recorder(all_params: Sequence[Params], reports_root: Path,
+                     on_outcome: Callable[[Outcome], None],
+                     log: Callable[[str], None] = print) -> Callable[[Outcome], None]:
+    """Wrap an outcome callback so that every :class:`FailedRun` is recorded first.
+
+    The failure record goes into the reports folder
+    (:func:`verifylib.report.publish_failure`) and the index page is rebuilt at once,
+    so the failure is on the page even if the batch is interrupted later. A record
+    that cannot be written (a full disk) is said through ``log`` and does not stop the
+    batch: the failure is still printed and counted in the exit code.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        The batch's models (their parameter files go into the records).
+    reports_root : Path
+        The reports folder.
+    on_outcome : callable
+        Called with each outcome after its record, if any, is written.
+    log : callable
+        Receives a line when a record could not be written.
+
+    Returns
+    -------
+    callable
+        The wrapped callback; it sets ``FailedRun.record``.
+    """
+    origins = {p.name: p.origin for p in all_params}
+
+    def record(outcome: Outcome) -> None:
+        if isinstance(outcome, FailedRun) and outcome.record is None:
+            executor = dict(outcome.executor or {"kind": "unknown", "node": outcome.node})
+            try:
+                outcome.record = report.publish_failure(
+                    reports_root, name=outcome.name,
+                    parameters=str(origins.get(outcome.name, "unknown")),
+                    reason=outcome.reason, executor=executor)
+                report.render_index([], reports_root)
+            except OSError as exc:
+                log(f"[{outcome.name}] failure record not written: {exc}")
+        on_outcome(outcome)
+
+    return record
 
 
 def check_stages(stages: Sequence[str]) -> tuple[str, ...]:
@@ -183,7 +240,9 @@ def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str
     log : callable
         Receives progress lines (prefixed with ``[<model>]`` when several run at once).
     on_outcome : callable, optional
-        Called with each outcome as soon as it is known (to print it, to sign the run).
+        Called with each outcome as soon as it is known (to print it, to sign the run);
+        a :class:`FailedRun` of ``--jobs`` or Ray after its failure record is written
+        and the index rebuilt (:func:`failure_recorder`).
     node_root : path-like, optional
         Ray executor: where nodes stage their runs (a per-user temporary folder by
         default).
@@ -345,6 +404,7 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
               on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
     """Audit the models in up to ``jobs`` worker processes (see the module docstring)."""
     record = executor_record("local", jobs=jobs)
+    on_outcome = failure_recorder(all_params, reports_root, on_outcome, log)
     leaders: dict[str, str] = {}
     for p in all_params:
         leaders.setdefault(build_share_key(p), p.name)
@@ -386,7 +446,8 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
             if name not in results:
                 why = failures.get(name) or "; ".join(t for t in tails.get(name, [])[-3:] if t)
                 fail = FailedRun(name, f"worker {_describe_exit(payload)}"
-                                       + (f": {why}" if why else ""), record["node"])
+                                       + (f": {why}" if why else ""), record["node"],
+                                 executor=dict(record))
                 results[name] = fail
                 on_outcome(fail)
 
@@ -469,6 +530,13 @@ def _worker_main(argv: Sequence[str]) -> int:
                     base_dir=Path(sp["base_dir"]))
     with interrupts_raise() as scope:
         try:
+            # The driver starts a worker while it holds SIGINT and SIGTERM back (see
+            # _run_jobs), and a child inherits that mask: left blocked, the signal the
+            # driver forwards would never arrive, here or in the kernels started from
+            # here. Unblocked once the handlers are in place, so one sent meanwhile
+            # arrives now.
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
             out = run_one(params, Path(spec["reports"]),
                           log=lambda line: print(line, flush=True), progress=False,
                           stages=tuple(spec["stages"]), executor=spec["executor"],
