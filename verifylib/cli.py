@@ -113,14 +113,18 @@ def _cmd_run(args) -> int:
     published = [o for o in outcomes if not isinstance(o, FailedRun)]
     failed = [o for o in outcomes if isinstance(o, FailedRun)]
     code = 1  # a batch where no model published a run
+    from . import report
+    index = reports / report.INDEX
     if published:
         worst = gates.worst(o.verdict for o in published)
-        from .report import render_index
-        index = render_index(published, reports)
-        if len(outcomes) > 1:
-            print(f"worst verdict: {'ERROR' if failed else worst.value}")
-            print(f"  index:   {index}")
+        index = report.render_index(published, reports)
         code = gates.exit_code(worst, require_admissible=args.require == "admissible")
+    if len(outcomes) > 1:
+        print(f"worst verdict: {'ERROR' if failed else worst.value}")
+    # Without a published run the page is the one the failure records rebuilt, if any
+    # could be written.
+    if index.is_file():
+        print(f"  index:   {index}")
     if failed:
         print(f"ERROR: no run published for {', '.join(o.name for o in failed)}")
     return max(code, 1) if unsigned or failed else code

@@ -17,13 +17,13 @@ model, in the order given:
 * ``executor="ray"``: each audit is a task on a Ray cluster
   (:mod:`verifylib.ray_executor`, imported only then).
 
-A model whose worker died, or whose returned run was refused, becomes a
-:class:`FailedRun` (the ERROR outcome, with the reason) while the others finish. It
-has no receipt to be listed by, so the batch publishes a failure record for it,
-``<reports>/<name>/.failed/<id>.json`` (:func:`verifylib.report.publish_failure`: model,
-parameter file, ERROR, reason, executor and node, time), and rebuilds the reports
-index at once, which lists the record beside the published runs
-(:func:`failure_recorder`).
+A model whose audit raised (in this process, one model after another), whose worker
+died, or whose returned run was refused, becomes a :class:`FailedRun` (the ERROR
+outcome, with the reason) while the others finish. It has no receipt to be listed by,
+so the batch publishes a failure record for it, ``<reports>/<name>/.failed/<id>.json``
+(:func:`verifylib.report.publish_failure`: model, parameter file, ERROR, reason,
+executor and node, time), and rebuilds the reports index at once, which lists the
+record beside the published runs (:func:`failure_recorder`).
 
 Interrupts: the driver runs under :func:`verifylib.orchestrate.interrupts_raise`. On
 SIGINT or SIGTERM it forwards the same signal to every worker (each then stops its
@@ -54,8 +54,9 @@ from typing import Callable, Sequence, Union
 
 from . import canonical, gates, report
 from .errors import ParametersInvalid
-from .orchestrate import (RunOutcome, _signals_deferred, executor_record, interrupts_raise,
-                          record_published, remove_stale_staging, run_one)
+from .orchestrate import (Interrupted, RunOutcome, _interrupt_pending, _signals_deferred,
+                          executor_record, interrupts_raise, record_published,
+                          remove_stale_staging, run_one)
 from .params import Params
 from .runner import sanitized_env
 
@@ -131,15 +132,16 @@ def failure_recorder(all_params: Sequence[Params], reports_root: Path,
     callable
         The wrapped callback; it sets ``FailedRun.record``.
     """
-    origins = {p.name: p.origin for p in all_params}
-
     def record(outcome: Outcome) -> None:
         if isinstance(outcome, FailedRun) and outcome.record is None:
             executor = dict(outcome.executor or {"kind": "unknown", "node": outcome.node})
+            # Looked up only for a failure: a batch that publishes every run never needs
+            # the parameter files' paths.
+            origin = next((p.origin for p in all_params if p.name == outcome.name),
+                          "unknown")
             try:
                 outcome.record = report.publish_failure(
-                    reports_root, name=outcome.name,
-                    parameters=str(origins.get(outcome.name, "unknown")),
+                    reports_root, name=outcome.name, parameters=str(origin),
                     reason=outcome.reason, executor=executor)
                 report.render_index([], reports_root)
             except OSError as exc:
@@ -241,8 +243,8 @@ def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str
         Receives progress lines (prefixed with ``[<model>]`` when several run at once).
     on_outcome : callable, optional
         Called with each outcome as soon as it is known (to print it, to sign the run);
-        a :class:`FailedRun` of ``--jobs`` or Ray after its failure record is written
-        and the index rebuilt (:func:`failure_recorder`).
+        a :class:`FailedRun` after its failure record is written and the index
+        rebuilt (:func:`failure_recorder`), whichever executor ran it.
     node_root : path-like, optional
         Ray executor: where nodes stage their runs (a per-user temporary folder by
         default).
@@ -273,13 +275,31 @@ def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str
                              require_admissible=require_admissible, stages=stages, log=log,
                              on_outcome=on_outcome, node_root=node_root)
     if jobs == 1 or len(all_params) <= 1:
-        outcomes: list[Outcome] = []
-        for p in all_params:
-            out = run_one(p, Path(reports_root), log=log, progress=progress, stages=stages)
-            outcomes.append(out)
-            on_outcome(out)
-        return outcomes
+        return _run_here(all_params, Path(reports_root), stages, progress, log, on_outcome)
     return _run_jobs(all_params, Path(reports_root), jobs, stages, log, on_outcome)
+
+
+def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[str, ...],
+              progress: bool, log: Callable[[str], None],
+              on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
+    """Audit the models in this process, one after another (see the module docstring)."""
+    record = executor_record("local")
+    on_outcome = failure_recorder(all_params, reports_root, on_outcome, log)
+    outcomes: list[Outcome] = []
+    for p in all_params:
+        try:
+            out = run_one(p, reports_root, log=log, progress=progress, stages=stages)
+        except Exception as exc:  # noqa: BLE001 - reported as this model's ERROR outcome
+            if _interrupt_pending() is not None:
+                # An error raised while cleaning up after an interrupt must not turn the
+                # interrupt into one model's failure and start the next model.
+                raise Interrupted(_interrupt_pending()) from exc
+            traceback.print_exc()  # the whole story on stderr, as a --jobs worker prints it
+            out = FailedRun(p.name, f"{type(exc).__name__}: {exc}", record["node"],
+                            executor=dict(record))
+        outcomes.append(out)
+        on_outcome(out)
+    return outcomes
 
 
 def build_share_key(params: Params) -> str:
