@@ -36,7 +36,8 @@ class ReferenceRun:
     outputs : dict
         Input kind -> reference encoder output (float32 numpy).
     layers : dict
-        Input kind -> list of (label, activation) along the residual stream.
+        Input kind -> list of (label, activation) along the residual stream (stage 04
+        keeps the fixture's only: per-layer drift is measured on it alone).
     seconds : dict
         Input kind -> HF encoder wall time.
     speech_frames : int
