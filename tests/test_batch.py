@@ -18,6 +18,7 @@ def _params(folder: Path, name: str) -> Path:
     data["name"] = name
     data["fixtures"] = data["fixtures"][:1]  # jfk only: this test is about the batch
     data["canary"]["runs"] = 3
+    data["export"]["fp16"] = False  # one variant: the fp16 path is the default audit's test
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
