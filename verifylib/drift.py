@@ -22,7 +22,7 @@ the same log-mel), so the ΔSNR of a mapped op is the drift introduced since the
 comparison point. The worst ops (most negative ΔSNR first) are what :attr:`Attribution.top`
 lists; a broken weight shows up first at the op that reads it.
 
-How MIL ops are mapped to torch modules (documented in docs/architecture.md): coremltools
+How MIL ops are mapped to torch modules (documented in docs/drift.md): coremltools
 names a weight constant after the torch parameter it came from, with dots as underscores
 (``encoder_layers_2_fc1_weight``, in an fp16 program ``…_weight_to_fp16``). So
 
