@@ -82,20 +82,13 @@ def freed_blocks_unmapped():
     Measured: tracing a medium-shaped encoder peaked 1.7 GiB above its resident weights,
     0.25 GiB with the threshold at 1 MiB. The cost is a page fault per fresh page of such
     a block. On leaving, the threshold is set to 32 MiB, the ceiling glibc's own
-    adjustment climbs to (glibc cannot be handed that adjustment back). Nesting is
-    allowed; the outermost exit restores.
+    adjustment climbs to (glibc cannot be handed that adjustment back).
     """
-    global _DEPTH
     libc = _glibc()
-    if libc is not None and _DEPTH == 0:
+    if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_UNMAPPED)
-    _DEPTH += 1
     try:
         yield
     finally:
-        _DEPTH -= 1
-        if libc is not None and _DEPTH == 0:
+        if libc is not None:
             libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_CEILING)
-
-
-_DEPTH = 0

@@ -702,19 +702,17 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
     run = Stepper(program, feeds, compute=compute, keep=() if on_tap else taps)
     wanted = set(taps)
     tapped: dict[str, np.ndarray] = {}
+    deliver = on_tap if on_tap is not None else \
+        (lambda name, value: tapped.__setitem__(name, value.copy()))
+    delivered: set[str] = set()
     for _i, op, values in trimmed(run.steps()):  # freed activations go back (large encoders)
         for out, val in zip(op.outputs, values):
             if out.name in wanted:
-                if on_tap is not None:
-                    on_tap(out.name, val.detach().cpu().numpy())
-                else:
-                    tapped[out.name] = val.detach().cpu().numpy().copy()
-    for name in taps:
-        if name not in tapped and name in run.env:
-            if on_tap is not None:
-                on_tap(name, run.env[name].detach().cpu().numpy())
-            else:
-                tapped[name] = run.env[name].detach().cpu().numpy()
+                deliver(out.name, val.detach().cpu().numpy())
+                delivered.add(out.name)
+    for name in taps:  # function inputs: no op produces them
+        if name not in delivered and name in run.env:
+            deliver(name, run.env[name].detach().cpu().numpy())
     return Execution(outputs=run.outputs(), taps=tapped, seconds=run.seconds, compute=compute)
 
 

@@ -26,6 +26,7 @@ from .. import contracts
 from ..canonical import sha256_file
 from ..ggml_writer import write_ggml_model
 from ..model import obtain_model
+from ..memory import release_memory
 from ..params import Params
 from ..results import export_facts_from_evidence
 from ..runner import run_record, run_whisper_cli
@@ -41,7 +42,7 @@ LOAD_PROBE_MS = "2000"
 def _export_contract(ctx: StageContext) -> None:
     from ..coreml_export import (build_facts, contract_of, convert_traced, discard_staged,
                                  link_or_copy, publish_staged, release_conversion,
-                                 release_memory, stage_mlpackage, trace_encoder)
+                                 stage_mlpackage, trace_encoder)
     from ..model import load_hf_encoder
 
     g = ctx.begin("export.contract")
