@@ -162,7 +162,7 @@ def set_published_mode(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, replace: bool = True) -> str:
     """Write ``data`` to a staging file beside ``path`` and rename it into place.
 
     Parameters
@@ -171,11 +171,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
         Final location; its parent folder is created if needed.
     data : bytes
         Content to publish.
+    replace : bool
+        ``False`` links the staging file into place instead, which fails rather than
+        replace a file already there (for records written once).
 
     Returns
     -------
     str
         SHA-256 of the published bytes.
+
+    Raises
+    ------
+    FileExistsError
+        With ``replace=False``, when ``path`` exists (nothing is written).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,10 +194,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> str:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     return sha256_bytes(data)
 
 

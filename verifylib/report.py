@@ -255,8 +255,6 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         The published record.
     """
     import datetime as dt
-    import os
-    import tempfile
     from .stage import new_run_id
 
     folder = Path(reports_root) / name / FAILED
@@ -269,20 +267,11 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         rec = FailureRecord(record_id, name, parameters, reason, dict(executor),
                             stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
         path = folder / f"{record_id}.json"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".staging", dir=folder)
         try:
-            canonical.set_published_mode(fd)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(canonical.dumps(rec.to_json()))
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)  # unlike a rename, fails instead of replacing
-            except FileExistsError:
-                continue
-            return path
-        finally:
-            os.unlink(tmp)
+            canonical.atomic_write_bytes(path, canonical.dumps(rec.to_json()), replace=False)
+        except FileExistsError:
+            continue
+        return path
     raise FileExistsError(f"no free failure record id in {folder} after 100 draws")
 
 
