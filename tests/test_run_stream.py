@@ -18,7 +18,7 @@ import pytest
 
 from tests import synthetic
 from verifylib import canonical, orchestrate, params
-from verifylib.orchestrate import RunImportRefused, import_run, pack_run, plan_run_archive
+from verifylib.orchestrate import RunImportRefused, import_run, plan_run_archive
 from verifylib.ray_executor import RunReceiver, StreamHeader, StreamTrailer
 from verifylib.receipt import verify
 from verifylib.stage import init_run_dir
@@ -38,6 +38,11 @@ def run_dir(tmp_path, monkeypatch):
     assert verify(made).ok
     return made
 
+
+def pack_run(run_dir):
+    """The whole archive in memory, for small runs (production streams its chunks)."""
+    plan = plan_run_archive(run_dir)
+    return b"".join(plan.chunks(max(plan.size, 1)))
 
 def _tarfile_bytes(folder: Path) -> bytes:
     buf = io.BytesIO()

@@ -886,30 +886,6 @@ def plan_run_archive(run_dir: Path) -> RunArchive:
     return RunArchive(run_dir, tuple(members), offset)
 
 
-def pack_run(run_dir: Path) -> bytes:
-    """A published run directory as one uncompressed tar in memory.
-
-    For small runs and tests; the Ray executor streams :func:`plan_run_archive`'s
-    chunks instead, so that a large model's run is never held whole in memory.
-
-    Parameters
-    ----------
-    run_dir : Path
-        A published run directory.
-
-    Returns
-    -------
-    bytes
-
-    Raises
-    ------
-    RunImportRefused
-        If the folder holds anything but regular files and folders.
-    """
-    plan = plan_run_archive(run_dir)
-    return b"".join(plan.chunks(max(plan.size, 1)))
-
-
 def import_run(archive: bytes | str | os.PathLike, name: str, reports_root: Path, *,
                allow_simulated: bool = False) -> RunOutcome:
     """Verify a run directory audited elsewhere (:class:`RunArchive`) and publish it here.
