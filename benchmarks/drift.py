@@ -29,12 +29,15 @@ def main() -> None:
     import torch
     import yaml
 
-    from verifylib import resources, source
-    from verifylib.artifacts import cache_dir
-    from verifylib.audio import read_wav_16k
-    from verifylib.coreml_export import contract_of, convert_traced, place_mlpackage, trace_encoder
-    from verifylib.model import load_hf, obtain_model
-    from verifylib.reference import ReferenceRun, fixture_logmel, random_logmel, reference_encode
+    from verifylib import resources
+    from verifylib.whispercpp import source
+    from verifylib.stages.artifacts import cache_dir
+    from verifylib.runtime.audio import read_wav_16k
+    from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
+                                                trace_encoder)
+    from verifylib.models.intake import load_hf, obtain_model
+    from verifylib.numerics.reference import (ReferenceRun, fixture_logmel, random_logmel,
+                                              reference_encode)
     from verifylib.stages.parity import measure_program
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3

@@ -27,14 +27,16 @@ def main() -> None:
     import torch
     import yaml
 
-    from verifylib import resources, source
-    from verifylib.audio import read_wav_16k
-    from verifylib.coreml_export import contract_of, convert_traced, place_mlpackage, trace_encoder
-    from verifylib.mil_exec import execute, load_program
-    from verifylib.model import load_hf, obtain_model
-    from verifylib.parity import compare
-    from verifylib.artifacts import cache_dir
-    from verifylib.reference import fixture_logmel
+    from verifylib import resources
+    from verifylib.whispercpp import source
+    from verifylib.runtime.audio import read_wav_16k
+    from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
+                                                trace_encoder)
+    from verifylib.numerics.mil_exec import execute, load_program
+    from verifylib.models.intake import load_hf, obtain_model
+    from verifylib.numerics.parity import compare
+    from verifylib.stages.artifacts import cache_dir
+    from verifylib.numerics.reference import fixture_logmel
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     spec = yaml.safe_load(resources.default_parameters().read_text())["model"]

@@ -10,7 +10,7 @@ shapes), and runs the real stage entry points on it:
   the encoder, converts it to the fp32 and fp16 ML programs, saves, reads back, checks and
   places both packages). ``export.ggml_model`` needs stage 01's whisper.cpp build and ends
   NOT_RUN here, so by default the step first writes ``fp32/ggml-model.bin`` with the same
-  writer (:func:`verifylib.ggml_writer.write_ggml_model`) in the same process, as the
+  writer (:func:`verifylib.models.ggml_writer.write_ggml_model`) in the same process, as the
   stage would (``--no-ggml`` skips it);
 - ``04_parity``: :func:`verifylib.stages.parity.run`: the reference encodings of the first
   fixture's log-mel and the seeded random log-mel, then ``measure_program`` on both
@@ -151,8 +151,8 @@ def default_model_dir() -> Path:
     import yaml
 
     from verifylib import resources
-    from verifylib.artifacts import cache_dir
-    from verifylib.model import obtain_model
+    from verifylib.stages.artifacts import cache_dir
+    from verifylib.models.intake import obtain_model
 
     spec = yaml.safe_load(resources.default_parameters().read_text())["model"]
     return obtain_model(spec, cache_dir(), log=lambda s: None).hf_dir
@@ -337,9 +337,9 @@ class MemoryTrace:
 
 
 def _trace_export(trace: MemoryTrace) -> None:
-    import verifylib.coreml_export as ce
-    import verifylib.ggml_writer as gw
-    import verifylib.model as vm
+    import verifylib.models.coreml_export as ce
+    import verifylib.models.ggml_writer as gw
+    import verifylib.models.intake as vm
     import verifylib.stages.export as st
 
     trace.wrap(gw, "write_ggml_model")
@@ -354,9 +354,9 @@ def _trace_export(trace: MemoryTrace) -> None:
 
 
 def _trace_parity(trace: MemoryTrace) -> None:
-    import verifylib.drift as dr
-    import verifylib.mil_exec as mx
-    import verifylib.model as vm
+    import verifylib.numerics.drift as dr
+    import verifylib.numerics.mil_exec as mx
+    import verifylib.models.intake as vm
     import verifylib.stages.parity as sp
 
     for name in ("obtain_model", "load_hf", "load_hf_encoder"):
@@ -410,14 +410,14 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
             # Stage 02's first gate needs stage 01's binary for its load probe; without
             # it the gate is NOT_RUN, so the file is written here, in the same process and
             # before the Core ML export, as the gate writes it.
-            import verifylib.ggml_writer as gw
+            import verifylib.models.ggml_writer as gw
             written = gw.write_ggml_model(hf_dir, run_dir / "fp32" / "ggml-model.bin")
             out["ggml_seconds"] = round(time.perf_counter() - t0, 2)
             out["ggml_bytes"] = written.bytes
         report = stage.run(params, run_dir)
     elif step == "04_parity":
         import verifylib.stages.parity as stage
-        from verifylib.stage import EVIDENCE_DIR, GATES_DIR
+        from verifylib.stages.context import EVIDENCE_DIR, GATES_DIR
         if trace:
             _trace_parity(trace)
         # A stage never runs twice into one run directory: an earlier parity step's

@@ -59,7 +59,7 @@ def _table(label: str, run_dir: Path, seconds: dict, total: float) -> float:
 
 def main() -> None:
     from verifylib import resources
-    from verifylib.orchestrate import load_all, run_one
+    from verifylib.batch.audit import load_all, run_one
     args = [a for a in sys.argv[1:] if a != "--warm-only"]
     warm_only = len(args) != len(sys.argv) - 1
     param_file = args[0] if args else str(resources.default_parameters())

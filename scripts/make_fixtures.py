@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from verifylib.canonical import atomic_write_bytes, sha256_bytes  # noqa: E402
-from verifylib.runner import run  # noqa: E402
+from verifylib.runtime.runner import run  # noqa: E402
 
 OUT = ROOT / "parameters" / "fixtures"
 RATE = 16000

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from verifylib.params import PARAMETER_KEYS  # noqa: E402
-from verifylib.report import EXPLORE_TAG  # noqa: E402  (the report leaves these cells out)
+from verifylib.views.report import EXPLORE_TAG  # noqa: E402  (the report leaves these cells out)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Notebook:
 
 
 PARITY_EXPLORE: list = [
-    "# Op-level attribution of the fp16 program (verifylib.drift.Attribution): the ops that\n"
+    "# Op-level attribution of the fp16 program (verifylib.numerics.drift.Attribution): the ops that\n"
     "# lose the most precision, worst first (try fp32, or .top for conversion drift)\n"
     "att = fp16.attribution if fp16 else None\n"
     "[(o.name, o.type, o.module or o.scope, o.precision_delta_snr_db)\n"
@@ -69,7 +69,7 @@ PARITY_EXPLORE: list = [
     "    print(\"worst frames:\", np.argsort(err.max(axis=-1)[0])[::-1][:10])",
     "# Attribute the fp16 package on another fixture of the parameters, live (touches no\n"
     "# run; about ten seconds for tiny.en): uncomment and edit the fixture id\n"
-    "# from verifylib.driftcli import attribute_package\n"
+    "# from verifylib.cli.drift import attribute_package\n"
     "# other = attribute_package(run_dir / \"fp16\" / \"ggml-model-encoder.mlpackage\", params,\n"
     "#                           fixture=\"numbers\").attribution\n"
     "# view.worst_ops_plot(other)",
@@ -104,7 +104,7 @@ STAGES = {
         "AddressSanitizer builds (informational: what ASan reports), the fail-closed Core ML "
         "negative control (first run only) and the four-condition positive gate (one warm-up, "
         "one measured run).",
-        ["# The typed result (verifylib.results.CanaryResult); None where a gate did not run\n"
+        ["# The typed result (verifylib.evidence.results.CanaryResult); None where a gate did not run\n"
          "result = report.result\n"
          "lifecycle, sanitizer = result.lifecycle, result.sanitizer\n"
          "negative, positive = result.negative, result.positive",
@@ -119,7 +119,7 @@ STAGES = {
         "by the frozen SNR + cosine policy: the saved ML program executed op by op "
         "(conversion drift, any OS) and the compiled `.mlmodelc` under `ComputeUnit.ALL` "
         "(runtime drift, macOS); error histogram, SNR along time frames and SNR per layer.",
-        ["# The typed result (verifylib.results.ParityResult): one candidate per parity gate\n"
+        ["# The typed result (verifylib.evidence.results.ParityResult): one candidate per parity gate\n"
          "# that ran; fp32 / fp16 are the ML programs (None when their gate did not run)\n"
          "result = report.result\n"
          "candidates = result.candidates if result else {}\n"
@@ -137,7 +137,7 @@ STAGES = {
         "wer", "WER",
         "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
         "normalized WER and its deltas.",
-        ["# The typed result (verifylib.results.WerResult; None when wer.ggml_vs_source did\n"
+        ["# The typed result (verifylib.evidence.results.WerResult; None when wer.ggml_vs_source did\n"
          "# not run): one ClipResult per fixture, and the corpus WER of each side\n"
          "result = report.result\n"
          "clips = result.clips if result else []\n"
@@ -148,7 +148,7 @@ STAGES = {
         "placement", "Placement",
         "`MLComputePlan` per-operation preferred devices and cost shares for the published "
         "`.mlmodelc`.",
-        ["# The typed result (verifylib.results.PlacementResult; None when placement.plan did\n"
+        ["# The typed result (verifylib.evidence.results.PlacementResult; None when placement.plan did\n"
          "# not run): variant -> its plan (ops, cost_by_device, cost_sum, claim)\n"
          "result = report.result\n"
          "plans = result.plans if result else {}",
@@ -173,7 +173,7 @@ def make(stage: str) -> nbformat.NotebookNode:
     nb.metadata["language_info"] = {"name": "python"}
     nb.cells.append(nbformat.v4.new_markdown_cell(
         f"## {stage}: {title}\n\n{what}\n\nEvery cell up to *Explore* calls one documented "
-        f"`verifylib` function; the gate statuses come from the rules in `verifylib.gates`."))
+        f"`verifylib` function; the gate statuses come from the rules in `verifylib.evidence.gates`."))
     params = ["# Parameters: papermill's `-f parameters/<model>.yaml` overrides these.",
               "# With `name = None` the default parameter file is used."]
     params += [f"{k} = None" for k in PARAMETER_KEYS]
@@ -207,7 +207,7 @@ COMPARE = "07_compare"
 :data:`STAGES`); it reads published runs and writes nothing into them."""
 
 COMPARE_EXPLORE: list = [
-    "# The typed comparison (verifylib.compare.Comparison): the gate matrix as gate ->\n"
+    "# The typed comparison (verifylib.compare.model.Comparison): the gate matrix as gate ->\n"
     "# status per run, the identities that differ, and what could not be compared\n"
     "matrix = {row.gate: [c.status for c in row.cells] for row in comparison.gates}\n"
     "diffs = {row.key: row.values for row in comparison.identity_diffs}\n"
@@ -259,7 +259,7 @@ def make_compare() -> nbformat.NotebookNode:
     cell.metadata["tags"] = ["parameters"]
     nb.cells.append(cell)
     nb.cells.append(nbformat.v4.new_code_cell(
-        "from verifylib.compare import compare_runs\n"
+        "from verifylib.compare.model import compare_runs\n"
         "from verifylib.views import compare as view\n\n"
         "comparison = compare_runs(runs, verify=verify, allow_simulated=allow_simulated)\n"
         "comparison.summary"))

@@ -10,7 +10,7 @@ import pytest as _pytest
 def _unbind_launch_ledger():
     """A StageContext binds its run directory's launch ledger for the whole process; a
     test must not leave it bound, or a later test's launches land in its run."""
-    from verifylib import ledger
+    from verifylib.runtime import ledger
     ledger.bind(None)
     yield
     ledger.bind(None)

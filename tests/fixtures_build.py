@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import build, source
+from verifylib.whispercpp import build, source
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from verifylib import canonical, gates, receipt
+from verifylib import canonical
+from verifylib.evidence import gates, receipt
 
 
 def clone(run_dir: Path, dest: Path) -> Path:

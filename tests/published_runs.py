@@ -3,7 +3,7 @@
 Every gate runs (the Core ML ones under ``tests/simmac``), so each stage's typed result is
 non-trivial: canaries with both Core ML controls, parity with program and runtime
 candidates of both variants, hybrid WER with a public and a private clip, compute plans.
-The six stages run in this process, so their :class:`~verifylib.stage.StageReport` objects
+The six stages run in this process, so their :class:`~verifylib.stages.context.StageReport` objects
 are kept for comparison with what :func:`verifylib.open_run` reads back; then the receipt
 is built, which publishes the run (no notebooks or report: nothing here needs them).
 
@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from tests.simmac import Scenario, SimulatedMac
-from verifylib import gates, params, receipt
+from verifylib.evidence import gates, receipt
+from verifylib import params
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Shared helpers for the verifylib.source tests: a synthetic pin made with plain git.
+"""Shared helpers for the verifylib.whispercpp.source tests: a synthetic pin made with plain git.
 
 The ``synth`` fixture is imported by the test modules that use it.
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, source
-from verifylib.runner import run
-from verifylib.source import load_pins
+from verifylib import canonical
+from verifylib.whispercpp import source
+from verifylib.runtime.runner import run
+from verifylib.whispercpp.source import load_pins
 
 V185_TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 V185_SDIST_SHA256 = "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5"
@@ -29,7 +30,7 @@ SRC_LINES = [f"int line_{i} = {i};\n" for i in range(1, 21)]
 # ----------------------------------------------------------------------------- helpers
 
 def plain_git(home: Path, *args, cwd: Path, stdin: bytes | None = None):
-    """Ordinary git in ``cwd``, independent of verifylib.source's plumbing."""
+    """Ordinary git in ``cwd``, independent of verifylib.whispercpp.source's plumbing."""
     env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": str(home),
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}

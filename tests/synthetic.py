@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verifylib import gates, params, receipt, rules
+from verifylib.evidence import gates, receipt
+from verifylib import params
+from verifylib.evidence.rules import registry as rules
 from verifylib.errors import PrerequisiteBroken
-from verifylib.gates import Judgement, Status
-from verifylib.stage import StageContext
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.stages.context import StageContext
 
 ROOT = Path(__file__).resolve().parents[1]
 

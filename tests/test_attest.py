@@ -10,8 +10,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from verifylib import attest, canonical, cli, gates, receipt
-from verifylib.gates import Verdict
+from verifylib.evidence import attest, gates, receipt
+from verifylib import canonical
+from verifylib.cli import main as cli
+from verifylib.evidence.gates import Verdict
 
 from . import synthetic
 from .synthetic import install_rules
@@ -346,7 +348,7 @@ def test_cli_bad_keys_exit_2(tmp_path, rules, capsys):
 
 
 def test_cli_run_checks_sign_key_before_any_work(tmp_path, monkeypatch, capsys):
-    from verifylib import orchestrate
+    from verifylib.batch import audit as orchestrate
     calls = []
     monkeypatch.setattr(orchestrate, "load_all", lambda *a, **k: calls.append("load_all"))
     monkeypatch.setattr(orchestrate, "run_one", lambda *a, **k: calls.append("run_one"))
@@ -360,7 +362,8 @@ def test_cli_run_checks_sign_key_before_any_work(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_run_signs_each_published_run(tmp_path, rules, monkeypatch, capsys):
-    from verifylib import executors, orchestrate, report
+    from verifylib.batch import local as executors, audit as orchestrate
+    from verifylib.views import report
     run_dir = make_run(tmp_path)
     priv, pub = write_keys(tmp_path / "keys")
     outcome = SimpleNamespace(name="tiny-en", verdict=Verdict.INCOMPLETE,

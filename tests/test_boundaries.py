@@ -19,15 +19,17 @@ import math
 
 import pytest
 
-from verifylib import contracts, placement, rules
-from verifylib.gates import Judgement, Status
-from verifylib.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, judge_parity,
-                              policy_record, snr_from_energies)
-from verifylib.scoring import (corpus_wer, judge_ggml_vs_source, judge_hybrid, load_policy)
+from verifylib.runtime import contracts
+from verifylib.models import compute_plan as placement
+from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, judge_parity,
+                                       policy_record, snr_from_energies)
+from verifylib.numerics.scoring import corpus_wer, judge_ggml_vs_source, judge_hybrid, load_policy
 
 # ----------------------------------------------------------------------------- builders
 
-# whisper.cpp's own lines, spelled here rather than read from verifylib.contracts: a
+# whisper.cpp's own lines, spelled here rather than read from verifylib.runtime.contracts: a
 # classifier test that builds its input from the constants it checks proves nothing.
 MODEL = "/run/fp32/ggml-model.bin"
 ENCODER = "/run/fp32/ggml-model-encoder.mlmodelc"
@@ -68,7 +70,7 @@ TRANSCRIPT = b" And so my fellow Americans, ask not what your country can do for
 
 def run_record(argv, returncode, stderr: bytes, stdout: bytes = b"", signal=None,
                timed_out=False) -> dict:
-    """A run record as ``verifylib.runner.run_record`` writes it, for bytes made here."""
+    """A run record as ``verifylib.runtime.runner.run_record`` writes it, for bytes made here."""
     return {"argv": list(argv), "returncode": returncode, "signal": signal,
             "timed_out": timed_out, "wall_s": 0.25,
             "stdout_sha256": hashlib.sha256(stdout).hexdigest(),

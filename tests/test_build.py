@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, contracts, source
-from verifylib.build import (BuildError, build_evidence, build_key, build_whisper_cli,
-                             compiler_identity, effective_options, judge_ggml_build,
-                             parse_system_info, probe_system_info)
-from verifylib.gates import Status
+from verifylib import canonical
+from verifylib.runtime import contracts
+from verifylib.whispercpp import source
+from verifylib.whispercpp.build import (BuildError, build_evidence, build_key, build_whisper_cli,
+                                        compiler_identity, effective_options, judge_ggml_build,
+                                        parse_system_info, probe_system_info)
+from verifylib.evidence.gates import Status
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import artifacts, build, canonical, gates, rules
-from verifylib.build import build_whisper_cli
-from verifylib.evidence import EvidenceView
-from verifylib.gates import Status
-from verifylib.stage import StageContext
+from verifylib.stages import artifacts
+from verifylib.whispercpp import build
+from verifylib import canonical
+from verifylib.evidence import gates
+from verifylib.evidence.rules import registry as rules
+from verifylib.whispercpp.build import build_whisper_cli
+from verifylib.evidence.records import EvidenceView
+from verifylib.evidence.gates import Status
+from verifylib.stages.context import StageContext
 from verifylib.stages import build as stage_build
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"

@@ -15,13 +15,17 @@ import pytest
 import yaml
 
 from tests.fake_whisper_cli import install
-from verifylib import build, canonical, contracts, gates, params, receipt, rules, sanitizer, source
-from verifylib.capabilities import HostCapabilities, detect
-from verifylib.evidence import EvidenceRef, EvidenceView, GateRecord, Reason
-from verifylib.gates import Status
-from verifylib.stage import GateRun, StageContext
+from verifylib.whispercpp import build, source
+from verifylib import canonical, params
+from verifylib.runtime import contracts, sanitizer
+from verifylib.evidence import gates, receipt
+from verifylib.evidence.rules import registry as rules
+from verifylib.runtime.capabilities import HostCapabilities, detect
+from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, Reason
+from verifylib.evidence.gates import Status
+from verifylib.stages.context import GateRun, StageContext
 from verifylib.stages import canary
-from verifylib.artifacts import ASAN_SIDECAR, UNPATCHED_IDENTITY, unpatched_binary
+from verifylib.stages.artifacts import ASAN_SIDECAR, UNPATCHED_IDENTITY, unpatched_binary
 
 FAKE_MAC = HostCapabilities(
     system="Darwin", machine="arm64", macos_version=(15, 7),
@@ -393,7 +397,7 @@ def fake_bins(tmp_path, coreml="coreml"):
 
 
 def test_the_stage_on_a_fake_mac_runs_all_four_canaries(tmp_path, tree, monkeypatch):
-    monkeypatch.setattr("verifylib.stage.detect", lambda: FAKE_MAC)
+    monkeypatch.setattr("verifylib.stages.context.detect", lambda: FAKE_MAC)
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     report = canary.run(make_params(runs=3), run_dir, progress=False)
@@ -406,7 +410,7 @@ def test_the_stage_on_a_fake_mac_runs_all_four_canaries(tmp_path, tree, monkeypa
 
 
 def test_the_stage_on_a_fake_mac_with_an_unpatched_core_ml_build(tmp_path, tree, monkeypatch):
-    monkeypatch.setattr("verifylib.stage.detect", lambda: FAKE_MAC)
+    monkeypatch.setattr("verifylib.stages.context.detect", lambda: FAKE_MAC)
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path, coreml="coreml-abort"))
     report = canary.run(make_params(runs=2), run_dir, progress=False)

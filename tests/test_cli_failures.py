@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verifylib import canonical, cli, executors, orchestrate, report
-from verifylib.gates import Verdict
+from verifylib import canonical
+from verifylib.cli import main as cli
+from verifylib.batch import local as executors, audit as orchestrate
+from verifylib.views import report
+from verifylib.evidence.gates import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "<b>no kernel</b>"

@@ -25,9 +25,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from verifylib import cli, views
-from verifylib import compare as vcmp
-from verifylib.drift import Attribution, _rank, _summaries, derive
+from verifylib.cli import main as cli
+from verifylib import views
+from verifylib.compare import model as vcmp
+from verifylib.numerics.drift import Attribution, _rank, _summaries, derive
 from verifylib.views import compare as view
 
 from .forge import clone, edit_json, relabel, reseal
@@ -131,7 +132,7 @@ def ab(runs):
 
 @pytest.mark.physical
 def test_the_forged_checkpoint_verifies(runs):
-    from verifylib.runs import open_run
+    from verifylib.evidence.runs import open_run
     assert open_run(runs["b"]).verify(allow_simulated=True).ok
 
 
@@ -332,7 +333,8 @@ def test_compare_notebook_matches_generator_and_takes_runs():
 
 
 def test_the_audit_runs_only_the_six_stage_notebooks():
-    from verifylib import gates, resources
+    from verifylib.evidence import gates
+    from verifylib import resources
     assert "07_compare" not in gates.STAGES and len(gates.STAGES) == 6
     assert resources.notebook("07_compare").is_file()
 

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import build, canonical, locks, orchestrate, report, source
-from verifylib.gates import Verdict
-from verifylib.source.patch import check_patch_exact, prepare_patched_tree
+from verifylib.whispercpp import build, source
+from verifylib import canonical, locks
+from verifylib.batch import audit as orchestrate
+from verifylib.views import report
+from verifylib.evidence.gates import Verdict
+from verifylib.whispercpp.source.patch import check_patch_exact, prepare_patched_tree
 
 from tests.source_synth import make_tar
 from tests.source_synth import synth  # noqa: F401  (a fixture)
@@ -191,7 +194,7 @@ def test_patched_work_tree_is_made_once_and_shared(synth, tmp_path):  # noqa: F8
 
 
 def test_source_is_fetched_once_and_shared(synth, tmp_path, monkeypatch):  # noqa: F811
-    from verifylib.source import fetch
+    from verifylib.whispercpp.source import fetch
     real, fetches = fetch._fetch_archive, []
 
     def slow_fetch(*args, **kw):
@@ -231,7 +234,7 @@ def test_run_ids_cannot_clash(tmp_path, monkeypatch):
 
 
 def test_run_ids_carry_32_random_bits():
-    from verifylib.stage import new_run_id
+    from verifylib.stages.context import new_run_id
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(orchestrate._RUN_ID.match(i) and len(i.split("-")[1]) == 8 for i in ids)

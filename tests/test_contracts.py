@@ -2,8 +2,8 @@
 
 import pytest
 
-from verifylib import contracts
-from verifylib.contracts import ContractError, check_cli_argv
+from verifylib.runtime import contracts
+from verifylib.runtime.contracts import ContractError, check_cli_argv
 
 BASE = ["whisper-cli", "-m", "m.bin", "-f", "a.wav"]
 
@@ -41,7 +41,7 @@ import re
 import struct
 import subprocess
 
-from verifylib.contracts import coreml_encoder_path
+from verifylib.runtime.contracts import coreml_encoder_path
 
 
 def _block(text: str, signature: str) -> str:

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib import contracts
+from verifylib.runtime import contracts
 from verifylib.canonical import is_sha256, tree_digest
-from verifylib.coreml_export import (CompileError, ContractViolation, EncoderContract,
-                                     build_facts, compile_mlpackage, contract_of,
-                                     contract_problems, convert_traced, describe_mlpackage,
-                                     link_or_copy, load_compiled, place_mlpackage,
-                                     predict_compiled, trace_encoder)
-from verifylib.runner import RunResult
+from verifylib.models.coreml_export import (CompileError, ContractViolation, EncoderContract,
+                                            build_facts, compile_mlpackage, contract_of,
+                                            contract_problems, convert_traced, describe_mlpackage,
+                                            link_or_copy, load_compiled, place_mlpackage,
+                                            predict_compiled, trace_encoder)
+from verifylib.runtime.runner import RunResult
 
 from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
 

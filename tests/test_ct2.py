@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib.ct2 import CT2Model, ModelError, read_ct2
+from verifylib.models.ct2 import CT2Model, ModelError, read_ct2
 
 # dtype name -> (code, numpy dtype of the raw bytes), as CTranslate2 numbers them.
 CODES = {"float32": (0, "<f4"), "int8": (1, "i1"), "int16": (2, "<i2"), "int32": (3, "<i4"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import gates
+from verifylib.evidence import gates
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

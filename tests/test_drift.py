@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib import canonical, cli
-from verifylib.drift import (CEILING_DB, EMBEDDINGS, Attribution, OpDrift, check_document,
-                             derive, map_program, weight_module, module_keys)
+from verifylib import canonical
+from verifylib.cli import main as cli
+from verifylib.numerics.drift import (CEILING_DB, EMBEDDINGS, Attribution, OpDrift,
+                                      check_document, derive, map_program, weight_module,
+                                      module_keys)
 
 from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
 
@@ -59,7 +61,7 @@ def test_delta_is_taken_across_unmapped_ops_and_capped():
 
 
 def _doc_of(ops) -> dict:
-    from verifylib import drift
+    from verifylib.numerics import drift
     d = derive(ops, ["x"])
     att = Attribution(ops=d, top=drift._rank(d, "delta_snr_db"),
                       precision_top=drift._rank(d, "precision_delta_snr_db"),
@@ -93,7 +95,7 @@ def tiny_packages(tiny_en_bundle, tmp_path_factory):
     """tiny.en converted as is, and with layer 2's fc1 weight scaled by 1.01 (fp32)."""
     import torch
 
-    from verifylib.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
 
     root = tmp_path_factory.mktemp("drift")
     out = {}
@@ -112,7 +114,7 @@ def tiny_packages(tiny_en_bundle, tmp_path_factory):
 
 
 def test_the_clean_conversion_maps_every_module_point(tiny_packages, tiny_en_bundle):
-    from verifylib.mil_exec import load_program
+    from verifylib.numerics.mil_exec import load_program
 
     encoder = tiny_en_bundle.model.get_encoder()
     prog = load_program(tiny_packages["clean"])
@@ -139,9 +141,9 @@ def test_merged_constants_name_no_module_and_do_not_stall_the_stream(tiny_en_bun
     neither compares them with the wrong HF output nor buffers the HF forward pass."""
     import torch
 
-    from verifylib import drift
-    from verifylib.coreml_export import contract_of, convert_traced, trace_encoder
-    from verifylib.mil_exec import load_program
+    from verifylib.numerics import drift
+    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.numerics.mil_exec import load_program
 
     encoder = copy.deepcopy(tiny_en_bundle.model.get_encoder())
     with torch.no_grad():

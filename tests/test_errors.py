@@ -11,16 +11,18 @@ from pathlib import Path
 import pytest
 
 import verifylib
-from verifylib import canonical, errors, params, receipt, rules
+from verifylib import canonical, errors, params
+from verifylib.evidence import receipt
+from verifylib.evidence.rules import registry as rules
 from verifylib.errors import PrerequisiteBroken, VerifylibError
-from verifylib.gates import Judgement, Status
-from verifylib.stage import StageContext
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.stages.context import StageContext
 
 from .synthetic import install_rules, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NOT_ERRORS = {"verifylib.orchestrate.Interrupted"}
+NOT_ERRORS = {"verifylib.batch.audit.Interrupted"}
 """A signal turned into KeyboardInterrupt so asyncio lets it through; not a failure."""
 
 
@@ -38,9 +40,9 @@ def _exception_classes() -> dict[str, type]:
 
 def test_every_exception_class_derives_from_the_root():
     found = _exception_classes()
-    assert "verifylib.build.BuildError" in found and "verifylib.stage.StageRefused" in found
+    assert "verifylib.whispercpp.build.BuildError" in found and "verifylib.stages.context.StageRefused" in found
     assert NOT_ERRORS <= set(found)
-    assert issubclass(found["verifylib.orchestrate.Interrupted"], KeyboardInterrupt)
+    assert issubclass(found["verifylib.batch.audit.Interrupted"], KeyboardInterrupt)
     outside = sorted(name for name, cls in found.items()
                      if not issubclass(cls, VerifylibError) and name not in NOT_ERRORS)
     assert outside == []
@@ -56,11 +58,11 @@ def test_each_family_keeps_its_builtin_base():
 
 @pytest.mark.parametrize("dotted, family, builtin", [
     ("verifylib.params.ParameterError", errors.ParametersInvalid, ValueError),
-    ("verifylib.pincheck.PinCheckError", errors.ParametersInvalid, ValueError),
-    ("verifylib.attest.AttestKeyError", errors.ParametersInvalid, ValueError),
-    ("verifylib.ggml_writer.GgmlError", errors.ModelFailure, ValueError),
-    ("verifylib.stage.StageRefused", errors.StageRefusal, RuntimeError),
-    ("verifylib.evidence.EvidenceError", errors.EvidenceInvalid, ValueError),
+    ("verifylib.whispercpp.pincheck.PinCheckError", errors.ParametersInvalid, ValueError),
+    ("verifylib.evidence.attest.AttestKeyError", errors.ParametersInvalid, ValueError),
+    ("verifylib.models.ggml_writer.GgmlError", errors.ModelFailure, ValueError),
+    ("verifylib.stages.context.StageRefused", errors.StageRefusal, RuntimeError),
+    ("verifylib.evidence.records.EvidenceError", errors.EvidenceInvalid, ValueError),
 ])
 def test_module_classes_keep_name_family_and_builtin_base(dotted, family, builtin):
     module, name = dotted.rsplit(".", 1)
@@ -141,7 +143,7 @@ def test_record_error_refuses_an_unknown_kind(tmp_path):
 
 
 def test_gate_records_allow_exactly_the_error_kinds():
-    from verifylib.evidence import EvidenceError, GateRecord
+    from verifylib.evidence.records import EvidenceError, GateRecord
 
     def row(kind):
         return {"id": "build.ggml", "status": "ERROR", "reason": {"kind": kind, "detail": "x"},

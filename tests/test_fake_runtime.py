@@ -17,11 +17,11 @@ from types import SimpleNamespace
 import pytest
 
 from tests.fake_whisper_cli import install
-from verifylib import contracts
-from verifylib.contracts import (ContractError, classify_lifecycle, classify_negative,
-                                 classify_positive)
-from verifylib.runner import run, run_record, run_whisper_cli
-from verifylib.contracts import coreml_argv, lifecycle_argv
+from verifylib.runtime import contracts
+from verifylib.runtime.contracts import (ContractError, classify_lifecycle, classify_negative,
+                                         classify_positive)
+from verifylib.runtime.runner import run, run_record, run_whisper_cli
+from verifylib.runtime.contracts import coreml_argv, lifecycle_argv
 
 LOADED = "missing on stderr: 'whisper_init_state: Core ML model loaded'"
 NO_FAILURE_LINE = "missing on stderr: 'whisper_init_state: failed to load Core ML model'"
@@ -475,7 +475,7 @@ def test_nonsense_can_be_aimed_at_one_clip(files, clip, nonsense):
 
 
 def _two_clip_texts(tmp_path):
-    from verifylib.scoring import english_normalizer
+    from verifylib.numerics.scoring import english_normalizer
     from verifylib.stages import wer
     n = english_normalizer()
     jfk = ("And so my fellow Americans ask not what your country can do for you, ask what you "
@@ -491,10 +491,11 @@ def _two_clip_texts(tmp_path):
 @pytest.mark.parametrize("scenario,bad", [("coreml-nonsense:clip=other", "other"),
                                           ("coreml-nonsense:clip=jfk", "jfk")])
 def test_wer_hybrid_catches_nonsense_on_one_clip(tmp_path, scenario, bad):
-    from verifylib import canonical, params, rules
-    from verifylib.evidence import EvidenceView
-    from verifylib.gates import Status
-    from verifylib.stage import StageContext
+    from verifylib import canonical, params
+    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence.records import EvidenceView
+    from verifylib.evidence.gates import Status
+    from verifylib.stages.context import StageContext
     from verifylib.stages import wer
     root = Path(__file__).resolve().parents[1]
     ctx = StageContext("05_wer", params.load(root / "parameters" / "tiny-en.yaml"),
@@ -574,10 +575,10 @@ def test_flaky_core_ml_the_other_way_round_with_a_state_argument(files):
 def test_flaky_core_ml_fails_the_positive_gate_on_its_measured_run(files):
     # Default pattern LF: the warm-up loads, the measured run does not. The gate classifies
     # the measured run alone and never retries it.
-    from verifylib import rules
-    from verifylib.evidence import EvidenceView
-    from verifylib.gates import Status
-    from verifylib.stage import StageContext
+    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence.records import EvidenceView
+    from verifylib.evidence.gates import Status
+    from verifylib.stages.context import StageContext
     from verifylib.stages import canary
     from tests.test_canary import make_params
     from verifylib.canonical import sha256_file

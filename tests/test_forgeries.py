@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from verifylib import canonical, gates, receipt
+from verifylib import canonical
+from verifylib.evidence import gates, receipt
 
 from .forge import clone, edit_gate, edit_json, problems_naming, relabel, reseal
 from .synthetic import install_rules, make_run, params_with
@@ -209,7 +210,7 @@ def test_receipt_building_never_aborts_without_a_verdict(tmp_path, rules):
 
 def test_a_stage_never_runs_twice_into_one_run_directory(tmp_path, rules):
     from verifylib import params
-    from verifylib.stage import StageContext, StageRefused
+    from verifylib.stages.context import StageContext, StageRefused
 
     from .synthetic import ROOT
     run_dir = make_run(tmp_path / "twice", receipt_too=False)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from verifylib import canonical, ledger, receipt, source
+from verifylib import canonical
+from verifylib.runtime import ledger
+from verifylib.evidence import receipt
+from verifylib.whispercpp import source
 
 from .forge import clone, edit_json, problems_naming, relabel, reseal
 

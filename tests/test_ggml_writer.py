@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib import contracts
+from verifylib.runtime import contracts
 
 from verifylib.canonical import read_json, sha256_file
-from verifylib.ct2 import read_ct2
-import verifylib.ggml_writer as gw
-from verifylib.ggml_writer import (GGML_FILE_MAGIC, GgmlError, expected_tensors, ggml_name,
-                                   read_ggml, write_ggml_model)
-from verifylib.runner import run
+from verifylib.models.ct2 import read_ct2
+import verifylib.models.ggml_writer as gw
+from verifylib.models.ggml_writer import (GGML_FILE_MAGIC, GgmlError, expected_tensors, ggml_name,
+                                          read_ggml, write_ggml_model)
+from verifylib.runtime.runner import run
 
 from tests.test_model import (JFK_TEXT, cache_root, jfk_wav, normalize,  # noqa: F401
                               tiny_en_bundle, tiny_en_ct2_dir, tiny_en_info)

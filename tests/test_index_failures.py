@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verifylib import canonical, executors, orchestrate, report, stage
-from verifylib.executors import FailedRun
-from verifylib.gates import Verdict
+from verifylib import canonical
+from verifylib.batch import local as executors, audit as orchestrate
+from verifylib.views import report
+from verifylib.stages import context as stage
+from verifylib.batch.local import FailedRun
+from verifylib.evidence.gates import Verdict
 from verifylib.params import load
 
 ROOT = Path(__file__).resolve().parents[1]

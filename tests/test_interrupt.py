@@ -14,10 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from verifylib import canonical, orchestrate
-from verifylib.cli import EXIT_INTERRUPTED, EXIT_TERMINATED
-from verifylib.orchestrate import (OWNER_SUFFIX, Interrupted, interrupts_raise,
-                                   owner_record, remove_stale_staging)
+from verifylib import canonical
+from verifylib.batch import audit as orchestrate
+from verifylib.cli.main import EXIT_INTERRUPTED, EXIT_TERMINATED
+from verifylib.batch.audit import (OWNER_SUFFIX, Interrupted, interrupts_raise, owner_record,
+                                   remove_stale_staging)
 from verifylib.params import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +134,7 @@ def test_run_one_removes_its_staging_on_interrupt(tmp_path, monkeypatch):
 
 
 def test_interrupt_after_a_publication_says_so(capsys):
-    from verifylib.cli import _interruptible
+    from verifylib.cli.main import _interruptible
 
     def cmd(args):
         orchestrate._SCOPE.published.append(Path("reports/a/20261130T060000Z-beef"))

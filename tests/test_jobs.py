@@ -21,12 +21,15 @@ import psutil
 import pytest
 import yaml
 
-from verifylib import canonical, cli, executors, report
-from verifylib.cli import EXIT_INTERRUPTED, EXIT_TERMINATED
-from verifylib.executors import FailedRun
-from verifylib.orchestrate import RunOutcome
+from verifylib import canonical
+from verifylib.cli import main as cli
+from verifylib.batch import local as executors
+from verifylib.views import report
+from verifylib.cli.main import EXIT_INTERRUPTED, EXIT_TERMINATED
+from verifylib.batch.local import FailedRun
+from verifylib.batch.audit import RunOutcome
 from verifylib.params import load
-from verifylib.receipt import verify
+from verifylib.evidence.receipt import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
@@ -95,7 +98,7 @@ data = sys.stdin.buffer.read()
 if json.loads(data)["params"]["name"] == "model-a":
     os.kill(os.getpid(), signal.SIGKILL)
 sys.stdin = io.TextIOWrapper(io.BytesIO(data))
-from verifylib.executors import _worker_main
+from verifylib.batch.local import _worker_main
 sys.exit(_worker_main(sys.argv[1:]))
 """
 
@@ -184,7 +187,7 @@ def test_interrupted_jobs_stop_every_worker_and_publish_nothing(tmp_path, sig, c
             time.sleep(0.1)
         time.sleep(1.5)
         started = _descendants(proc.pid)
-        workers = [p for p in started if "verifylib.executors" in " ".join(p.cmdline())]
+        workers = [p for p in started if "verifylib.batch.local" in " ".join(p.cmdline())]
         assert len(workers) == 2
         # A worker must be able to receive the signal the driver forwards: not blocked
         # in it (a child inherits its parent's mask) nor in the kernels it starts.

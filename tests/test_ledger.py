@@ -18,12 +18,13 @@ import yaml
 
 from tests.fake_whisper_cli import install
 from tests.test_canary import tree  # noqa: F401  (a fixture: the fake whisper.cpp tree)
-from verifylib import canonical, contracts, ledger, params
-from verifylib.contracts import ContractError
-from verifylib.evidence import GateRecord, Reason
-from verifylib.gates import Status
-from verifylib.runner import run_record, run_whisper_binary, run_whisper_cli
-from verifylib.stage import StageContext
+from verifylib import canonical, params
+from verifylib.runtime import contracts, ledger
+from verifylib.runtime.contracts import ContractError
+from verifylib.evidence.records import GateRecord, Reason
+from verifylib.evidence.gates import Status
+from verifylib.runtime.runner import run_record, run_whisper_binary, run_whisper_cli
+from verifylib.stages.context import StageContext
 
 NEG = "canary.coreml_negative"
 POS = "canary.coreml_positive"
@@ -378,7 +379,7 @@ def test_an_error_gate_cites_its_launches_by_digest(run):
 
 def _citing_gates(run_dir: Path, records) -> dict[int, list[str]]:
     """Ledger seq -> the gates whose JSON evidence cites it."""
-    from verifylib.evidence import EvidenceView
+    from verifylib.evidence.records import EvidenceView
     out: dict[int, list[str]] = {}
     for gid, rec in records.items():
         for ref in rec.evidence:
@@ -392,9 +393,9 @@ def _citing_gates(run_dir: Path, records) -> dict[int, list[str]]:
 def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, monkeypatch):
     from tests.test_canary import FAKE_MAC, fake_bins, forge_prerequisites
     from tests.test_canary import make_params as canary_params
-    from verifylib import receipt
+    from verifylib.evidence import receipt
     from verifylib.stages import canary
-    monkeypatch.setattr("verifylib.stage.detect", lambda: FAKE_MAC)
+    monkeypatch.setattr("verifylib.stages.context.detect", lambda: FAKE_MAC)
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     canary.run(canary_params(runs=3), run_dir, progress=False)
@@ -411,12 +412,12 @@ def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, 
 def test_a_gate_that_raised_after_launching_still_cites_its_launch(tmp_path, tree, monkeypatch):
     from tests.test_canary import FAKE_MAC, fake_bins, forge_prerequisites
     from tests.test_canary import make_params as canary_params
-    from verifylib import receipt
+    from verifylib.evidence import receipt
     from verifylib.stages import canary
 
     def broken(*a, **k):
         raise RuntimeError("classifier broke")
-    monkeypatch.setattr("verifylib.stage.detect", lambda: FAKE_MAC)
+    monkeypatch.setattr("verifylib.stages.context.detect", lambda: FAKE_MAC)
     monkeypatch.setattr(canary.contracts, "classify_negative", broken)
     run_dir = tmp_path / "run"
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))

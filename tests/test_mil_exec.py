@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib.audio import read_wav_16k
+from verifylib.runtime.audio import read_wav_16k
 from verifylib.canonical import tree_digest
-from verifylib.mil_exec import (MilExecError, UnsupportedOpError, execute, load_program,
-                                residual_taps)
-from verifylib.parity import compare
+from verifylib.numerics.mil_exec import (MilExecError, UnsupportedOpError, execute, load_program,
+                                         residual_taps)
+from verifylib.numerics.parity import compare
 
 from tests.test_coreml_export import (export_small, small_encoder,  # noqa: F401
                                       tiny_en_export)
@@ -186,7 +186,7 @@ def test_an_edited_weight_inside_the_package_changes_the_output(tiny_en_export, 
 
 
 def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_logmel):
-    from verifylib.reference import reference_encode
+    from verifylib.numerics.reference import reference_encode
     p = load_program(tiny_en_export.fp32)
     taps = residual_taps(p)
     assert [t[0] for t in taps] == ["embeddings", "block 0", "block 1", "block 2", "block 3",
@@ -211,7 +211,7 @@ def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_log
 
 def test_small_random_encoders_execute(tmp_path):
     import torch
-    from verifylib.coreml_export import place_mlpackage
+    from verifylib.models.coreml_export import place_mlpackage
     for i, shape in enumerate([dict(n_mels=40, max_pos=50, d_model=32),
                                dict(n_mels=16, max_pos=30, d_model=32, conv2_stride=1,
                                     layers=2)]):

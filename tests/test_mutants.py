@@ -16,13 +16,16 @@ from tests.test_boundaries import (ENCODER, LIFECYCLE_STDERR, MODEL, NEGATIVE_ST
                                    clean_load, coreml_argv, counts, ggml_stderr, lifecycle_argv,
                                    parity_evidence, plan_evidence, positive_stderr, run_record,
                                    wer_clip, wer_evidence)
-from verifylib import contracts, gates, placement
-from verifylib.contracts import ContractError, check_cli_argv
-from verifylib.gates import Judgement, Status, Verdict
-from verifylib.parity import (FP32_POLICY, as_float, cosine_from_sums, judge_parity,
-                              recheck_measurement, snr_from_energies)
-from verifylib.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
-                               judge_ggml_vs_source, judge_hybrid, policy_fraction, PolicyError)
+from verifylib.runtime import contracts
+from verifylib.evidence import gates
+from verifylib.models import compute_plan as placement
+from verifylib.runtime.contracts import ContractError, check_cli_argv
+from verifylib.evidence.gates import Judgement, Status, Verdict
+from verifylib.numerics.parity import (FP32_POLICY, as_float, cosine_from_sums, judge_parity,
+                                       recheck_measurement, snr_from_energies)
+from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
+                                        judge_ggml_vs_source, judge_hybrid, policy_fraction,
+                                        PolicyError)
 
 # ============================================================================ contracts
 
@@ -575,7 +578,7 @@ def test_plan_rule_words_for_word():
 # receipt.py is being rewritten; these pin only what verify() promises to any caller.
 
 def test_verify_refuses_what_is_not_a_receipt(tmp_path):
-    from verifylib import receipt
+    from verifylib.evidence import receipt
     rpath = tmp_path / "receipt.json"
     res = receipt.verify(tmp_path)
     assert (res.ok, res.problems) == (False, [f"{rpath}: receipt missing"])
@@ -591,7 +594,7 @@ def test_verify_refuses_what_is_not_a_receipt(tmp_path):
 def test_a_simulated_host_is_refused_unless_asked_for(tmp_path, monkeypatch):
     from tests.forge import edit_json, reseal
     from tests.synthetic import install_rules, make_run
-    from verifylib import receipt
+    from verifylib.evidence import receipt
     install_rules(monkeypatch)
     run_dir = make_run(tmp_path / "run")
 

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from verifylib import canonical, gates, params, receipt
+from verifylib import canonical, params
+from verifylib.evidence import gates, receipt
 from verifylib import notebook as vnb
 from verifylib.errors import ParametersInvalid
 

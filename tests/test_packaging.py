@@ -122,7 +122,7 @@ def site(wheel) -> Path:
 
 def _expected_data() -> list[str]:
     """Repository files an audit reads, relative to the repository root."""
-    from verifylib.gates import STAGES
+    from verifylib.evidence.gates import STAGES
     files = [f"notebooks/{s}.ipynb" for s in STAGES]
     files += ["notebooks/07_compare.ipynb"]   # not an audit stage, shipped for researchers
     files += ["patches/manifest.yaml"]
@@ -152,7 +152,7 @@ def test_wheel_carries_notebooks_patches_parameters_fixtures_templates_policies(
 
 # Runs in the installed copy: what each path that an audit reads resolves to there.
 _PROBE = """
-import json, verifylib, verifylib.resources as r, verifylib.params as p, verifylib.orchestrate as o
+import json, verifylib, verifylib.resources as r, verifylib.params as p, verifylib.batch.audit as o
 print(json.dumps({
     "verifylib": verifylib.__file__, "packaged": r.is_packaged(), "data_root": str(r.data_root()),
     "notebook": str(o._notebook("01_build")), "papermill_cwd": str(r.notebooks_dir()),
@@ -191,7 +191,7 @@ def test_installed_wheel_runs_outside_the_checkout_and_reads_its_own_data(site, 
 
 def test_installed_wheel_finds_the_pin_manifest_without_being_told(site, tmp_path):
     # Stages call load_pins() with no argument; in a wheel it must read the copy in _data.
-    probe = ("import verifylib.source as s, verifylib.resources as r\n"
+    probe = ("import verifylib.whispercpp.source as s, verifylib.resources as r\n"
              "pins = s.load_pins()\n"
              "print(sorted(pins))\n")
     res = _run_outside(site, tmp_path, "-c", probe)
@@ -209,7 +209,8 @@ def test_checkout_reads_its_top_level_folders():
 
 
 def test_run_defaults_to_reports_of_the_current_directory(tmp_path, monkeypatch, capsys):
-    from verifylib import cli, resources
+    from verifylib.cli import main as cli
+    from verifylib import resources
     monkeypatch.chdir(tmp_path)
     assert resources.reports_dir() == tmp_path / "reports"
     assert cli.main(["run", "--help"]) == 0

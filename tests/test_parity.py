@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from verifylib import canonical
-from verifylib.evidence import EvidenceRef, EvidenceView
-from verifylib.gates import Status
-from verifylib.parity import (FP16_POLICY, FP32_POLICY, as_float, compare, cosine_from_sums,
-                              error_histogram, frame_snr_db, judge_parity, policy_record,
-                              snr_from_energies)
-from verifylib.scoring import load_policy
+from verifylib.evidence.records import EvidenceRef, EvidenceView
+from verifylib.evidence.gates import Status
+from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, as_float, compare,
+                                       cosine_from_sums, error_histogram, frame_snr_db,
+                                       judge_parity, policy_record, snr_from_energies)
+from verifylib.numerics.scoring import load_policy
 
 from tests.test_mil_exec import edit_weight
 from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
@@ -148,7 +148,7 @@ def test_rule_applies_the_thresholds():
 
 def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
     """The macOS path's decision logic: CompiledMLModel is faked, never run here."""
-    from verifylib.coreml_export import EncoderContract
+    from verifylib.models.coreml_export import EncoderContract
     from verifylib.stages.parity import ReferenceRun, measure_runtime
     c = EncoderContract(8, 5, 4, 1, 2)
     rng = np.random.default_rng(5)
@@ -252,7 +252,7 @@ def test_the_policy_is_recorded_before_measuring(staged_run):
 
 @pytest.mark.physical
 def test_receipt_of_the_stages_verifies(staged_run, tmp_path):
-    from verifylib.receipt import build_receipt, verify
+    from verifylib.evidence.receipt import build_receipt, verify
     _, run_dir, _ = staged_run
     copy_dir = shutil.copytree(run_dir, tmp_path / "R")
     build_receipt(copy_dir)
@@ -302,9 +302,9 @@ def test_fp16_disabled_is_not_run_disabled(tmp_path, jfk_wav, tiny_en_info):
 def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
     """export.contract re-judged on stored evidence: edits to the description, the model
     values or the build facts are caught without touching the artifact."""
-    from verifylib.gates import Status
-    from verifylib.rules import RULES
-    from verifylib.coreml_export import EncoderContract
+    from verifylib.evidence.gates import Status
+    from verifylib.evidence.rules.registry import RULES
+    from verifylib.models.coreml_export import EncoderContract
     import verifylib.stages  # noqa: F401  (registers the rules)
     c = EncoderContract(80, 1500, 384, 1, 2)
     desc = {"model_type": "mlProgram", "compute_dtypes": ["FLOAT32"],
@@ -358,8 +358,8 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
 
 
 def test_compile_rule_requires_the_derived_path(tmp_path):
-    from verifylib.gates import Status
-    from verifylib.rules import RULES
+    from verifylib.evidence.gates import Status
+    from verifylib.evidence.rules.registry import RULES
     import verifylib.stages  # noqa: F401
     entry = {"precision": "fp32", "model_arg": "/r/fp32/ggml-model.bin",
              "derived_path": "/r/fp32/ggml-model-encoder.mlmodelc",
@@ -384,7 +384,7 @@ def test_a_contract_mismatch_stops_the_stage_and_places_nothing(tmp_path, jfk_wa
     """Here the fp16 conversion renames its output: the fp32 package was fine, but the
     stage places neither, export.contract FAILs, and every Core ML gate after it is
     NOT_RUN(prerequisite)."""
-    import verifylib.coreml_export as ce
+    import verifylib.models.coreml_export as ce
     from verifylib.stages import export, parity
     real = ce.convert_traced
 
@@ -417,7 +417,7 @@ def test_a_contract_mismatch_stops_the_stage_and_places_nothing(tmp_path, jfk_wa
 
 @pytest.mark.physical
 def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run):
-    from verifylib.arrays import ArrayFile
+    from verifylib.numerics.arrays import ArrayFile
     _, run_dir, report = staged_run
     res = report.result
     for gid, variant in (("parity.program", "fp32"), ("parity.program_fp16", "fp16")):
@@ -442,8 +442,8 @@ def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run)
     stored = res.candidates["parity.program"].measurements[0]["metrics"]
     assert again.noise_energy == pytest.approx(float(stored["noise_energy"]), rel=1e-12)
     # The stage's result is what open_run's builder reads back from the evidence.
-    from verifylib.results import parity_result_from_evidence
-    from verifylib.stage import recorded_gates
+    from verifylib.evidence.results import parity_result_from_evidence
+    from verifylib.stages.context import recorded_gates
     back = parity_result_from_evidence(run_dir, recorded_gates(run_dir))
     assert back.candidates.keys() == res.candidates.keys()
     assert back.candidates["parity.program_fp16"].attribution == fp16
@@ -474,8 +474,8 @@ def test_the_stage_attributes_an_edited_weight_to_its_layer(staged_run, tmp_path
 def test_forged_arrays_or_attribution_do_not_verify(staged_run, tmp_path, forgery, needle):
     import numpy as np
 
-    from verifylib import arrays
-    from verifylib.receipt import build_receipt, verify
+    from verifylib.numerics import arrays
+    from verifylib.evidence.receipt import build_receipt, verify
     from tests import forge
     _, run_dir, _ = staged_run
     copy_dir = forge.clone(run_dir, tmp_path / "R")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, source
-from verifylib.pincheck import PinCheckError, assess, batch_member_state, format_table
+from verifylib import canonical
+from verifylib.whispercpp import source
+from verifylib.whispercpp.pincheck import PinCheckError, assess, batch_member_state, format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +87,7 @@ def test_v185_with_the_fix_in_place_no_longer_takes_the_patch(v185_source, tmp_p
                                    "patch). Upstream now initializes the member")
     assert _patches_digest() == before
     # The same through the command line.
-    from verifylib.cli import main
+    from verifylib.cli.main import main
     assert main(["pin-check", str(copy), "--no-build", "--pin", "v1.8.5"]) == 0
     out = capsys.readouterr().out
     assert "THE PATCH NO LONGER APPLIES" in out and "toward deleting the patch" in out

@@ -4,8 +4,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from verifylib import placement
-from verifylib.gates import Status
+from verifylib.models import compute_plan as placement
+from verifylib.evidence.gates import Status
 
 
 # Classes named like coremltools' device classes: the analysis names devices by class.

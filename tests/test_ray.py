@@ -20,12 +20,16 @@ import psutil
 import pytest
 import yaml
 
-from verifylib import canonical, capabilities, cli, executors, ray_executor, report
-from verifylib.capabilities import HostCapabilities
-from verifylib.executors import FailedRun
-from verifylib.orchestrate import Interrupted, RunOutcome, interrupts_raise
+from verifylib import canonical
+from verifylib.runtime import capabilities
+from verifylib.cli import main as cli
+from verifylib.batch import local as executors, ray as ray_executor
+from verifylib.views import report
+from verifylib.runtime.capabilities import HostCapabilities
+from verifylib.batch.local import FailedRun
+from verifylib.batch.audit import Interrupted, RunOutcome, interrupts_raise
 from verifylib.params import load
-from verifylib.receipt import verify
+from verifylib.evidence.receipt import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = HostCapabilities("Linux", "x86_64", None, None)

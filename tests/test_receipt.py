@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, gates, params, receipt
-from verifylib.gates import Status
-from verifylib.stage import StageContext
+from verifylib import canonical, params
+from verifylib.evidence import gates, receipt
+from verifylib.evidence.gates import Status
+from verifylib.stages.context import StageContext
 
 from .synthetic import install_rules, make_run
 

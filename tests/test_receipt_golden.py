@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifylib import gates, receipt
+from verifylib.evidence import gates, receipt
 
 from .forge import clone, edit_json, reseal
 from .synthetic import install_rules, make_run

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from verifylib import gates, receipt
-from verifylib.evidence import GateRecord, Reason
-from verifylib.gates import Status
+from verifylib.evidence import gates, receipt
+from verifylib.evidence.records import GateRecord, Reason
+from verifylib.evidence.gates import Status
 
 LINUX = {"system": "Linux", "machine": "x86_64", "macos_version": None, "coremlc": None}
 XCODE = "/Applications/Xcode.app/Contents/Developer/usr/bin/coremlc"
@@ -158,7 +158,7 @@ def test_disabled_and_not_implemented(tmp_path):
 
 
 def test_not_run_citing_evidence_is_refused(tmp_path):
-    from verifylib.evidence import EvidenceRef
+    from verifylib.evidence.records import EvidenceRef
     chk = _checker(tmp_path)
     g = _unimplemented("canary.sanitizer")
     rec = GateRecord(g.id, Status.NOT_RUN, Reason("not-implemented", "later"),
@@ -208,8 +208,8 @@ def test_justification_messages_word_for_word(tmp_path):
 
 def test_error_traceback_document_is_checked(tmp_path):
     from verifylib import canonical
-    from verifylib.evidence import EvidenceRef
-    from verifylib.stage import error_document
+    from verifylib.evidence.records import EvidenceRef
+    from verifylib.stages.context import error_document
     chk = _checker(tmp_path)
     g = gates.gate("build.ggml")
 
@@ -231,8 +231,8 @@ def test_error_traceback_document_is_checked(tmp_path):
 
 def test_error_kind_follows_the_exception_its_traceback_ends_with(tmp_path):
     from verifylib import canonical
-    from verifylib.evidence import EvidenceRef
-    from verifylib.stage import error_document
+    from verifylib.evidence.records import EvidenceRef
+    from verifylib.stages.context import error_document
     chk = _checker(tmp_path)
     g = gates.gate("build.ggml")
     broken = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"

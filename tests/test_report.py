@@ -7,9 +7,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from verifylib import canonical, gates, params, receipt, report, rules
-from verifylib.gates import Judgement, Status
-from verifylib.stage import StageContext
+from verifylib import canonical, params
+from verifylib.evidence import gates, receipt
+from verifylib.views import report
+from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.stages.context import StageContext
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"

@@ -1,7 +1,7 @@
 """A finished run travelling back from a Ray node: the streamed tar and its receiver.
 
 Fast and without a cluster: the archive is checked byte for byte against :mod:`tarfile`,
-and :class:`verifylib.ray_executor.RunReceiver` is fed what a task yields (header,
+and :class:`verifylib.batch.ray.RunReceiver` is fed what a task yields (header,
 chunks, trailer) for a synthetic run that verifies. The real tasks are in
 ``test_ray.py``.
 """
@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests import synthetic
-from verifylib import canonical, orchestrate, params
-from verifylib.orchestrate import RunImportRefused, import_run, plan_run_archive
-from verifylib.ray_executor import RunReceiver, StreamHeader, StreamTrailer
-from verifylib.receipt import verify
-from verifylib.stage import init_run_dir
+from verifylib import canonical, params
+from verifylib.batch import audit as orchestrate
+from verifylib.batch.audit import RunImportRefused, import_run, plan_run_archive
+from verifylib.batch.ray import RunReceiver, StreamHeader, StreamTrailer
+from verifylib.evidence.receipt import verify
+from verifylib.stages.context import init_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "20990101T000000Z-0000abcd"

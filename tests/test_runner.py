@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from verifylib import canonical
-from verifylib.contracts import ContractError
-from verifylib.runner import run, run_record, run_whisper_cli, sanitized_env
+from verifylib.runtime.contracts import ContractError
+from verifylib.runtime.runner import run, run_record, run_whisper_cli, sanitized_env
 
 PY = sys.executable
 

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 import verifylib
-from verifylib import canonical, gates, receipt
-from verifylib.arrays import ArrayFile
+from verifylib import canonical
+from verifylib.evidence import gates, receipt
+from verifylib.numerics.arrays import ArrayFile
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
-from verifylib.gates import Status, Verdict
-from verifylib.results import PRIVATE
-from verifylib.runs import RunInvalid, RunNotFound, open_run
+from verifylib.evidence.gates import Status, Verdict
+from verifylib.evidence.results import PRIVATE
+from verifylib.evidence.runs import RunInvalid, RunNotFound, open_run
 
 from .forge import clone, edit_gate, reseal
 from .published_runs import simulated_published_run
@@ -132,7 +133,7 @@ def test_each_stage_reads_back_as_it_returned(published, stage):
 
 @pytest.mark.physical
 def test_parity_reads_back_as_it_returned(published):
-    # Stage 04's builder is verifylib.results.parity_result_from_evidence.
+    # Stage 04's builder is verifylib.evidence.results.parity_result_from_evidence.
     want = published.reports["04_parity"]
     run = open_run(published.run_dir)
     got = run.report("04_parity")
@@ -293,8 +294,8 @@ def test_evidence_that_is_not_what_the_stage_writes_is_named(tmp_path, synthetic
 
 
 def test_import_verifylib_stays_light():
-    code = ("import sys, verifylib; assert 'verifylib.runs' not in sys.modules; "
-            "assert verifylib.open_run is verifylib.runs.open_run; "
+    code = ("import sys, verifylib; assert 'verifylib.evidence.runs' not in sys.modules; "
+            "assert verifylib.open_run is verifylib.evidence.runs.open_run; "
             "assert 'torch' not in sys.modules")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -11,12 +11,16 @@ import pytest
 
 from tests.fake_whisper_cli import install
 from tests.test_canary import fake_asan, fake_bins, forge_prerequisites, make_params
-from verifylib import build, canonical, contracts, gates, receipt, rules, sanitizer, source
-from verifylib.artifacts import ASAN_SIDECAR, asan_build
+from verifylib.whispercpp import build, source
+from verifylib import canonical
+from verifylib.runtime import contracts, sanitizer
+from verifylib.evidence import gates, receipt
+from verifylib.evidence.rules import registry as rules
+from verifylib.stages.artifacts import ASAN_SIDECAR, asan_build
 from verifylib.errors import PrerequisiteBroken
-from verifylib.evidence import EvidenceView
-from verifylib.gates import Status
-from verifylib.stage import StageContext
+from verifylib.evidence.records import EvidenceView
+from verifylib.evidence.gates import Status
+from verifylib.stages.context import StageContext
 from verifylib.stages import build as build_stage
 from verifylib.stages import canary
 

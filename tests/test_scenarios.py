@@ -28,7 +28,8 @@ if str(ROOT) not in sys.path:  # run as a script for --markdown
     sys.path.insert(0, str(ROOT))
 
 from tests.simmac import Scenario, SimulatedMac  # noqa: E402
-from verifylib import canonical, gates, params  # noqa: E402
+from verifylib import canonical, params
+from verifylib.evidence import gates  # noqa: E402
 
 STAGES = gates.STAGES
 LINUX = None
@@ -89,8 +90,8 @@ def _misnamed_mlmodelc(run_dir: Path) -> None:
 
 def _source_copy(tmp: Path, change: Callable[[Path], None]) -> str:
     """A copy of the pinned source folder with one change (a folder source)."""
-    from verifylib.artifacts import cache_dir
-    from verifylib.source import load_pins
+    from verifylib.stages.artifacts import cache_dir
+    from verifylib.whispercpp.source import load_pins
     pin = load_pins()["v1.8.5"]
     dest = tmp / "source"
     shutil.copytree(cache_dir() / "sources" / pin.tree, dest, symlinks=True)
@@ -129,7 +130,7 @@ def _no_credential_anywhere(run_dir: Path) -> None:
 
 
 def _tampered_sidecar_is_named(run_dir: Path) -> None:
-    from verifylib.receipt import build_receipt, verify
+    from verifylib.evidence.receipt import build_receipt, verify
     build_receipt(run_dir)
     side = run_dir / "evidence" / "03_canary" / "positive.json"
     side.write_bytes(side.read_bytes().replace(b'"exit 0', b'"exit 1', 1) + b" ")
@@ -144,7 +145,7 @@ def _escaped_in_view(run_dir: Path) -> None:
     # raw text, escaped.
     assert clip["reference"].startswith("alert") and "<" not in clip["reference"]
     raw = "<script>alert('x')</script> light rain"
-    from verifylib import results
+    from verifylib.evidence import results
     from verifylib.views import render
     page = render("wer_transcripts.html.j2", style=False, clips=[results.ClipResult(
         id="weather", public=True, words=1, counts={}, reference=raw,
@@ -305,7 +306,7 @@ def scenario_prefixes(tmp_path_factory, v185_ggml_build):
     tmp = tmp_path_factory.mktemp("scenario-prefixes")
     p = _params(tmp)
     out = {0: tmp / "p0"}
-    from verifylib.stage import init_run_dir
+    from verifylib.stages.context import init_run_dir
     init_run_dir(out[0], p)
     for i, stage in enumerate(STAGES[:-1], 1):
         out[i] = tmp / f"p{i}"
@@ -383,7 +384,7 @@ ARGV_ROWS = [
 
 @pytest.mark.parametrize("row", ARGV_ROWS, ids=[r.name for r in ARGV_ROWS])
 def test_argv_guard_refuses_before_launch(row, tmp_path):
-    from verifylib import contracts, ledger, runner
+    from verifylib.runtime import contracts, ledger, runner
     ledger.bind(tmp_path)  # a refused argv must leave no launch behind
     argv = contracts.coreml_argv("/nonexistent/whisper-cli", "m.bin", "a.wav", "en")
     with pytest.raises(contracts.ContractError, match=row.reason):
@@ -395,7 +396,7 @@ def test_argv_guard_refuses_before_launch(row, tmp_path):
 @pytest.mark.physical
 def test_missing_audio_exit_2(scenario_prefixes, tmp_path):
     """§6.2 whisper-cli exits 2 when the audio file does not exist: not a positive run."""
-    from verifylib import contracts, runner
+    from verifylib.runtime import contracts, runner
     _, prefixes = scenario_prefixes
     ev = canonical.read_json(prefixes[1] / "evidence" / "01_build" / "coreml_build.json")
     model = prefixes[2] / "fp32" / "ggml-model.bin"
@@ -419,7 +420,7 @@ def test_patch_drift(scenario_prefixes, tmp_path, monkeypatch):
     text = patch.read_text()
     assert "whisper_batch batch = {};" in text
     patch.write_text(text.replace("whisper_batch batch = {};", "whisper_batch batch = {}; // drift"))
-    from verifylib.source import pins
+    from verifylib.whispercpp.source import pins
     monkeypatch.setattr(pins, "manifest_path", lambda: patches / "manifest.yaml")
     rep = stage.run(p, tmp_path / "run")
     st = {r.id: r for r in rep.records}
@@ -431,7 +432,7 @@ def test_patch_drift(scenario_prefixes, tmp_path, monkeypatch):
 def test_interrupted_build(scenario_prefixes, tmp_path):
     """§3 an interrupted publication leaves a staging folder in the build cache: the next
     audit neither uses nor trips over it, and takes the published build."""
-    from verifylib.artifacts import cache_dir
+    from verifylib.stages.artifacts import cache_dir
     from verifylib.stages import build as stage
     p, _ = scenario_prefixes
     stray = cache_dir() / "builds" / f".staging-interrupted-{tmp_path.name}"
@@ -454,8 +455,8 @@ def test_interrupted_build(scenario_prefixes, tmp_path):
 def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
     """The default audit on the simulated Mac: all six notebooks through papermill,
     ADMISSIBLE, refused by ``verify`` unless ``allow_simulated``."""
-    from verifylib import orchestrate
-    from verifylib.receipt import verify
+    from verifylib.batch import audit as orchestrate
+    from verifylib.evidence.receipt import verify
     p = params.load(params.DEFAULT_PARAMETERS)
     sim = SimulatedMac(Scenario(), tmp_path / "state")
     with sim:  # the driver records the host in run.json; its stage kernels start simulated

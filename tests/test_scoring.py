@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from verifylib import scoring
-from verifylib.gates import Status
-from verifylib.scoring import WordCounts, count_words, corpus_wer, judge_ggml_vs_source
+from verifylib.numerics import scoring
+from verifylib.evidence.gates import Status
+from verifylib.numerics.scoring import WordCounts, count_words, corpus_wer, judge_ggml_vs_source
 
 
 def test_normalizer_is_openais_with_the_pinned_mapping():

@@ -1,4 +1,4 @@
-"""verifylib.source.fetch: obtaining a source and its git tree id, on a synthetic tree (fast)
+"""verifylib.whispercpp.source.fetch: obtaining a source and its git tree id, on a synthetic tree (fast)
 and on real v1.8.5."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from verifylib import canonical, source
-from verifylib.gates import Status
-from verifylib.source.fetch import SourceError, SourceSpec, git_tree_id, obtain_source, source_evidence
-from verifylib.source.pins import judge_source_identity
+from verifylib import canonical
+from verifylib.whispercpp import source
+from verifylib.evidence.gates import Status
+from verifylib.whispercpp.source.fetch import (SourceError, SourceSpec, git_tree_id,
+                                               obtain_source, source_evidence)
+from verifylib.whispercpp.source.pins import judge_source_identity
 
 from tests.source_synth import V185_SDIST_SHA256, V185_TREE, make_tar, make_zip, plain_git, snapshot
 from tests.source_synth import synth  # noqa: F401  (a fixture)

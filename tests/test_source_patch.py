@@ -1,4 +1,4 @@
-"""verifylib.source.patch: patch exactness, on a synthetic tree (fast) and on real v1.8.5."""
+"""verifylib.whispercpp.source.patch: patch exactness, on a synthetic tree (fast) and on real v1.8.5."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import os
 
 import pytest
 
-from verifylib import canonical, source
-from verifylib.gates import Judgement, Status
-from verifylib.source.patch import (PatchError, check_patch_exact, judge_patch_exact,
-                                    patch_evidence, prepare_patched_tree, work_tree_key)
+from verifylib import canonical
+from verifylib.whispercpp import source
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.whispercpp.source.patch import (PatchError, check_patch_exact, judge_patch_exact,
+                                               patch_evidence, prepare_patched_tree,
+                                               work_tree_key)
 
 from tests.source_synth import V185_PATCH_SHA256, plain_git, snapshot
 from tests.source_synth import synth  # noqa: F401  (a fixture)

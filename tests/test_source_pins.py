@@ -1,12 +1,12 @@
-"""verifylib.source.pins: the pin manifest and the source-identity judge."""
+"""verifylib.whispercpp.source.pins: the pin manifest and the source-identity judge."""
 
 from __future__ import annotations
 
 import pytest
 
 from verifylib import canonical
-from verifylib.gates import Status
-from verifylib.source.pins import judge_source_identity, load_pins
+from verifylib.evidence.gates import Status
+from verifylib.whispercpp.source.pins import judge_source_identity, load_pins
 
 from tests.source_synth import V185_PATCH_SHA256, V185_TREE
 

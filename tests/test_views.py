@@ -13,10 +13,13 @@ import nbformat
 import pytest
 
 from tests import synthetic
-from verifylib import gates, params, report, results, rules, views
-from verifylib.evidence import GateRecord, Reason
-from verifylib.gates import Judgement, Status, Verdict
-from verifylib.stage import StageContext, StageReport
+from verifylib.evidence import gates, results
+from verifylib import params, views
+from verifylib.views import report
+from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.records import GateRecord, Reason
+from verifylib.evidence.gates import Judgement, Status, Verdict
+from verifylib.stages.context import StageContext, StageReport
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "verifylib"

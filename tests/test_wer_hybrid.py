@@ -5,11 +5,13 @@ from pathlib import Path
 import pytest
 
 from tests import fake_whisper_cli
-from verifylib import canonical, gates, params, rules
-from verifylib.evidence import EvidenceView
-from verifylib.gates import Status
-from verifylib.scoring import english_normalizer
-from verifylib.stage import StageContext
+from verifylib import canonical, params
+from verifylib.evidence import gates
+from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.records import EvidenceView
+from verifylib.evidence.gates import Status
+from verifylib.numerics.scoring import english_normalizer
+from verifylib.stages.context import StageContext
 from verifylib.stages import wer
 
 ROOT = Path(__file__).resolve().parents[1]

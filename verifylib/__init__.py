@@ -2,7 +2,7 @@
 
 The package backs six papermill notebooks (build, export, canary, parity, WER,
 placement). Each stage gathers evidence from physical runs, judges its gates with
-the rules in :mod:`verifylib.gates`, and writes canonical JSON sidecars that
+the rules in :mod:`verifylib.evidence.gates`, and writes canonical JSON sidecars that
 ``verifylib verify`` can re-judge without trusting the recorded statuses.
 """
 
@@ -19,7 +19,7 @@ def __getattr__(name: str):
     # view included) appear to reach the run reader and, through it, the rules.
     if name in ("open_run", "Run"):
         import importlib
-        return getattr(importlib.import_module(f"{__name__}.runs"), name)
+        return getattr(importlib.import_module(f"{__name__}.evidence.runs"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -32,8 +32,8 @@ from typing import Callable, Iterator, TypeVar
 
 from filelock import FileLock, Timeout
 
-from .canonical import read_json, write_json
-from .errors import ParametersInvalid, RunFailure
+from verifylib.canonical import read_json, write_json
+from verifylib.errors import ParametersInvalid, RunFailure
 
 __all__ = ["LockTimeout", "LOCKS_DIR", "lock_path", "holder_of", "held", "produce_once"]
 

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import canonical, resources
-from .errors import ParametersInvalid
-from .params import Params, from_notebook
-from .runs import is_published, open_run
-from .stage import StageReport, init_run_dir, new_run_id
+from verifylib import canonical, resources
+from verifylib.errors import ParametersInvalid
+from verifylib.params import Params, from_notebook
+from verifylib.evidence.runs import is_published, open_run
+from verifylib.stages.context import StageReport, init_run_dir, new_run_id
 
 
 def _quiet_library_chatter() -> None:
@@ -113,7 +113,7 @@ def audit(stage_module: Any, params: Params, run_dir: str | os.PathLike,
     Returns
     -------
     StageReport
-        The stage's report; for a published run the one :meth:`verifylib.runs.Run.report`
+        The stage's report; for a published run the one :meth:`verifylib.evidence.runs.Run.report`
         rebuilds from its evidence (digest-checked), writing nothing.
     """
     if is_published(run_dir):

@@ -25,8 +25,8 @@ import yaml
 if TYPE_CHECKING:
     import jsonschema
 
-from . import resources
-from .errors import ParametersInvalid
+from verifylib import resources
+from verifylib.errors import ParametersInvalid
 
 PARAMETERS_DIR = resources.parameters_dir()
 DEFAULT_PARAMETERS = resources.default_parameters()
@@ -399,7 +399,7 @@ def validate(data: Any, origin: str, base_dir: Path,
     if problems:
         raise ParameterError(f"{origin}: " + "; ".join(problems))
     p = _merge_defaults(data)
-    from .source import load_pins  # the one strict reader of the pin manifest
+    from verifylib.whispercpp.source import load_pins  # the one strict reader of the pin manifest
     try:
         pins = load_pins(manifest)
     except ValueError as exc:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 __all__ = ["data_root", "is_packaged", "notebooks_dir", "notebook", "patches_dir",
            "manifest_path", "parameters_dir", "default_parameters", "fixtures_dir",
-           "reports_dir"]
+           "reports_dir", "policies_dir"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PACKAGED = _PACKAGE_DIR / "_data"
@@ -125,6 +125,17 @@ def fixtures_dir() -> Path:
     Path
     """
     return parameters_dir() / "fixtures"
+
+
+def policies_dir() -> Path:
+    """The folder of the packaged thresholds (``fp32-v1``, ``fp16-v1``, ``wer-v1``).
+
+    Returns
+    -------
+    Path
+        ``verifylib/policies``: package data, the same in a checkout and in a wheel.
+    """
+    return _PACKAGE_DIR / "policies"
 
 
 def reports_dir() -> Path:

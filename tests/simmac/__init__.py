@@ -9,7 +9,7 @@ stage kernels start with it. The host it reports is marked ``simulated`` (record
 
 The stand-ins replace only what needs Apple's software, each at the narrowest seam:
 
-- the host: ``verifylib.capabilities.simulate`` (macOS, arm64, full Xcode unless the
+- the host: ``verifylib.runtime.capabilities.simulate`` (macOS, arm64, full Xcode unless the
   scenario says Command Line Tools only);
 - the Core ML build: a ``WHISPER_COREML=1`` target is built by the real CMake/compiler
   without the Core ML sources (which need Apple frameworks), then marked; every launch of
@@ -86,7 +86,7 @@ def _is_marked(path: str) -> bool:
 
 
 class _Subprocess:
-    """verifylib.runner's view of ``subprocess``: marked binaries and xcrun run simulated."""
+    """verifylib.runtime.runner's view of ``subprocess``: marked binaries and xcrun run simulated."""
 
     def __init__(self, sim: "SimulatedMac"):
         self._sim = sim
@@ -128,7 +128,7 @@ class SimulatedMac:
     # ------------------------------------------------------------------ the host
     def host(self):
         """The simulated host's capabilities."""
-        from verifylib.capabilities import HostCapabilities
+        from verifylib.runtime.capabilities import HostCapabilities
         coremlc = (None if self.scenario.coremlc == "clt" else
                    str(self.state_dir / "Xcode.app/Contents/Developer/usr/bin/coremlc"))
         return HostCapabilities("Darwin", "arm64", tuple(self.scenario.macos), coremlc,
@@ -155,7 +155,8 @@ class SimulatedMac:
         import coremltools.models
         import coremltools.models.compute_plan as cp
 
-        from verifylib import build, capabilities, runner
+        from verifylib.whispercpp import build
+        from verifylib.runtime import capabilities, runner
 
         capabilities.simulate(self.host())
         self._undo.append((capabilities, "simulate", None))
@@ -167,7 +168,7 @@ class SimulatedMac:
 
     def deactivate(self) -> None:
         """Remove the stand-ins installed by :meth:`activate`."""
-        from verifylib import capabilities
+        from verifylib.runtime import capabilities
         while self._undo:
             obj, name, old = self._undo.pop()
             if obj is capabilities and name == "simulate":
@@ -184,7 +185,7 @@ class SimulatedMac:
     # ------------------------------------------------------------------ kernels
     def kernel_manager(self):
         """A kernel manager class whose kernels start with this simulated Mac active."""
-        from verifylib.orchestrate import LocalKernelManager
+        from verifylib.batch.audit import LocalKernelManager
         scenario_file = str(self.scenario_file)
 
         class SimulatedMacKernelManager(LocalKernelManager):
@@ -221,7 +222,7 @@ def _program_of(mlmodelc: str, workdir: Path):
     import coremltools as ct
     from coremltools.proto import Model_pb2
 
-    from verifylib.mil_exec import load_program
+    from verifylib.numerics.mil_exec import load_program
 
     spec = Model_pb2.Model()
     spec.ParseFromString((Path(mlmodelc) / "coremldata.bin").read_bytes())
@@ -257,7 +258,7 @@ def _compiled_model_class(sim: SimulatedMac):
         def predict(self, inputs):
             import numpy as np
 
-            from verifylib.mil_exec import execute
+            from verifylib.numerics.mil_exec import execute
             if behaviour == "nil":
                 return {}
             out = dict(execute(self.program, inputs, compute="float32").outputs)

@@ -25,17 +25,17 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .. import contracts
-from ..artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR, source_spec,
-                         cache_dir)
-from ..canonical import read_json
-from ..gates import Status
-from ..params import Params
-from ..results import build_facts_from_evidence
-from ..runner import RunResult, run_record
-from ..stage import StageContext, StageReport
-from .. import build as _build
-from .. import source as _source
+from verifylib.runtime import contracts
+from verifylib.stages.artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY,
+                                        UNPATCHED_SIDECAR, source_spec, cache_dir)
+from verifylib.canonical import read_json
+from verifylib.evidence.gates import Status
+from verifylib.params import Params
+from verifylib.evidence.results import build_facts_from_evidence
+from verifylib.runtime.runner import RunResult, run_record
+from verifylib.stages.context import StageContext, StageReport
+from verifylib.whispercpp import build as _build
+from verifylib.whispercpp import source as _source
 
 STAGE = "01_build"
 
@@ -220,7 +220,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     patched work tree, each in its own content-keyed folder, with the GGML build's options
     plus the forced sanitizer flags. Not a gate: the outcome goes to the sidecar
     ``asan_builds.json`` and, per built side, to the identities of
-    :data:`verifylib.artifacts.ASAN_SIDES`. Both source folders are re-checked after the
+    :data:`verifylib.stages.artifacts.ASAN_SIDES`. Both source folders are re-checked after the
     build (the pristine tree id; the patched tree's exact diff); a change is recorded as a
     failed build, as is a build that did not build.
 

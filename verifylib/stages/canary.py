@@ -24,7 +24,7 @@ The physical work is in :func:`lifecycle_ab`, :func:`coreml_negative` and
 the macOS code paths with a fake runtime; :func:`run` only picks the inputs from the run
 directory and lets :meth:`StageContext.begin` decide, by the host's real capabilities,
 whether a gate runs. Every marker, exit code and classifier comes from
-:mod:`verifylib.contracts`; the registered rules re-run those classifiers on the stored
+:mod:`verifylib.runtime.contracts`; the registered rules re-run those classifiers on the stored
 streams, so ``verifylib verify`` re-judges them.
 """
 
@@ -38,21 +38,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
-from .. import contracts
-from ..canonical import sha256_file, tree_digest
-from ..evidence import EvidenceRef
-from ..params import Params
-from ..results import (CanaryResult, LifecycleSummary, NegativeControl, PositiveControl,
-                       SanitizerSummary, canary_result_from_evidence)
-from ..rules import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA, SANITIZER_SCHEMA, SIDES,
-                     _stream_name, asan_stream_name)
-from .. import sanitizer as _sanitizer
-from ..runner import RunResult, run_record, run_whisper_cli
-from ..stage import StageContext, StageReport
-from ..artifacts import (asan_build, coreml_binary, ggml_binary, model_language,
-                         published_model, runtime_tree, unpatched_binary)
-from ..contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
-from ..errors import PrerequisiteBroken
+from verifylib.runtime import contracts
+from verifylib.canonical import sha256_file, tree_digest
+from verifylib.evidence.records import EvidenceRef
+from verifylib.params import Params
+from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
+                                        PositiveControl, SanitizerSummary,
+                                        canary_result_from_evidence)
+from verifylib.evidence.rules.registry import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
+                                               SANITIZER_SCHEMA, SIDES, _stream_name,
+                                               asan_stream_name)
+from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.runtime.runner import RunResult, run_record, run_whisper_cli
+from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.artifacts import (asan_build, coreml_binary, ggml_binary, model_language,
+                                        published_model, runtime_tree, unpatched_binary)
+from verifylib.runtime.contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
+from verifylib.errors import PrerequisiteBroken
 
 STAGE = "03_canary"
 
@@ -191,9 +193,9 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
                  preset: str = contracts.LIFECYCLE_DTW_PRESET) -> tuple[list[EvidenceRef], dict]:
     """Run the lifecycle trigger on both AddressSanitizer builds and write the evidence.
 
-    Each available side runs :data:`verifylib.sanitizer.RUNS_PER_SIDE` times, interleaved,
-    with :data:`verifylib.sanitizer.ASAN_OPTIONS`; every run's streams are stored and its
-    sanitizer report parsed (:func:`verifylib.sanitizer.parse_report`). A side whose build
+    Each available side runs :data:`verifylib.runtime.sanitizer.RUNS_PER_SIDE` times, interleaved,
+    with :data:`verifylib.runtime.sanitizer.ASAN_OPTIONS`; every run's streams are stored and its
+    sanitizer report parsed (:func:`verifylib.runtime.sanitizer.parse_report`). A side whose build
     is missing is recorded with the reason (the rule then fails: the gate needs both).
 
     Parameters
@@ -202,7 +204,7 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         Where the evidence goes.
     builds : mapping
         ``"unpatched"`` / ``"patched"`` -> the build record stage 01 left
-        (:func:`verifylib.artifacts.asan_build`) or why there is none.
+        (:func:`verifylib.stages.artifacts.asan_build`) or why there is none.
     pin : str
         The runtime pin (the rule checks each build against it).
     model, audio : Path
@@ -376,7 +378,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     Returns
     -------
     StageReport
-        With ``result`` (:class:`verifylib.results.CanaryResult`) holding the A/B outcomes
+        With ``result`` (:class:`verifylib.evidence.results.CanaryResult`) holding the A/B outcomes
         and the Core ML runs, shown by :func:`verifylib.views.canary.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)

@@ -22,28 +22,29 @@ from __future__ import annotations
 import os
 import shutil
 
-from .. import contracts
-from ..canonical import sha256_file
-from ..ggml_writer import write_ggml_model
-from ..model import obtain_model
-from ..memory import release_memory
-from ..params import Params
-from ..results import export_facts_from_evidence
-from ..runner import run_record, run_whisper_cli
-from ..stage import StageContext, StageReport
-from ..artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants, ggml_binary,
-                         model_language, model_source, runtime_tree)
-from ..errors import PrerequisiteBroken
+from verifylib.runtime import contracts
+from verifylib.canonical import sha256_file
+from verifylib.models.ggml_writer import write_ggml_model
+from verifylib.models.intake import obtain_model
+from verifylib.numerics.memory import release_memory
+from verifylib.params import Params
+from verifylib.evidence.results import export_facts_from_evidence
+from verifylib.runtime.runner import run_record, run_whisper_cli
+from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants,
+                                        ggml_binary, model_language, model_source, runtime_tree)
+from verifylib.errors import PrerequisiteBroken
 
 STAGE = "02_export"
 LOAD_PROBE_MS = "2000"
 
 
 def _export_contract(ctx: StageContext) -> None:
-    from ..coreml_export import (build_facts, contract_of, convert_traced, discard_staged,
-                                 link_or_copy, publish_staged, release_conversion,
-                                 stage_mlpackage, trace_encoder)
-    from ..model import load_hf_encoder
+    from verifylib.models.coreml_export import (build_facts, contract_of, convert_traced,
+                                                discard_staged, link_or_copy, publish_staged,
+                                                release_conversion, stage_mlpackage,
+                                                trace_encoder)
+    from verifylib.models.intake import load_hf_encoder
 
     g = ctx.begin("export.contract")
     if not g:
@@ -112,7 +113,7 @@ def _export_contract(ctx: StageContext) -> None:
 
 
 def _export_compile(ctx: StageContext) -> None:
-    from ..coreml_export import compile_mlpackage
+    from verifylib.models.coreml_export import compile_mlpackage
 
     g = ctx.begin("export.compile")
     if not g:
@@ -144,7 +145,7 @@ def _export_compile(ctx: StageContext) -> None:
                             "wall_s": round(res.run.wall_s, 3),
                             "stderr_sha256": res.run.stderr_sha256}})
             ids[f"artifact.{prec}.mlmodelc.tree_digest"] = res.tree_digest
-        from ..capabilities import detect
+        from verifylib.runtime.capabilities import detect
         refs.append(ctx.write_json("compile", {"variants": entries, "coremlc": detect().coremlc}))
         g.judge(refs, ids)
 

@@ -6,7 +6,7 @@ random log-mel is reported beside it, never instead of it. The reference is the 
 Face encoder in float32, eval mode, eager attention, on CPU, under inference mode.
 
 - ``parity.program`` (any OS): the saved ``fp32/ggml-model-encoder.mlpackage``'s ML program
-  executed op by op by :mod:`verifylib.mil_exec`, gated on float32 execution with float64
+  executed op by op by :mod:`verifylib.numerics.mil_exec`, gated on float32 execution with float64
   shown beside it, under policy fp32-v1. This measures what the *conversion* did.
 - ``parity.runtime`` (macOS): ``CompiledMLModel(fp32/….mlmodelc, ComputeUnit.ALL)`` — the
   published bytes at the compute units whisper.cpp requests — under fp32-v1. Against
@@ -26,19 +26,22 @@ import os
 import time
 from typing import Any
 
-from ..audio import audio_sha256, read_wav_16k
-from ..canonical import sha256_bytes, tree_digest
-from ..params import Params
-from ..arrays import encode as encode_arrays
-from ..results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
-                       parity_result_from_evidence)
-from ..parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db, policy_record)
-from ..scoring import load_policy
-from ..stage import StageContext, StageReport
-from ..artifacts import compiled_variant, exported_variant, fixture_audio, model_source
-from ..errors import ParametersInvalid, PrerequisiteBroken
-from ..memory import release_memory
-from ..reference import RANDOM_SEED, ReferenceRun, fixture_logmel, random_logmel, reference_encode
+from verifylib.runtime.audio import audio_sha256, read_wav_16k
+from verifylib.canonical import sha256_bytes, tree_digest
+from verifylib.params import Params
+from verifylib.numerics.arrays import encode as encode_arrays
+from verifylib.evidence.results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
+                                        parity_result_from_evidence)
+from verifylib.numerics.parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db,
+                                       policy_record)
+from verifylib.numerics.scoring import load_policy
+from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.artifacts import (compiled_variant, exported_variant, fixture_audio,
+                                        model_source)
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.numerics.memory import release_memory
+from verifylib.numerics.reference import (RANDOM_SEED, ReferenceRun, fixture_logmel,
+                                          random_logmel, reference_encode)
 
 STAGE = "04_parity"
 CANDIDATES = (("parity.program", "fp32", "program"), ("parity.runtime", "fp32", "runtime"),
@@ -60,8 +63,8 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
 
     import torch
 
-    from ..coreml_export import contract_of
-    from ..model import load_hf_encoder
+    from verifylib.models.coreml_export import contract_of
+    from verifylib.models.intake import load_hf_encoder
 
     src = model_source(ctx)
     # The encoder alone: the decoder would only add memory (issue of large encoders).
@@ -122,13 +125,13 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
         the fixture input, plus the op counts and executor timings; ``arrays``: the
         float32 outputs (``fixture``, ``random``) and ``layer_frame_snr_db`` (SNR per
         frame at each residual-stream point, float32 execution); ``attribution``: the
-        op-level attribution on the fixture (:func:`verifylib.drift.attribute`, float32),
+        op-level attribution on the fixture (:func:`verifylib.numerics.drift.attribute`, float32),
         None when the reference model is not at hand.
     """
     import numpy as np
 
-    from ..drift import attribute
-    from ..mil_exec import MilExecError, execute, load_program, residual_taps
+    from verifylib.numerics.drift import attribute
+    from verifylib.numerics.mil_exec import MilExecError, execute, load_program, residual_taps
 
     program = load_program(package)
 
@@ -208,7 +211,7 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     """
     import numpy as np
 
-    from ..coreml_export import load_compiled, predict_compiled
+    from verifylib.models.coreml_export import load_compiled, predict_compiled
 
     t0 = time.perf_counter()
     model = load_compiled(mlmodelc, loader=loader)
@@ -249,7 +252,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
     Returns
     -------
     StageReport
-        ``result`` (:class:`verifylib.results.ParityResult`) holds, per gate that ran, the
+        ``result`` (:class:`verifylib.evidence.results.ParityResult`) holds, per gate that ran, the
         measurements and drift that :func:`verifylib.views.parity.show` tables and plots.
     """
     ctx = StageContext(STAGE, params, run_dir)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 
-from ..canonical import tree_digest
-from ..params import Params
-from ..placement import analyze_plan, load_plan, placement_evidence
-from ..stage import StageContext, StageReport
-from ..artifacts import published_mlmodelc
-from ..errors import PrerequisiteBroken
-from ..results import placement_result_from_evidence
+from verifylib.canonical import tree_digest
+from verifylib.params import Params
+from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
+from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.artifacts import published_mlmodelc
+from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.results import placement_result_from_evidence
 
 STAGE = "06_placement"
 
@@ -36,7 +36,7 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
     Returns
     -------
     StageReport
-        With ``result`` (:class:`verifylib.results.PlacementResult`) holding each plan.
+        With ``result`` (:class:`verifylib.evidence.results.PlacementResult`) holding each plan.
     """
     ctx = StageContext(STAGE, params, run_dir)
     g = ctx.begin("placement.plan")

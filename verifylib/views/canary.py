@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import contracts
-from . import display_html
+from verifylib.runtime import contracts
+from verifylib.views import display_html
 
 COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT": "#ad1457",
           "timeout": "#6a1b9a"}

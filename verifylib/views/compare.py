@@ -1,4 +1,4 @@
-"""Display of a cross-run comparison (:class:`verifylib.compare.Comparison`).
+"""Display of a cross-run comparison (:class:`verifylib.compare.model.Comparison`).
 
 One page, like the audit report: the computed *what changed* summary, the runs (each
 verified verdict, a run that does not verify flagged), the gate matrix coloured like the
@@ -9,9 +9,9 @@ canvas on :class:`matplotlib.figure.Figure` objects (no pyplot state, no display
 and embedded as base64 PNG, so the page is one self-contained file; all HTML comes from
 ``compare*.html.j2`` with autoescaping.
 
-This module takes the :class:`~verifylib.compare.Comparison` it is given and never reads a
-run itself (views reach no runner, ledger or rules, and :mod:`verifylib.compare` reads
-runs through :mod:`verifylib.runs`, which verifies with the rules).
+This module takes the :class:`~verifylib.compare.model.Comparison` it is given and never reads a
+run itself (views reach no runner, ledger or rules, and :mod:`verifylib.compare.model` reads
+runs through :mod:`verifylib.evidence.runs`, which verifies with the rules).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import display_html, render
-from .parity import SNR_CAP_DB
+from verifylib.views import display_html, render
+from verifylib.views.parity import SNR_CAP_DB
 
 PAGE = "compare.html"
 """File name of the page ``verifylib compare`` writes."""
@@ -98,7 +98,7 @@ def layer_plot(comparison, gate: str = "parity.program", *, modes: Sequence[str]
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
     gate : str
         ``parity.program`` or ``parity.program_fp16``.
     modes : sequence of str, optional
@@ -150,7 +150,7 @@ def op_plot(comparison, gate: str = "parity.program", *, start: int = 0,
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
     gate : str
         ``parity.program`` or ``parity.program_fp16``.
     start, stop : int, optional
@@ -208,7 +208,7 @@ def wer_plot(comparison):
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
 
     Returns
     -------
@@ -290,7 +290,7 @@ def fragment(comparison, *, style: bool = True) -> str:
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
     style : bool
         Open with the shared stylesheet's ``<style>`` block.
 
@@ -306,7 +306,7 @@ def page(comparison) -> str:
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
 
     Returns
     -------
@@ -321,7 +321,7 @@ def write(comparison, out_dir: str | os.PathLike) -> Path:
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
     out_dir : path-like
 
     Returns
@@ -329,7 +329,7 @@ def write(comparison, out_dir: str | os.PathLike) -> Path:
     Path
         The page.
     """
-    from ..canonical import atomic_write_bytes
+    from verifylib.canonical import atomic_write_bytes
 
     path = Path(out_dir) / PAGE
     atomic_write_bytes(path, page(comparison).encode("utf-8"))
@@ -341,7 +341,7 @@ def show(comparison) -> None:
 
     Parameters
     ----------
-    comparison : verifylib.compare.Comparison
+    comparison : verifylib.compare.model.Comparison
     """
     display_html("compare_body.html.j2", style=True, **_context(comparison))
 

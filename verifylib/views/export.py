@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import html_object
+from verifylib.views import html_object
 
 
 def show(report):

@@ -1,8 +1,8 @@
-"""Gate tables: a stage's :class:`~verifylib.stage.StageReport` and a receipt's summary."""
+"""Gate tables: a stage's :class:`~verifylib.stages.context.StageReport` and a receipt's summary."""
 
 from __future__ import annotations
 
-from . import render
+from verifylib.views import render
 
 DETAIL_LIMIT = 4000
 """Characters of a gate's detail shown in the report; receipt.json keeps the full text."""
@@ -31,7 +31,7 @@ def receipt_summary(receipt: dict, receipt_sha256: str) -> str:
     Parameters
     ----------
     receipt : dict
-        A receipt as written by :func:`verifylib.receipt.build_receipt`.
+        A receipt as written by :func:`verifylib.evidence.receipt.build_receipt`.
     receipt_sha256 : str
         Digest of ``receipt.json``, shown so a reader can tie the page to the file.
 

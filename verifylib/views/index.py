@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from . import render
+from verifylib.views import render
 
 
 def page(rows: Iterable[Mapping], worst: str | None, report_name: str, *, failed: int = 0,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parity import snr_series
-from . import display_html, html_object
+from verifylib.numerics.parity import snr_series
+from verifylib.views import display_html, html_object
 
 SNR_CAP_DB = 160.0
 """Where an exact (infinite-SNR) point is drawn; labelled as such in the legend."""
@@ -126,7 +126,7 @@ def attribution(candidate, *, plots: bool = True):
 
     Parameters
     ----------
-    candidate : verifylib.results.ParityCandidate
+    candidate : verifylib.evidence.results.ParityCandidate
         A program candidate (``parity.program`` or ``parity.program_fp16``).
     plots : bool
         Also draw :func:`program_snr_plot` and :func:`worst_ops_plot`.
@@ -158,7 +158,7 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
 
     Parameters
     ----------
-    att : verifylib.drift.Attribution
+    att : verifylib.numerics.drift.Attribution
     start, stop : int, optional
         Op index range to draw.
 
@@ -208,7 +208,7 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
 
 
 def _region_label(o) -> str:
-    from ..drift import region
+    from verifylib.numerics.drift import region
     return region(o.module or o.scope)
 
 
@@ -247,7 +247,7 @@ def layer_frames_plot(candidate, layers=None):
 
     Parameters
     ----------
-    candidate : verifylib.results.ParityCandidate
+    candidate : verifylib.evidence.results.ParityCandidate
         A program candidate with stored outputs.
     layers : iterable of str, optional
         Labels as in ``candidate.drift.layers`` (``"block 2"`` …); all by default.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import display_html, html_object
+from verifylib.views import display_html, html_object
 
 TOP_OPS = 10
 """Operations listed per variant, costliest first."""

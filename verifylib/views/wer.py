@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..scoring import WordCounts, corpus_wer
-from . import display_html, html_object
+from verifylib.numerics.scoring import WordCounts, corpus_wer
+from verifylib.views import display_html, html_object
 
 SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
 

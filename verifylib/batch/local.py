@@ -1,0 +1,580 @@
+"""Batches of audits: one model after another, ``--jobs N`` at once on this host, or on Ray.
+
+:func:`run_batch` is what ``verifylib run`` calls with its parameter files. It runs each
+model's audit with :func:`verifylib.batch.audit.run_one` and returns one outcome per
+model, in the order given:
+
+* ``jobs=1`` (the default): in this process, one model after another.
+* ``jobs=N``: up to N worker processes on this host (``python -m verifylib.batch.local``),
+  one per model. A process of its own per model rather than a thread: each audit starts
+  notebook kernels and handles SIGINT/SIGTERM in its main thread, and a worker that dies
+  takes only its own model with it. Every line a worker prints is passed on prefixed
+  with ``[<model>]``. Models that share a build (the same ``runtime`` section) do not
+  start it together: the first of them runs stage 01 alone and the others start when its
+  stage 01 has ended, so the shared build happens once and the others find it cached
+  (the build cache's own locks make the same thing safe across separate
+  ``verifylib run`` processes).
+* ``executor="ray"``: each audit is a task on a Ray cluster
+  (:mod:`verifylib.batch.ray`, imported only then).
+
+A model whose audit raised (in this process, one model after another), whose worker
+died, or whose returned run was refused, becomes a :class:`FailedRun` (the ERROR
+outcome, with the reason) while the others finish. It has no receipt to be listed by,
+so the batch publishes a failure record for it, ``<reports>/<name>/.failed/<id>.json``
+(:func:`verifylib.views.report.publish_failure`: model, parameter file, ERROR, reason,
+executor and node, time), and rebuilds the reports index at once, which lists the
+record beside the published runs (:func:`failure_recorder`).
+
+Interrupts: the driver runs under :func:`verifylib.batch.audit.interrupts_raise`. On
+SIGINT or SIGTERM it forwards the same signal to every worker (each then stops its
+kernel and removes its staging folder, as a single ``verifylib run`` does), waits for
+them, and re-raises; models not yet started never start.
+
+The workers are launched here with :class:`subprocess.Popen` rather than through
+:func:`verifylib.runtime.runner.run`: a worker's output is streamed line by line while it runs
+and it is sent signals, whereas ``runner.run`` collects a tool's output once it has
+ended. The runner's conventions still hold: a list argv, no shell, the runner's
+credential-free environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+from verifylib import canonical
+from verifylib.evidence import gates
+from verifylib.views import report
+from verifylib.errors import ParametersInvalid
+from verifylib.batch.audit import (Interrupted, RunOutcome, _interrupt_pending, _signals_deferred,
+                                   executor_record, interrupts_raise, record_published,
+                                   remove_stale_staging, run_one)
+from verifylib.params import Params
+from verifylib.runtime.runner import sanitized_env
+
+EXECUTORS = ("local", "ray")
+# What a batch runs when no subset is given; the command line always runs all stages
+# (the test suite narrows this default to keep its batches short).
+DEFAULT_STAGES: tuple[str, ...] = gates.STAGES
+# The stage whose end lets the models sharing a build start (it builds whisper.cpp).
+BUILD_STAGE = "01_build"
+# After an interrupt, how long the workers get to stop their kernels and remove their
+# staging folders before they are killed (a kernel shutdown takes a few seconds at most).
+STOP_GRACE_SECONDS = 60.0
+
+
+class BatchOptionInvalid(ParametersInvalid):
+    """A batch option is unusable (``--jobs 0``, ``--address`` without Ray, an unknown
+    stage)."""
+
+
+@dataclass
+class FailedRun:
+    """A model whose audit published no run directory: its ERROR outcome.
+
+    Attributes
+    ----------
+    name : str
+        Model name.
+    reason : str
+        Why (the worker's exit, the task's exception, the refused run's problems).
+    node : str or None
+        Where it ran, when known.
+    executor : dict or None
+        The executor record (``kind``, ``node``, and what else is known), for the
+        failure record.
+    record : Path or None
+        The failure record published for it (see :func:`failure_recorder`).
+    """
+
+    name: str
+    reason: str
+    node: str | None = None
+    executor: dict | None = None
+    record: Path | None = None
+
+
+Outcome = Union[RunOutcome, FailedRun]
+
+
+def failure_recorder(all_params: Sequence[Params], reports_root: Path,
+                     on_outcome: Callable[[Outcome], None],
+                     log: Callable[[str], None] = print) -> Callable[[Outcome], None]:
+    """Wrap an outcome callback so that every :class:`FailedRun` is recorded first.
+
+    The failure record goes into the reports folder
+    (:func:`verifylib.views.report.publish_failure`) and the index page is rebuilt at once,
+    so the failure is on the page even if the batch is interrupted later. A record
+    that cannot be written (a full disk) is said through ``log`` and does not stop the
+    batch: the failure is still printed and counted in the exit code.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        The batch's models (their parameter files go into the records).
+    reports_root : Path
+        The reports folder.
+    on_outcome : callable
+        Called with each outcome after its record, if any, is written.
+    log : callable
+        Receives a line when a record could not be written.
+
+    Returns
+    -------
+    callable
+        The wrapped callback; it sets ``FailedRun.record``.
+    """
+    def record(outcome: Outcome) -> None:
+        if isinstance(outcome, FailedRun) and outcome.record is None:
+            executor = dict(outcome.executor or {"kind": "unknown", "node": outcome.node})
+            # Looked up only for a failure: a batch that publishes every run never needs
+            # the parameter files' paths.
+            origin = next((p.origin for p in all_params if p.name == outcome.name),
+                          "unknown")
+            try:
+                outcome.record = report.publish_failure(
+                    reports_root, name=outcome.name, parameters=str(origin),
+                    reason=outcome.reason, executor=executor)
+                report.render_index([], reports_root)
+            except OSError as exc:
+                log(f"[{outcome.name}] failure record not written: {exc}")
+        on_outcome(outcome)
+
+    return record
+
+
+def check_stages(stages: Sequence[str]) -> tuple[str, ...]:
+    """Validate a stage subset: known names, each once, in the table's order.
+
+    Parameters
+    ----------
+    stages : sequence of str
+        Stage names.
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    BatchOptionInvalid
+        For an unknown, repeated or out-of-order stage, or an empty subset.
+    """
+    stages = tuple(stages)
+    if not stages:
+        raise BatchOptionInvalid("no stage to run")
+    unknown = [s for s in stages if s not in gates.STAGES]
+    if unknown:
+        raise BatchOptionInvalid(f"unknown stage(s) {unknown}; stages are {list(gates.STAGES)}")
+    order = [gates.STAGES.index(s) for s in stages]
+    if order != sorted(set(order)):
+        raise BatchOptionInvalid(f"stages must be distinct and in the order {list(gates.STAGES)}")
+    return stages
+
+
+def check_options(executor: str, jobs: int, address: str | None) -> None:
+    """Refuse an unusable combination of ``--executor``, ``--jobs`` and ``--address``.
+
+    Parameters
+    ----------
+    executor : str
+        ``local`` or ``ray``.
+    jobs : int
+        Models at once on this host.
+    address : str or None
+        The Ray cluster.
+
+    Raises
+    ------
+    BatchOptionInvalid
+        Naming the option.
+    """
+    if executor not in EXECUTORS:
+        raise BatchOptionInvalid(f"unknown executor {executor!r}; choose from {list(EXECUTORS)}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise BatchOptionInvalid(f"--jobs must be a positive integer, got {jobs!r}")
+    if executor != "ray" and address is not None:
+        raise BatchOptionInvalid("--address needs --executor ray")
+    if executor == "ray" and jobs != 1:
+        raise BatchOptionInvalid("--jobs is for the local executor; a Ray cluster runs as "
+                                 "many audits at once as its nodes have CPUs")
+
+
+def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str = "local",
+              jobs: int = 1, address: str | None = None, require_admissible: bool = False,
+              stages: Sequence[str] | None = None, progress: bool = True,
+              log: Callable[[str], None] = print,
+              on_outcome: Callable[[Outcome], None] | None = None,
+              node_root: str | Path | None = None) -> list[Outcome]:
+    """Audit several models and return their outcomes in the order given.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        Validated parameters, one per model (distinct names).
+    reports_root : Path
+        The reports folder; each run is published to ``<root>/<name>/<run-id>``.
+    executor : {"local", "ray"}
+        This host, or a Ray cluster.
+    jobs : int
+        Local executor: how many models are audited at once.
+    address : str, optional
+        Ray executor: the cluster (``auto``, ``HOST:6379`` or ``ray://HOST:10001``);
+        without it, ``RAY_ADDRESS`` or else a one-machine Ray started for this batch.
+    require_admissible : bool
+        Ray executor: each model's task asks for the capabilities its required gates
+        need (:func:`verifylib.batch.ray.task_resources`).
+    stages : sequence of str, optional
+        The stages to run, in order (:data:`DEFAULT_STAGES`, all, by default). A subset
+        leaves the other stages' gates without a record (ERROR in the receipt): for
+        tests and trials.
+    progress : bool
+        Show papermill's progress bar (one model at a time only: bars of several
+        models would overwrite each other).
+    log : callable
+        Receives progress lines (prefixed with ``[<model>]`` when several run at once).
+    on_outcome : callable, optional
+        Called with each outcome as soon as it is known (to print it, to sign the run);
+        a :class:`FailedRun` after its failure record is written and the index
+        rebuilt (:func:`failure_recorder`), whichever executor ran it.
+    node_root : path-like, optional
+        Ray executor: where nodes stage their runs (a per-user temporary folder by
+        default).
+
+    Returns
+    -------
+    list of RunOutcome or FailedRun
+
+    Raises
+    ------
+    BatchOptionInvalid
+        For an unusable option (nothing has run).
+    verifylib.batch.ray.RayUnavailable
+        When Ray is not installed or the cluster cannot be reached.
+    KeyboardInterrupt
+        :class:`verifylib.batch.audit.Interrupted` under ``interrupts_raise``; every
+        worker has been stopped and nothing more is published.
+    """
+    stages = check_stages(DEFAULT_STAGES if stages is None else stages)
+    check_options(executor, jobs, address)
+    names = [p.name for p in all_params]
+    if len(set(names)) != len(names):
+        raise BatchOptionInvalid(f"several models share a name: {sorted(names)}")
+    on_outcome = on_outcome or (lambda outcome: None)
+    if executor == "ray":
+        from verifylib.batch.ray import run_batch_ray
+        return run_batch_ray(all_params, Path(reports_root), address=address,
+                             require_admissible=require_admissible, stages=stages, log=log,
+                             on_outcome=on_outcome, node_root=node_root)
+    if jobs == 1 or len(all_params) <= 1:
+        return _run_here(all_params, Path(reports_root), stages, progress, log, on_outcome)
+    return _run_jobs(all_params, Path(reports_root), jobs, stages, log, on_outcome)
+
+
+def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[str, ...],
+              progress: bool, log: Callable[[str], None],
+              on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
+    """Audit the models in this process, one after another (see the module docstring)."""
+    record = executor_record("local")
+    on_outcome = failure_recorder(all_params, reports_root, on_outcome, log)
+    outcomes: list[Outcome] = []
+    for p in all_params:
+        try:
+            out = run_one(p, reports_root, log=log, progress=progress, stages=stages)
+        except Exception as exc:  # noqa: BLE001 - reported as this model's ERROR outcome
+            if _interrupt_pending() is not None:
+                # An error raised while cleaning up after an interrupt must not turn the
+                # interrupt into one model's failure and start the next model.
+                raise Interrupted(_interrupt_pending()) from exc
+            traceback.print_exc()  # the whole story on stderr, as a --jobs worker prints it
+            out = FailedRun(p.name, f"{type(exc).__name__}: {exc}", record["node"],
+                            executor=dict(record))
+        outcomes.append(out)
+        on_outcome(out)
+    return outcomes
+
+
+def build_share_key(params: Params) -> str:
+    """Models with equal keys use the same whisper.cpp builds (their ``runtime`` section).
+
+    Paths in the section are stored resolved (:mod:`verifylib.params`), so equal keys
+    mean the same source; a difference in ``jobs`` alone makes the key differ, which
+    only costs the wait (the build cache's locks still keep the builds apart).
+
+    Parameters
+    ----------
+    params : Params
+        A model's parameters.
+
+    Returns
+    -------
+    str
+        The canonical JSON of the ``runtime`` section.
+    """
+    return canonical.dumps(params.data["runtime"]).decode("utf-8")
+
+
+# ----------------------------------------------------------------------------- jobs driver
+
+def worker_command() -> list[str]:
+    """The program a ``--jobs`` worker runs: this Python, this verifylib.
+
+    Returns
+    -------
+    list of str
+        The argv before the worker's own arguments. The tests replace it with one that
+        dies on purpose.
+    """
+    return [sys.executable, "-m", "verifylib.batch.local"]
+
+
+class _Worker:
+    """One worker process auditing one model, and the threads that read it."""
+
+    def __init__(self, params: Params, spec: dict, events: "queue.Queue"):
+        self.name = params.name
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [*worker_command(), "--worker", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=sanitized_env({"PYTHONUNBUFFERED": "1"}), pass_fds=(write_fd,),
+                # A session of its own: a Ctrl-C at the terminal reaches the driver only,
+                # which forwards it; every worker gets exactly one signal, from one place.
+                start_new_session=True, shell=False)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self.threads = [
+            threading.Thread(target=self._lines, args=(self.proc.stdout, "out", events),
+                             daemon=True),
+            threading.Thread(target=self._lines, args=(self.proc.stderr, "err", events),
+                             daemon=True),
+            threading.Thread(target=self._events, args=(read_fd, events), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+        threading.Thread(target=self._feed_and_wait, args=(spec, events), daemon=True).start()
+
+    def _lines(self, stream, kind: str, events) -> None:
+        for raw in iter(stream.readline, b""):
+            events.put((kind, self.name, raw.decode("utf-8", "replace").rstrip("\r\n")))
+        stream.close()
+
+    def _events(self, fd: int, events) -> None:
+        with os.fdopen(fd, "rb") as f:
+            for raw in f:
+                try:
+                    events.put(("event", self.name, json.loads(raw)))
+                except ValueError:
+                    events.put(("err", self.name, f"(unreadable worker event {raw!r})"))
+
+    def _feed_and_wait(self, spec: dict, events) -> None:
+        # The spec goes through stdin (a thread of its own: a large one must not block the
+        # driver); "exit" is queued only after everything the worker wrote was read.
+        try:
+            self.proc.stdin.write(json.dumps(spec).encode("utf-8"))
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        code = self.proc.wait()
+        # The event pipe is the worker's alone and ends with it. Its stdout and stderr are
+        # inherited by the kernels it starts, so a kernel that outlived it (it was killed)
+        # would hold them open: their last lines get a moment, not a wait without end.
+        stdout_reader, stderr_reader, events_reader = self.threads
+        events_reader.join()
+        stdout_reader.join(timeout=5)
+        stderr_reader.join(timeout=5)
+        events.put(("exit", self.name, code))
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.kill(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own group
+        except ProcessLookupError:
+            pass
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
+              stages: tuple[str, ...], log: Callable[[str], None],
+              on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
+    """Audit the models in up to ``jobs`` worker processes (see the module docstring)."""
+    record = executor_record("local", jobs=jobs)
+    on_outcome = failure_recorder(all_params, reports_root, on_outcome, log)
+    leaders: dict[str, str] = {}
+    for p in all_params:
+        leaders.setdefault(build_share_key(p), p.name)
+    waits_for = {p.name: leaders[build_share_key(p)] for p in all_params
+                 if BUILD_STAGE in stages and leaders[build_share_key(p)] != p.name}
+    built: set[str] = set()
+    pending = list(all_params)
+    running: dict[str, _Worker] = {}
+    results: dict[str, Outcome] = {}
+    failures: dict[str, str] = {}
+    tails: dict[str, list[str]] = {}
+    events: "queue.Queue" = queue.Queue()
+
+    def handle(kind: str, name: str, payload) -> None:
+        if kind == "out":
+            log(f"[{name}] {payload}")
+            sys.stdout.flush()  # progress of several models is read as it happens
+        elif kind == "err":
+            tails.setdefault(name, []).append(payload)
+            del tails[name][:-20]
+            print(f"[{name}] {payload}", file=sys.stderr, flush=True)
+        elif kind == "event":
+            if payload.get("stage_done") == BUILD_STAGE:
+                built.add(name)
+            if "result" in payload:
+                r = payload["result"]
+                out = RunOutcome(name, Path(r["run_dir"]), gates.Verdict(r["verdict"]),
+                                 Path(r["report"]), r.get("stage_seconds", {}))
+                results[name] = out
+                record_published(out.run_dir)
+                on_outcome(out)
+            if "error" in payload:
+                failures[name] = payload["error"]
+            for path in payload.get("published", []):
+                record_published(Path(path))
+        elif kind == "exit":
+            running.pop(name, None)
+            built.add(name)  # whatever happened, the models waiting for it may go
+            if name not in results:
+                why = failures.get(name) or "; ".join(t for t in tails.get(name, [])[-3:] if t)
+                fail = FailedRun(name, f"worker {_describe_exit(payload)}"
+                                       + (f": {why}" if why else ""), record["node"],
+                                 executor=dict(record))
+                results[name] = fail
+                on_outcome(fail)
+
+    try:
+        while pending or running:
+            for p in list(pending):
+                if len(running) >= jobs:
+                    break
+                lead = waits_for.get(p.name)
+                if lead is not None and lead not in built:
+                    continue
+                pending.remove(p)
+                spec = {"params": {"name": p.name, "data": p.data, "origin": p.origin,
+                                   "base_dir": str(p.base_dir)},
+                        "reports": str(reports_root), "stages": list(stages),
+                        "executor": record}
+                # A signal held back until the worker is in `running`: one started but
+                # not yet listed would never be told to stop.
+                with _signals_deferred():
+                    running[p.name] = _Worker(p, spec, events)
+            try:
+                handle(*events.get(timeout=0.5))
+            except queue.Empty:
+                pass
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        for w in running.values():
+            w.signal(signum)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while running and time.monotonic() < deadline:
+            try:
+                kind, name, payload = events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == "exit":
+                running.pop(name, None)
+            elif kind in ("out", "err"):
+                handle(kind, name, payload)
+            elif kind == "event":
+                for path in payload.get("published", []):
+                    record_published(Path(path))
+                if "result" in payload:
+                    record_published(Path(payload["result"]["run_dir"]))
+        for w in running.values():
+            w.kill()
+        if running:
+            # What a killed worker staged is removed now that its owner is provably gone.
+            for w in running.values():
+                try:
+                    w.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            remove_stale_staging(reports_root)
+        raise
+    return [results[p.name] for p in all_params]
+
+
+# ----------------------------------------------------------------------------- worker side
+
+def _worker_main(argv: Sequence[str]) -> int:
+    """A ``--jobs`` worker: audit the one model described on stdin.
+
+    Progress lines go to stdout; structured events (a stage ended, the result, an
+    interrupt with what it had published) go as JSON lines to the file descriptor
+    given after ``--worker``.
+    """
+    if len(argv) != 2 or argv[0] != "--worker":
+        print("usage: python -m verifylib.batch.local --worker FD (started by verifylib run)",
+              file=sys.stderr)
+        return 2
+    events = os.fdopen(int(argv[1]), "w", encoding="utf-8", buffering=1)
+
+    def emit(obj: dict) -> None:
+        events.write(json.dumps(obj) + "\n")
+        events.flush()
+
+    spec = json.loads(sys.stdin.buffer.read())
+    sp = spec["params"]
+    params = Params(name=sp["name"], data=sp["data"], origin=sp["origin"],
+                    base_dir=Path(sp["base_dir"]))
+    with interrupts_raise() as scope:
+        try:
+            # The driver starts a worker while it holds SIGINT and SIGTERM back (see
+            # _run_jobs), and a child inherits that mask: left blocked, the signal the
+            # driver forwards would never arrive, here or in the kernels started from
+            # here. Unblocked once the handlers are in place, so one sent meanwhile
+            # arrives now.
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+            out = run_one(params, Path(spec["reports"]),
+                          log=lambda line: print(line, flush=True), progress=False,
+                          stages=tuple(spec["stages"]), executor=spec["executor"],
+                          on_stage_done=lambda stage: emit({"stage_done": stage}))
+        except KeyboardInterrupt as exc:
+            sig = getattr(exc, "signum", None) or scope.signum or signal.SIGINT
+            emit({"interrupted": int(sig), "published": [str(p) for p in scope.published]})
+            return 128 + int(sig)
+        except Exception as exc:  # noqa: BLE001 - reported as this model's ERROR outcome
+            traceback.print_exc()
+            emit({"error": f"{type(exc).__name__}: {exc}"})
+            return 1
+    emit({"result": {"run_dir": str(out.run_dir), "verdict": out.verdict.value,
+                     "report": str(out.report), "stage_seconds": out.stage_seconds}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))

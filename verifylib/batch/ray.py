@@ -1,0 +1,746 @@
+"""``verifylib run --executor ray``: each model's audit is a task on a Ray cluster.
+
+Ray is an optional extra (``pip install 'verifylib[ray]'``), imported only by the
+functions that talk to a cluster; :func:`node_resources` and :func:`task_resources`
+work without it.
+
+What a node can physically run is what verifylib's capability check
+(:mod:`verifylib.runtime.capabilities`) says about it, advertised as Ray custom resources named
+after the capabilities (``macos``, ``macos_xcode``, ``macos_14_4``): start or join a
+node with ``ray start ... --resources "$(verifylib ray-node-resources)"``. A Linux node
+advertises none of them. With ``--require admissible`` a model's task asks for the
+resources of every capability its required gates need (from the gate table, less the
+gates its parameters switch off), so a Core ML audit lands only on a Mac that can run
+all of it; without it, a task runs anywhere and a Linux node's run is honestly
+INCOMPLETE. The resources act as labels: a task asks for a small share
+(:data:`TASK_SHARE`), and how many audits a node runs at once is set by its CPUs (each
+task reserves one).
+
+Each node keeps its own caches (``$VERIFYLIB_CACHE`` there) and stages its run under a
+folder of its own (:func:`default_node_root`). The published run directory goes back to
+the driver as a stream, never whole in memory: the task is a Ray generator
+(``num_returns="streaming"``) that yields a header (:class:`StreamHeader`: model, run
+id, the archive's size, the node), then the run's uncompressed tar
+(:class:`verifylib.batch.audit.RunArchive`, read from the files as it is sent) in
+chunks of :data:`CHUNK_BYTES`, then a trailer (:class:`StreamTrailer`: chunk count,
+size, SHA-256); at most :data:`STREAM_WINDOW` chunks per task wait unconsumed in the
+object store (Ray's generator backpressure). The node deletes its copy before the
+trailer. The driver writes the chunks to a staging file in the reports folder
+(``<reports>/<name>/.staging/<id>/run.tar``, with an owner record, so a killed driver's
+file is removed like any staging folder), checks them against the header and the
+trailer, verifies the unpacked run with :func:`verifylib.evidence.receipt.verify` and publishes
+it (:func:`verifylib.batch.audit.import_run`: never replacing a run); a run that does
+not verify is not published. ``run.json`` says ``executor: {kind: ray, node,
+ray_node_id}``.
+
+A task is never retried (``max_retries=0``): a worker or node that dies, before or
+while its run streams back, turns its model's outcome into a
+:class:`verifylib.batch.local.FailedRun` with the reason (recorded in the reports folder
+and listed on its index, see :func:`verifylib.batch.local.failure_recorder`), and the
+other models go on. On SIGINT or SIGTERM the driver cancels every task (a running audit
+gets a KeyboardInterrupt: it stops its kernel and removes its staging folder), waits for
+them, removes what it had received, and re-raises.
+
+Parameter paths: a parameter file's paths are resolved on the driver. Paths inside
+verifylib's own data folder (the shipped fixtures and parameter files) are rewritten to
+the node's copy of it; any other path must exist on the node too (a shared filesystem,
+or the same layout), else the node refuses the parameters and the model ends in ERROR
+naming the path.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from verifylib.evidence import gates
+from verifylib import resources
+from verifylib.runtime.capabilities import HostCapabilities, detect
+from verifylib.errors import ParametersInvalid
+from verifylib.evidence.gates import Capability
+from verifylib.batch.audit import (_RUN_ID, Interrupted, RunImportRefused, RunOutcome,
+                                   _interrupt_pending, _remove_staging, _reserve_staging,
+                                   _signals_deferred, executor_record, import_run,
+                                   interrupts_raise, plan_run_archive, remove_stale_staging,
+                                   run_one)
+from verifylib.params import Params, validate
+
+# The share of a capability resource one audit asks for: the resources are labels (a
+# node advertises 1 of each capability it has), CPUs bound the audits per node.
+TASK_SHARE = 0.01
+NODE_AMOUNT = 1.0
+# CPUs reserved by one audit task.
+TASK_CPUS = 1
+# After an interrupt, how long cancelled tasks get to stop their kernels and remove
+# their staging folders before they are killed.
+CANCEL_GRACE_SECONDS = 60.0
+# Size of the chunks a finished run streams back in. Large enough that a multi-GB run is
+# a few hundred objects, small enough that a window of them is a few tens of MB.
+CHUNK_BYTES = 8 * 1024 * 1024
+# Chunks one task may have waiting in the object store before it pauses: what bounds
+# the memory a returning run takes, whatever its size.
+STREAM_WINDOW = 4
+# What the task's first and last items say they are (checked by the driver).
+HEADER_KIND = "verifylib-run-stream/1"
+TRAILER_KIND = "verifylib-run-stream-end/1"
+
+
+class RayUnavailable(ParametersInvalid):
+    """Ray is not installed here, or the cluster cannot be reached (exit 2: the command
+    cannot do what it was asked, and nothing has run)."""
+
+
+def capability_resource(cap: Capability | str) -> str:
+    """The Ray resource name of a capability: ``macos+xcode`` -> ``macos_xcode``.
+
+    Ray resource names are identifiers by convention; the capability values are
+    mapped mechanically so no name is listed twice.
+
+    Parameters
+    ----------
+    cap : Capability or str
+        A capability of the gate table.
+
+    Returns
+    -------
+    str
+    """
+    return re.sub(r"[^0-9a-z]+", "_", Capability(cap).value.lower()).strip("_")
+
+
+def node_resources(host: HostCapabilities | None = None) -> dict[str, float]:
+    """The custom resources a Ray node on this host advertises: its capabilities.
+
+    Parameters
+    ----------
+    host : HostCapabilities, optional
+        The host (this one, detected, by default).
+
+    Returns
+    -------
+    dict
+        Resource name to amount, one per capability the host offers (``{}`` on Linux);
+        give it to ``ray start --resources`` (``verifylib ray-node-resources`` prints it).
+    """
+    host = detect() if host is None else host
+    return {capability_resource(c): NODE_AMOUNT for c in Capability
+            if c is not Capability.ANY and host.has(c)}
+
+
+def needed_capabilities(params: Params, stages: Sequence[str] = gates.STAGES) -> list[Capability]:
+    """The capabilities a model's required gates need to run physically.
+
+    From the gate table: every required, implemented gate of ``stages`` that the
+    model's parameters do not switch off, less those any host offers.
+
+    Returns
+    -------
+    list of Capability
+        In the table's order of capabilities.
+    """
+    needed = {g.capability for g in gates.GATES
+              if g.required and g.implemented and g.stage in stages
+              and g.capability is not Capability.ANY
+              and gates.disabling_key(g, params.data) is None}
+    return [c for c in Capability if c in needed]
+
+
+def task_resources(params: Params, *, require_admissible: bool,
+                   stages: Sequence[str] = gates.STAGES) -> dict[str, float]:
+    """The custom resources one model's audit task asks for.
+
+    Parameters
+    ----------
+    params : Params
+        The model's parameters.
+    require_admissible : bool
+        ``--require admissible``: the task must land on a node that can run every
+        required gate. Otherwise it asks for none and runs anywhere.
+    stages : sequence of str
+        The stages the task runs.
+
+    Returns
+    -------
+    dict
+        Resource name to the share asked for (:data:`TASK_SHARE`).
+    """
+    if not require_admissible:
+        return {}
+    return {capability_resource(c): TASK_SHARE for c in needed_capabilities(params, stages)}
+
+
+def import_ray():
+    """Import ray, or explain how to get it.
+
+    Returns
+    -------
+    module
+        The ``ray`` package.
+
+    Raises
+    ------
+    RayUnavailable
+        When the package is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable("--executor ray needs the ray package: pip install "
+                             f"'verifylib[ray]' (import failed: {exc})") from None
+    return ray
+
+
+def default_node_root() -> Path:
+    """Where a node stages the runs it audits before they go back to the driver.
+
+    One folder per user on the node, so the staging a killed task left is removed by
+    the next task there once its owner is provably gone.
+    """
+    return Path(tempfile.gettempdir()) / f"verifylib-ray-runs-{os.getuid()}"
+
+
+def _remap(node: Any, old: Path, new: Path) -> Any:
+    """``node`` with every absolute path under ``old`` moved under ``new``."""
+    if isinstance(node, dict):
+        return {k: _remap(v, old, new) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_remap(v, old, new) for v in node]
+    if isinstance(node, str) and old != new and os.path.isabs(node):
+        try:
+            return str(new / Path(node).relative_to(old))
+        except ValueError:
+            return node
+    return node
+
+
+def params_on_node(spec: Mapping) -> Params:
+    """The parameters of a task, as this node sees them (re-validated here).
+
+    Parameters
+    ----------
+    spec : mapping
+        The task's spec (see :func:`audit_task`).
+
+    Returns
+    -------
+    Params
+
+    Raises
+    ------
+    verifylib.params.ParameterError
+        When a path does not exist on this node, or the pin is unknown to its verifylib.
+    """
+    here = resources.data_root()
+    data = _remap(copy.deepcopy(spec["params"]["data"]), Path(spec["data_root"]), here)
+    return validate(data, spec["params"]["origin"], here)
+
+
+@dataclass(frozen=True)
+class StreamHeader:
+    """The first item of an audit task's stream: which run follows, and how big.
+
+    Attributes
+    ----------
+    name : str
+        Model name.
+    run_id : str
+        The run's id.
+    verdict : str
+        As the node judged it (the driver re-verifies; never trusted).
+    node : dict
+        The node's executor record (``kind``, ``node``, ``ray_node_id``).
+    size : int
+        Bytes of the archive that follows.
+    chunk_bytes : int
+        Size of every chunk but the last.
+    """
+
+    name: str
+    run_id: str
+    verdict: str
+    node: dict
+    size: int
+    chunk_bytes: int
+
+    def to_json(self) -> dict:
+        """The header as the task yields it (plain data: the driver checks every field).
+
+        Returns
+        -------
+        dict
+        """
+        return {"kind": HEADER_KIND, "name": self.name, "run_id": self.run_id,
+                "verdict": self.verdict, "node": dict(self.node), "size": self.size,
+                "chunk_bytes": self.chunk_bytes}
+
+    @classmethod
+    def from_json(cls, item: Any) -> "StreamHeader":
+        """Check a stream's first item.
+
+        Parameters
+        ----------
+        item : any
+            What the task yielded first.
+
+        Returns
+        -------
+        StreamHeader
+
+        Raises
+        ------
+        RunImportRefused
+            When it is not a header of this format.
+        """
+        if not isinstance(item, dict) or item.get("kind") != HEADER_KIND:
+            raise RunImportRefused("the task's stream does not start with a run header")
+        ok = (isinstance(item.get("name"), str) and isinstance(item.get("run_id"), str)
+              and bool(_RUN_ID.match(item["run_id"])) and isinstance(item.get("verdict"), str)
+              and isinstance(item.get("node"), dict) and _count(item.get("size"))
+              and _count(item.get("chunk_bytes")) and item["chunk_bytes"] > 0)
+        if not ok:
+            raise RunImportRefused(f"the task's run header is malformed: {item!r:.300}")
+        return cls(item["name"], item["run_id"], item["verdict"], dict(item["node"]),
+                   item["size"], item["chunk_bytes"])
+
+
+@dataclass(frozen=True)
+class StreamTrailer:
+    """The last item of an audit task's stream: what the node sent.
+
+    Attributes
+    ----------
+    chunks : int
+        Chunks sent.
+    size : int
+        Bytes sent.
+    sha256 : str
+        SHA-256 of the archive.
+    """
+
+    chunks: int
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        """The trailer as the task yields it.
+
+        Returns
+        -------
+        dict
+        """
+        return {"kind": TRAILER_KIND, "chunks": self.chunks, "size": self.size,
+                "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, item: Any) -> "StreamTrailer":
+        """Check a stream's last item (see :meth:`StreamHeader.from_json`)."""
+        if not (isinstance(item, dict) and item.get("kind") == TRAILER_KIND
+                and _count(item.get("chunks")) and _count(item.get("size"))
+                and isinstance(item.get("sha256"), str)):
+            raise RunImportRefused(f"the task's stream trailer is malformed: {item!r:.300}")
+        return cls(item["chunks"], item["size"], item["sha256"])
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def audit_task(spec: Mapping) -> Iterator:
+    """The Ray task: audit one model on this node and stream the published run back.
+
+    A generator: Ray runs it with ``num_returns="streaming"``, and the driver reads it
+    with :class:`RunReceiver`.
+
+    Parameters
+    ----------
+    spec : mapping
+        ``params`` (``name``, ``data``, ``origin``), the driver's ``data_root``,
+        ``stages``, ``node_root`` (None for :func:`default_node_root`) and
+        ``chunk_bytes`` (:data:`CHUNK_BYTES` when absent).
+
+    Yields
+    ------
+    dict, then bytes, then dict
+        :meth:`StreamHeader.to_json`, the archive's chunks, :meth:`StreamTrailer.to_json`.
+    """
+    import ray
+    node = executor_record("ray", ray_node_id=ray.get_runtime_context().get_node_id())
+    params = params_on_node(spec)
+    root = Path(spec.get("node_root") or default_node_root())
+    chunk_bytes = int(spec.get("chunk_bytes") or CHUNK_BYTES)
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(root)
+
+    def log(line: str) -> None:
+        print(f"[{params.name}] {line}", flush=True)
+
+    # Ray cancels a running task by raising KeyboardInterrupt through the SIGINT
+    # handler of the worker's main thread: under interrupts_raise, run_one stops its
+    # kernel and removes its staging folder exactly as for a Ctrl-C at a terminal.
+    with interrupts_raise():
+        out = run_one(params, root, log=log, progress=False, stages=tuple(spec["stages"]),
+                      executor=node)
+    digest = hashlib.sha256()
+    sent = chunks = 0
+    try:
+        archive = plan_run_archive(out.run_dir)
+        yield StreamHeader(params.name, out.run_dir.name, out.verdict.value, node,
+                           archive.size, chunk_bytes).to_json()
+        for chunk in archive.chunks(chunk_bytes):
+            digest.update(chunk)
+            sent += len(chunk)
+            chunks += 1
+            yield chunk
+    finally:
+        # Before the trailer: once the driver has it, it may rely on the node's copy
+        # being gone (and a cancelled or failed stream removes it all the same).
+        shutil.rmtree(out.run_dir, ignore_errors=True)
+        try:
+            out.run_dir.parent.rmdir()
+        except OSError:
+            pass
+    yield StreamTrailer(chunks, sent, digest.hexdigest()).to_json()
+
+
+class RunReceiver:
+    """The driver's end of one task's stream: chunks to a staging file, then import.
+
+    Feed it every item the task yields (:meth:`take`); it returns the published
+    :class:`verifylib.batch.audit.RunOutcome` after the trailer. Whatever happens, call
+    :meth:`discard` at the end: it removes the staging file and its owner record.
+
+    Parameters
+    ----------
+    name : str
+        The model whose run is expected.
+    reports_root : Path
+        The driver's reports folder.
+    allow_simulated : bool
+        Passed to :func:`verifylib.batch.audit.import_run`.
+
+    Attributes
+    ----------
+    header : StreamHeader or None
+        The stream's header, once received.
+    chunks : int
+        Chunks received so far.
+    received : int
+        Bytes received so far.
+    """
+
+    def __init__(self, name: str, reports_root: Path, *, allow_simulated: bool = False):
+        self.name = name
+        self.reports_root = Path(reports_root)
+        self.allow_simulated = allow_simulated
+        self.header: StreamHeader | None = None
+        self.chunks = 0
+        self.received = 0
+        self._digest = hashlib.sha256()
+        self._staging: Path | None = None
+        self._file = None
+
+    @property
+    def node(self) -> str | None:
+        """The host the run came from, once the header said."""
+        return None if self.header is None else self.header.node.get("node")
+
+    def take(self, item: Any) -> RunOutcome | None:
+        """Take the task's next item.
+
+        Parameters
+        ----------
+        item : dict or bytes
+            The header, a chunk or the trailer, in that order.
+
+        Returns
+        -------
+        RunOutcome or None
+            The published run after the trailer; None before.
+
+        Raises
+        ------
+        RunImportRefused
+            For an item out of order, more bytes than announced, a stream that does not
+            match its trailer, or a run that does not verify (nothing is published).
+        """
+        if self.header is None:
+            header = StreamHeader.from_json(item)
+            if header.name != self.name:
+                raise RunImportRefused(f"{self.name}: the task returned {header.name!r}'s run")
+            self.header = header
+            # In the reports folder, not the temporary folder: the run is unpacked
+            # beside it anyway, and /tmp is often memory.
+            _, self._staging = _reserve_staging(self.reports_root / self.name)
+            self._file = open(self._staging / "run.tar", "wb")
+            return None
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            if self._file is None:
+                raise RunImportRefused(f"{self.name}: a chunk arrived after the trailer")
+            self.received += len(item)
+            self.chunks += 1
+            if self.received > self.header.size or len(item) > self.header.chunk_bytes:
+                raise RunImportRefused(f"{self.name}: the task sent more than the "
+                                       f"{self.header.size} bytes it announced")
+            self._digest.update(item)
+            self._file.write(item)
+            return None
+        if self._file is None:
+            raise RunImportRefused(f"{self.name}: an item arrived after the trailer")
+        trailer = StreamTrailer.from_json(item)
+        self._file.close()
+        self._file = None
+        got = (self.chunks, self.received, self._digest.hexdigest())
+        if got != (trailer.chunks, trailer.size, trailer.sha256) \
+                or self.received != self.header.size:
+            raise RunImportRefused(
+                f"{self.name}: the returned run arrived damaged: {self.chunks} chunks, "
+                f"{self.received} bytes, SHA-256 {got[2][:16]}… received; the node sent "
+                f"{trailer.chunks} chunks, {trailer.size} of {self.header.size} bytes, "
+                f"SHA-256 {trailer.sha256[:16]}…")
+        return import_run(self._staging / "run.tar", self.name, self.reports_root,
+                          allow_simulated=self.allow_simulated)
+
+    def unfinished(self) -> str:
+        """Why a stream that ended before its trailer published nothing.
+
+        Returns
+        -------
+        str
+        """
+        if self.header is None:
+            return f"{self.name}: the task ended without returning a run"
+        return (f"{self.name}: the task's stream ended before the whole run arrived "
+                f"({self.chunks} chunks, {self.received} of {self.header.size} bytes)")
+
+    def discard(self) -> None:
+        """Close and remove the staging file (and its folder and owner record)."""
+        with _signals_deferred():
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            if self._staging is not None:
+                _remove_staging(self._staging)
+                self._staging = None
+
+
+def _connect(ray, address: str | None) -> bool:
+    """Connect this process to a cluster; True when this call did (and must disconnect)."""
+    if ray.is_initialized():
+        return False
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            # No cluster named: a Ray of this host alone, with its cores and its
+            # capabilities, for this batch.
+            ray.init(address="local", resources=node_resources(), include_dashboard=False,
+                     log_to_driver=True)
+        else:
+            ray.init(address=address, log_to_driver=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the same refusal
+        where = address or os.environ.get("RAY_ADDRESS") or "this host"
+        raise RayUnavailable(f"cannot start or reach the Ray cluster at {where}: "
+                             f"{type(exc).__name__}: {exc}") from None
+    finally:
+        # ray.init installs a SIGTERM handler that exits at once; the batch's own
+        # handlers (interrupts_raise) must stay, so that SIGTERM cancels the tasks.
+        for s, h in saved.items():
+            signal.signal(s, h)
+    return True
+
+
+def _failure_reason(exc: BaseException) -> str:
+    """One line saying why a task produced no run."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None and not isinstance(cause, type(exc)):
+        text = f"the audit raised {type(cause).__name__}: {cause}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    lines = [l.strip() for l in str(text).splitlines() if l.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _feasible(need: Mapping[str, float], nodes: Sequence[Mapping[str, float]]) -> bool:
+    return any(all(n.get(k, 0.0) >= v for k, v in need.items()) for n in nodes)
+
+
+def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
+                  address: str | None = None, require_admissible: bool = False,
+                  stages: Sequence[str] = gates.STAGES, log: Callable[[str], None] = print,
+                  on_outcome: Callable[[Any], None] | None = None,
+                  node_root: str | Path | None = None, task: Callable | None = None,
+                  chunk_bytes: int | None = None) -> list:
+    """Audit the models as Ray tasks; verify and publish each returned run here.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        One per model.
+    reports_root : Path
+        The driver's reports folder.
+    address : str, optional
+        The cluster; see :func:`verifylib.batch.local.run_batch`. Ignored when this
+        process is already connected (``ray.init`` was called).
+    require_admissible : bool
+        Ask for the resources of the required gates (:func:`task_resources`).
+    stages : sequence of str
+        Stages each task runs.
+    log : callable
+        Receives the driver's lines (the tasks' own lines arrive through Ray's log
+        forwarding, prefixed with the model name).
+    on_outcome : callable, optional
+        Called with each outcome as it is known; a :class:`FailedRun` after its failure
+        record is in the reports folder and on its index.
+    node_root : path-like, optional
+        Staging folder on the nodes (:func:`default_node_root` by default).
+    task : callable, optional
+        A Ray remote generator function to run instead of :func:`audit_task` (the tests
+        use one that kills its worker); it takes the same spec and yields the same
+        stream.
+    chunk_bytes : int, optional
+        Size of the chunks a run streams back in (:data:`CHUNK_BYTES` by default).
+
+    Returns
+    -------
+    list of RunOutcome or FailedRun
+        In the order of ``all_params``.
+
+    Raises
+    ------
+    RayUnavailable
+        Ray is missing or the cluster cannot be reached (nothing has run).
+    KeyboardInterrupt
+        :class:`verifylib.batch.audit.Interrupted`: every task was cancelled.
+    """
+    from verifylib.batch.local import FailedRun, failure_recorder
+    ray = import_ray()
+    on_outcome = failure_recorder(all_params, Path(reports_root),
+                                  on_outcome or (lambda outcome: None), log)
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    started = _connect(ray, address)
+    streams: dict = {}  # the task's ObjectRefGenerator -> its RunReceiver
+    results: dict[str, Any] = {}
+
+    def finish(receiver: RunReceiver, outcome) -> None:
+        receiver.discard()
+        results[receiver.name] = outcome
+        on_outcome(outcome)
+
+    try:
+        remote = task if task is not None else ray.remote(audit_task)
+        nodes = [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
+        for p in all_params:
+            need = task_resources(p, require_admissible=require_admissible, stages=stages)
+            if not _feasible(dict(need, CPU=TASK_CPUS), nodes):
+                missing = sorted(need) or ["CPU"]
+                fail = FailedRun(p.name, f"no node of the Ray cluster offers {missing}; start "
+                                         "a node that can with ray start --resources "
+                                         "\"$(verifylib ray-node-resources)\"",
+                                 executor={"kind": "ray", "node": None})
+                results[p.name] = fail
+                on_outcome(fail)
+                continue
+            spec = {"params": {"name": p.name, "data": p.data, "origin": p.origin},
+                    "data_root": str(resources.data_root()), "stages": list(stages),
+                    "node_root": None if node_root is None else str(node_root),
+                    "chunk_bytes": chunk_bytes}
+            gen = remote.options(num_cpus=TASK_CPUS, resources=need, max_retries=0,
+                                 num_returns="streaming",
+                                 _generator_backpressure_num_objects=STREAM_WINDOW,
+                                 name=f"verifylib-audit-{p.name}").remote(spec)
+            streams[gen] = RunReceiver(p.name, Path(reports_root))
+            log(f"[{p.name}] submitted to Ray"
+                + (f" (needs {', '.join(sorted(need))})" if need else ""))
+        while streams:
+            # A generator is ready when its next item is in the object store (or it
+            # has ended); each ready one gives one item per round, so runs returning
+            # at the same time share the driver.
+            ready, _ = ray.wait(list(streams), num_returns=1, timeout=1.0)
+            for gen in ready:
+                receiver = streams[gen]
+                try:
+                    ref = next(gen)
+                except StopIteration:
+                    # Streams are dropped at their trailer: one that ends here is short.
+                    del streams[gen]
+                    finish(receiver, FailedRun(receiver.name, receiver.unfinished(),
+                                               receiver.node, executor=_node_record(receiver)))
+                    continue
+                try:
+                    item = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a dead worker or task is this model's ERROR
+                    del streams[gen]
+                    finish(receiver, FailedRun(receiver.name, _failure_reason(exc),
+                                               receiver.node, executor=_node_record(receiver)))
+                    continue
+                del ref  # the chunk's object is freed once the driver holds the bytes
+                starting = receiver.header is None
+                try:
+                    outcome = receiver.take(item)
+                except (RunImportRefused, OSError) as exc:
+                    del streams[gen]
+                    # Not read further. Not forced either: the interrupt lets the task's
+                    # cleanup remove the node's copy of the run.
+                    ray.cancel(gen, force=False)
+                    finish(receiver, FailedRun(receiver.name, str(exc), receiver.node,
+                                               executor=_node_record(receiver)))
+                    continue
+                if starting:
+                    log(f"[{receiver.name}] returning from {receiver.node}: "
+                        f"{receiver.header.size} bytes in chunks of "
+                        f"{receiver.header.chunk_bytes}")
+                if outcome is not None:
+                    del streams[gen]
+                    log(f"[{receiver.name}] received {receiver.received} bytes in "
+                        f"{receiver.chunks} chunk(s) from {receiver.node}; verified and "
+                        "published")
+                    finish(receiver, outcome)
+    except KeyboardInterrupt as exc:
+        _cancel_all(ray, list(streams))
+        sig = _interrupt_pending()
+        if sig is not None and not isinstance(exc, Interrupted):
+            # Ray's wait re-raises the handler's Interrupted as a bare KeyboardInterrupt;
+            # the caller must still learn which signal it was (130 or 143).
+            raise Interrupted(sig) from None
+        raise
+    finally:
+        for receiver in streams.values():
+            receiver.discard()
+        if started:
+            ray.shutdown()
+    return [results[p.name] for p in all_params]
+
+
+def _node_record(receiver: RunReceiver) -> dict:
+    """The executor record of a failed task: the node's own when its header came."""
+    if receiver.header is not None:
+        return dict(receiver.header.node)
+    return {"kind": "ray", "node": None}
+
+
+def _cancel_all(ray, streams: list) -> None:
+    """Cancel every task; give running audits time to clean up, then kill the rest."""
+    if not streams:
+        return
+    try:
+        for gen in streams:
+            ray.cancel(gen, force=False)
+        # A task's completion ref is ready once its cleanup (kernel, staging) is done;
+        # the generator itself may be "ready" earlier, with chunks still unread.
+        done = {gen.completed(): gen for gen in streams}
+        _, left = ray.wait(list(done), num_returns=len(done), timeout=CANCEL_GRACE_SECONDS)
+        for ref in left:
+            ray.cancel(done[ref], force=True)
+    except Exception:  # noqa: BLE001 - the interrupt goes on whatever the cluster says
+        pass

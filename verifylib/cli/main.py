@@ -1,0 +1,329 @@
+"""The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory,
+``attest`` (sign) a published run, ``pin-check`` a candidate upstream source, ``drift``
+(attribute a package's drift to its ops)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from verifylib.evidence import gates
+from verifylib import resources
+from verifylib.params import ParameterError
+
+EXIT_BAD_INPUT = 2
+# 128 + signal number: what a shell reports for a process killed by the signal, so a
+# caller sees the same code whether or not verifylib got to clean up.
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+def _interruptible(cmd):
+    """Run ``cmd`` with SIGINT/SIGTERM turned into one orderly path.
+
+    The command's run publishes nothing and removes its staging folder (see
+    :func:`verifylib.batch.audit.run_one`); this prints the one line on stderr and maps
+    the signal to its exit code, with no traceback.
+    """
+    def wrapped(args) -> int:
+        from verifylib.batch.audit import interrupts_raise
+        with interrupts_raise() as scope:
+            try:
+                return cmd(args)
+            except KeyboardInterrupt as exc:
+                done = ", ".join(str(p) for p in scope.published)
+                print("interrupted; nothing published" if not done else
+                      f"interrupted; nothing else published (already published: {done})",
+                      file=sys.stderr)
+                sig = getattr(exc, "signum", scope.signum)
+                return EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED
+    return wrapped
+
+
+def _load_sign_key(path):
+    """The signer for ``--sign-key``/``attest --key``, or None after printing why not."""
+    from verifylib.evidence.attest import AttestKeyError, load_signer
+    try:
+        return load_signer(path)
+    except AttestKeyError as exc:
+        print(f"verifylib: bad signing key: {exc}", file=sys.stderr)
+        return None
+
+
+def _sign_published(run_dir: Path, signer) -> bool:
+    """Attest a just-published run for ``run --sign-key``; True when it was signed."""
+    from verifylib.evidence.attest import AttestError, attest
+    try:
+        res = attest(run_dir, signer)
+    except AttestError as exc:
+        print(f"verifylib: not signed: {exc}", file=sys.stderr)
+        return False
+    print(f"  attestation: {res.path} (key {res.keyid[:16]}..., {len(res.subjects)} subjects)")
+    return True
+
+
+def _cmd_run(args) -> int:
+    signer = None  # a bad --sign-key is refused before any audit work
+    if getattr(args, "sign_key", None) is not None:
+        signer = _load_sign_key(args.sign_key)
+        if signer is None:
+            return EXIT_BAD_INPUT
+    unsigned = 0
+    from verifylib.batch.local import BatchOptionInvalid, FailedRun, check_options, run_batch
+    from verifylib.batch.audit import load_all
+    from verifylib.batch.ray import RayUnavailable
+    try:
+        check_options(args.executor, args.jobs, args.address)
+    except BatchOptionInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        all_params = load_all(args.parameters or [resources.default_parameters()])
+    except ParameterError as exc:
+        print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
+    from verifylib.batch.audit import remove_stale_staging
+    for gone in remove_stale_staging(reports):
+        print(f"removed staging left by a process that is gone: {gone}")
+
+    def show(out) -> None:
+        nonlocal unsigned
+        if isinstance(out, FailedRun):
+            where = f" on {out.node}" if out.node else ""
+            print(f"{out.name}: ERROR{where}, no run published: {out.reason}", flush=True)
+            return
+        print(f"{out.name}: verdict {out.verdict.value}")
+        print(f"  report:  {out.report}")
+        print(f"  receipt: {out.run_dir / 'receipt.json'}", flush=True)
+        if signer is not None and not _sign_published(out.run_dir, signer):
+            unsigned += 1
+
+    # Several models at once print interleaved: papermill's bars would overwrite each other.
+    together = args.executor == "ray" or (args.jobs > 1 and len(all_params) > 1)
+    try:
+        outcomes = run_batch(all_params, reports, executor=args.executor, jobs=args.jobs,
+                             address=args.address,
+                             require_admissible=args.require == "admissible",
+                             progress=not (args.no_progress or together), on_outcome=show)
+    except (BatchOptionInvalid, RayUnavailable) as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    published = [o for o in outcomes if not isinstance(o, FailedRun)]
+    failed = [o for o in outcomes if isinstance(o, FailedRun)]
+    code = 1  # a batch where no model published a run
+    from verifylib.views import report
+    index = reports / report.INDEX
+    if published:
+        worst = gates.worst(o.verdict for o in published)
+        index = report.render_index(published, reports)
+        code = gates.exit_code(worst, require_admissible=args.require == "admissible")
+    if len(outcomes) > 1:
+        print(f"worst verdict: {'ERROR' if failed else worst.value}")
+    # Without a published run the page is the one the failure records rebuilt, if any
+    # could be written.
+    if index.is_file():
+        print(f"  index:   {index}")
+    if failed:
+        print(f"ERROR: no run published for {', '.join(o.name for o in failed)}")
+    return max(code, 1) if unsigned or failed else code
+
+
+def _cmd_ray_node_resources(args) -> int:  # noqa: ARG001 - argparse handler signature
+    import json
+    from verifylib.batch.ray import node_resources
+    print(json.dumps(node_resources(), sort_keys=True))
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    from verifylib.evidence.receipt import verify
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"verifylib: {run_dir}: not a run directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    key = None
+    if getattr(args, "key", None) is not None:
+        from verifylib.evidence.attest import AttestKeyError, load_public_key
+        try:
+            key = load_public_key(args.key)
+        except AttestKeyError as exc:
+            print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    res = verify(run_dir, allow_simulated=args.allow_simulated)
+    if key is not None:
+        from verifylib.evidence.attest import verify_attestation
+        att = verify_attestation(run_dir, key, res)
+        res.problems += att.problems
+        res.ok = res.ok and att.ok
+    if res.ok:
+        print(f"OK: {run_dir} verifies; verdict {res.verdict}")
+        if key is not None:
+            print(f"OK: attestation signed by {key.keyid[:16]}... matches the run "
+                  f"({len(att.subjects)} subjects)")
+        return 0
+    print(f"REJECTED: {run_dir} does not verify ({len(res.problems)} problem(s)):")
+    for p in res.problems:
+        print(f"  - {p}")
+    return 1
+
+
+def _cmd_attest(args) -> int:
+    from verifylib.evidence.attest import AttestError, attest
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"verifylib: {run_dir}: not a run directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    signer = _load_sign_key(args.key)
+    if signer is None:
+        return EXIT_BAD_INPUT
+    try:
+        res = attest(run_dir, signer)
+    except AttestError as exc:
+        print(f"REFUSED: {exc}")
+        return 1
+    print(f"OK: {res.path} written; verdict {res.verdict}, key {res.keyid[:16]}..., "
+          f"{len(res.subjects)} subjects")
+    return 0
+
+
+def _cmd_pin_check(args) -> int:
+    from verifylib.whispercpp.pincheck import cli_main
+    return cli_main(args)
+
+
+def _cmd_drift(args) -> int:
+    from verifylib.cli.drift import cli_main
+    return cli_main(args)
+
+
+def _cmd_compare(args) -> int:
+    from verifylib.compare.model import (CompareInputInvalid, compare_runs, default_output_dir,
+                                         inside_a_run)
+    out_dir = Path(args.output) if args.output else default_output_dir()
+    # Checked before reading anything: compare never writes into a run.
+    inside = inside_a_run(out_dir, args.runs)
+    if inside is not None:
+        print(f"verifylib: {out_dir}: inside the run {inside}; compare never writes into a "
+              f"run, name a folder outside it", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        comparison = compare_runs(args.runs, verify=not args.no_verify,
+                                  allow_simulated=args.allow_simulated)
+    except CompareInputInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from verifylib.views.compare import write
+    page = write(comparison, out_dir)
+    for line in comparison.summary:
+        print(f"  {line}")
+    print(f"comparison: {page}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``verifylib`` console script.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (``sys.argv[1:]`` by default).
+
+    Returns
+    -------
+    int
+        0 for ADMISSIBLE/INCOMPLETE (or a verifying run dir), 1 for REJECTED, 2 for bad
+        input or usage; for ``run``, 130 on SIGINT and 143 on SIGTERM.
+    """
+    ap = argparse.ArgumentParser(prog="verifylib", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="audit one or more models (parameter files or folders)")
+    r.add_argument("parameters", nargs="*",
+                   help=f"default: {resources.default_parameters()}")
+    # Resolved when the command runs, so the default follows the caller's folder.
+    r.add_argument("--reports", metavar="DIR", default=None,
+                   help="root folder for run directories (default: ./reports of the current "
+                        "directory)")
+    r.add_argument("--require", choices=["admissible"], default=None,
+                   help="exit 1 unless every verdict is ADMISSIBLE")
+    r.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
+    r.add_argument("--sign-key", metavar="KEY.pem", default=None,
+                   help="attest each published run with this Ed25519 private key (PEM)")
+    r.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="audit up to N models at once on this host, one worker process each "
+                        "(default 1: one after another)")
+    r.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this host (default); ray: each model's audit is a task on a "
+                        "Ray cluster (pip install 'verifylib[ray]')")
+    r.add_argument("--address", metavar="ADDR", default=None,
+                   help="with --executor ray: the cluster to join (auto, HOST:6379 or "
+                        "ray://HOST:10001; default $RAY_ADDRESS, else a Ray on this host "
+                        "alone)")
+    r.set_defaults(fn=_interruptible(_cmd_run))
+    rn = sub.add_parser("ray-node-resources",
+                        help="print what this host can run as Ray custom resources (JSON for "
+                             "ray start --resources)")
+    rn.set_defaults(fn=_cmd_ray_node_resources)
+    v = sub.add_parser("verify", help="re-verify a run directory from its files")
+    v.add_argument("run_dir")
+    v.add_argument("--allow-simulated", action="store_true",
+                   help="inspect a run recorded on the test suite's simulated host (such a "
+                        "run is refused otherwise)")
+    v.add_argument("--key", metavar="PUB.pem",
+                   help="also check attestation.intoto.jsonl against this Ed25519 public key")
+    v.set_defaults(fn=_cmd_verify)
+    at = sub.add_parser("attest", help="sign a published run: write attestation.intoto.jsonl "
+                                       "(in-toto Statement in a DSSE envelope)")
+    at.add_argument("run_dir")
+    at.add_argument("--key", metavar="KEY.pem", required=True,
+                    help="Ed25519 private key (unencrypted PEM)")
+    at.set_defaults(fn=_cmd_attest)
+    pc = sub.add_parser("pin-check", help="assess a candidate whisper.cpp source against the "
+                                          "patch-deletion conditions of "
+                                          "docs/runtime-contract.md §6.4 (never deletes)")
+    pc.add_argument("candidate", help="40-hex upstream commit id, source archive or folder")
+    pc.add_argument("--pin", help="pin whose patch to try (default: by tree id)")
+    pc.add_argument("--url", default="https://github.com/ggml-org/whisper.cpp.git",
+                    help="repository for a commit id")
+    pc.add_argument("--subdir", help="whisper.cpp root inside the archive or folder")
+    pc.add_argument("--runs", type=int, default=20, help="lifecycle runs (default 20)")
+    pc.add_argument("--no-build", action="store_true", help="skip building and running")
+    pc.add_argument("--jobs", type=int, default=2, help="parallel compile jobs")
+    pc.add_argument("--model", help="a ggml model for the GGML positive path (default: the "
+                                    "default parameter file's model, written by verifylib)")
+    pc.set_defaults(fn=_cmd_pin_check)
+    dr = sub.add_parser("drift", help="attribute a package's numeric drift to its ops, against "
+                                      "the model of a parameter file (touches no run)")
+    dr.add_argument("package", help="a saved .mlpackage (the encoder's ML program)")
+    dr.add_argument("--model", metavar="PARAMS.yaml", required=True,
+                    help="parameter file whose model is the reference")
+    dr.add_argument("--fixture", metavar="ID", help="fixture of the parameter file to encode "
+                                                    "(default: its first)")
+    dr.add_argument("--compute", choices=["float32", "float64"], default="float32",
+                    help="arithmetic of the package's execution (default float32)")
+    dr.add_argument("--json", metavar="OUT", help="write the attribution as JSON")
+    dr.add_argument("--top", type=int, default=10, help="ops to print (default 10)")
+    dr.set_defaults(fn=_cmd_drift)
+    cp = sub.add_parser("compare", help="compare published runs side by side (gates, "
+                                        "identities, drift, WER) in one HTML page")
+    cp.add_argument("runs", nargs="*", metavar="RUN",
+                    help="two or more published run directories; the first is the baseline")
+    cp.add_argument("-o", "--output", metavar="DIR",
+                    help="folder for compare.html (default: ./reports/compare-<UTC time>/)")
+    cp.add_argument("--no-verify", action="store_true",
+                    help="show the recorded verdicts without re-verifying each run")
+    cp.add_argument("--allow-simulated", action="store_true",
+                    help="verify runs recorded on the test suite's simulated host (flagged "
+                         "as not verifying otherwise)")
+    cp.set_defaults(fn=_cmd_compare)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_INPUT if exc.code else 0
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

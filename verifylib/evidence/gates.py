@@ -1,0 +1,293 @@
+"""The gate registry: the gate table, status semantics and the verdict (docs/gates.md).
+
+Ids are stable API. Reports, the receipt, the verdict and the exit code are all derived
+from :data:`GATES`; nothing else in the package lists gates. The pass rule of each gate
+lives in :mod:`verifylib.evidence.rules.registry` (gate id -> pure judge), which judges the evidence at run
+time and again inside ``verifylib verify``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+
+class Status(str, enum.Enum):
+    """How a gate ended."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NOT_RUN = "NOT_RUN"
+    ERROR = "ERROR"
+
+
+class Verdict(str, enum.Enum):
+    """The run's overall standing."""
+
+    ADMISSIBLE = "ADMISSIBLE"
+    INCOMPLETE = "INCOMPLETE"
+    REJECTED = "REJECTED"
+
+
+class NotRunKind(str, enum.Enum):
+    """The fixed set of reasons a gate may not run."""
+
+    PLATFORM = "platform"
+    PREREQUISITE = "prerequisite"
+    DISABLED = "disabled"
+    NOT_IMPLEMENTED = "not-implemented"
+
+
+class Capability(str, enum.Enum):
+    """What a host must offer for a gate to run physically."""
+
+    ANY = "any"
+    MACOS = "macos"
+    MACOS_XCODE = "macos+xcode"
+    MACOS_14_4 = "macos-14.4"
+
+
+STAGES: tuple[str, ...] = ("01_build", "02_export", "03_canary", "04_parity", "05_wer",
+                           "06_placement")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One row of the gate table.
+
+    Attributes
+    ----------
+    id : str
+        Stable identifier, e.g. ``"build.ggml"``.
+    stage : str
+        Notebook stage that judges it.
+    required : bool
+        Whether ADMISSIBLE needs it to PASS.
+    capability : Capability
+        Host capability needed to run it physically.
+    prerequisites : tuple of str
+        Gates that must PASS before this one can run.
+    pass_rule : str
+        The rule in words, as shown in the report.
+    implemented : bool
+        False while this version has no code for the gate; only such a gate may be
+        NOT_RUN(not-implemented).
+    disabled_by : tuple of (str, object)
+        Dotted parameter keys and the value that switches the gate off; only these may
+        justify NOT_RUN(disabled).
+    """
+
+    id: str
+    stage: str
+    required: bool
+    capability: Capability
+    prerequisites: tuple[str, ...]
+    pass_rule: str
+    implemented: bool = True
+    disabled_by: tuple[tuple[str, Any], ...] = ()
+
+
+_CANARY_SWITCH = (("canary.enabled", False),)
+_FP16_SWITCH = (("export.fp16", False),)
+
+
+def _g(id, stage, required, cap, prereq, rule_text, *, implemented=True, disabled_by=()):
+    return Gate(id, stage, required, cap, tuple(prereq), rule_text, implemented,
+                tuple(disabled_by))
+
+
+GATES: tuple[Gate, ...] = (
+    _g("build.source_identity", "01_build", True, Capability.ANY, [],
+       "source tree's git tree id (git add -A -f) equals the pin's"),
+    _g("build.patch_exact", "01_build", True, Capability.ANY, ["build.source_identity"],
+       "before and after the build the tree differs from the pin by exactly the declared "
+       "patch bytes, nothing else, ignored files included"),
+    _g("build.ggml", "01_build", True, Capability.ANY, ["build.patch_exact"],
+       "patched non-Core-ML whisper-cli built statically, SHA-256 recorded, system_info "
+       "shows COREML = 0"),
+    _g("build.coreml", "01_build", True, Capability.MACOS_XCODE, ["build.patch_exact"],
+       "Core ML build, fallback OFF, own dir, SHA-256, COREML = 1"),
+    _g("export.ggml_model", "02_export", True, Capability.ANY, ["build.ggml"],
+       "ggml-model.bin written from the HF model and loaded by build.ggml's binary"),
+    _g("export.contract", "02_export", True, Capability.ANY, [],
+       "saved fp32 .mlpackage has logmel_data/output, float32, contract shapes from config"),
+    _g("export.compile", "02_export", True, Capability.MACOS_XCODE, ["export.contract"],
+       ".mlmodelc compiled, placed at coreml_encoder_path(-m), tree digest recorded"),
+    _g("canary.lifecycle_ab", "03_canary", True, Capability.ANY, ["build.ggml"],
+       "patched build: N/N exit 3 + both markers, no signal (unpatched outcomes recorded, "
+       "not gated)", disabled_by=_CANARY_SWITCH),
+    _g("canary.coreml_negative", "03_canary", True, Capability.MACOS,
+       ["build.coreml", "export.ggml_model"],
+       "exit exactly 3 + load-failure + init-failure markers, no signal, first run only",
+       disabled_by=_CANARY_SWITCH),
+    _g("canary.coreml_positive", "03_canary", True, Capability.MACOS,
+       ["build.coreml", "export.compile", "canary.coreml_negative"],
+       "the four load conditions (docs/runtime-contract.md §2.3) from the measured run; a "
+       "warm-up that crashed, timed out, exited non-zero or fell back fails the gate",
+       disabled_by=_CANARY_SWITCH),
+    _g("parity.program", "04_parity", True, Capability.ANY, ["export.contract"],
+       "MIL program executed in float32 vs HF reference meets the fp32 policy (float64 "
+       "shown beside)"),
+    _g("parity.runtime", "04_parity", True, Capability.MACOS, ["export.compile"],
+       "CompiledMLModel(.mlmodelc, ALL) vs HF reference meets the fp32 policy"),
+    _g("wer.ggml_vs_source", "05_wer", True, Capability.ANY, ["export.ggml_model"],
+       "wer-v1: corpus WER of GGML transcripts vs reference texts <= HF source's + 0.05, no "
+       "GGML transcript empty where the source's is not"),
+    _g("wer.hybrid", "05_wer", True, Capability.MACOS,
+       ["canary.coreml_positive", "wer.ggml_vs_source"],
+       "wer-v1: hybrid transcripts non-empty, four load conditions per run, corpus WER vs "
+       "references <= min(GGML, source) + 0.05, no clip with hybrid-vs-GGML WER > 0.5"),
+    _g("placement.plan", "06_placement", True, Capability.MACOS_14_4, ["export.compile"],
+       "MLComputePlan loaded for the published .mlmodelc; per-op devices + costs recorded; "
+       "cost shares sum to 1 +/- 0.01"),
+    _g("parity.program_fp16", "04_parity", False, Capability.ANY, ["export.contract"],
+       "the fp16 variant's MIL program against policy fp16-v1 (informational)",
+       disabled_by=_FP16_SWITCH),
+    _g("parity.runtime_fp16", "04_parity", False, Capability.MACOS, ["export.compile"],
+       "the fp16 variant's .mlmodelc against policy fp16-v1 (informational)",
+       disabled_by=_FP16_SWITCH),
+    _g("canary.sanitizer", "03_canary", False, Capability.ANY, ["build.patch_exact"],
+       "AddressSanitizer builds (patched, unpatched) under the lifecycle trigger, 3 runs each: "
+       "every unpatched run prints a sanitizer report (kind recorded), every patched run exits "
+       "3 with both markers and none (informational; supports, never replaces, "
+       "canary.lifecycle_ab)", disabled_by=_CANARY_SWITCH),
+)
+
+BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
+
+
+def gate(gate_id: str) -> Gate:
+    """Return the registry row for ``gate_id``.
+
+    Raises
+    ------
+    KeyError
+        If the id is not in the table.
+    """
+    try:
+        return BY_ID[gate_id]
+    except KeyError:
+        raise KeyError(f"unknown gate id {gate_id!r}") from None
+
+
+def stage_gates(stage: str) -> tuple[Gate, ...]:
+    """Return the gates a stage judges, in table order."""
+    if stage not in STAGES:
+        raise KeyError(f"unknown stage {stage!r}")
+    return tuple(g for g in GATES if g.stage == stage)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a pass rule concluded from evidence: PASS or FAIL, and why."""
+
+    status: Status
+    detail: str
+
+    def __post_init__(self):
+        if self.status not in (Status.PASS, Status.FAIL):
+            raise ValueError("a pass rule can only PASS or FAIL")
+
+    @classmethod
+    def of(cls, ok: bool, detail: str) -> "Judgement":
+        """Build a judgement from a yes/no decision.
+
+        Parameters
+        ----------
+        ok : bool
+            Whether the rule held.
+        detail : str
+            Why, in words.
+
+        Returns
+        -------
+        Judgement
+            PASS if ``ok``, otherwise FAIL, with ``detail``.
+        """
+        return cls(Status.PASS if ok else Status.FAIL, detail)
+
+    @classmethod
+    def passed(cls, detail: str) -> "Judgement":
+        """Return a PASS judgement with ``detail``."""
+        return cls(Status.PASS, detail)
+
+    @classmethod
+    def failed(cls, detail: str) -> "Judgement":
+        """Return a FAIL judgement with ``detail``."""
+        return cls(Status.FAIL, detail)
+
+    @property
+    def ok(self) -> bool:
+        """True iff the rule held (status PASS)."""
+        return self.status is Status.PASS
+
+
+def verdict(statuses: Mapping[str, Status | str]) -> Verdict:
+    """Combine gate statuses into the verdict.
+
+    Parameters
+    ----------
+    statuses : mapping
+        Gate id to status; every gate of the table must be present.
+
+    Returns
+    -------
+    Verdict
+        Over the required gates only: REJECTED if any FAILed or ERRORed, ADMISSIBLE if
+        every one PASSed, otherwise INCOMPLETE. An informational gate is shown and
+        verified but never moves the verdict.
+    """
+    missing = [g.id for g in GATES if g.id not in statuses]
+    if missing:
+        raise ValueError(f"statuses missing for gates: {', '.join(missing)}")
+    st = {g.id: Status(statuses[g.id]) for g in GATES if g.required}
+    if any(s in (Status.FAIL, Status.ERROR) for s in st.values()):
+        return Verdict.REJECTED
+    if all(s is Status.PASS for s in st.values()):
+        return Verdict.ADMISSIBLE
+    return Verdict.INCOMPLETE
+
+
+_SEVERITY = {Verdict.ADMISSIBLE: 0, Verdict.INCOMPLETE: 1, Verdict.REJECTED: 2}
+
+
+def worst(verdicts: Iterable[Verdict | str]) -> Verdict:
+    """Return the worst of several verdicts (a batch's overall standing)."""
+    vs = [Verdict(v) for v in verdicts]
+    if not vs:
+        raise ValueError("no verdicts")
+    return max(vs, key=_SEVERITY.__getitem__)
+
+
+def exit_code(v: Verdict | str, require_admissible: bool = False) -> int:
+    """Map a verdict to the CLI exit code (0 ADMISSIBLE/INCOMPLETE, 1 REJECTED).
+
+    Parameters
+    ----------
+    v : Verdict
+        The (worst) verdict.
+    require_admissible : bool
+        With ``--require admissible``, INCOMPLETE exits 1 too.
+    """
+    v = Verdict(v)
+    if v is Verdict.REJECTED:
+        return 1
+    if v is Verdict.INCOMPLETE and require_admissible:
+        return 1
+    return 0
+
+
+def disabling_key(g: Gate, params: Mapping[str, Any]) -> str | None:
+    """The parameter key that switches ``g`` off in ``params``, or None.
+
+    Only the keys the registry lists for the gate count, so a NOT_RUN(disabled) can be
+    re-justified from the bound parameters alone.
+    """
+    for key, value in g.disabled_by:
+        node: Any = params
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if type(node) is type(value) and node == value:
+            return key
+    return None

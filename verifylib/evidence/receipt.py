@@ -1,0 +1,610 @@
+"""The receipt and its validator.
+
+``receipt.json`` binds every gate's status, reason and evidence digests to one identity
+table and lists every file of the run with its SHA-256. :func:`verify` trusts none of it.
+It re-hashes every file and re-justifies every status with its own knowledge -- the gate
+registry (:mod:`verifylib.evidence.gates`), the rules registry (:mod:`verifylib.evidence.rules.registry`, never the
+stage modules), the packaged policies, the pin manifest, the runtime contract and the
+launch ledger -- never with what the evidence says about itself:
+
+- PASS/FAIL: the gate's rule re-judged on the stored evidence (and a PASS must have read
+  every file it cites); an identity that disagrees with an earlier stage's makes it FAIL.
+- NOT_RUN(platform): the host record (its capabilities re-derived from its facts) lacks
+  the gate's capability. NOT_RUN(prerequisite): it names a prerequisite whose verified
+  status is not PASS. NOT_RUN(disabled): the bound parameters switch it off by a key the
+  registry lists. NOT_RUN(not-implemented): the registry says the gate is unimplemented.
+- ERROR (reason ``exception`` or ``prerequisite-broken``): it cites a stored traceback
+  whose text is the recorded reason.
+
+Building the receipt never aborts without a verdict: an identity conflict becomes a FAIL,
+an unreadable stage file or any exception becomes ERROR gates citing their traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
+
+from verifylib import canonical
+from verifylib.evidence import gates
+from verifylib.runtime import ledger
+from verifylib.evidence.rules import registry as rules
+from verifylib.runtime.capabilities import HostCapabilities
+from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
+from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
+                                        EvidenceError, EvidenceRef, EvidenceView, GateRecord,
+                                        Reason)
+from verifylib.evidence.gates import NotRunKind, Status
+from verifylib.stages.context import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
+                                      RUN_FILE, TRACEBACK_EVIDENCE, error_document,
+                                      error_filename, read_stage_file)
+
+SCHEMA = "verifylib-receipt/1"
+# Files the receipt covers; the rendered reports are derived from it and come after.
+COVERED_DIRS = (EVIDENCE_DIR, GATES_DIR, "notebooks", "fp32", "fp16")
+COVERED_TOP = (RUN_FILE, ledger.LEDGER_FILE)
+RECEIPT_ERRORS = "_receipt"
+"""Evidence folder of tracebacks written while building the receipt itself."""
+CONFLICT = "identity conflict"
+
+
+def _covered_files(run_dir: Path) -> list[str]:
+    out = [name for name in COVERED_TOP if (run_dir / name).is_file()]
+    for d in COVERED_DIRS:
+        base = run_dir / d
+        if base.is_dir():
+            out += [p.relative_to(run_dir).as_posix() for p in sorted(base.rglob("*"))
+                    if p.is_file()]
+    return sorted(out)
+
+
+# ----------------------------------------------------------------------------- identities
+
+@dataclass(frozen=True)
+class IdentityMerge:
+    """The run's identity table and the gates whose identities contradict it.
+
+    Attributes
+    ----------
+    table : dict
+        Identity key to value; the first stage (in pipeline order) that records a key
+        fixes its value.
+    conflicts : dict
+        Gate id to the conflict messages that make it FAIL.
+    """
+
+    table: dict
+    conflicts: dict
+
+
+def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
+    """Merge the stages' identity tables in pipeline order (used to build and to verify).
+
+    A gate that binds a value other than the one an earlier stage recorded gets a
+    conflict; so does every judged gate of a stage whose own table disagrees without any
+    gate carrying the key (the stage as a whole relied on another value).
+    """
+    table: dict = {}
+    origin: dict = {}
+    conflicts: dict[str, list[str]] = {}
+    for stage in gates.STAGES:
+        data = stage_files.get(stage)
+        if not isinstance(data, Mapping):
+            continue
+        recs = [r for r in data.get("gates", []) if isinstance(r, Mapping)]
+        ids = data.get("identities") if isinstance(data.get("identities"), Mapping) else {}
+        for key, value in ids.items():
+            if key in table and table[key] != value:
+                carriers = [r["id"] for r in recs if isinstance(r.get("identities"), Mapping)
+                            and key in r["identities"] and r["identities"][key] != table[key]]
+                if not carriers:
+                    carriers = [r["id"] for r in recs if r.get("status") in ("PASS", "FAIL")]
+                for gid in carriers:
+                    conflicts.setdefault(gid, []).append(
+                        f"{CONFLICT}: {key} is {value!r} here but stage {origin[key]} recorded "
+                        f"{table[key]!r}")
+            else:
+                table.setdefault(key, value)
+                origin.setdefault(key, stage)
+    return IdentityMerge(table, {k: sorted(set(v)) for k, v in conflicts.items()})
+
+
+# ----------------------------------------------------------------------------- building
+
+def _write_traceback(run_dir: Path, folder: str, gate_id: str, text: str) -> EvidenceRef:
+    base = Path(run_dir) / EVIDENCE_DIR / folder
+    path = base / error_filename(gate_id)
+    n = 1
+    while path.exists():  # a gate's own traceback is never replaced
+        n += 1
+        path = base / error_filename(f"{gate_id}.{n}")
+    sha = canonical.write_json(path, error_document(gate_id, text))
+    return EvidenceRef(TRACEBACK_EVIDENCE, path.relative_to(run_dir).as_posix(), sha)
+
+
+_BROKEN = f"{PrerequisiteBroken.__module__}.{PrerequisiteBroken.__qualname__}"
+
+
+def _final_exception(text: str) -> str | None:
+    """The qualified class name of the exception a formatted traceback ends with, if any.
+
+    The last ``Traceback (most recent call last):`` block is the exception that escaped
+    (earlier blocks are its causes); its frames are indented, and the first line after
+    them names the class. A text that is not a traceback (a stage that wrote no record)
+    names none.
+    """
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if not line.startswith(" "):
+            return line.split(":", 1)[0].strip() or None
+    return None
+
+
+def _error_record(run_dir: Path, folder: str, gate_id: str, text: str) -> GateRecord:
+    ref = _write_traceback(run_dir, folder, gate_id, text)
+    return GateRecord(gate_id, Status.ERROR, Reason(ERROR_EXCEPTION, text), (ref,))
+
+
+def _read_stage_files(run_dir: Path) -> tuple[dict, dict]:
+    files, broken = {}, {}
+    for stage in gates.STAGES:
+        try:
+            data = read_stage_file(run_dir, stage)
+            if data is not None:
+                if not isinstance(data, dict) or not isinstance(data.get("gates"), list):
+                    raise EvidenceError(f"{GATES_DIR}/{stage}.json is not a stage record")
+                for rec in data["gates"]:
+                    GateRecord.from_record(rec)
+            files[stage] = data
+        except Exception:  # noqa: BLE001 - an unreadable stage file makes its gates ERROR
+            broken[stage] = traceback.format_exc()
+    return files, broken
+
+
+def collect_records(run_dir: Path, stage_errors: dict[str, str] | None = None
+                    ) -> tuple[dict[str, GateRecord], dict[str, Any]]:
+    """Gather every gate's record and the merged identity table from a run directory.
+
+    A gate without a record (its stage crashed, or never ran) becomes ERROR, citing a
+    traceback written now, when its stage is named in ``stage_errors`` or its stage file
+    is unreadable; else NOT_RUN(prerequisite) if a prerequisite did not pass; else ERROR
+    ("stage wrote no record"): never PASS. A judged gate whose identities contradict an
+    earlier stage's becomes FAIL with the conflict as its reason.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory.
+    stage_errors : dict, optional
+        Stage name to the error text of a notebook that raised.
+
+    Returns
+    -------
+    (records, identities)
+    """
+    run_dir = Path(run_dir)
+    stage_errors = dict(stage_errors or {})
+    files, broken = _read_stage_files(run_dir)
+    for stage, text in broken.items():
+        stage_errors[stage] = (stage_errors.get(stage, "") + "\n" + text).strip()
+    merged = merge_identities(files)
+    records: dict[str, GateRecord] = {}
+    for stage, data in files.items():
+        if data is None:
+            continue
+        for raw in data["gates"]:
+            rec = GateRecord.from_record(raw)
+            if rec.id in merged.conflicts and rec.status in (Status.PASS, Status.FAIL):
+                rec = GateRecord(rec.id, Status.FAIL, Reason(
+                    "rule", "; ".join(merged.conflicts[rec.id])), rec.evidence, rec.identities)
+            records[rec.id] = rec
+    for g in gates.GATES:
+        if g.id in records:
+            continue
+        if g.stage in stage_errors:
+            records[g.id] = _error_record(run_dir, g.stage, g.id, (
+                f"stage {g.stage} raised before judging this gate:\n{stage_errors[g.stage]}"))
+            continue
+        unmet = [p for p in g.prerequisites
+                 if p in records and records[p].status is not Status.PASS]
+        if unmet:
+            records[g.id] = GateRecord(g.id, Status.NOT_RUN, Reason(
+                NotRunKind.PREREQUISITE.value,
+                ", ".join(f"{p} is {records[p].status.value}" for p in unmet)))
+        else:
+            records[g.id] = _error_record(run_dir, g.stage, g.id,
+                                          f"stage {g.stage} wrote no record for this gate")
+    return records, merged.table
+
+
+def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> dict:
+    """Write ``receipt.json`` for a run directory and return it.
+
+    Never raises for a problem inside the run: if anything goes wrong while collecting
+    the records, every gate becomes ERROR citing that traceback, and a receipt with the
+    verdict REJECTED is still written.
+
+    Parameters
+    ----------
+    run_dir : Path
+        A run directory whose stages have finished.
+    stage_errors : dict, optional
+        Stages whose notebook raised, with the error text.
+
+    Returns
+    -------
+    dict
+        The receipt as written.
+    """
+    run_dir = Path(run_dir)
+    try:
+        run = canonical.read_json(run_dir / RUN_FILE)
+        records, identities = collect_records(run_dir, stage_errors)
+    except Exception:  # noqa: BLE001 - always a verdict, never an abort without one
+        text = "building the receipt failed:\n" + traceback.format_exc()
+        try:
+            run = canonical.read_json(run_dir / RUN_FILE)
+        except Exception:  # noqa: BLE001
+            run = {}
+        records = {g.id: _error_record(run_dir, RECEIPT_ERRORS, g.id, text) for g in gates.GATES}
+        identities = {}
+    statuses = {k: r.status for k, r in records.items()}
+    receipt = {
+        "schema": SCHEMA,
+        "run_id": run.get("run_id", run_dir.name),
+        "name": run.get("name"),
+        "params_sha256": run.get("params_sha256"),
+        "host": run.get("host"),
+        "packages": run.get("packages", {}),
+        "identities": identities,
+        "gates": [dict(records[g.id].to_record(), stage=g.stage, required=g.required)
+                  for g in gates.GATES],
+        "verdict": gates.verdict(statuses).value,
+        "files": [{"path": p, "sha256": canonical.sha256_file(run_dir / p)}
+                  for p in _covered_files(run_dir)],
+    }
+    canonical.write_json(run_dir / RECEIPT_FILE, receipt)
+    return receipt
+
+
+# ----------------------------------------------------------------------------- verifying
+
+@dataclass
+class VerifyResult:
+    """Outcome of :func:`verify`.
+
+    Attributes
+    ----------
+    ok : bool
+        True when every check held.
+    problems : list of str
+        Each disagreement found, naming the file or gate.
+    verdict : str or None
+        The verdict recomputed from the evidence (None if it could not be).
+    """
+
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    verdict: str | None = None
+
+
+def _identity_value_problem(key: str, value: Any) -> str | None:
+    if key.endswith("sha256") or key.endswith("digest"):
+        if not canonical.is_sha256(value):
+            return f"identity {key}: malformed digest {value!r}"
+    if key.endswith(".tree") or key.endswith(".commit"):
+        if not (isinstance(value, str) and len(value) == 40
+                and all(c in "0123456789abcdef" for c in value)):
+            return f"identity {key}: malformed git id {value!r}"
+    return None
+
+
+def host_capabilities(host: Any) -> dict[str, bool]:
+    """Each capability of a stored host record, re-derived from its facts.
+
+    The stored ``capabilities`` booleans are not trusted: the same checks that decide on
+    a live host (:class:`verifylib.runtime.capabilities.HostCapabilities`) are applied to the
+    recorded system, macOS version and ``coremlc`` path.
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If the record is malformed (a ``ValueError``).
+    """
+    if not isinstance(host, Mapping):
+        raise EvidenceInvalid("host record is not a mapping")
+    ver = host.get("macos_version")
+    if ver is not None:
+        if not isinstance(ver, str) or not re.fullmatch(r"\d+(\.\d+)*", ver):
+            raise EvidenceInvalid(f"malformed macos_version {ver!r}")
+        ver = tuple(int(x) for x in ver.split("."))
+    if (ver is None) != (host.get("system") != "Darwin"):
+        raise EvidenceInvalid("macos_version contradicts the system")
+    coremlc = host.get("coremlc")
+    if coremlc is not None and not isinstance(coremlc, str):
+        raise EvidenceInvalid("malformed coremlc")
+    hc = HostCapabilities(str(host.get("system")), str(host.get("machine")), ver, coremlc)
+    return {c.value: hc.has(c) for c in gates.Capability}
+
+
+def _named_gates(detail: str, candidates) -> list[str]:
+    return [c for c in candidates if re.search(rf"(?<![\w.]){re.escape(c)}(?![\w.])", detail)]
+
+
+class _Checker:
+    """One verification pass over a run directory (state shared by the checks)."""
+
+    def __init__(self, run_dir: Path, receipt: dict, allow_simulated: bool):
+        self.run_dir = run_dir
+        self.receipt = receipt
+        self.allow_simulated = allow_simulated
+        self.problems: list[str] = []
+        self.verified: dict[str, Status | None] = {}
+
+    def files(self) -> None:
+        listed = {}
+        for f in self.receipt.get("files", []):
+            path, sha = (f.get("path"), f.get("sha256")) if isinstance(f, dict) else (None, None)
+            if not isinstance(path, str) or PurePosixPath(path).is_absolute() or \
+                    ".." in PurePosixPath(path).parts:
+                self.problems.append(f"receipt lists a bad path {path!r}")
+                continue
+            listed[path] = sha
+            if not canonical.is_sha256(sha):
+                self.problems.append(f"{path}: malformed digest {sha!r}")
+            elif not (self.run_dir / path).is_file():
+                self.problems.append(f"{path}: missing")
+            elif canonical.sha256_file(self.run_dir / path) != sha:
+                self.problems.append(f"{path}: changed (SHA-256 differs from the receipt)")
+        for path in _covered_files(self.run_dir):
+            if path not in listed:
+                self.problems.append(f"{path}: present but not listed in the receipt")
+        if RUN_FILE not in listed:
+            self.problems.append(f"{RUN_FILE}: not covered by the receipt")
+
+    def run_record(self) -> tuple[dict, dict]:
+        try:
+            run = canonical.read_json(self.run_dir / RUN_FILE)
+            if not isinstance(run, dict):
+                raise EvidenceInvalid("not a mapping")
+        except (OSError, ValueError) as exc:
+            self.problems.append(f"{RUN_FILE}: unreadable: {exc}")
+            return {}, {}
+        host = run.get("host")
+        if self.receipt.get("host") != host:
+            self.problems.append("host record: the receipt's differs from run.json's")
+        params = run.get("params")
+        if canonical.sha256_bytes(canonical.dumps(params)) != run.get("params_sha256") or \
+                self.receipt.get("params_sha256") != run.get("params_sha256"):
+            self.problems.append("parameters: run.json's params do not hash to the bound "
+                                 "params_sha256")
+        if isinstance(host, Mapping) and host.get("simulated", False) is not False and \
+                not self.allow_simulated:
+            self.problems.append("host record: the run was made on a simulated host "
+                                 "(verify --allow-simulated to inspect it anyway)")
+        try:
+            caps = host_capabilities(host)
+        except ValueError as exc:
+            self.problems.append(f"host record: {exc}")
+            return run, {}
+        stored = host.get("capabilities") if isinstance(host, Mapping) else None
+        if stored != caps:
+            self.problems.append(f"host record: stored capabilities {stored!r} do not follow "
+                                 f"from its facts {caps!r}")
+        return run, caps
+
+    def rows(self) -> dict[str, dict]:
+        gate_rows = self.receipt.get("gates", [])
+        rows = {g.get("id"): g for g in gate_rows if isinstance(g, dict)} \
+            if isinstance(gate_rows, list) else {}
+        if not isinstance(gate_rows, list) or len(rows) != len(gate_rows):
+            self.problems.append("receipt gate rows are malformed or duplicated")
+        unknown = sorted(set(rows) - set(gates.BY_ID), key=str)
+        if unknown:
+            self.problems.append(f"receipt names unknown gates: {unknown}")
+        return rows
+
+    def justify(self, g: gates.Gate, rec: GateRecord, run: dict, caps: dict,
+                conflicts: dict) -> list[str]:
+        """Problems with ``rec`` as the status of ``g``; empty when it is justified."""
+        if rec.status in (Status.PASS, Status.FAIL):
+            return self._judged(g, rec, caps, conflicts)
+        if rec.status is Status.ERROR:
+            return self._error(g, rec)
+        return self._not_run(g, rec, run, caps)
+
+    def _judged(self, g, rec, caps, conflicts) -> list[str]:
+        out = []
+        st = rec.status.value
+        if not caps.get(g.capability.value, False):
+            out.append(f"gate {g.id}: {st} recorded on a host without capability "
+                       f"{g.capability.value}")
+        if not g.implemented or g.id not in rules.RULES:
+            return out + [f"gate {g.id}: {st} but this version has no rule to re-judge it"]
+        if not rec.evidence:
+            return out + [f"gate {g.id}: {st} without evidence"]
+        try:
+            view = EvidenceView(self.run_dir, rec.evidence, rec.identities)
+            j = rules.judge(g.id, view)
+        except EvidenceError as exc:
+            return out + [f"gate {g.id}: {exc}"]
+        except Exception as exc:  # noqa: BLE001 - a rule that cannot read it rejects it
+            return out + [f"gate {g.id}: evidence does not support re-judging "
+                          f"({type(exc).__name__}: {exc})"]
+        if g.id in conflicts:
+            want = "; ".join(conflicts[g.id])
+            if rec.status is not Status.FAIL or rec.reason.detail != want:
+                out.append(f"gate {g.id}: recorded {st} but its identities conflict with an "
+                           f"earlier stage's ({want})")
+            return out
+        if j.status is not rec.status:
+            out.append(f"gate {g.id}: recorded {st} but the evidence gives "
+                       f"{j.status.value} ({j.detail})")
+        elif j.status is Status.PASS and view.unread():
+            out.append(f"gate {g.id}: PASS cites evidence its rule does not read: "
+                       f"{view.unread()}")
+        return out
+
+    def _error(self, g, rec) -> list[str]:
+        # Both kinds rest on the same stored traceback; which one a gate carries is the
+        # stage's account of the exception and does not move the verdict.
+        if rec.reason.kind not in ERROR_KINDS:
+            return [f"gate {g.id}: ERROR with reason kind {rec.reason.kind!r}"]
+        if not rec.reason.detail.strip():
+            return [f"gate {g.id}: ERROR without its error text"]
+        tb = [r for r in rec.evidence if r.name == TRACEBACK_EVIDENCE]
+        if len(tb) != 1:
+            return [f"gate {g.id}: ERROR does not cite exactly one stored traceback"]
+        try:
+            doc = EvidenceView(self.run_dir, rec.evidence).json(TRACEBACK_EVIDENCE)
+        except EvidenceError as exc:
+            return [f"gate {g.id}: {exc}"]
+        if not isinstance(doc, dict) or doc.get("schema") != ERROR_SCHEMA or \
+                doc.get("gate") != g.id or not isinstance(doc.get("traceback"), str) or \
+                not doc["traceback"].strip():
+            return [f"gate {g.id}: ERROR cites {tb[0].path}, which is not its traceback"]
+        if doc["traceback"] != rec.reason.detail:
+            return [f"gate {g.id}: ERROR text differs from its stored traceback"]
+        want = (ERROR_PREREQUISITE_BROKEN if _final_exception(doc["traceback"]) == _BROKEN
+                else ERROR_EXCEPTION)
+        if rec.reason.kind != want:
+            return [f"gate {g.id}: ERROR({rec.reason.kind}) but its traceback says {want}"]
+        return []
+
+    def _not_run(self, g, rec, run, caps) -> list[str]:
+        kind, detail = rec.reason.kind, rec.reason.detail
+        if rec.evidence:
+            return [f"gate {g.id}: NOT_RUN but cites evidence"]
+        if kind == NotRunKind.PLATFORM.value:
+            if g.capability.value not in caps:
+                return [f"gate {g.id}: NOT_RUN(platform) but no usable host record says "
+                        f"what the host lacks"]
+            if caps[g.capability.value]:
+                return [f"gate {g.id}: NOT_RUN(platform) but the host record has "
+                        f"{g.capability.value}"]
+        elif kind == NotRunKind.PREREQUISITE.value:
+            named = _named_gates(detail, g.prerequisites)
+            unmet = [p for p in named if self.verified.get(p) is not Status.PASS]
+            if not unmet:
+                return [f"gate {g.id}: NOT_RUN(prerequisite) names no prerequisite that did "
+                        f"not pass ({detail!r}; verified: "
+                        f"{ {p: getattr(self.verified.get(p), 'value', None) for p in g.prerequisites} })"]
+        elif kind == NotRunKind.DISABLED.value:
+            key = gates.disabling_key(g, run.get("params") or {})
+            if key is None or key not in detail:
+                return [f"gate {g.id}: NOT_RUN(disabled) but the bound parameters do not "
+                        f"disable it"]
+        elif kind == NotRunKind.NOT_IMPLEMENTED.value:
+            if g.implemented:
+                return [f"gate {g.id}: NOT_RUN(not-implemented) but this version implements it"]
+        return []
+
+
+def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResult:
+    """Re-verify a run directory from its files alone.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A published run directory holding ``receipt.json``.
+    allow_simulated : bool
+        Accept a run recorded on a simulated host (tests only).
+
+    Returns
+    -------
+    VerifyResult
+        ``ok`` is False, with the problems named, on a missing or changed file, a
+        malformed digest, a status the validator cannot re-justify, a launch that no gate
+        or two gates cite, an edited verdict, or disagreeing identities.
+    """
+    run_dir = Path(run_dir)
+    rpath = run_dir / RECEIPT_FILE
+    if not rpath.is_file():
+        return VerifyResult(False, [f"{rpath}: receipt missing"])
+    try:
+        receipt = canonical.read_json(rpath)
+    except ValueError as exc:
+        return VerifyResult(False, [f"{rpath}: not strict JSON: {exc}"])
+    if not isinstance(receipt, dict) or receipt.get("schema") != SCHEMA:
+        return VerifyResult(False, [f"{rpath}: not a {SCHEMA} receipt"])
+
+    chk = _Checker(run_dir, receipt, allow_simulated)
+    chk.files()
+    run, caps = chk.run_record()
+    rows = chk.rows()
+    files, broken = _read_stage_files(run_dir)
+    for stage, text in broken.items():
+        chk.problems.append(f"{GATES_DIR}/{stage}.json: unreadable: {text.strip().splitlines()[-1]}")
+    sidecar = {rec["id"]: rec for data in files.values() if data for rec in data["gates"]}
+    merged = merge_identities(files)
+
+    table = receipt.get("identities", {})
+    if not isinstance(table, dict):
+        chk.problems.append("identity table malformed")
+        table = {}
+    if table != merged.table:
+        chk.problems.append("identity table: the receipt's differs from the stages' merged "
+                            "identities")
+    for key, value in table.items():
+        msg = _identity_value_problem(key, value)
+        if msg:
+            chk.problems.append(msg)
+
+    statuses: dict[str, Status] = {}
+    records: dict[str, GateRecord] = {}
+    for g in gates.GATES:  # table order: prerequisites are verified before dependants
+        row = rows.get(g.id)
+        if row is None:
+            chk.problems.append(f"gate {g.id}: missing from the receipt")
+            continue
+        if row.get("stage") != g.stage or row.get("required") != g.required:
+            chk.problems.append(f"gate {g.id}: stage/required differ from the registry")
+        core = {k: v for k, v in row.items() if k not in ("stage", "required")}
+        try:
+            rec = GateRecord.from_record(core)
+        except EvidenceError as exc:
+            msg = str(exc)
+            chk.problems.append(msg if msg.startswith(f"gate {g.id}") else f"gate {g.id}: {msg}")
+            continue
+        statuses[g.id] = rec.status
+        records[g.id] = rec
+        if g.id in sidecar and sidecar[g.id] != core and not (
+                g.id in merged.conflicts and rec.status is Status.FAIL):
+            chk.problems.append(f"gate {g.id}: receipt row differs from "
+                                f"{GATES_DIR}/{g.stage}.json")
+        for k, v in rec.identities.items():
+            if table.get(k) != v and g.id not in merged.conflicts:
+                chk.problems.append(f"gate {g.id}: identity {k} differs from the identity table")
+        found = chk.justify(g, rec, run, caps, merged.conflicts)
+        chk.problems += found
+        chk.verified[g.id] = None if found else rec.status
+
+    # Prerequisites: nothing passes on top of a gate that did not (an identity conflict
+    # found when the receipt was built does not count: the dependant ran on a PASS).
+    for g in gates.GATES:
+        if statuses.get(g.id) is Status.PASS:
+            for p in g.prerequisites:
+                if statuses.get(p) is not Status.PASS and not (
+                        p in merged.conflicts and statuses.get(p) is Status.FAIL):
+                    chk.problems.append(f"gate {g.id}: PASS although prerequisite {p} is "
+                                        f"{getattr(statuses.get(p), 'value', 'missing')}")
+
+    # Every launch of a whisper.cpp binary is owned by exactly one gate.
+    try:
+        chk.problems += ledger.check(run_dir, records)
+    except Exception as exc:  # noqa: BLE001 - an unreadable ledger rejects the run
+        chk.problems.append(f"{ledger.LEDGER_FILE}: unreadable: {type(exc).__name__}: {exc}")
+
+    recomputed = None
+    if len(statuses) == len(gates.GATES):
+        recomputed = gates.verdict(statuses).value
+        if receipt.get("verdict") != recomputed:
+            chk.problems.append(f"verdict: receipt says {receipt.get('verdict')!r}, evidence "
+                                f"gives {recomputed!r}")
+    return VerifyResult(not chk.problems, chk.problems, recomputed)

@@ -1,0 +1,871 @@
+"""Typed results of the stages, handed from a stage's ``run`` to its view and its notebook.
+
+A stage's gate records and evidence are the audit; these dataclasses are what a reader
+(or a researcher in the notebook) looks at next to them: the A/B outcome counts, each
+parity candidate's measurements and drift, each clip's transcripts and WER, each compute
+plan. They are built from the same values the stage wrote as evidence, never re-measured.
+Stages 01 and 02 have no nested results: their ``StageReport.facts`` is a flat table of
+labelled values.
+
+One code path: each stage builds its result (or facts) with this module's
+``*_from_evidence`` function from the evidence files its gates cite, right after writing
+them, and :func:`verifylib.open_run` calls the same function on a published run; every
+file is digest-checked on the way (:func:`judged_evidence`). This module stays light (no
+torch, coremltools or matplotlib): views and notebooks import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = [
+    "LifecycleSide", "LifecycleSummary", "SanitizerSide", "SanitizerSummary",
+    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult",
+    "parity_result_from_evidence", "ClipResult", "CorpusWer",
+    "WerResult", "PlacementResult", "PRIVATE", "WER_FIELDS", "PLAN_VARIANTS", "judged_evidence",
+    "canary_result_from_evidence",
+    "wer_result_from_evidence", "placement_result_from_evidence", "build_facts_from_evidence",
+    "export_facts_from_evidence", "describe_run",
+]
+
+
+def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str):
+    """The verified evidence of ``gate_id`` if its rule judged it on a file named ``name``.
+
+    The ``*_from_evidence`` builders below read a stage's result through this one door:
+    a gate contributes to the result exactly when its rule judged it (PASS or FAIL) and
+    its record cites the document the stage writes for it. Such evidence is complete (the
+    stage writes it all before the rule judges it, and the rule read it); a gate that did
+    not run, or broke (ERROR, perhaps with partial evidence), contributes nothing. Every
+    cited file is digest-checked before anything is read.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord`.
+    gate_id : str
+        The gate.
+    name : str
+        The evidence name of its main document (``"lifecycle"``, ``"wer"``, ...).
+
+    Returns
+    -------
+    verifylib.evidence.records.EvidenceView or None
+
+    Raises
+    ------
+    verifylib.evidence.records.EvidenceError
+        If a cited file is missing or its digest differs from the record.
+    """
+    from pathlib import Path
+
+    from verifylib.evidence.records import EvidenceView
+    from verifylib.evidence.gates import Status
+
+    rec = records.get(gate_id)
+    if rec is None or rec.status not in (Status.PASS, Status.FAIL) \
+            or not any(r.name == name for r in rec.evidence):
+        return None
+    return EvidenceView(Path(run_dir), rec.evidence, rec.identities)
+
+
+# ----------------------------------------------------------------------------- 03_canary
+
+_SIDES = ("unpatched", "patched")
+"""The two builds of the lifecycle A/B and of ``canary.sanitizer``, in display order."""
+
+@dataclass(frozen=True)
+class LifecycleSide:
+    """One build's side of the lifecycle A/B.
+
+    Attributes
+    ----------
+    available : bool
+        False when the build is missing (``reason`` says why).
+    reason : str
+        Why the side is unavailable ("" otherwise).
+    binary_sha256 : str or None
+        The whisper-cli that ran.
+    counts : dict
+        Outcome label -> number of runs.
+    wall_s_median, wall_s_total : float or None
+        Wall times of the runs.
+    """
+
+    available: bool
+    reason: str = ""
+    binary_sha256: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    wall_s_median: float | None = None
+    wall_s_total: float | None = None
+
+
+@dataclass(frozen=True)
+class LifecycleSummary:
+    """The batch-lifecycle A/B: the trigger, and per side what happened.
+
+    Attributes
+    ----------
+    runs_per_side : int
+    trigger : str
+        The trigger arguments, joined.
+    sides : dict
+        ``"unpatched"`` / ``"patched"`` -> :class:`LifecycleSide`.
+    """
+
+    runs_per_side: int
+    trigger: str
+    sides: Mapping[str, LifecycleSide]
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any]) -> "LifecycleSummary":
+        """Build from the ``lifecycle`` evidence document of ``canary.lifecycle_ab``."""
+        import statistics
+
+        sides = {}
+        for side in _SIDES:
+            s = doc["sides"][side]
+            if not s.get("available"):
+                sides[side] = LifecycleSide(False, reason=s.get("reason", ""))
+                continue
+            walls = [r["wall_s"] for r in s["runs"]]
+            sides[side] = LifecycleSide(True, binary_sha256=s["binary_sha256"],
+                                        counts=dict(s["counts"]),
+                                        wall_s_median=round(statistics.median(walls), 3),
+                                        wall_s_total=round(sum(walls), 3))
+        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
+
+    def outcome_counts(self) -> dict[str, dict[str, int]]:
+        """Build side -> run outcome -> number of runs (available sides only)."""
+        return {side: dict(s.counts) for side, s in self.sides.items() if s.available}
+
+
+@dataclass(frozen=True)
+class SanitizerSide:
+    """One AddressSanitizer build's side of ``canary.sanitizer``.
+
+    Attributes
+    ----------
+    available : bool
+        False when the build is missing (``reason`` says why).
+    reason : str
+        Why the side is unavailable ("" otherwise).
+    binary_sha256 : str or None
+        The ASan whisper-cli that ran.
+    variant : str or None
+        Its build variant (``ggml-unpatched-asan`` or ``ggml-asan``).
+    outcomes : dict
+        What runs ended with -> number of runs: the report's one-line description, or the
+        lifecycle outcome followed by ``, no sanitizer report``.
+    kind : str or None
+        The first report's kind in ASan's words (None when no run printed one).
+    frames : tuple of str
+        The first report's stack, one ``#N function location`` per frame.
+    wall_s_median : float or None
+        Median wall time of the runs.
+    """
+
+    available: bool
+    reason: str = ""
+    binary_sha256: str | None = None
+    variant: str | None = None
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    kind: str | None = None
+    frames: tuple[str, ...] = ()
+    wall_s_median: float | None = None
+
+
+@dataclass(frozen=True)
+class SanitizerSummary:
+    """``canary.sanitizer``: the trigger under AddressSanitizer, per side what it printed.
+
+    Attributes
+    ----------
+    runs_per_side : int
+    trigger : str
+        The trigger arguments, joined.
+    asan_options : str
+        The ``ASAN_OPTIONS`` every run got.
+    sides : dict
+        ``"unpatched"`` / ``"patched"`` -> :class:`SanitizerSide`.
+    """
+
+    runs_per_side: int
+    trigger: str
+    asan_options: str
+    sides: Mapping[str, SanitizerSide]
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any]) -> "SanitizerSummary":
+        """Build from the ``sanitizer`` evidence document of ``canary.sanitizer``: per side
+        what each run ended with, and the first report's kind and frames."""
+        import statistics
+        from collections import Counter
+
+        from verifylib.runtime.sanitizer import Frame
+
+        sides = {}
+        for side in _SIDES:
+            s = doc["sides"][side]
+            if not s.get("available"):
+                sides[side] = SanitizerSide(False, reason=s.get("reason", ""))
+                continue
+            runs = s.get("runs", [])
+            labels = Counter(r["report"]["described"] if r.get("report")
+                             else f"{r['outcome']}, no sanitizer report" for r in runs)
+            first = next((r["report"] for r in runs if r.get("report")), None)
+            frames = tuple(Frame(**f).text() for f in (first or {}).get("frames", []))
+            walls = [r["wall_s"] for r in runs]
+            sides[side] = SanitizerSide(
+                True, binary_sha256=s["binary_sha256"], variant=s["build"]["variant"],
+                outcomes=dict(sorted(labels.items())), kind=first["kind"] if first else None,
+                frames=frames,
+                wall_s_median=round(statistics.median(walls), 3) if walls else None)
+        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), doc["asan_options"], sides)
+
+
+@dataclass(frozen=True)
+class NegativeControl:
+    """The Core ML negative control's one run.
+
+    Attributes
+    ----------
+    outcome, detail : str
+        The classifier's label and its explanation.
+    wall_s : float
+    returncode, signal : int or None
+    scratch_listing : list of str
+        What the scratch folder held (the model alone, no ``.mlmodelc``).
+    """
+
+    outcome: str
+    detail: str
+    wall_s: float
+    returncode: int | None
+    signal: int | None
+    scratch_listing: list[str]
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
+                      stdout: bytes) -> "NegativeControl":
+        """Build from the ``negative`` document and the run's stored streams; the outcome
+        and its explanation are the runtime contract's classifier re-run on them."""
+        from verifylib.runtime.contracts import classify_negative
+
+        run = doc["run"]
+        c = classify_negative(run, stderr, stdout)
+        return cls(c.outcome, c.detail, run["wall_s"], run["returncode"], run["signal"],
+                   list(doc["scratch_listing"]))
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Labelled values for a key/value table, in display order."""
+        return [("outcome", self.outcome), ("detail", self.detail), ("wall_s", self.wall_s),
+                ("returncode", self.returncode), ("signal", self.signal),
+                ("scratch_listing", self.scratch_listing)]
+
+
+@dataclass(frozen=True)
+class PositiveControl:
+    """The Core ML positive gate's warm-up and measured run.
+
+    Attributes
+    ----------
+    outcome, detail : str
+        The classifier's label and its explanation (measured run).
+    warmup_wall_s, measured_wall_s : float
+    warmup_encode_ms, measured_encode_ms : float or None
+        whisper.cpp's own ``encode time``.
+    transcript : str
+        The measured run's stdout, stripped.
+    """
+
+    outcome: str
+    detail: str
+    warmup_wall_s: float
+    measured_wall_s: float
+    warmup_encode_ms: float | None
+    measured_encode_ms: float | None
+    transcript: str
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
+                      stdout: bytes) -> "PositiveControl":
+        """Build from the ``positive`` document and the measured run's stored streams; the
+        outcome is the four-condition classifier re-run on them."""
+        from verifylib.runtime.contracts import classify_positive
+
+        c = classify_positive(doc["measured"], stderr, stdout)
+        return cls(c.outcome, c.detail, doc["warmup"]["wall_s"], doc["measured"]["wall_s"],
+                   doc["warmup"]["encode_time_ms"], doc["measured"]["encode_time_ms"],
+                   stdout.decode("utf-8", "replace").strip())
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Labelled values for a key/value table, in display order."""
+        return [("outcome", self.outcome), ("detail", self.detail),
+                ("warm-up wall s", self.warmup_wall_s), ("measured wall s", self.measured_wall_s),
+                ("warm-up encode time ms", self.warmup_encode_ms),
+                ("measured encode time ms", self.measured_encode_ms),
+                ("transcript", self.transcript)]
+
+
+@dataclass
+class CanaryResult:
+    """Stage 03's result: whichever of the canaries ran."""
+
+    lifecycle: LifecycleSummary | None = None
+    sanitizer: SanitizerSummary | None = None
+    negative: NegativeControl | None = None
+    positive: PositiveControl | None = None
+
+
+def canary_result_from_evidence(run_dir, records: Mapping[str, Any]) -> CanaryResult:
+    """Stage 03's result, read from the evidence its gates cite (digest-checked).
+
+    The stage returns exactly this (built from the files it just wrote), and
+    :func:`verifylib.open_run` builds it the same way from a published run.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the canary gates).
+
+    Returns
+    -------
+    CanaryResult
+        A canary is None unless its gate was judged (PASS or FAIL; see
+        :func:`judged_evidence`).
+    """
+    out = CanaryResult()
+    v = judged_evidence(run_dir, records, "canary.lifecycle_ab", "lifecycle")
+    if v is not None:
+        out.lifecycle = LifecycleSummary.from_evidence(v.json("lifecycle"))
+    v = judged_evidence(run_dir, records, "canary.sanitizer", "sanitizer")
+    if v is not None:
+        out.sanitizer = SanitizerSummary.from_evidence(v.json("sanitizer"))
+    v = judged_evidence(run_dir, records, "canary.coreml_negative", "negative")
+    if v is not None:
+        out.negative = NegativeControl.from_evidence(
+            v.json("negative"), v.bytes("negative_stderr"), v.bytes("negative_stdout"))
+    v = judged_evidence(run_dir, records, "canary.coreml_positive", "positive")
+    if v is not None:
+        out.positive = PositiveControl.from_evidence(
+            v.json("positive"), v.bytes("measured_stderr"), v.bytes("measured_stdout"))
+    return out
+
+
+# ----------------------------------------------------------------------------- 04_parity
+
+@dataclass(frozen=True)
+class Drift:
+    """Where and how a candidate departs from the reference (the fixture input).
+
+    Attributes
+    ----------
+    frames : dict
+        Execution mode -> SNR (dB) per encoder output frame.
+    histogram : dict
+        Execution mode -> ``{"edges", "counts", "zeros"}`` of the absolute error.
+    layers : dict
+        Execution mode -> ``[{"label", "value", "snr_db"}]`` along the residual stream
+        (program candidates only).
+    speech_frames : int or None
+        Output frames covered by the fixture's audio (the rest is padding).
+    layers_unavailable : str or None
+        Why there is no per-layer curve, if there is none.
+    op_counts : dict
+        Operation type -> count in the program (program candidates).
+    timings : dict
+        Executor, load and predict seconds as measured.
+    """
+
+    frames: Mapping[str, list]
+    histogram: Mapping[str, Mapping[str, Any]]
+    layers: Mapping[str, list] = field(default_factory=dict)
+    speech_frames: int | None = None
+    layers_unavailable: str | None = None
+    op_counts: Mapping[str, int] = field(default_factory=dict)
+    timings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_evidence(cls, doc: Mapping[str, Any]) -> "Drift":
+        """Build from a ``drift`` evidence document as the parity stage writes it."""
+        timings = {k: doc[k] for k in ("executor_seconds", "load_seconds", "predict_seconds")
+                   if k in doc}
+        return cls(frames=dict(doc.get("frames", {})), histogram=dict(doc.get("histogram", {})),
+                   layers=dict(doc.get("layers", {})), speech_frames=doc.get("speech_frames"),
+                   layers_unavailable=doc.get("layers_unavailable"),
+                   op_counts=dict(doc.get("op_counts", {})), timings=timings)
+
+
+@dataclass(frozen=True)
+class ParityCandidate:
+    """One parity gate's candidate, its measurements and its drift.
+
+    Attributes
+    ----------
+    gate : str
+        ``parity.program``, ``parity.runtime``, …
+    variant : str
+        ``fp32`` or ``fp16``.
+    kind : str
+        ``program`` (the ML program executed op by op) or ``runtime`` (Core ML).
+    status, detail : str
+        The gate's status and its rule's explanation.
+    measurements : list of dict
+        ``{input, execution, metrics, seconds}`` per input and execution mode.
+    drift : Drift
+    policy : dict
+        The frozen policy's rules.
+    reference_seconds : dict
+        Input kind -> HF encoder wall time.
+    attribution : verifylib.numerics.drift.Attribution or None
+        Op-level attribution of the drift (program candidates).
+    outputs : mapping or None
+        The candidate's outputs as stored (:class:`verifylib.numerics.arrays.ArrayFile`):
+        ``fixture`` and ``random`` (the gated execution) and, for program candidates,
+        ``layer_frame_snr_db`` (one row per residual-stream point, one column per frame).
+    """
+
+    gate: str
+    variant: str
+    kind: str
+    status: str
+    detail: str
+    measurements: list[dict]
+    drift: Drift
+    policy: Mapping[str, Any]
+    reference_seconds: Mapping[str, float]
+    attribution: Any = None
+    outputs: Mapping[str, Any] | None = None
+
+
+@dataclass
+class ParityResult:
+    """Stage 04's result: the reference's description and inputs, and each candidate.
+
+    ``reference_outputs`` (:class:`verifylib.numerics.arrays.ArrayFile`) holds the Hugging Face
+    encoder's ``fixture`` and ``random`` outputs as stored.
+    """
+
+    reference: Mapping[str, Any] | None = None
+    inputs: Mapping[str, Any] | None = None
+    candidates: dict[str, ParityCandidate] = field(default_factory=dict)
+    reference_outputs: Mapping[str, Any] | None = None
+
+
+REFERENCE_ARRAYS = "reference_outputs"
+"""Evidence name of the Hugging Face outputs (``fixture``, ``random``) every parity gate cites."""
+
+CANDIDATE_ARRAYS = "outputs"
+"""Evidence name of a parity candidate's stored outputs (:attr:`ParityCandidate.outputs`)."""
+
+ATTRIBUTION = "attribution"
+"""Evidence name of a program candidate's op-level attribution."""
+
+PARITY_GATES = ("parity.program", "parity.runtime", "parity.program_fp16",
+                "parity.runtime_fp16")
+
+
+def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityResult:
+    """Stage 04's result, read from the evidence its gates cite (digest-checked).
+
+    The stage builds its own result with this function right after writing the evidence,
+    and :func:`verifylib.open_run` builds it the same way from a published run, so both
+    show the same thing. Arrays are not read here: they load lazily, digest-bound
+    (:class:`verifylib.numerics.arrays.ArrayFile`).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the parity gates).
+
+    Returns
+    -------
+    ParityResult
+        One candidate per parity gate its rule judged (PASS or FAIL), see
+        :func:`judged_evidence`.
+    """
+    from pathlib import Path
+
+    from verifylib.numerics.arrays import ArrayFile
+    from verifylib.numerics.drift import Attribution
+
+    run_dir = Path(run_dir)
+    result = ParityResult()
+    for gid in PARITY_GATES:
+        view = judged_evidence(run_dir, records, gid, "parity")
+        if view is None:
+            continue
+        rec = records[gid]
+        doc = view.json("parity")
+        drift = view.json("drift") if view.has("drift") else {}
+        att = Attribution.from_dict(view.json(ATTRIBUTION)) if view.has(ATTRIBUTION) else None
+        refs = {r.name: r for r in rec.evidence}
+        outputs = (ArrayFile(run_dir / refs[CANDIDATE_ARRAYS].path,
+                             refs[CANDIDATE_ARRAYS].sha256)
+                   if CANDIDATE_ARRAYS in refs else None)
+        if REFERENCE_ARRAYS in refs and result.reference_outputs is None:
+            result.reference_outputs = ArrayFile(run_dir / refs[REFERENCE_ARRAYS].path,
+                                                 refs[REFERENCE_ARRAYS].sha256)
+        reference = doc.get("reference") or {}
+        result.reference = result.reference or reference
+        result.inputs = result.inputs or doc.get("inputs")
+        result.candidates[gid] = ParityCandidate(
+            gid, doc.get("variant"), doc.get("kind"), rec.status.value, rec.reason.detail,
+            list(doc.get("measurements", [])), Drift.from_evidence(drift),
+            dict((doc.get("policy") or {}).get("rules") or {}),
+            dict(reference.get("seconds") or {}), attribution=att, outputs=outputs)
+    return result
+
+
+# ----------------------------------------------------------------------------- 05_wer
+
+PRIVATE = "(not public)"
+"""What a non-public clip shows instead of its texts (runs persist only its counts)."""
+
+WER_FIELDS = ("wer_source", "wer_ggml", "wer_hybrid", "wer_pairwise")
+"""The per-clip WER fields of :class:`ClipResult`, for :meth:`WerResult.ranked`."""
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    """One clip's texts and word error rates (texts replaced for non-public clips).
+
+    Attributes
+    ----------
+    id : str
+    public : bool
+    words : int
+        Words in the (normalized) reference.
+    counts : dict
+        ``source`` / ``ggml`` / ``hybrid`` -> edit counts (``hybrid`` None without Core ML).
+    reference, source, ggml : str
+        Raw texts, or ``"(not public)"``.
+    hybrid : str or None
+    wer_source, wer_ggml, wer_pairwise : float
+    wer_hybrid : float or None
+    """
+
+    id: str
+    public: bool
+    words: int
+    counts: Mapping[str, Mapping[str, int] | None]
+    reference: str
+    source: str
+    ggml: str
+    hybrid: str | None
+    wer_source: float
+    wer_ggml: float
+    wer_hybrid: float | None
+    wer_pairwise: float
+
+    @classmethod
+    def from_evidence(cls, clip: Mapping[str, Any], hybrid: Mapping[str, Any] | None = None,
+                      hybrid_stdout: bytes | None = None) -> "ClipResult":
+        """Build from one clip of the ``wer`` document (and of the ``hybrid`` one).
+
+        Parameters
+        ----------
+        clip : mapping
+            The clip's entry in ``wer.ggml_vs_source``'s ``wer`` document: edit counts
+            (``source``, ``ggml``, ``pairwise``) and, for a public clip, the raw texts.
+        hybrid : mapping, optional
+            The clip's entry in ``wer.hybrid``'s ``hybrid`` document, when that gate ran.
+        hybrid_stdout : bytes, optional
+            The hybrid run's stored stdout (public clips only): its transcript.
+        """
+        from verifylib.numerics.scoring import WordCounts
+
+        src, ggml, pair = (WordCounts(**clip[k]) for k in ("source", "ggml", "pairwise"))
+        hyb = WordCounts(**hybrid["hybrid"]) if hybrid is not None else None
+        public = bool(clip["public"])
+        if hyb is None:
+            hybrid_text = None
+        elif public:
+            hybrid_text = " ".join((hybrid_stdout or b"").decode("utf-8", "replace").split())
+        else:
+            hybrid_text = PRIVATE
+        return cls(
+            id=clip["id"], public=public, words=src.ref_words,
+            counts={"source": src.as_dict(), "ggml": ggml.as_dict(),
+                    "hybrid": None if hyb is None else hyb.as_dict()},
+            # Runs before raw_reference was stored kept only the normalized reference.
+            reference=clip.get("raw_reference", clip["reference"]) if public else PRIVATE,
+            source=clip["raw_source"] if public else PRIVATE,
+            ggml=clip["raw_ggml"] if public else PRIVATE,
+            hybrid=hybrid_text, wer_source=src.wer, wer_ggml=ggml.wer,
+            wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer)
+
+
+@dataclass(frozen=True)
+class CorpusWer:
+    """Corpus WER (summed edits over summed words) of each side, and pairwise."""
+
+    source: float
+    ggml: float
+    pairwise: float
+
+
+@dataclass
+class WerResult:
+    """Stage 05's result: every clip, and the corpus figures."""
+
+    clips: list[ClipResult] = field(default_factory=list)
+    corpus: CorpusWer | None = None
+
+    def ranked(self, key: str = "wer_ggml", *, worst_first: bool = True) -> list[ClipResult]:
+        """The clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
+
+        Raises
+        ------
+        verifylib.errors.ParametersInvalid
+            If ``key`` is not one of :data:`WER_FIELDS`.
+        """
+        if key not in WER_FIELDS:
+            from verifylib.errors import ParametersInvalid
+            raise ParametersInvalid(f"no per-clip WER field {key!r}; use one of {WER_FIELDS}")
+        have = [c for c in self.clips if getattr(c, key) is not None]
+        return (sorted(have, key=lambda c: getattr(c, key), reverse=worst_first)
+                + [c for c in self.clips if getattr(c, key) is None])
+
+
+def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult | None:
+    """Stage 05's result, read from the evidence its gates cite (digest-checked).
+
+    The stage returns exactly this (built from the files it just wrote), and
+    :func:`verifylib.open_run` builds it the same way from a published run. A non-public
+    clip shows :data:`PRIVATE` for every text, with its edit counts and WERs.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the WER gates).
+
+    Returns
+    -------
+    WerResult or None
+        None unless ``wer.ggml_vs_source`` was judged (PASS or FAIL).
+    """
+    from verifylib.numerics.scoring import corpus_wer
+
+    v = judged_evidence(run_dir, records, "wer.ggml_vs_source", "wer")
+    if v is None:
+        return None
+    clips = v.json("wer")["clips"]
+    hv = judged_evidence(run_dir, records, "wer.hybrid", "hybrid")
+    hybrid = {c["id"]: c for c in hv.json("hybrid")["clips"]} if hv is not None else {}
+
+    def stdout(cid: str) -> bytes | None:
+        name = f"hybrid_stdout_{cid}"
+        return hv.bytes(name) if hv is not None and hv.has(name) else None
+
+    return WerResult(
+        [ClipResult.from_evidence(c, hybrid.get(c["id"]), stdout(c["id"])) for c in clips],
+        CorpusWer(corpus_wer([c["source"] for c in clips]),
+                  corpus_wer([c["ggml"] for c in clips]),
+                  corpus_wer([c["pairwise"] for c in clips])))
+
+
+# ----------------------------------------------------------------------------- 06_placement
+
+@dataclass
+class PlacementResult:
+    """Stage 06's result: the compute-plan evidence of each variant that had a plan.
+
+    Attributes
+    ----------
+    plans : dict
+        Variant -> the ``placement.plan`` evidence document (``ops``, ``cost_by_device``,
+        ``cost_sum``, ``claim`` …).
+    """
+
+    plans: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def device_share(self, variant: str = "fp32") -> dict[str, float]:
+        """Preferred device -> its share of the plan's estimated cost, for one variant.
+
+        Raises
+        ------
+        KeyError
+            If the variant has no plan.
+        """
+        plan = self.plans[variant]
+        total = plan["cost_sum"] or 1.0
+        return {dev: cost / total for dev, cost in sorted(plan["cost_by_device"].items())}
+
+
+PLAN_VARIANTS = ("fp32", "fp16")
+"""Variants ``placement.plan`` may have planned, in display order."""
+
+
+def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> PlacementResult | None:
+    """Stage 06's result, read from the evidence ``placement.plan`` cites (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least ``placement.plan``).
+
+    Returns
+    -------
+    PlacementResult or None
+        None unless the gate was judged (PASS or FAIL).
+    """
+    v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
+    if v is None:
+        return None
+    return PlacementResult({variant: v.json(f"plan_{variant}") for variant in PLAN_VARIANTS
+                            if v.has(f"plan_{variant}")})
+
+
+# ----------------------------------------------------------------------------- 01_build, 02_export
+
+def describe_run(record: Mapping[str, Any]) -> str:
+    """How a recorded run ended, in the words of :meth:`verifylib.runtime.runner.RunResult.describe`."""
+    if record.get("timed_out"):
+        return f"timed out after {record['wall_s']:.1f}s"
+    if record.get("signal"):
+        return f"killed by {record['signal']} (return code {record['returncode']})"
+    return f"exit {record['returncode']}"
+
+
+def _system_info_line(text: str) -> str | None:
+    from verifylib.runtime.contracts import SYSTEM_INFO_PREFIX
+
+    return next((line.strip() for line in text.splitlines() if SYSTEM_INFO_PREFIX in line), None)
+
+
+def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
+                              sidecars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Stage 01's facts table, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the build gates).
+    sidecars : mapping, optional
+        ``"unpatched"`` / ``"asan"`` -> the :class:`verifylib.evidence.records.EvidenceRef` of the
+        stage's two sidecars (``unpatched_build.json``, ``asan_builds.json`` of
+        :mod:`verifylib.stages.artifacts`). No gate cites them; the stage passes the references
+        it wrote, a published run the digests its receipt lists.
+
+    Returns
+    -------
+    dict
+        Label -> value, in display order: the source folder, the GGML build, the unpatched
+        and AddressSanitizer builds, the Core ML build (each when it was built).
+    """
+    from pathlib import Path
+
+    from verifylib.evidence.records import EvidenceView
+
+    facts: dict[str, Any] = {}
+    v = judged_evidence(run_dir, records, "build.source_identity", "source")
+    if v is not None:
+        facts["source"] = v.json("source")["path"]
+    v = judged_evidence(run_dir, records, "build.ggml", "build")
+    if v is not None:
+        ev = v.json("build")
+        if ev.get("built"):
+            facts.update({"binary": ev["binary"], "sha256": ev["sha256"], "cached": ev["cached"],
+                          "build_seconds": ev["seconds"],
+                          "system_info": ev["probe"]["system_info_line"] or "(absent)",
+                          "compiler": ev["compiler"]})
+    refs = {k: r for k, r in (sidecars or {}).items() if r is not None}
+    side = EvidenceView(Path(run_dir), list(refs.values())) if refs else None
+    if "unpatched" in refs:
+        ev = side.json(refs["unpatched"].name)
+        if ev["built"]:
+            facts.update({"unpatched binary (lifecycle A/B only)": ev["binary"],
+                          "unpatched sha256": ev["sha256"], "unpatched cached": ev["cached"],
+                          "unpatched build_seconds": ev["seconds"]})
+        else:
+            facts["unpatched build"] = f"failed: {ev['error']}"
+    if "asan" in refs:
+        builds = side.json(refs["asan"].name)
+        for name in _SIDES:
+            if name not in builds:
+                continue
+            ev, label = builds[name], f"{name} ASan (canary.sanitizer only)"
+            if ev["built"]:
+                facts.update({f"{label} sha256": ev["sha256"],
+                              f"{label} build_seconds": ev["seconds"],
+                              f"{label} cached": ev["cached"]})
+            else:
+                facts[f"{label} build"] = f"failed: {ev['error']}"
+    v = judged_evidence(run_dir, records, "build.coreml", "coreml_build")
+    if v is not None:
+        ev = v.json("coreml_build")
+        if ev.get("built"):
+            facts.update({"Core ML binary": ev["binary"], "Core ML sha256": ev["sha256"],
+                          "Core ML build_seconds": ev["seconds"],
+                          "whisper-bench system_info":
+                              _system_info_line(v.text("bench_stderr")) or "(absent)"})
+    return facts
+
+
+def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> dict[str, Any]:
+    """Stage 02's facts table, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the export gates).
+
+    Returns
+    -------
+    dict
+        Label -> value, in display order: the model and ``ggml-model.bin``, the encoder
+        contract and build facts, each variant's package, and each compiled encoder.
+    """
+    facts: dict[str, Any] = {}
+    v = judged_evidence(run_dir, records, "export.ggml_model", "ggml")
+    if v is not None:
+        m, g = v.json("model"), v.json("ggml")
+        facts.update({"model kind": m["kind"], "model source digest": m["source_digest"],
+                      "Hugging Face folder": m["hf_dir"],
+                      "ggml-model.bin": f"{g['sha256']} ({g['bytes']} bytes)",
+                      "hyper-parameters": g["hparams"],
+                      "load probe": f"{describe_run(g['probe'])} in "
+                                    f"{g['probe']['wall_s']:.2f} s"})
+    v = judged_evidence(run_dir, records, "export.contract", "contract")
+    if v is not None:
+        doc = v.json("contract")
+        c, b = doc["contract"], doc["build"]
+        facts.update({
+            "encoder contract": (f"{c['input']['name']} float32 {c['input']['shape']} -> "
+                                 f"{c['output']['name']} float32 {c['output']['shape']} "
+                                 f"(from {doc['config']})"),
+            "coremltools / torch": f"{b['coremltools']} / {b['torch']}",
+            "torch-above-tested warning": " ".join(b["torch_version_warning"]) or "none",
+            "trace": f"{b['trace_seconds']:.2f} s",
+        })
+        for r in doc["variants"]:
+            state = (f"placed, tree digest {r['tree_digest']}" if r["placed"]
+                     else f"NOT placed: {'; '.join(r['problems']) or 'another variant failed'}")
+            facts[f"{r['precision']} package"] = (
+                f"{r['path']}: converted in {r['conversion']['seconds']:.2f} s, computes "
+                f"{'/'.join(r['description']['compute_dtypes'])}; {state}")
+        for k, c in doc["model_copies"].items():
+            facts[k] = f"{c['how']} of {c['from']} (sha256 {c['sha256']})"
+    v = judged_evidence(run_dir, records, "export.compile", "compile")
+    if v is not None:
+        for e in v.json("compile")["variants"]:
+            facts[f"{e['precision']} .mlmodelc"] = (f"{e['placed_path']} (tree {e['tree_digest']}) "
+                                                    f"in {e['coremlc']['wall_s']:.1f} s")
+    return facts

@@ -1,0 +1,196 @@
+"""Compute placement from Core ML's own plan (``MLComputePlan``, macOS 14.4+).
+
+coremltools exposes the plan object by object; what no package does is turn it into
+evidence: a per-operation table (preferred and supported devices, estimated cost share),
+cost shares per device, and a claim worded strictly from the plan. The analysis reads
+only the attributes of coremltools' structure classes, so a structural fake exercises
+exactly the code that runs on a Mac.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping
+
+from verifylib.errors import ExportFailure
+from verifylib.evidence.gates import Judgement
+
+DEVICE_NAMES = {"MLCPUComputeDevice": "CPU", "MLGPUComputeDevice": "GPU",
+                "MLNeuralEngineComputeDevice": "NeuralEngine"}
+COST_SUM_TOLERANCE = 0.01
+
+
+class PlacementError(ExportFailure):
+    """The plan could not be read as an ML program plan."""
+
+
+def device_name(device: Any) -> str:
+    """Name a Core ML compute device object (``CPU``, ``GPU``, ``NeuralEngine``)."""
+    cls = type(device).__name__
+    return DEVICE_NAMES.get(cls, f"unknown:{cls}")
+
+
+def load_plan(mlmodelc: str | Path):
+    """Load the compute plan of a compiled model with the runtime's compute units (ALL).
+
+    Parameters
+    ----------
+    mlmodelc : path-like
+        The published ``.mlmodelc`` folder, the bytes whisper.cpp loads.
+
+    Returns
+    -------
+    coremltools.models.compute_plan.MLComputePlan
+    """
+    from coremltools import ComputeUnit
+    from coremltools.models.compute_plan import MLComputePlan
+    # whisper.cpp hardcodes MLComputeUnitsAll; the plan must be made for the same units.
+    return MLComputePlan.load_from_path(path=str(mlmodelc), compute_units=ComputeUnit.ALL)
+
+
+def _walk(block, function: str, out: list):
+    for op in block.operations:
+        out.append((function, op))
+        for inner in getattr(op, "blocks", None) or []:
+            _walk(inner, function, out)
+
+
+@dataclass(frozen=True)
+class PlacementAnalysis:
+    """The plan of one compiled model, as evidence.
+
+    Attributes
+    ----------
+    ops : list of dict
+        Per operation: ``function``, ``index``, ``operator``, ``outputs``, ``preferred``,
+        ``supported`` and ``cost`` (None when the plan gives none, e.g. constants).
+    cost_by_device : dict
+        Summed cost share per preferred device.
+    cost_sum : float
+        Sum of all cost shares (1 for a complete plan).
+    """
+
+    ops: list
+    cost_by_device: dict
+    cost_sum: float
+
+    def top_ops(self, n: int = 10) -> list[dict]:
+        """The ``n`` operations with the largest estimated cost share."""
+        costed = [o for o in self.ops if o["cost"] is not None]
+        return sorted(costed, key=lambda o: -o["cost"])[:n]
+
+
+def analyze_plan(plan) -> PlacementAnalysis:
+    """Tabulate a compute plan per operation.
+
+    Parameters
+    ----------
+    plan : MLComputePlan
+        Or any object with the same structure (``model_structure.program.functions``,
+        ``get_compute_device_usage_for_mlprogram_operation``,
+        ``get_estimated_cost_for_mlprogram_operation``).
+
+    Returns
+    -------
+    PlacementAnalysis
+
+    Raises
+    ------
+    PlacementError
+        If the model is not an ML program.
+    """
+    program = getattr(plan.model_structure, "program", None)
+    if program is None:
+        raise PlacementError("the compiled model is not an ML program; no per-op plan")
+    pairs: list = []
+    for fname, fn in program.functions.items():
+        _walk(fn.block, fname, pairs)
+    ops, by_device, total = [], {}, 0.0
+    for i, (fname, op) in enumerate(pairs):
+        usage = plan.get_compute_device_usage_for_mlprogram_operation(op)
+        cost = plan.get_estimated_cost_for_mlprogram_operation(op)
+        preferred = device_name(usage.preferred_compute_device) if usage else None
+        weight = float(cost.weight) if cost is not None else None
+        ops.append({"function": fname, "index": i, "operator": op.operator_name,
+                    "outputs": [o.name for o in op.outputs], "preferred": preferred,
+                    "supported": sorted(device_name(d) for d in usage.supported_compute_devices)
+                    if usage else [], "cost": weight})
+        if weight is not None:
+            total += weight
+            key = preferred or "unplanned"
+            by_device[key] = by_device.get(key, 0.0) + weight
+    return PlacementAnalysis(ops, by_device, total)
+
+
+def claim(cost_by_device: Mapping[str, float], cost_sum: float, precision: str) -> str:
+    """Word the Neural Engine claim from the plan only (never from speed).
+
+    Parameters
+    ----------
+    cost_by_device : mapping
+        Cost share per preferred device.
+    cost_sum : float
+        Total of the shares.
+    precision : str
+        ``"fp32"`` or ``"fp16"`` (the compute precision of the variant).
+    """
+    share = cost_by_device.get("NeuralEngine", 0.0) / cost_sum if cost_sum else 0.0
+    text = (f"MLComputePlan: {100 * share:.1f}% of estimated cost prefers the Neural Engine "
+            f"(plan for ComputeUnit.ALL, not a recording of a run).")
+    if precision == "fp32":
+        text += (" For the float32 variant the Neural Engine is not expected: it computes in "
+                 "float16 only, so Core ML plans float32 programs for GPU/CPU.")
+    return text
+
+
+def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_digest: str) -> dict:
+    """Evidence for one variant's plan (the ``placement.plan`` rule re-judges it)."""
+    return {"variant": variant, "mlmodelc_digest": mlmodelc_digest,
+            "compute_units": "ALL", "ops": analysis.ops,
+            "cost_by_device": analysis.cost_by_device, "cost_sum": analysis.cost_sum,
+            "claim": claim(analysis.cost_by_device, analysis.cost_sum, variant)}
+
+
+def judge_plan(evidence: Mapping[str, Any]) -> Judgement:
+    """The ``placement.plan`` rule on stored evidence.
+
+    PASS iff the plan lists operations, every operation that carries a cost names a
+    preferred device, every cost is a finite number, and the cost shares sum to
+    1 +/- 0.01 (limits included).
+    """
+    ops = evidence.get("ops") or []
+    if not ops:
+        return Judgement.failed("the plan lists no operations")
+    costed = [o for o in ops if o.get("cost") is not None]
+    if not costed:
+        return Judgement.failed("the plan gives no cost for any operation")
+    missing = [o["operator"] for o in costed if not o.get("preferred")]
+    if missing:
+        return Judgement.failed(f"{len(missing)} costed operation(s) without a preferred device")
+    # A NaN share would make every comparison below false, i.e. pass the sum check.
+    nonfinite = [o["operator"] for o in costed if isinstance(o["cost"], bool)
+                 or not isinstance(o["cost"], (int, float)) or not math.isfinite(o["cost"])]
+    if nonfinite:
+        return Judgement.failed(f"{len(nonfinite)} operation(s) with a cost that is not a finite number")
+    total = sum(o["cost"] for o in costed)
+    # Decided on the exact sum of the decimals the evidence stores, not on the float sum
+    # shown: in floats |(0.5 + 0.51) - 1| > 0.01, so a plan exactly at the tolerance would fail.
+    exact = sum(Fraction(str(o["cost"])) for o in costed)
+    if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
+        return Judgement.failed(f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}")
+    # The shares shown are recomputed from the per-op rows; the stored summary must agree.
+    by_device: dict[str, float] = {}
+    for o in costed:
+        by_device[o["preferred"]] = by_device.get(o["preferred"], 0.0) + o["cost"]
+    stored = evidence.get("cost_by_device")
+    if not isinstance(stored, Mapping) or set(stored) != set(by_device) or any(
+            not isinstance(stored[k], (int, float)) or not math.isclose(
+                stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
+        return Judgement.failed(f"stored cost by device {stored!r} is not what the per-op rows give "
+                                f"{by_device!r}")
+    shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(by_device.items()))
+    return Judgement.passed(f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
+                            f"cost share by preferred device: {shares}")

@@ -1,0 +1,754 @@
+"""Execute a saved Core ML ML program (``.mlpackage``) op by op, on any OS.
+
+Why this is hand-written: Core ML itself runs only on Apple platforms — coremltools 9.0's
+``MLModel.predict``, ``CompiledMLModel`` and ``compile_model`` all need the macOS native
+framework (docs/facts.md) — and no maintained package executes an ML program elsewhere. Yet
+the question "did the conversion change the numbers?" is about the *program*, not the runtime:
+if the saved program, run exactly as written, matches the Hugging Face encoder, any drift
+seen on a Mac comes from the runtime. So this module executes the program literally.
+
+What is read, and how: the program comes from the saved artifact only, never from the
+torch model. coremltools opens the package (``MLModel(path, skip_model_load=True)`` reads
+``Data/com.apple.CoreML/model.mlmodel``, the protobuf, and locates the weights folder),
+and its MIL protobuf helpers decode types and immediate values. The weights in
+``weights/weight.bin`` are memory-mapped and read as views, following the blob storage
+format coremltools writes (a 64-byte metadata record per blob: sentinel ``0xDEADBEEF``,
+data type, size, data offset); that part is hand-written because coremltools' reader
+copies every weight (twice more in its program loader), which for a large encoder
+doubles the memory parity needs. A blob of a type the view does not cover is read with
+coremltools' loader. Only ``const`` operations contribute values; every other operation is computed
+here, in program order, with torch CPU kernels, following the MIL operation reference
+(coremltools' op documentation). An operation this module does not know stops execution
+with :class:`UnsupportedOpError` naming it — nothing is skipped or approximated.
+
+Execution modes (``compute``):
+
+- ``"float32"``: every floating-point value is computed in float32;
+- ``"float64"``: every floating-point value is computed in float64.
+
+In both modes a value the program types as ``fp16`` (the output of an op inside an
+fp16-precision program, or of a ``cast`` to fp16) is rounded to float16 right after it is
+computed, as the program declares; fp16 weight constants are widened exactly. So the
+fp32 program in float64 shows the program's math without float32 rounding, and the fp16
+program keeps its float16 storage in both modes.
+
+Supported operations: ``const``, ``linear``, ``conv`` (1-D/2-D, ``valid``/``custom``
+padding), ``layer_norm``, ``gelu`` (all three modes), ``softmax``, ``matmul``,
+``transpose``, ``reshape``, ``add``, ``mul``, ``cast`` — the tiny.en encoder uses the first
+eleven, its fp16 variant adds ``cast``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from verifylib.errors import ExportFailure, ParametersInvalid
+from verifylib.numerics.memory import trimmed
+
+SUPPORTED_OPS = ("const", "linear", "conv", "layer_norm", "gelu", "softmax", "matmul",
+                 "transpose", "reshape", "add", "mul", "cast")
+"""Every MIL operation type :func:`execute` implements."""
+
+COMPUTE_MODES = ("float32", "float64")
+
+
+class MilExecError(ExportFailure):
+    """The program cannot be loaded or executed as written."""
+
+
+class UnsupportedOpError(MilExecError):
+    """The program holds an operation this executor does not implement.
+
+    Attributes
+    ----------
+    op_type : str
+        The MIL operation type, e.g. ``"silu"``.
+    """
+
+    def __init__(self, op_type: str, where: str):
+        super().__init__(f"MIL operation {op_type!r} ({where}) is not supported by the "
+                         f"executor; supported: {', '.join(SUPPORTED_OPS)}")
+        self.op_type = op_type
+
+
+@dataclass(frozen=True)
+class Value:
+    """A named value of the program: its MIL dtype (``fp32``, ``fp16``, ``int32`` ...) and
+    shape (ints, or strings for symbolic dimensions)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Op:
+    """One non-const operation: its type, inputs (parameter -> value names) and outputs."""
+
+    type: str
+    inputs: Mapping[str, tuple[str, ...]]
+    outputs: tuple[Value, ...]
+
+
+@dataclass
+class Program:
+    """A MIL function read from a saved ``.mlpackage``.
+
+    Attributes
+    ----------
+    path : Path
+        The package.
+    function : str
+        Function name (``main``).
+    inputs : tuple of Value
+        Function inputs, in order.
+    outputs : tuple of str
+        Names of the function outputs.
+    ops : tuple of Op
+        Non-const operations in program order.
+    consts : dict
+        Value name -> constant (numpy array, numpy scalar, Python scalar or str).
+    const_dtypes : dict
+        Value name -> MIL dtype of the constant.
+    op_counts : dict
+        Operation type -> count, ``const`` included.
+    specification_version : int
+        The protobuf's specification version.
+    """
+
+    path: Path
+    function: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[Op, ...]
+    consts: dict[str, Any]
+    const_dtypes: dict[str, str]
+    op_counts: dict[str, int]
+    specification_version: int
+    _tensor_cache: dict = field(default_factory=dict, repr=False)
+    _weights: Any = field(default=None, repr=False)
+
+    def producer(self) -> dict[str, Op]:
+        """Value name -> the op that computes it (consts excluded)."""
+        return {v.name: op for op in self.ops for v in op.outputs}
+
+    def value_types(self) -> dict[str, Value]:
+        """Value name -> :class:`Value` for every op output and function input."""
+        out = {v.name: v for v in self.inputs}
+        out.update({v.name: v for op in self.ops for v in op.outputs})
+        return out
+
+
+_BLOB_SENTINEL = 0xDEADBEEF
+_BLOB_DTYPES = {1: ("fp16", np.float16), 2: ("fp32", np.float32), 3: ("uint8", np.uint8),
+                4: ("int8", np.int8)}
+"""MIL blob storage data type codes (``BlobDataType``) this reader maps without copying."""
+
+
+def _value_type(valuetype) -> tuple[str, tuple]:
+    """MIL dtype name and shape of a protobuf ``ValueType``, via coremltools' own mapping."""
+    from coremltools.converters.mil.frontend.milproto.helper import proto_to_types
+    from coremltools.converters.mil.mil import types
+
+    t = proto_to_types(valuetype)
+    if types.is_tensor(t):
+        dt, shape = t.get_primitive(), t.get_shape()
+    else:
+        dt, shape = t, ()
+    try:
+        name = types.builtin_to_string(dt)
+    except Exception:  # noqa: BLE001 - lists, tuples and other non-tensor types
+        name = str(dt)
+    return name, tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in shape)
+
+
+class _Weights:
+    """The package's weight files, memory-mapped; blob values are numpy views into them.
+
+    Why not coremltools' ``BlobReader``: it copies every weight out of its own mapping,
+    and its loader copies it twice more (``np.array(...).astype(...)``), so reading a
+    2.5 GB program held about 5 GB at its peak (measured on a large-v3-shaped encoder).
+    A view costs no anonymous memory: the pages are the file's, read when an op uses them
+    and reclaimable by the kernel. The mapping is private (copy on write), so nothing
+    here can change the package, and the arrays are writable, as torch expects.
+    """
+
+    def __init__(self, weights_dir: str):
+        self.dir = weights_dir
+        self._maps: dict[str, Any] = {}
+
+    def _map(self, file_name: str):
+        import mmap
+
+        name = file_name.split("/")[-1]
+        if name not in self._maps:
+            path = os.path.join(self.dir, name)
+            with open(path, "rb") as f:
+                self._maps[name] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return self._maps[name]
+
+    def view(self, blob, dtype: str, shape: tuple):
+        """The blob at ``blob.offset`` as an array of ``shape``, or None when its stored
+        type or size is not what the program declares (the caller then reads it with
+        coremltools)."""
+        import struct
+
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        mm = self._map(blob.fileName)
+        try:
+            sentinel, code, size, data = struct.unpack_from("<IIQQ", mm, blob.offset)
+        except struct.error:
+            raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} lies "
+                               "past the end of the file") from None
+        if sentinel != _BLOB_SENTINEL:
+            raise MilExecError(f"no blob metadata at offset {blob.offset} of {blob.fileName} "
+                               f"(sentinel {sentinel:#x})")
+        known = _BLOB_DTYPES.get(code)
+        if known is None or known[0] != dtype:
+            return None
+        count = int(np.prod(shape, dtype=np.int64))
+        if size != count * np.dtype(known[1]).itemsize or data + size > len(mm):
+            raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} holds "
+                               f"{size} bytes; the program declares {dtype} {list(shape)}")
+        return np.frombuffer(mm, dtype=known[1], count=count, offset=data).reshape(shape)
+
+
+def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Program:
+    """Read the ML program of a saved ``.mlpackage``.
+
+    The package is opened with coremltools (``MLModel(path, skip_model_load=True)``, which
+    parses the protobuf and finds the weights folder); types and immediate values are
+    decoded with coremltools' MIL protobuf helpers. Weights stored in the blob file are
+    memory-mapped views (:class:`_Weights`), so loading holds no copy of them; the
+    program's structure is read straight from the protobuf rather than built as a
+    coremltools program, which would copy every weight.
+
+    Parameters
+    ----------
+    mlpackage : path-like
+        The saved package (``model.mlmodel`` protobuf + ``weights/weight.bin``).
+    function : str
+        The function to read.
+
+    Returns
+    -------
+    Program
+
+    Raises
+    ------
+    MilExecError
+        If the package is not an ML program, the function or its opset's block is
+        missing, an operation has nested blocks (control flow is not supported), or a
+        weight blob disagrees with the type the program declares.
+    """
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto import load as milproto
+
+    path = Path(mlpackage)
+    if not path.is_dir():
+        raise MilExecError(f"{path}: not a saved .mlpackage folder")
+    model = ct.models.MLModel(str(path), skip_model_load=True)
+    spec = model.get_spec()
+    if spec.WhichOneof("Type") != "mlProgram":
+        raise MilExecError(f"{path}: holds a {spec.WhichOneof('Type')!r} model, not an ML program")
+    functions = spec.mlProgram.functions
+    if function not in functions:
+        raise MilExecError(f"{path}: no function {function!r} (has {sorted(functions)})")
+    fn = functions[function]
+    if fn.opset not in fn.block_specializations:
+        raise MilExecError(f"{path}: function {function!r} has no block for its opset "
+                           f"{fn.opset!r}")
+    block = fn.block_specializations[fn.opset]
+    weights = _Weights(model.weights_dir)
+    context = milproto.TranscriptionContext(model.weights_dir)
+
+    def value_of(value_spec):
+        dtype, shape = _value_type(value_spec.type)
+        if value_spec.WhichOneof("value") == "blobFileValue":
+            view = weights.view(value_spec.blobFileValue, dtype, shape)
+            if view is not None:
+                return view, dtype
+        # Immediate values (shapes, axes, modes, small tensors) and any blob of a type
+        # the view does not cover: coremltools' own decoding.
+        return milproto._load_value(context, value_spec), dtype
+
+    inputs = tuple(Value(v.name, *_value_type(v.type)) for v in fn.inputs)
+    consts: dict[str, Any] = {}
+    const_dtypes: dict[str, str] = {}
+    ops: list[Op] = []
+    counts: Counter = Counter()
+    for op in block.operations:
+        counts[op.type] += 1
+        if op.blocks:
+            raise MilExecError(f"{path}: operation {op.type} {op.outputs[0].name!r} has "
+                               "nested blocks (control flow is not supported)")
+        if op.type == "const":
+            (out,) = op.outputs
+            consts[out.name], const_dtypes[out.name] = value_of(op.attributes["val"])
+            continue
+        ins: dict[str, tuple[str, ...]] = {}
+        for pname, arg in op.inputs.items():
+            names = []
+            for k, binding in enumerate(arg.arguments):
+                if binding.WhichOneof("binding") == "name":
+                    names.append(binding.name)
+                else:  # an inline value: named here, kept with the constants
+                    inline = f"{op.outputs[0].name}::{pname}::{k}"
+                    consts[inline], const_dtypes[inline] = value_of(binding.value)
+                    names.append(inline)
+            ins[pname] = tuple(names)
+        outs = tuple(Value(v.name, *_value_type(v.type)) for v in op.outputs)
+        ops.append(Op(op.type, ins, outs))
+    return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
+                   ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
+                   op_counts=dict(sorted(counts.items())),
+                   specification_version=int(spec.specificationVersion),
+                   _weights=weights)
+
+
+def check_supported(program: Program) -> None:
+    """Raise :class:`UnsupportedOpError` for the first operation the executor lacks."""
+    for i, op in enumerate(program.ops):
+        if op.type not in SUPPORTED_OPS:
+            where = f"op #{i}, output {op.outputs[0].name!r}" if op.outputs else f"op #{i}"
+            raise UnsupportedOpError(op.type, where)
+
+
+# ----------------------------------------------------------------------------- execution
+
+@dataclass
+class Execution:
+    """What one run of a program produced.
+
+    Attributes
+    ----------
+    outputs : dict
+        Function output name -> numpy array (float32 or float64 by the compute mode).
+    taps : dict
+        Requested intermediate value name -> numpy array.
+    seconds : float
+        Wall time of the op-by-op execution (widening big weights to the compute dtype
+        included when the dtypes differ, see :func:`_const_value`).
+    compute : str
+        The compute mode.
+    """
+
+    outputs: dict[str, np.ndarray]
+    taps: dict[str, np.ndarray]
+    seconds: float
+    compute: str
+
+
+def _torch_dtype(compute: str):
+    import torch
+    return {"float32": torch.float32, "float64": torch.float64}[compute]
+
+
+_FLOAT_MIL = ("fp16", "fp32", "fp64")
+
+
+_CACHE_COPY_BYTES = 1 << 20
+"""Widened copies up to this size are kept on the program; bigger ones are made per use."""
+
+
+def _const_value(program: Program, name: str, compute: str):
+    """A constant as the executor uses it: float tensors in the compute dtype, everything
+    else as numpy / Python values.
+
+    Why not widen every weight once up front: for a large encoder the float64 copies of
+    the weights alone are twice the program's size (5 GB for a large-v3-shaped encoder).
+    So a tensor that is a view of the stored constant (same dtype) is kept, as are small
+    copies (scalars, shapes); a big widened copy is made when an op reads it and dropped
+    with the op's arguments.
+    """
+    import torch
+    key = (compute, name)
+    if key in program._tensor_cache:
+        return program._tensor_cache[key]
+    val = program.consts[name]
+    dtype = program.const_dtypes.get(name, "")
+    if dtype in _FLOAT_MIL and isinstance(val, (np.ndarray, np.generic, float)):
+        arr = np.asarray(val)
+        base = torch.as_tensor(arr)
+        out = base.to(_torch_dtype(compute))
+        if out.data_ptr() != base.data_ptr() and out.nbytes > _CACHE_COPY_BYTES:
+            return out
+    else:
+        out = val
+    program._tensor_cache[key] = out
+    return out
+
+
+def _np_list(v) -> list:
+    return [int(x) for x in np.asarray(v).reshape(-1).tolist()]
+
+
+def _scalar(v):
+    a = np.asarray(v)
+    if a.size != 1:
+        raise MilExecError(f"expected a scalar parameter, got shape {a.shape}")
+    return a.reshape(-1)[0].item()
+
+
+def _as_tensor(v, compute: str):
+    import torch
+    if isinstance(v, torch.Tensor):
+        return v
+    return torch.as_tensor(np.asarray(v)).to(_torch_dtype(compute))
+
+
+def _op_linear(a, compute):
+    import torch.nn.functional as F
+    x, w = a["x"], a["weight"]
+    b = a.get("bias")
+    return F.linear(x, w, b)
+
+
+def _op_conv(a, compute):
+    import torch.nn.functional as F
+    x, w = a["x"], a["weight"]
+    nsp = x.dim() - 2
+    if nsp not in (1, 2):
+        raise MilExecError(f"conv over {nsp} spatial dimensions is not supported")
+    strides = _np_list(a["strides"]) if "strides" in a else [1] * nsp
+    dil = _np_list(a["dilations"]) if "dilations" in a else [1] * nsp
+    groups = int(_scalar(a["groups"])) if "groups" in a else 1
+    pad_type = str(_scalar(a["pad_type"])) if "pad_type" in a else "valid"
+    if pad_type == "valid":
+        pad = [0] * (2 * nsp)
+    elif pad_type == "custom":
+        pad = _np_list(a["pad"]) if "pad" in a else [0] * (2 * nsp)
+    else:
+        raise MilExecError(f"conv pad_type {pad_type!r} is not supported (valid, custom)")
+    if len(pad) != 2 * nsp:
+        raise MilExecError(f"conv pad has {len(pad)} values for {nsp} spatial dimensions")
+    if any(pad):
+        # MIL lists (begin, end) per spatial dim from the first; F.pad wants the last first.
+        tpad: list[int] = []
+        for i in reversed(range(nsp)):
+            tpad += [pad[2 * i], pad[2 * i + 1]]
+        x = F.pad(x, tpad)
+    fn = F.conv1d if nsp == 1 else F.conv2d
+    return fn(x, w, a.get("bias"), stride=strides, dilation=dil, groups=groups)
+
+
+def _op_layer_norm(a, compute):
+    import torch
+    import torch.nn.functional as F
+    x = a["x"]
+    rank = x.dim()
+    axes = sorted(int(i) % rank for i in _np_list(a["axes"])) if "axes" in a \
+        else list(range(rank))
+    eps = float(_scalar(a["epsilon"])) if "epsilon" in a else 1e-5
+    gamma, beta = a.get("gamma"), a.get("beta")
+    if axes == list(range(rank - len(axes), rank)):
+        shape = [x.shape[i] for i in axes]
+        return F.layer_norm(x, shape, gamma, beta, eps)
+    mean = x.mean(dim=axes, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=axes, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps)
+    view = [x.shape[i] if i in axes else 1 for i in range(rank)]
+    if gamma is not None:
+        y = y * gamma.reshape(view)
+    if beta is not None:
+        y = y + beta.reshape(view)
+    return y
+
+
+def _op_gelu(a, compute):
+    import torch
+    import torch.nn.functional as F
+    mode = str(_scalar(a["mode"])) if "mode" in a else "EXACT"
+    x = a["x"]
+    if mode == "EXACT":
+        return F.gelu(x)
+    if mode == "TANH_APPROXIMATION":
+        return F.gelu(x, approximate="tanh")
+    if mode == "SIGMOID_APPROXIMATION":
+        return x * torch.sigmoid(1.702 * x)
+    raise MilExecError(f"gelu mode {mode!r} is not supported")
+
+
+def _op_softmax(a, compute):
+    import torch
+    axis = int(_scalar(a["axis"])) if "axis" in a else -1
+    return torch.softmax(a["x"], dim=axis)
+
+
+def _op_matmul(a, compute):
+    import torch
+    x, y = a["x"], a["y"]
+    if "transpose_x" in a and bool(_scalar(a["transpose_x"])) and x.dim() >= 2:
+        x = x.transpose(-1, -2)
+    if "transpose_y" in a and bool(_scalar(a["transpose_y"])) and y.dim() >= 2:
+        y = y.transpose(-1, -2)
+    return torch.matmul(x, y)
+
+
+def _op_transpose(a, compute):
+    return a["x"].permute(*_np_list(a["perm"]))
+
+
+def _op_reshape(a, compute):
+    x = a["x"]
+    shape = _np_list(a["shape"])
+    if 0 in shape:
+        if len(shape) != x.dim():
+            raise MilExecError("reshape: 0 in shape needs len(shape) == rank(x)")
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return x.reshape(shape)
+
+
+def _op_add(a, compute):
+    return _as_tensor(a["x"], compute) + _as_tensor(a["y"], compute)
+
+
+def _op_mul(a, compute):
+    return _as_tensor(a["x"], compute) * _as_tensor(a["y"], compute)
+
+
+def _op_cast(a, compute):
+    import torch
+    target = str(_scalar(a["dtype"]))
+    x = _as_tensor(a["x"], compute)
+    if target in ("fp16", "fp32", "fp64"):
+        return x.to(_torch_dtype(compute))  # fp16 rounding is applied by the output type
+    if target in ("int32", "int16", "int8", "uint8", "uint16", "int64"):
+        return x.to(torch.int64)
+    if target == "bool":
+        return x.to(torch.bool)
+    raise MilExecError(f"cast to {target!r} is not supported")
+
+
+_IMPL: dict[str, Callable] = {
+    "linear": _op_linear, "conv": _op_conv, "layer_norm": _op_layer_norm,
+    "gelu": _op_gelu, "softmax": _op_softmax, "matmul": _op_matmul,
+    "transpose": _op_transpose, "reshape": _op_reshape, "add": _op_add, "mul": _op_mul,
+    "cast": _op_cast,
+}
+
+
+class Stepper:
+    """One execution of a program, advanced op by op (:meth:`steps`).
+
+    :func:`execute` drives one; :mod:`verifylib.numerics.drift` drives two in lockstep (the
+    candidate arithmetic and a float64 reference) and compares every op's output as it is
+    produced, so no intermediate value has to be kept.
+
+    Parameters
+    ----------
+    program : Program
+        From :func:`load_program`.
+    feeds : mapping
+        Function input name -> array of the input's shape.
+    compute : {"float32", "float64"}
+        Arithmetic of every floating-point value (see the module docstring).
+    round_fp16 : bool
+        Round values the program types as ``fp16`` to float16 (the default: the program
+        as written). ``False`` computes the same math without that rounding, the
+        "exact" reference against which precision drift is measured.
+    keep : iterable of str
+        Value names never freed (taps and outputs are kept anyway).
+
+    Raises
+    ------
+    UnsupportedOpError
+        If the program holds an unknown operation (before anything runs).
+    MilExecError
+        On a missing or misshaped feed.
+    """
+
+    def __init__(self, program: Program, feeds: Mapping[str, np.ndarray], *,
+                 compute: str = "float32", round_fp16: bool = True, keep: Iterable[str] = ()):
+        import torch
+
+        if compute not in COMPUTE_MODES:
+            raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
+        check_supported(program)
+        self.program, self.compute, self.round_fp16 = program, compute, round_fp16
+        self._tdtype = tdtype = _torch_dtype(compute)
+        self.env: dict[str, Any] = {}
+        for v in program.inputs:
+            if v.name not in feeds:
+                raise MilExecError(f"missing feed for input {v.name!r}")
+            arr = np.asarray(feeds[v.name])
+            want = tuple(d for d in v.shape)
+            if all(isinstance(d, int) for d in want) and tuple(arr.shape) != want:
+                raise MilExecError(f"input {v.name!r} has shape {arr.shape}, the program "
+                                   f"declares {want}")
+            t = torch.as_tensor(arr).to(tdtype)
+            if v.dtype == "fp16" and round_fp16:
+                t = t.to(torch.float16).to(tdtype)
+            self.env[v.name] = t
+        # Free each intermediate after its last use (the attention scores are large).
+        self._last_use: dict[str, int] = {}
+        for i, op in enumerate(program.ops):
+            for names in op.inputs.values():
+                for n in names:
+                    self._last_use[n] = i
+        self._keep = set(program.outputs) | set(keep)
+        self.seconds = 0.0
+
+    def steps(self):
+        """Run every op in program order.
+
+        Yields
+        ------
+        (index, op, values)
+            ``values`` is the tuple of the op's output tensors (torch, CPU), valid until
+            the next step.
+        """
+        import torch
+
+        program, env = self.program, self.env
+        for i, op in enumerate(program.ops):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                args: dict[str, Any] = {}
+                for pname, names in op.inputs.items():
+                    vals = []
+                    for n in names:
+                        if n in env:
+                            vals.append(env[n])
+                        elif n in program.consts:
+                            vals.append(_const_value(program, n, self.compute))
+                        else:
+                            raise MilExecError(f"op #{i} {op.type}: input {n!r} is not "
+                                               f"computed yet")
+                    args[pname] = vals[0] if len(vals) == 1 else vals
+                result = _IMPL[op.type](args, self.compute)
+                results = result if isinstance(result, (list, tuple)) else (result,)
+                if len(results) != len(op.outputs):
+                    raise MilExecError(f"op #{i} {op.type}: produced {len(results)} values, "
+                                       f"the program declares {len(op.outputs)}")
+                produced = []
+                for val, out in zip(results, op.outputs):
+                    if out.dtype == "fp16" and self.round_fp16 and val.is_floating_point():
+                        val = val.to(torch.float16).to(self._tdtype)
+                    want = out.shape
+                    if all(isinstance(d, int) for d in want) and tuple(val.shape) != want:
+                        raise MilExecError(f"op #{i} {op.type} -> {out.name!r}: shape "
+                                           f"{tuple(val.shape)}, the program declares {want}")
+                    env[out.name] = val
+                    produced.append(val)
+            self.seconds += time.perf_counter() - t0
+            yield i, op, tuple(produced)
+            for names in op.inputs.values():
+                for n in names:
+                    if self._last_use.get(n) == i and n not in self._keep:
+                        env.pop(n, None)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The function outputs, once :meth:`steps` is exhausted."""
+        outputs = {}
+        for name in self.program.outputs:
+            if name in self.env:
+                outputs[name] = self.env[name].detach().cpu().numpy()
+            elif name in self.program.consts:
+                outputs[name] = np.asarray(self.program.consts[name])
+            else:
+                raise MilExecError(f"output {name!r} was never computed")
+        return outputs
+
+
+def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str = "float32",
+            taps: Iterable[str] = (),
+            on_tap: Callable[[str, np.ndarray], None] | None = None) -> Execution:
+    """Run ``program`` on ``feeds`` op by op.
+
+    Parameters
+    ----------
+    program : Program
+        From :func:`load_program`.
+    feeds : mapping
+        Function input name -> array of the input's shape.
+    compute : {"float32", "float64"}
+        Arithmetic of every floating-point value (see the module docstring).
+    taps : iterable of str
+        Names of intermediate values to return as well.
+    on_tap : callable, optional
+        Receives ``(name, array)`` for each tap as soon as it is computed, instead of the
+        tap being kept: the array is valid during the call only. So a caller that reduces
+        taps to figures holds none of them (a large encoder's 33 residual-stream values
+        in float64 are half a gigabyte). ``Execution.taps`` is then empty.
+
+    Returns
+    -------
+    Execution
+
+    Raises
+    ------
+    UnsupportedOpError
+        Before anything runs, if the program holds an unknown operation.
+    MilExecError
+        On a missing or misshaped feed, an unknown tap, or an op result whose shape
+        differs from the shape the program declares.
+    """
+    taps = tuple(taps)
+    if compute not in COMPUTE_MODES:
+        raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
+    types = program.value_types()
+    unknown = [t for t in taps if t not in types]
+    if unknown:
+        raise MilExecError(f"unknown tap value(s): {unknown}")
+    run = Stepper(program, feeds, compute=compute, keep=() if on_tap else taps)
+    wanted = set(taps)
+    tapped: dict[str, np.ndarray] = {}
+    deliver = on_tap if on_tap is not None else \
+        (lambda name, value: tapped.__setitem__(name, value.copy()))
+    delivered: set[str] = set()
+    for _i, op, values in trimmed(run.steps()):  # freed activations go back (large encoders)
+        for out, val in zip(op.outputs, values):
+            if out.name in wanted:
+                deliver(out.name, val.detach().cpu().numpy())
+                delivered.add(out.name)
+    for name in taps:  # function inputs: no op produces them
+        if name not in delivered and name in run.env:
+            deliver(name, run.env[name].detach().cpu().numpy())
+    return Execution(outputs=run.outputs(), taps=tapped, seconds=run.seconds, compute=compute)
+
+
+# ----------------------------------------------------------------------------- drift taps
+
+def residual_taps(program: Program) -> list[tuple[str, str]]:
+    """Locate the residual stream between encoder blocks of a Whisper-style program.
+
+    The Whisper encoder is pre-norm: block ``i`` opens with a ``layer_norm`` of the
+    residual stream and closes with a residual ``add``; one final ``layer_norm`` follows
+    the last block. So with ``L`` blocks the program holds ``2L + 1`` layer norms, the
+    ``x`` of layer norm ``0`` is the embedded input and the ``x`` of layer norm ``2i + 2``
+    is the output of block ``i``.
+
+    Returns
+    -------
+    list of (label, value name)
+        ``("embeddings", ...)``, ``("block 0", ...)`` ... ``("block L-1", ...)`` and
+        ``("output", ...)``.
+
+    Raises
+    ------
+    MilExecError
+        If the program does not have that structure (then no per-layer drift is shown).
+    """
+    lns = [op for op in program.ops if op.type == "layer_norm"]
+    if len(lns) < 3 or len(lns) % 2 != 1:
+        raise MilExecError(f"{len(lns)} layer_norm ops: not the 2L+1 of a pre-norm encoder")
+    prod = program.producer()
+    n_blocks = (len(lns) - 1) // 2
+    out = [("embeddings", lns[0].inputs["x"][0])]
+    for i in range(n_blocks):
+        name = lns[2 * i + 2].inputs["x"][0]
+        src = prod.get(name)
+        if src is None or src.type != "add":
+            raise MilExecError(f"block {i}: the residual stream {name!r} is not an add's output")
+        out.append((f"block {i}", name))
+    out.append(("output", program.outputs[0]))
+    return out

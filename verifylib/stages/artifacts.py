@@ -1,0 +1,332 @@
+"""What earlier stages published, read back for later ones: the one place stages meet.
+
+Stages stand side by side and never import each other. A later stage that needs a binary,
+the source tree, the model file or a compiled encoder asks this module, which reads the
+published gate records and evidence of *this* run directory and re-checks the bytes before
+handing anything out: a cache folder or a binary is shared with other runs and may have
+changed since the gate that vouched for it passed. Such a change raises
+:class:`verifylib.errors.PrerequisiteBroken` (recorded as ERROR ``prerequisite-broken``),
+never a silent fallback.
+
+The names of published files (``fp32/ggml-model.bin``, ``ggml-model-encoder.mlpackage``)
+and of the sidecars stage 01 leaves for stage 03 live here too, so the writer and every
+reader spell them one way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from verifylib.canonical import read_json, sha256_file
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.params import Fixture, Params
+from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
+from verifylib.stages.context import EVIDENCE_DIR, StageContext, read_stage_file
+
+__all__ = [
+    "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",
+    "UNPATCHED_IDENTITY", "ASAN_SIDECAR", "ASAN_SIDES", "BUILD_STAGE", "cache_dir",
+    "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
+    "published_model", "model_source", "fixture_audio",
+    "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
+    "export_variants",
+]
+
+BUILD_STAGE = "01_build"
+
+GGML_MODEL = ("fp32", "ggml-model.bin")
+"""The whisper.cpp model file stage 02 writes, relative to the run directory."""
+
+ENCODER_PACKAGE = "ggml-model-encoder.mlpackage"
+"""Named after the model file: coremlc names its output after its input, so this compiles
+to ``ggml-model-encoder.mlmodelc``, the path whisper.cpp derives from ``…/ggml-model.bin``."""
+
+ENCODER_COMPILED = "ggml-model-encoder.mlmodelc"
+"""The compiled encoder beside each variant's ``ggml-model.bin``."""
+
+UNPATCHED_SIDECAR = "unpatched_build"
+"""Stage 01's sidecar for the unpatched build (the "A" side of the lifecycle A/B)."""
+
+UNPATCHED_IDENTITY = "binary.ggml_unpatched.sha256"
+"""Stage 01's identity for the unpatched binary's digest."""
+
+ASAN_SIDECAR = "asan_builds"
+"""Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
+
+ASAN_SIDES = SANITIZER_SIDES
+"""Side of ``canary.sanitizer`` -> (build variant, stage 01's identity for its digest)."""
+
+
+def cache_dir() -> Path:
+    """The shared cache of sources, models and builds.
+
+    Returns
+    -------
+    Path
+        ``$VERIFYLIB_CACHE`` when set, else ``~/.cache/verifylib``.
+    """
+    env = os.environ.get("VERIFYLIB_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"
+
+
+def model_language(params: Params) -> str:
+    """The decoding language of the model (parameter ``model.language``, default ``en``)."""
+    return params.model.language
+
+
+def export_variants(params: Params) -> list[str]:
+    """The Core ML variants stage 02 exports: fp32 always, fp16 unless ``export.fp16`` is false."""
+    return ["fp32"] + (["fp16"] if params.export.fp16 else [])
+
+
+def runtime_tree(ctx: StageContext) -> Path:
+    """The verified whisper.cpp source folder of this run (from ``build.source_identity``).
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass, or the folder no longer has the tree id that passed.
+    """
+    from verifylib.whispercpp.source import git_tree_id
+
+    ev = ctx.evidence_of("build.source_identity", "source")
+    path = Path(ev["path"])
+    if not path.is_dir() or git_tree_id(path) != ev["computed_tree"]:
+        raise PrerequisiteBroken(f"runtime source {path} changed since "
+                                 f"build.source_identity passed")
+    return path
+
+
+def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
+    """The ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass or the binary is not the recorded bytes.
+    """
+    return _passed_binary(ctx, "build.ggml", "build")
+
+
+def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
+    """The ``build.coreml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass or the binary is not the recorded bytes.
+    """
+    return _passed_binary(ctx, "build.coreml", "coreml_build")
+
+
+def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path, str]:
+    ev = ctx.evidence_of(gate_id, evidence)
+    binary = Path(ev["binary"])
+    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+        raise PrerequisiteBroken(f"{binary} is not the whisper-cli that passed {gate_id}")
+    return binary, ev["sha256"]
+
+
+def unpatched_binary(ctx: StageContext) -> tuple[Path, str]:
+    """The unpatched whisper-cli stage 01 built in this run, re-hashed before use.
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If stage 01 recorded none, its build failed, or the bytes or the identity differ.
+    """
+    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{UNPATCHED_SIDECAR}.json"
+    if not path.is_file():
+        raise PrerequisiteBroken("stage 01_build recorded no unpatched build")
+    ev = read_json(path)
+    if not ev.get("built"):
+        raise PrerequisiteBroken(f"the unpatched build failed: {ev.get('error')}")
+    ids = (read_stage_file(ctx.run_dir, BUILD_STAGE) or {}).get("identities", {})
+    if ids.get(UNPATCHED_IDENTITY) != ev.get("sha256"):
+        raise PrerequisiteBroken("the unpatched build record disagrees with stage 01's "
+                                 "identities")
+    binary = Path(ev["binary"])
+    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+        raise PrerequisiteBroken(f"{binary} is not the unpatched whisper-cli stage 01 recorded")
+    return binary, ev["sha256"]
+
+
+def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
+    """The AddressSanitizer build stage 01 recorded for one side, re-hashed before use.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    side : str
+        ``"unpatched"`` or ``"patched"`` (see :data:`ASAN_SIDES`).
+
+    Returns
+    -------
+    dict
+        The side's build record from the sidecar ``asan_builds.json`` (``binary``,
+        ``sha256``, ``variant``, ``options``, ``needed_libs``, ``static``, ``tree_id``,
+        ``patch_sha256``, ``key`` …).
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If stage 01 recorded no such build, the build failed, or the bytes or the
+        identity differ from the record.
+    """
+    variant, identity = ASAN_SIDES[side]
+    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{ASAN_SIDECAR}.json"
+    if not path.is_file():
+        raise PrerequisiteBroken("stage 01_build recorded no AddressSanitizer builds")
+    ev = (read_json(path) or {}).get(side)
+    if not isinstance(ev, dict):
+        raise PrerequisiteBroken(f"stage 01_build recorded no {side} AddressSanitizer build")
+    if not ev.get("built"):
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer build failed: {ev.get('error')}")
+    if ev.get("variant") != variant:
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer record is variant "
+                                 f"{ev.get('variant')!r}, not {variant!r}")
+    ids = (read_stage_file(ctx.run_dir, BUILD_STAGE) or {}).get("identities", {})
+    if ids.get(identity) != ev.get("sha256"):
+        raise PrerequisiteBroken(f"the {side} AddressSanitizer build record disagrees with "
+                                 f"stage 01's identities")
+    binary = Path(ev["binary"])
+    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+        raise PrerequisiteBroken(f"{binary} is not the {side} AddressSanitizer whisper-cli "
+                                 f"stage 01 recorded")
+    return dict(ev)
+
+
+def published_model(ctx: StageContext) -> tuple[Path, str]:
+    """The ``fp32/ggml-model.bin`` that ``export.ggml_model`` wrote, and its ``-m`` string.
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass or the file's bytes are not the ones it recorded.
+    """
+    ev = ctx.evidence_of("export.ggml_model", "ggml")
+    path = ctx.run_dir.joinpath(*GGML_MODEL)
+    if not path.is_file() or sha256_file(path) != ev.get("sha256"):
+        raise PrerequisiteBroken(f"{path} is not the ggml-model.bin that passed "
+                                 f"export.ggml_model")
+    arg = ev.get("model_arg")
+    return path, (arg if isinstance(arg, str) and Path(arg) == path else str(path))
+
+
+def model_source(ctx: StageContext) -> dict:
+    """The Hugging Face model folder of this run.
+
+    ``export.ggml_model``'s evidence when it passed; otherwise the same intake done again
+    (from the cache), so the Core ML gates do not depend on the whisper.cpp build.
+
+    Returns
+    -------
+    dict
+        ``hf_dir``, ``source_digest`` and ``from`` (which of the two it came from).
+    """
+    try:
+        ev = ctx.evidence_of("export.ggml_model", "model")
+        return {"hf_dir": ev["hf_dir"], "source_digest": ev["source_digest"],
+                "from": "export.ggml_model evidence"}
+    except PrerequisiteBroken:
+        from verifylib.models.intake import obtain_model
+
+        params = ctx.params
+        info = obtain_model(params.model.spec, cache_dir(), log=print, base_dir=params.base_dir)
+        return {"hf_dir": str(info.hf_dir), "source_digest": info.source_digest,
+                "from": "model intake (export.ggml_model did not pass)"}
+
+
+def fixture_audio(ctx: StageContext, fixture: Fixture) -> Path:
+    """A fixture's audio file: inside the verified runtime tree, or a local path.
+
+    Raises
+    ------
+    ParametersInvalid
+        If the file does not exist.
+    """
+    if fixture.runtime_file is not None:
+        path = runtime_tree(ctx) / fixture.runtime_file
+    else:
+        path = ctx.params.resolve(fixture.path)
+    if not path.is_file():
+        raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
+    return path
+
+
+def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
+    """``export.contract``'s record of a placed variant (``fp32`` or ``fp16``).
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass, or the variant was not exported or not placed.
+    """
+    exported = ctx.evidence_of("export.contract", "contract")
+    for v in exported["variants"]:
+        if v["precision"] == variant:
+            if not v["placed"]:
+                raise PrerequisiteBroken(f"the {variant} package was not placed by "
+                                         f"export.contract")
+            return v
+    raise PrerequisiteBroken(f"export.contract exported no {variant} variant (parameter "
+                             f"export.fp16 differs between the stages?)")
+
+
+def compiled_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
+    """``export.compile``'s record of a compiled variant.
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass or compiled no such variant.
+    """
+    compiled = ctx.evidence_of("export.compile", "compile")
+    for v in compiled["variants"]:
+        if v["precision"] == variant:
+            return v
+    raise PrerequisiteBroken(f"export.compile compiled no {variant} variant")
+
+
+def published_mlmodelc(ctx: StageContext, variant: str) -> Path | None:
+    """The ``.mlmodelc`` folder published for a variant, or None if there is none."""
+    path = ctx.run_dir / variant / ENCODER_COMPILED
+    return path if path.is_dir() else None
+
+
+def source_spec(params: Params):
+    """The :class:`verifylib.whispercpp.source.SourceSpec` of a parameter file's whisper.cpp source."""
+    from verifylib.whispercpp import source as _source
+
+    src = params.runtime.source
+    if src["kind"] == "git":
+        src.setdefault("commit", _source.load_pins()[params.runtime.pin].commit)
+    if "path" in src:
+        src["path"] = str(params.resolve(src["path"]))
+    return _source.SourceSpec(**src)
+
+
+def standalone_fixture_audio(params: Params, fixture: Fixture, *, log=print) -> Path:
+    """A fixture's audio outside any run: a local path, or a file of the pinned source.
+
+    For tools that touch no run (``verifylib drift``): a whisper.cpp sample comes from the
+    pinned source obtained into the cache as stage 01 would obtain it.
+
+    Raises
+    ------
+    ParametersInvalid
+        If the file does not exist.
+    """
+    if fixture.runtime_file is not None:
+        from verifylib.whispercpp.source import obtain_source
+
+        tree = obtain_source(source_spec(params), cache_dir(), log=log)
+        path = Path(tree.path) / fixture.runtime_file
+    else:
+        path = params.resolve(fixture.path)
+    if not path.is_file():
+        raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
+    return path

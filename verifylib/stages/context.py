@@ -1,0 +1,486 @@
+"""Stage plumbing: run directories, prerequisite checks, and gate recording.
+
+A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.begin` for
+each gate it implements, gathers evidence, and lets the gate's rule (:mod:`verifylib.evidence.rules.registry`)
+judge it. When the stage finishes, a gate the registry declares unimplemented is recorded
+NOT_RUN(not-implemented); an implemented gate the stage never judged is an ERROR, so a gate
+cannot silently disappear or pass by default. Every ERROR cites a stored traceback file;
+its reason kind is ``prerequisite-broken`` when the gate raised
+:class:`verifylib.errors.PrerequisiteBroken`, and ``exception`` otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from verifylib import canonical
+from verifylib.evidence import gates
+from verifylib.runtime import ledger
+from verifylib.evidence.rules import registry as rules
+from verifylib.runtime.capabilities import detect
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
+from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
+                                        EvidenceRef, EvidenceView, GateRecord, Reason)
+from verifylib.evidence.gates import Gate, NotRunKind, Status
+from verifylib.params import Params
+
+RUN_FILE = "run.json"
+GATES_DIR = "gates"
+EVIDENCE_DIR = "evidence"
+RECEIPT_FILE = "receipt.json"
+ERROR_SCHEMA = "verifylib-error/1"
+TRACEBACK_EVIDENCE = "traceback"
+
+
+class StageRefused(StageRefusal):
+    """A stage was asked to write into a run directory that already holds its result."""
+
+
+def error_document(gate_id: str, text: str, launches: list | None = None) -> dict:
+    """The stored traceback of an ERROR gate (with the launches made before it broke).
+
+    Parameters
+    ----------
+    gate_id : str
+        The gate that errored.
+    text : str
+        The traceback or the stage's error text.
+    launches : list of dict, optional
+        Run records (with their ledger citations) of launches made inside the gate.
+    """
+    return {"schema": ERROR_SCHEMA, "gate": gate_id, "traceback": text,
+            "launches": list(launches or [])}
+
+
+def error_filename(gate_id: str) -> str:
+    """File name of a gate's stored traceback inside its stage's evidence folder."""
+    return f"error.{gate_id}.json"
+
+
+def new_run_id() -> str:
+    """Return a sortable run id such as ``20261130T062000Z-3f9a07c2``.
+
+    The UTC second sorts runs by start; the 32 random bits tell apart runs of one model
+    started in the same second (several ``verifylib run`` processes on one reports
+    folder). Uniqueness is not left to chance: ``verifylib run`` reserves the id
+    exclusively in the model's staging area and draws again on a clash.
+
+    Returns
+    -------
+    str
+        ``<YYYYmmddTHHMMSSZ>-<8 hex digits>``.
+    """
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{secrets.token_hex(4)}"
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose behaviour the evidence depends on."""
+    from importlib import metadata
+    out = {}
+    for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
+                 "papermill", "nbconvert", "nbformat", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
+                 executor: dict | None = None) -> dict:
+    """Create a run directory's ``run.json`` unless it exists, and return its content.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory (created if missing).
+    params : Params
+        Validated parameters; a run directory belongs to one parameter set.
+    run_id : str, optional
+        Id to record; defaults to the folder name.
+    executor : dict, optional
+        How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
+        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook run
+        by hand records none. Covered by the receipt like the rest of ``run.json``.
+
+    Returns
+    -------
+    dict
+        The run record.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``run.json`` exists and was written for other parameters.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_FILE
+    params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
+    if path.exists():
+        rec = canonical.read_json(path)
+        if rec.get("params_sha256") != params_sha:
+            raise ParametersInvalid(f"{run_dir} was created for other parameters "
+                                    f"({rec.get('name')!r}); use a fresh run directory")
+        return rec
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "schema": "verifylib-run/1",
+        "run_id": run_id or run_dir.name,
+        "name": params.name,
+        "params": params.data,
+        "params_origin": params.origin,
+        "params_sha256": params_sha,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": detect().as_record(),
+        "packages": package_versions(),
+        **({"executor": dict(executor)} if executor is not None else {}),
+    }
+    canonical.write_json(path, rec)
+    return rec
+
+
+def read_stage_file(run_dir: Path, stage: str) -> dict | None:
+    """Return a stage's gates file, or None if the stage has not written one."""
+    path = Path(run_dir) / GATES_DIR / f"{stage}.json"
+    return canonical.read_json(path) if path.exists() else None
+
+
+def recorded_gates(run_dir: Path) -> dict[str, GateRecord]:
+    """All gate records written so far in a run directory, by gate id."""
+    out = {}
+    for stage in gates.STAGES:
+        data = read_stage_file(run_dir, stage)
+        if data:
+            for rec in data["gates"]:
+                out[rec["id"]] = GateRecord.from_record(rec)
+    return out
+
+
+@dataclass
+class StageReport:
+    """What a stage concluded, for display in its notebook.
+
+    Attributes
+    ----------
+    stage : str
+        Stage name.
+    records : list of GateRecord
+        One per gate of the stage, in table order.
+    identities : dict
+        Identities recorded by the stage.
+    seconds : float
+        Time spent inside the stage's verifylib work.
+    facts : dict
+        Labelled values worth showing (paths, timings, versions): a flat table.
+    result : object or None
+        The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages
+        whose results are more than a table.
+    """
+
+    stage: str
+    records: list[GateRecord]
+    identities: dict
+    seconds: float
+    facts: dict = field(default_factory=dict)
+    result: Any = None
+
+    def status(self, gate_id: str) -> Status:
+        return next(r.status for r in self.records if r.id == gate_id)
+
+    def _repr_html_(self) -> str:
+        from verifylib.views.gates import stage_table
+        return stage_table(self)
+
+
+class GateRun:
+    """One gate being evaluated; created by :meth:`StageContext.begin`."""
+
+    def __init__(self, ctx: "StageContext", g: Gate):
+        self.ctx = ctx
+        self.gate = g
+        self.done = False
+        self._ledger_mark = ledger.mark()
+        self._written_mark = len(ctx.written)
+
+    def judge(self, evidence: Iterable[EvidenceRef], identities: dict | None = None) -> GateRecord:
+        """Judge the gate by its registered rule on ``evidence`` and record the outcome.
+
+        Parameters
+        ----------
+        evidence : iterable of EvidenceRef
+            Files written with :meth:`StageContext.write_json` / ``write_bytes``.
+        identities : dict, optional
+            Identity values the evidence binds to (also merged into the stage's table).
+
+        Returns
+        -------
+        GateRecord
+        """
+        refs = tuple(evidence)
+        ids = dict(identities or {})
+        view = EvidenceView(self.ctx.run_dir, refs, ids)
+        j = rules.judge(self.gate.id, view)
+        unread = view.unread()
+        if j.status is Status.PASS and unread:
+            # A PASS must rest on every file it cites; anything else is a harness bug, so
+            # this is deliberately no PrerequisiteBroken (it records ERROR(exception)).
+            raise RuntimeError(f"{self.gate.id} cites evidence its rule never read: {unread}")
+        rec = GateRecord(self.gate.id, j.status, Reason("rule", j.detail), refs, ids)
+        self.ctx._record(rec, ids)
+        self.done = True
+        return rec
+
+    def __enter__(self) -> "GateRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            if not self.done:
+                self.ctx.record_error(self.gate.id, "the stage ended this gate without judging "
+                                      "it", ledger.since(self._ledger_mark),
+                                      self.ctx.written[self._written_mark:])
+            return False
+        if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            return False
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        # What the gate stood on changed under it (the environment, not the harness): the
+        # record says so, so a reader does not go looking for a bug in verifylib.
+        kind = ERROR_PREREQUISITE_BROKEN if isinstance(exc, PrerequisiteBroken) else ERROR_EXCEPTION
+        self.ctx.record_error(self.gate.id, text, ledger.since(self._ledger_mark),
+                              self.ctx.written[self._written_mark:], kind=kind)
+        self.done = True
+        return True  # the stage goes on; dependants become NOT_RUN(prerequisite)
+
+
+class StageContext:
+    """Evaluation context of one stage inside one run directory.
+
+    Parameters
+    ----------
+    stage : str
+        One of :data:`verifylib.evidence.gates.STAGES`.
+    params : Params
+        Validated parameters.
+    run_dir : path-like
+        The run directory; ``run.json`` is created if missing.
+    """
+
+    def __init__(self, stage: str, params: Params, run_dir: str | os.PathLike):
+        self.stage = stage
+        self.gates = gates.stage_gates(stage)
+        self.params = params
+        self.run_dir = Path(run_dir).resolve()
+        self.run = init_run_dir(self.run_dir, params)
+        self.evidence_dir = self.run_dir / EVIDENCE_DIR / stage
+        self.records: dict[str, GateRecord] = {}
+        self.written: list[EvidenceRef] = []
+        self.identities: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}
+        self.result: Any = None
+        self._t0 = time.perf_counter()
+        # Evidence is never replaced: a second outcome in the same folder would hide the
+        # first (a retried run), and a published run is read-only for every command.
+        if (self.run_dir / RECEIPT_FILE).exists():
+            raise StageRefused(f"{self.run_dir} is a published run (it holds {RECEIPT_FILE}); "
+                               f"it is never modified: run the stage with a new run directory")
+        done = self.run_dir / GATES_DIR / f"{stage}.json"
+        if done.exists() or self.evidence_dir.exists():
+            raise StageRefused(f"{self.run_dir} already holds the result of stage {stage}; "
+                               f"a stage never runs twice into one run directory: use a new "
+                               f"run id (a new run_dir)")
+        ledger.bind(self.run_dir)
+
+    # -- evidence -------------------------------------------------------------
+    def write_json(self, name: str, value: Any, filename: str | None = None) -> EvidenceRef:
+        """Write a canonical JSON evidence sidecar and return its reference."""
+        path = self.evidence_dir / (filename or f"{name}.json")
+        if path.exists():
+            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
+        sha = canonical.write_json(path, value)
+        ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        self.written.append(ref)
+        return ref
+
+    def write_bytes(self, name: str, data: bytes, filename: str) -> EvidenceRef:
+        """Write raw evidence bytes (a log stream, say) and return the reference."""
+        path = self.evidence_dir / filename
+        if path.exists():
+            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
+        sha = canonical.atomic_write_bytes(path, data)
+        ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
+        self.written.append(ref)
+        return ref
+
+    # -- gates ----------------------------------------------------------------
+    def prior(self) -> dict[str, GateRecord]:
+        """Gate records of this run so far (other stages' files plus this stage's)."""
+        out = recorded_gates(self.run_dir)
+        out.update(self.records)
+        return out
+
+    def evidence_of(self, gate_id: str, name: str) -> Any:
+        """Read evidence ``name`` of an earlier gate that PASSed, verifying its digest.
+
+        Raises
+        ------
+        verifylib.errors.PrerequisiteBroken
+            If the gate has not passed in this run directory.
+        """
+        rec = self.prior().get(gate_id)
+        if rec is None or rec.status is not Status.PASS:
+            raise PrerequisiteBroken(f"{gate_id} has not passed in {self.run_dir}")
+        return EvidenceView(self.run_dir, rec.evidence).json(name)
+
+    def artifact_path(self, *parts: str) -> Path:
+        """A path for a published artifact inside the run directory (e.g. ``fp32/...``)."""
+        p = self.run_dir.joinpath(*parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def blocked_reason(self, gate_id: str, disabled_by: str | None = None) -> Reason | None:
+        """Return why ``gate_id`` cannot run now, or None if it can.
+
+        Order: disabled parameter, missing platform capability, unmet prerequisite.
+        """
+        g = gates.gate(gate_id)
+        if disabled_by:
+            value = dict(g.disabled_by).get(disabled_by)
+            return Reason(NotRunKind.DISABLED.value,
+                          f"disabled by parameter {disabled_by} = {canonical.dumps(value).decode().strip()}")
+        missing = detect().missing(g.capability)
+        if missing:
+            return Reason(NotRunKind.PLATFORM.value, missing)
+        prior = self.prior()
+        unmet = [p for p in g.prerequisites
+                 if p not in prior or prior[p].status is not Status.PASS]
+        if unmet:
+            states = ", ".join(f"{p} is {prior[p].status.value if p in prior else 'not run yet'}"
+                               for p in unmet)
+            return Reason(NotRunKind.PREREQUISITE.value, states)
+        return None
+
+    def begin(self, gate_id: str, disabled_by: str | None = None) -> GateRun | None:
+        """Start evaluating a gate of this stage.
+
+        Returns None after recording NOT_RUN when the gate is disabled (by a parameter the
+        registry names for it), lacks a platform capability, or has a prerequisite that did
+        not pass; otherwise a :class:`GateRun` to use as a context manager (an exception
+        inside it records ERROR).
+
+        Parameters
+        ----------
+        gate_id : str
+            A gate of this stage.
+        disabled_by : str, optional
+            The parameter key the caller found switching the gate off; it must agree with
+            the registry's ``disabled_by`` (the validator judges NOT_RUN(disabled) by it).
+        """
+        g = gates.gate(gate_id)
+        # Both refusals below catch a stage calling begin wrongly, a bug in verifylib, so
+        # they stay plain ValueErrors, outside VerifylibError (a refusal a caller acts on).
+        if g.stage != self.stage:
+            raise ValueError(f"{gate_id} belongs to stage {g.stage}, not {self.stage}")
+        key = gates.disabling_key(g, self.params.data)
+        if disabled_by != key:
+            raise ValueError(f"{gate_id}: caller says disabled by {disabled_by!r}, the registry "
+                             f"and the parameters say {key!r}")
+        reason = self.blocked_reason(gate_id, key)
+        if reason:
+            self._record(GateRecord(gate_id, Status.NOT_RUN, reason), {})
+            return None
+        return GateRun(self, g)
+
+    def identity(self, key: str, value: Any) -> None:
+        """Record an identity of this run (e.g. ``runtime.tree``)."""
+        old = self.identities.get(key)
+        if old is not None and old != value:
+            raise ValueError(f"identity {key} recorded twice with different values")
+        self.identities[key] = value
+        self._write()
+
+    def record_error(self, gate_id: str, text: str, launches: list | None = None,
+                     partial: list[EvidenceRef] | None = None,
+                     kind: str = ERROR_EXCEPTION) -> GateRecord:
+        """Record ``gate_id`` as ERROR, citing its stored traceback.
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate that broke.
+        text : str
+            Its traceback.
+        launches : list of dict, optional
+            Ledger entries appended while the gate ran; those no partial evidence file
+            cites are cited by the traceback, so no launch goes unaccounted for.
+        partial : list of EvidenceRef, optional
+            Evidence the gate wrote before it broke; cited too, so nothing is orphaned.
+        kind : str, optional
+            The reason kind, one of :data:`verifylib.evidence.records.ERROR_KINDS`:
+            ``"exception"`` (a harness bug, the default) or ``"prerequisite-broken"``
+            (:class:`verifylib.errors.PrerequisiteBroken` was raised).
+
+        Raises
+        ------
+        ValueError
+            If ``kind`` is not an ERROR reason kind.
+        """
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"{kind!r} is not an ERROR reason kind {sorted(ERROR_KINDS)}")
+        partial = [r for r in (partial or []) if r.name != TRACEBACK_EVIDENCE]
+        seen: set[int] = set()
+        for r in partial:
+            if r.path.endswith(".json"):
+                seen |= ledger.cited_seqs(canonical.read_json(self.run_dir / r.path))
+        cited = [ledger.entry_record(e) for e in (launches or []) if e["seq"] not in seen]
+        ref = self.write_json(TRACEBACK_EVIDENCE, error_document(gate_id, text, cited),
+                              filename=error_filename(gate_id))
+        rec = GateRecord(gate_id, Status.ERROR, Reason(kind, text), (ref, *partial))
+        self._record(rec, {})
+        return rec
+
+    def _record(self, rec: GateRecord, identities: dict) -> None:
+        for k, v in identities.items():
+            self.identities.setdefault(k, v)
+        self.records[rec.id] = rec
+        self._write()
+
+    def _write(self) -> None:
+        elapsed = time.perf_counter() - self._t0
+        data = {
+            "schema": "verifylib-stage/1",
+            "stage": self.stage,
+            "gates": [self.records[g.id].to_record() for g in self.gates if g.id in self.records],
+            "identities": self.identities,
+            "verifylib_seconds": round(elapsed, 3),
+        }
+        canonical.write_json(self.run_dir / GATES_DIR / f"{self.stage}.json", data)
+
+    def finish(self) -> StageReport:
+        """Close the stage and return its report.
+
+        A gate never begun becomes NOT_RUN(not-implemented) if the registry declares it
+        unimplemented, and ERROR otherwise (the stage skipped a gate it owns).
+        """
+        for g in self.gates:
+            if g.id not in self.records:
+                if not g.implemented:
+                    missing = detect().missing(g.capability)
+                    extra = f"; it would also need: {missing}" if missing else ""
+                    self.records[g.id] = GateRecord(g.id, Status.NOT_RUN, Reason(
+                        NotRunKind.NOT_IMPLEMENTED.value,
+                        f"this version of verifylib declares this gate unimplemented{extra}"))
+                else:
+                    self.record_error(g.id, f"stage {self.stage} finished without judging "
+                                            f"{g.id}, a gate it implements")
+        self._write()
+        seconds = time.perf_counter() - self._t0
+        return StageReport(self.stage, [self.records[g.id] for g in self.gates],
+                           dict(self.identities), seconds, dict(self.facts), self.result)

@@ -1,0 +1,401 @@
+"""The audit report: executed notebooks merged into one self-contained HTML file.
+
+nbformat merges the notebooks and nbconvert renders them with the ``audit`` template
+(JupyterLab's look without any script tag). The report opens with the verdict, the gate
+table and the identity table built from the receipt. All HTML comes from the templates of
+:mod:`verifylib.views` (autoescaped, so every value from a run is text), and the page carries
+the views' one stylesheet, ``verifylib.css``, included by the nbconvert template.
+
+The reports folder's index page, ``<reports>/index.html`` (:func:`render_index`), lists
+every published run and every audit that ended ERROR without one. A batch records such
+an audit (its worker died, its task failed, its returned run was refused) as a failure
+record, ``<reports>/<name>/.failed/<id>.json`` (:func:`publish_failure`), since there is
+no receipt to list it by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+from nbconvert.preprocessors.sanitize import SanitizeHTML
+
+from verifylib import canonical, views
+from verifylib.evidence import gates
+from verifylib.evidence.receipt import RECEIPT_FILE
+from verifylib.views import gates as gate_views
+from verifylib.views import index as index_view
+
+REPORT = "report.html"
+REPORT_FULL = "report-full.html"
+
+
+def _summary_cell(fragment: str):
+    cell = nbformat.v4.new_code_cell(source="# verdict, gates and identities (from receipt.json)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": fragment})]
+    cell.metadata["tags"] = ["verifylib-summary"]
+    return cell
+
+
+EXPLORE_TAG = "verifylib-explore"
+"""Tag of the stage notebooks' Explore cells (scripts/make_notebooks.py)."""
+
+
+def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
+    """Merge the executed stage notebooks of a run into one notebook behind a summary."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["title"] = "verifylib audit report"
+    nb.cells.append(_summary_cell(fragment))
+    for stage in stages:
+        path = run_dir / "notebooks" / f"{stage}.ipynb"
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"# Stage {stage}"))
+        if not path.exists():
+            nb.cells.append(nbformat.v4.new_markdown_cell("*This stage's notebook did not run.*"))
+            continue
+        sub = nbformat.read(path, as_version=4)
+        for key in ("kernelspec", "language_info"):
+            if key in sub.metadata:
+                nb.metadata.setdefault(key, sub.metadata[key])
+        for cell in sub.cells:
+            # The Explore cells are a researcher's starting points (they repeat the views
+            # in raw form); the executed notebooks keep them, the report does not.
+            if EXPLORE_TAG in cell.get("metadata", {}).get("tags", []):
+                continue
+            # Markdown inside notebooks is ours, but outputs may carry run text: the
+            # exporter's sanitizer and the audit template keep both inert.
+            _drop_view_styles(cell)
+            nb.cells.append(cell)
+    return nb
+
+
+def _drop_view_styles(cell) -> None:
+    # Each view output opens with the stylesheet for JupyterLab; the report's head has it
+    # already, and the sanitizer (which allows no <style>) would print it as text.
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if "text/html" in data:
+            text = data["text/html"]
+            data["text/html"] = views.strip_style(text if isinstance(text, str) else "".join(text))
+
+
+# Tags our own HTML outputs use; anything else in an output (script, iframe, event
+# attributes) is escaped by bleach, and non-HTML active types (JavaScript, widgets) dropped.
+_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
+         "h3", "h4", "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub",
+         "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul"]
+_ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"]}
+_STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
+           "background-color", "padding", "margin", "width"]
+
+
+def _export(nb, exclude_input: bool) -> str:
+    # The views' folder goes last on the search path: the audit template includes
+    # verifylib.css from it, and nbconvert's own templates keep precedence for every other name.
+    exporter = HTMLExporter(template_name="audit", extra_template_basedirs=[str(views.TEMPLATES)],
+                            extra_template_paths=[str(views.TEMPLATES)])
+    exporter.exclude_input = exclude_input
+    exporter.exclude_input_prompt = exclude_input
+    exporter.exclude_output_prompt = exclude_input
+    exporter.embed_images = True
+    exporter.register_preprocessor(
+        SanitizeHTML(tags=_TAGS, attributes=_ATTRS, styles=_STYLES, strip=False), enabled=True)
+    body, _ = exporter.from_notebook_node(nb)
+    return body
+
+
+def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, Path]:
+    """Render ``report.html`` (code hidden) and ``report-full.html`` (with code).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A run directory holding ``receipt.json`` and ``notebooks/``.
+    stages : list of str, optional
+        Stages to include, in order; all by default.
+
+    Returns
+    -------
+    (Path, Path)
+        The two report files, each written atomically.
+    """
+    run_dir = Path(run_dir)
+    raw = (run_dir / RECEIPT_FILE).read_bytes()
+    receipt = canonical.loads(raw)
+    fragment = gate_views.receipt_summary(receipt, canonical.sha256_bytes(raw))
+    nb = merged_notebook(run_dir, list(stages or gates.STAGES), fragment)
+    short = run_dir / REPORT
+    full = run_dir / REPORT_FULL
+    canonical.atomic_write_bytes(short, _export(nb, True).encode("utf-8"))
+    canonical.atomic_write_bytes(full, _export(nb, False).encode("utf-8"))
+    return short, full
+
+
+INDEX = "index.html"
+
+
+INDEX_LOCKS = ".locks"
+"""Folder of the reports folder's lock files (the index page's lock)."""
+
+FAILED = ".failed"
+"""Folder of a model's failure records: ``<reports>/<name>/.failed/<id>.json``."""
+
+FAILURE_FORMAT = "verifylib-failed-audit/1"
+"""The ``format`` of a failure record."""
+
+MAX_REASON_CHARS = 2000
+# A reason is one human-readable account (a worker's last stderr lines, a refusal); the
+# whole log belongs in the terminal, not in a record every index rebuild reads.
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """An audit that ended ERROR without publishing a run: what the index lists for it.
+
+    Written once by the batch that saw the failure, into
+    ``<reports>/<name>/.failed/<id>.json`` (canonical JSON), and never rewritten; a
+    later run of the model does not remove it.
+
+    Attributes
+    ----------
+    id : str
+        ``<UTC second>-<8 hex>`` as a run id (sorts by time), also the file name.
+    name : str
+        Model name.
+    parameters : str
+        The parameter file the model came from (``Params.origin``).
+    reason : str
+        Why no run was published (the worker's exit, the task's exception, the refused
+        run's problems).
+    executor : dict
+        How it ran: ``kind`` (``local`` or ``ray``), ``node`` (host name, None when
+        unknown), and what else the executor knew (``jobs``, ``ray_node_id``).
+    time : str
+        When the failure was recorded, ISO 8601 UTC (``2026-12-01T08:31:18Z``).
+    status : str
+        Always ``ERROR``.
+    """
+
+    id: str
+    name: str
+    parameters: str
+    reason: str
+    executor: dict
+    time: str
+    status: str = "ERROR"
+
+    def to_json(self) -> dict:
+        """The record as stored (with its ``format``).
+
+        Returns
+        -------
+        dict
+        """
+        return {"format": FAILURE_FORMAT, "id": self.id, "name": self.name,
+                "parameters": self.parameters, "status": self.status, "reason": self.reason,
+                "executor": dict(self.executor), "time": self.time}
+
+    @classmethod
+    def from_json(cls, data) -> "FailureRecord":
+        """Read a stored record, checking every field's type.
+
+        Parameters
+        ----------
+        data : any
+            The parsed JSON.
+
+        Returns
+        -------
+        FailureRecord
+
+        Raises
+        ------
+        ValueError
+            For a record of another format or with a missing or mistyped field.
+        """
+        if not isinstance(data, dict) or data.get("format") != FAILURE_FORMAT:
+            raise ValueError(f"not a {FAILURE_FORMAT} record")
+        for key in ("id", "name", "parameters", "status", "reason", "time"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"field {key!r} is missing or not a string")
+        if data["status"] != "ERROR":
+            raise ValueError(f"status {data['status']!r} is not ERROR")
+        if not isinstance(data.get("executor"), dict):
+            raise ValueError("field 'executor' is missing or not an object")
+        return cls(data["id"], data["name"], data["parameters"], data["reason"],
+                   dict(data["executor"]), data["time"], data["status"])
+
+
+def publish_failure(reports_root: str | Path, *, name: str, parameters: str, reason: str,
+                    executor: dict) -> Path:
+    """Record that a model's audit ended ERROR without publishing a run.
+
+    The record (:class:`FailureRecord`) is written to a staging file in
+    ``<reports>/<name>/.failed/`` and linked to ``<id>.json`` once complete: a reader
+    (the index rebuild of another process) never sees half a record, and an existing
+    record is never replaced (a clash of ids draws another).
+
+    Parameters
+    ----------
+    reports_root : path-like
+        The reports folder.
+    name : str
+        Model name.
+    parameters : str
+        The model's parameter file.
+    reason : str
+        Why no run was published (cut to :data:`MAX_REASON_CHARS`).
+    executor : dict
+        How and where it ran (see :attr:`FailureRecord.executor`).
+
+    Returns
+    -------
+    Path
+        The published record.
+    """
+    import datetime as dt
+    from verifylib.stages.context import new_run_id
+
+    folder = Path(reports_root) / name / FAILED
+    folder.mkdir(parents=True, exist_ok=True)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[:MAX_REASON_CHARS - 1] + "…"
+    for _ in range(100):
+        record_id = new_run_id()
+        stamp = dt.datetime.strptime(record_id.split("-")[0], "%Y%m%dT%H%M%SZ")
+        rec = FailureRecord(record_id, name, parameters, reason, dict(executor),
+                            stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        path = folder / f"{record_id}.json"
+        try:
+            canonical.atomic_write_bytes(path, canonical.dumps(rec.to_json()), replace=False)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free failure record id in {folder} after 100 draws")
+
+
+def read_failures(reports_root: str | Path) -> list[tuple[Path, FailureRecord | str]]:
+    """Every failure record in the reports folder, oldest first within each model.
+
+    Parameters
+    ----------
+    reports_root : path-like
+        The reports folder.
+
+    Returns
+    -------
+    list of (Path, FailureRecord or str)
+        Each record file with its record, or with why it cannot be read (an unreadable
+        record is reported, never skipped: it stands for a failure all the same).
+    """
+    out: list[tuple[Path, FailureRecord | str]] = []
+    for path in sorted(Path(reports_root).glob(f"*/{FAILED}/*.json")):
+        if path.name.startswith(".") or path.parent.parent.name.startswith("."):
+            continue  # a record still being written, or not a model's folder
+        try:
+            rec = FailureRecord.from_json(canonical.read_json(path))
+        except (OSError, ValueError) as exc:
+            out.append((path, f"unreadable failure record: {exc}"))
+            continue
+        if rec.name != path.parent.parent.name or f"{rec.id}.json" != path.name:
+            out.append((path, f"failure record of {rec.name!r} ({rec.id}) misplaced"))
+            continue
+        out.append((path, rec))
+    return out
+
+
+def _index_row(root: Path, name: str, run_dir: Path) -> dict:
+    raw = (run_dir / RECEIPT_FILE).read_bytes()
+    rec = canonical.loads(raw)
+    counts: dict[str, int] = {}
+    for g in rec["gates"]:
+        counts[g["status"]] = counts.get(g["status"], 0) + 1
+    return {"kind": "run", "name": name, "verdict": gates.Verdict(rec["verdict"]).value,
+            "counts": counts, "rel": run_dir.relative_to(root).as_posix(),
+            "sha256": canonical.sha256_bytes(raw), "key": run_dir.name}
+
+
+def _failure_row(root: Path, path: Path, rec: FailureRecord | str) -> dict:
+    row = {"kind": "failed", "name": path.parent.parent.name, "verdict": "ERROR",
+           "rel": path.relative_to(root).as_posix(), "key": path.stem, "later": None}
+    try:
+        row["sha256"] = canonical.sha256_file(path)
+    except OSError:
+        row["sha256"] = None
+    if isinstance(rec, str):
+        return dict(row, reason=rec, time=None, parameters=None, executor=None, node=None)
+    node = rec.executor.get("node")
+    return dict(row, reason=rec.reason, time=rec.time, parameters=rec.parameters,
+                executor=str(rec.executor.get("kind", "?")),
+                node=None if node is None else str(node))
+
+
+def _index_rows(root: Path, outcomes) -> list[dict]:
+    """One row per published run (``<name>/<run-id>/receipt.json``) and per failure
+    record (``<name>/.failed/<id>.json``) under ``root``, each model's rows by time."""
+    rows: dict[Path, dict] = {}
+    # This invocation's runs must be listed; an unreadable receipt of theirs is an error.
+    for o in outcomes:
+        rows[Path(o.run_dir).resolve()] = _index_row(root, o.name, Path(o.run_dir))
+    for receipt in root.glob(f"*/*/{RECEIPT_FILE}"):
+        run_dir = receipt.parent
+        if run_dir.parent.name.startswith(".") or run_dir.name.startswith(".") \
+                or run_dir.resolve() in rows:
+            continue
+        try:
+            rows[run_dir.resolve()] = _index_row(root, run_dir.parent.name, run_dir)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # another run's damage is `verifylib verify`'s to report, not the index's
+    runs = list(rows.values())
+    failed = [_failure_row(root, path, rec) for path, rec in read_failures(root)]
+    # A failure stays listed after a later run of its model: the page then says which
+    # run came later, so a retried model's history is visible rather than overwritten.
+    for row in failed:
+        later = [r for r in runs if r["name"] == row["name"] and r["key"] > row["key"]]
+        if later:
+            row["later"] = min(later, key=lambda r: r["key"])["rel"]
+    return sorted(runs + failed, key=lambda r: (r["name"], r["key"], r["rel"]))
+
+
+def render_index(outcomes, reports_root: str | Path) -> Path:
+    """Write ``<reports>/index.html``: every published run and every failed audit.
+
+    Several ``verifylib run`` processes may share one reports folder and finish in any
+    order, so the page is rebuilt from what is on disk (every
+    ``<name>/<run-id>/receipt.json``, this invocation's runs included, and every failure
+    record ``<name>/.failed/<id>.json`` of :func:`publish_failure`) under the folder's
+    index lock (``<reports>/.locks/index-page.lock``) and replaced atomically: the last
+    writer lists every entry, and no process's entry is lost to another's write.
+
+    Each model's entries are listed oldest first. A failed audit is marked ERROR with its
+    reason, where it ran and when, and stays listed when a later run of the model is
+    published (the row names that run). The worst verdict is that of the published
+    runs; the failed audits are counted beside it.
+
+    Parameters
+    ----------
+    outcomes : sequence of RunOutcome
+        The runs of this ``verifylib run`` invocation (listed even if they were
+        published outside the usual layout).
+    reports_root : path-like
+        The reports folder (links are relative to it).
+
+    Returns
+    -------
+    Path
+        The index page, written atomically; self-contained and script-free.
+    """
+    from verifylib.locks import held
+
+    root = Path(reports_root)
+    with held(root / INDEX_LOCKS, "index", "page", what="the reports index page"):
+        rows = _index_rows(root, outcomes)
+        runs = [r for r in rows if r["kind"] == "run"]
+        failed = [r for r in rows if r["kind"] == "failed"]
+        worst = gates.worst(r["verdict"] for r in runs).value if runs else None
+        page = index_view.page(rows, worst, REPORT, failed=len(failed),
+                               unresolved=sum(r["later"] is None for r in failed)) + "\n"
+        path = root / INDEX
+        canonical.atomic_write_bytes(path, page.encode("utf-8"))
+    return path

@@ -1,0 +1,849 @@
+"""Build a static whisper-cli per variant, cache it by content key, and read its system_info.
+
+Why this is hand-written: the build-hygiene rules of docs/runtime-contract.md §3 (a
+separate build folder per variant, outside the source tree; the SHA-256 of the produced
+binary recorded; a binary whose digest covers the patched library code) are not what a
+generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everything that decides its bytes
+(source tree id, patch digest, variant, CMake options, compiler and host CPU), the binary
+is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with its
+``build.json`` through a staging folder, so a failed or interrupted build publishes
+nothing and a cached one is re-hashed before reuse. One process at a time builds a key
+(its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that wanted the same
+key waits, then reuses that publication once it re-hashes. Every subprocess goes through
+:func:`verifylib.runtime.runner.run`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from verifylib.runtime import contracts
+from verifylib.evidence.gates import Judgement
+from verifylib.canonical import (dumps, is_sha256, publish_dir, read_json, sha256_bytes,
+                                 sha256_file, write_json)
+from verifylib.errors import BuildFailure, ParametersInvalid
+from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.runtime.runner import (RunResult, run, run_record, run_whisper_binary,
+                                      run_whisper_cli)
+
+VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
+
+UNPATCHED_VARIANTS = ("ggml-unpatched", "ggml-unpatched-asan")
+"""Variants built from the pristine tree: keyed with ``patch_sha256=None``."""
+
+ASAN_VARIANTS = ("ggml-asan", "ggml-unpatched-asan")
+"""AddressSanitizer builds of the GGML variants, evidence for ``canary.sanitizer`` only."""
+
+# ASan wants frame pointers for usable stacks and at most -O1 so frames are not folded away;
+# -g gives the file:line of each frame. The flags are forced, hence part of the build key.
+_ASAN_COMPILE = "-fsanitize=address -fno-omit-frame-pointer"
+_ASAN_OPTIONS = {"WHISPER_COREML": "OFF", "CMAKE_C_FLAGS": _ASAN_COMPILE,
+                 "CMAKE_CXX_FLAGS": _ASAN_COMPILE, "CMAKE_EXE_LINKER_FLAGS": "-fsanitize=address",
+                 "CMAKE_C_FLAGS_RELEASE": "-O1 -g -DNDEBUG",
+                 "CMAKE_CXX_FLAGS_RELEASE": "-O1 -g -DNDEBUG"}
+
+# Not overridable: each one is what makes the published binary what the gates say it is.
+_FIXED_OPTIONS = {"CMAKE_BUILD_TYPE": "Release", "BUILD_SHARED_LIBS": "OFF",
+                  "WHISPER_BUILD_TESTS": "OFF"}
+_VARIANT_OPTIONS = {
+    "ggml": {"WHISPER_COREML": "OFF"},
+    "ggml-unpatched": {"WHISPER_COREML": "OFF"},
+    # Fallback OFF: a Core ML build that may silently fall back to GGML proves nothing.
+    "coreml": {"WHISPER_COREML": "1", "WHISPER_COREML_ALLOW_FALLBACK": "OFF"},
+    "ggml-asan": _ASAN_OPTIONS,
+    "ggml-unpatched-asan": _ASAN_OPTIONS,
+}
+_DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
+_OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_SCHEMA = "verifylib-whisper-cli-build-v2"
+_FORBIDDEN_PROBE_FLAGS = contracts.FORBIDDEN_FLAGS
+_SHARED_RUNTIME_PREFIXES = ("libwhisper", "libggml")
+
+
+class BuildError(BuildFailure):
+    """whisper-cli could not be configured, built, inspected or published."""
+
+
+# ----------------------------------------------------------------------------- identity
+
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        res = run(argv, timeout=60)
+    except OSError:
+        return None
+    if not res.ok:
+        return None
+    for line in (res.stdout_text + "\n" + res.stderr_text).splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def _cpu_model() -> str | None:
+    if platform.system() == "Darwin":
+        return _first_line(["sysctl", "-n", "machdep.cpu.brand_string"])
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "cpu model", "hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def compiler_identity() -> dict[str, Any]:
+    """Describe the toolchain and host a build would use.
+
+    Returns
+    -------
+    dict
+        ``{"c++", "cc", "cmake"}``: the first line of each ``--version`` (None if the
+        tool is missing); ``"machine"``, ``"system"`` and ``"cpu"``, because
+        ``GGML_NATIVE`` compiles for the build host's CPU; and ``"env"``, the compiler
+        variables CMake would pick up (``CC``, ``CXX``, ``CFLAGS``, ``CXXFLAGS``,
+        ``LDFLAGS``) when set.
+    """
+    cxx = os.environ.get("CXX") or "c++"
+    cc = os.environ.get("CC") or "cc"
+    env = {k: os.environ[k] for k in ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
+           if os.environ.get(k)}
+    return {"c++": _first_line([cxx, "--version"]), "cc": _first_line([cc, "--version"]),
+            "cmake": _first_line(["cmake", "--version"]), "machine": platform.machine(),
+            "system": platform.system(), "cpu": _cpu_model(), "env": env}
+
+
+def _norm_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "ON" if value else "OFF"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value and not any(c in value for c in "\n\r\0"):
+        return value
+    raise ParametersInvalid(f"CMake option {name}: value {value!r} must be a bool, int or one-line string")
+
+
+def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Merge a variant's CMake options with the caller's.
+
+    Parameters
+    ----------
+    variant : str
+        One of :data:`VARIANTS`.
+    options : mapping, optional
+        Extra ``-D`` cache entries, e.g. ``{"GGML_NATIVE": "OFF"}``; bools become
+        ``ON``/``OFF``.
+
+    Returns
+    -------
+    dict of str to str
+        Sorted options actually passed to CMake (defaults, then the caller's, then the
+        fixed and variant-forced ones).
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For an unknown variant, a malformed option, or an attempt to change a fixed or
+        variant-forced option (e.g. ``BUILD_SHARED_LIBS=ON``, ``WHISPER_COREML`` on a
+        GGML variant).
+    """
+    if variant not in VARIANTS:
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
+    forced = {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
+    merged = dict(_DEFAULT_OPTIONS)
+    for name, value in (options or {}).items():
+        if not isinstance(name, str) or not _OPTION_NAME_RE.match(name):
+            raise ParametersInvalid(f"malformed CMake option name {name!r}")
+        val = _norm_value(name, value)
+        if name in forced and forced[name] != val:
+            raise ParametersInvalid(f"CMake option {name} is fixed to {forced[name]} for variant "
+                                    f"{variant!r}, got {val}")
+        merged[name] = val
+    merged.update(forced)
+    return dict(sorted(merged.items()))
+
+
+def forced_options(variant: str) -> dict[str, str]:
+    """The CMake options no caller can change for ``variant`` (fixed plus variant-forced).
+
+    Parameters
+    ----------
+    variant : str
+        One of :data:`VARIANTS`.
+
+    Returns
+    -------
+    dict of str to str
+        E.g. the sanitizer flags of an ``-asan`` variant; a rule re-checks a recorded
+        build's options against these.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For an unknown variant.
+    """
+    if variant not in VARIANTS:
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
+    return {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
+
+
+def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Mapping[str, Any],
+              compiler: Mapping[str, Any]) -> str:
+    """Content key of a build: SHA-256 of the canonical JSON of its inputs.
+
+    Parameters
+    ----------
+    tree_id : str
+        Git tree id of the pristine source (40 hex).
+    patch_sha256 : str or None
+        Digest of the applied patch; None exactly for the :data:`UNPATCHED_VARIANTS`.
+    variant : str
+        One of :data:`VARIANTS`.
+    options : mapping
+        CMake options (pass :func:`effective_options` output for a real build).
+    compiler : mapping
+        :func:`compiler_identity` output.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For a malformed tree id or digest, an unknown variant, or a patch digest that
+        does not fit the variant.
+    """
+    if not (isinstance(tree_id, str) and re.match(r"^[0-9a-f]{40}$", tree_id)):
+        raise ParametersInvalid(f"tree id must be 40 lower-case hex digits, got {tree_id!r}")
+    if variant not in VARIANTS:
+        raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if variant in UNPATCHED_VARIANTS:
+        if patch_sha256 is not None:
+            raise ParametersInvalid(f"variant {variant!r} takes patch_sha256=None")
+    elif not is_sha256(patch_sha256):
+        raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, got {patch_sha256!r}")
+    payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
+               "patch_sha256": patch_sha256, "variant": variant, "options": dict(options),
+               "compiler": dict(compiler)}
+    return sha256_bytes(dumps(payload))
+
+
+# ----------------------------------------------------------------------------- linking
+
+def needed_libs(binary: Path) -> tuple[str, ...]:
+    """List the shared libraries a binary asks the loader for.
+
+    Parameters
+    ----------
+    binary : Path
+        An executable.
+
+    Returns
+    -------
+    tuple of str
+        ELF ``DT_NEEDED`` entries (``readelf -d``, else ``objdump -p``), or on macOS the
+        ``otool -L`` install names, in file order.
+
+    Raises
+    ------
+    BuildError
+        If no inspection tool is available or it cannot read the file.
+    """
+    binary = Path(binary)
+    if platform.system() == "Darwin":
+        res = _inspect(["otool", "-L", str(binary)])
+        lines = res.stdout_text.splitlines()[1:]
+        return tuple(line.strip().split(" (", 1)[0] for line in lines if line.strip())
+    try:
+        res = _inspect(["readelf", "-d", str(binary)])
+        return tuple(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", res.stdout_text))
+    except FileNotFoundError:
+        res = _inspect(["objdump", "-p", str(binary)])
+        return tuple(re.findall(r"^\s*NEEDED\s+(\S+)\s*$", res.stdout_text, flags=re.M))
+
+
+def _inspect(argv: list[str]) -> RunResult:
+    try:
+        res = run(argv, timeout=60)
+    except FileNotFoundError:
+        if argv[0] == "readelf":
+            raise
+        raise BuildError(f"cannot list shared libraries: {argv[0]} not found") from None
+    if not res.ok:
+        raise BuildError(f"{' '.join(argv)} failed ({res.describe()}): {res.stderr_text.strip()[-500:]}")
+    return res
+
+
+def _links_runtime_dynamically(libs: Any) -> bool:
+    return any(Path(str(lib)).name.startswith(_SHARED_RUNTIME_PREFIXES) for lib in libs)
+
+
+# ----------------------------------------------------------------------------- building
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A published whisper-cli.
+
+    Attributes
+    ----------
+    binary : Path
+        ``cache_dir/builds/<key>/whisper-cli`` (its final, published path).
+    sha256 : str
+        Digest of the binary.
+    key : str
+        :func:`build_key` of the build.
+    cached : bool
+        True if an existing, re-verified publication was reused.
+    seconds : float
+        Time spent in this call (about zero when cached).
+    variant : str
+        One of :data:`VARIANTS`.
+    options : dict
+        Effective CMake options.
+    compiler : dict
+        :func:`compiler_identity` at build time.
+    needed_libs : tuple of str
+        Shared libraries the binary needs.
+    static : bool
+        True iff no ``libwhisper*``/``libggml*`` is among them, so the digest covers the
+        (patched) whisper and ggml code.
+    tree_id : str
+        Source tree id the build was keyed by.
+    patch_sha256 : str or None
+        Patch digest the build was keyed by.
+    build_json : Path
+        The published ``build.json``.
+    """
+
+    binary: Path
+    sha256: str
+    key: str
+    cached: bool
+    seconds: float
+    variant: str
+    options: dict
+    compiler: dict
+    needed_libs: tuple[str, ...]
+    static: bool
+    tree_id: str
+    patch_sha256: str | None
+    build_json: Path
+
+
+def _result_from_publication(folder: Path, key: str, cached: bool, seconds: float) -> BuildResult:
+    meta = read_json(folder / "build.json")
+    binary = folder / "whisper-cli"
+    libs = needed_libs(binary)
+    return BuildResult(binary=binary, sha256=meta["sha256"], key=key, cached=cached,
+                       seconds=seconds, variant=meta["variant"], options=dict(meta["options"]),
+                       compiler=dict(meta["compiler"]), needed_libs=libs,
+                       static=not _links_runtime_dynamically(libs), tree_id=meta["tree_id"],
+                       patch_sha256=meta["patch_sha256"], build_json=folder / "build.json")
+
+
+def _cached_problem(folder: Path, key: str) -> str | None:
+    """Why a publication cannot be reused, or None when its binary matches its record."""
+    try:
+        meta = read_json(folder / "build.json")
+    except (OSError, ValueError) as exc:
+        return f"build.json unreadable: {exc}"
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "build.json belongs to another key"
+    if not is_sha256(meta.get("sha256")):
+        return "build.json holds no well-formed sha256"
+    binary = folder / "whisper-cli"
+    if not binary.is_file():
+        return "binary missing"
+    actual = sha256_file(binary)
+    if actual != meta["sha256"]:
+        return f"binary sha256 {actual} differs from the recorded {meta['sha256']}"
+    return None
+
+
+def _tail(res: RunResult, n: int = 40) -> str:
+    lines = (res.stdout_text.rstrip().splitlines()[-10:] + ["--- stderr ---"]
+             + res.stderr_text.rstrip().splitlines()[-n:])
+    return "\n".join(lines)
+
+
+def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path) -> dict[str, str]:
+    """Add compiler flags that strip the source and build folders from embedded paths.
+
+    ``__FILE__`` (assertions, log lines) would otherwise put the work tree's absolute path
+    into the binary, so the same key would give different bytes in different folders.
+    The flags are not part of the key: they only normalize locations. CMake splits the
+    flag string on spaces, so a path containing whitespace is left unmapped.
+    """
+    maps = [f"-ffile-prefix-map={path}={alias}"
+            for path, alias in ((src, "/whisper.cpp"), (bdir, "/build"))
+            if not any(c.isspace() for c in str(path))]
+    out = dict(opts)
+    if maps:
+        for lang in ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"):
+            out[lang] = " ".join(([out[lang]] if out.get(lang) else []) + maps)
+    return out
+
+
+def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, label: str,
+                  *, jobs: int, timeout: float, log: Callable[[str], None]
+                  ) -> tuple[Path, list[str]]:
+    """Configure ``src`` in a fresh ``bdir`` (outside the tree) and build one target.
+
+    Each step's output goes to ``bdir/verifylib-<step>.log``; a failing step raises
+    :class:`BuildError` naming that log and ending with its last lines. Returns the built
+    binary and the configure argv (recorded with the build).
+    """
+    shutil.rmtree(bdir, ignore_errors=True)
+    bdir.mkdir(parents=True)
+    # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
+    env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
+    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
+                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
+    build = ["cmake", "--build", str(bdir), "--target", target, "-j", str(jobs)]
+    for argv, step, note in ((configure, "configure", f"configuring {label} in {bdir} …"),
+                             (build, "build", f"building {label} with {jobs} jobs …")):
+        log(note)
+        res = run(argv, timeout=timeout, env_extra=env)
+        step_log = bdir / f"verifylib-{step}.log"
+        step_log.write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
+        if not res.ok:
+            raise BuildError(f"{label} {step} failed ({res.describe()}); log {step_log}\n"
+                             f"{_tail(res)}")
+    built = bdir / "bin" / target
+    if not built.is_file():
+        raise BuildError(f"build reported success but {built} does not exist")
+    return built, configure
+
+
+def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, variant: str,
+                      options: Mapping[str, Any] | None, cache_dir: Path, jobs: int = 2,
+                      log: Callable[[str], None] = print, timeout: float = 3600.0) -> BuildResult:
+    """Build (or reuse) the static ``whisper-cli`` of one variant.
+
+    CMake configures in ``cache_dir/cmake/<key>`` (outside the source tree, emptied
+    first so no stale object is reused, removed after success, kept with its logs after a
+    failure), builds only the ``whisper-cli`` target, and the
+    binary is published with a ``build.json`` to ``cache_dir/builds/<key>/`` through a
+    staging folder. An existing publication is reused only if its binary still hashes to
+    its recorded digest. Configuring, building and publishing a key happen under that
+    key's lock (``cache_dir/locks/build-<key>.lock``), so concurrent processes never share
+    a build folder; one that waited for the lock re-checks the cache and reuses what the
+    holder published instead of building over it.
+
+    Parameters
+    ----------
+    src : Path
+        Source folder (a patched work tree, or pristine for the :data:`UNPATCHED_VARIANTS`).
+    tree_id : str
+        Its pristine tree id (keys the cache; the caller has verified it).
+    patch_sha256 : str or None
+        Digest of the applied patch, None for the :data:`UNPATCHED_VARIANTS`.
+    variant : str
+        One of :data:`VARIANTS` (the ``-asan`` ones are AddressSanitizer builds).
+    options : mapping, optional
+        Extra CMake options (see :func:`effective_options`); default ``GGML_NATIVE=ON``.
+    cache_dir : Path
+        Cache root shared with :mod:`verifylib.whispercpp.source`.
+    jobs : int
+        Parallel compile jobs.
+    log : callable
+        Receives one-line progress messages.
+    timeout : float
+        Seconds allowed for each of configure and build.
+
+    Returns
+    -------
+    BuildResult
+        The published binary and its identity.
+
+    Raises
+    ------
+    BuildError
+        If configure or build fails (message holds the log tail; full logs stay in the
+        build folder), or the binary is missing; nothing is published then.
+    verifylib.errors.ParametersInvalid
+        For invalid arguments (see :func:`build_key`, :func:`effective_options`).
+    """
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ParametersInvalid(f"jobs must be a positive integer, got {jobs!r}")
+    src = Path(src).resolve()
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    opts = effective_options(variant, options)
+    compiler = compiler_identity()
+    key = build_key(tree_id, patch_sha256, variant, opts, compiler)
+    builds = cache_dir / "builds"
+    final = builds / key
+
+    t0 = time.monotonic()
+    reported: set[str] = set()
+
+    def reuse() -> BuildResult | None:
+        if not final.is_dir():
+            return None
+        problem = _cached_problem(final, key)
+        if problem is not None:
+            if problem not in reported:  # checked once before and once under the lock
+                reported.add(problem)
+                log(f"cached whisper-cli [{variant}] at {final} not reusable ({problem}); "
+                    "rebuilding")
+            return None
+        result = _result_from_publication(final, key, True, time.monotonic() - t0)
+        log(f"whisper-cli [{variant}] from cache: {result.binary} (sha256 {result.sha256})")
+        return result
+
+    def produce() -> BuildResult:
+        if not (src / "CMakeLists.txt").is_file():
+            raise BuildError(f"{src} has no CMakeLists.txt")
+        # Keyed like the publication and only touched under its lock: two processes
+        # never configure into one folder (one of them used to fail with cmake exit 2).
+        bdir = cache_dir / "cmake" / key
+        built, configure = _cmake_target(src, bdir, opts, "whisper-cli",
+                                         f"whisper-cli [{variant}]", jobs=jobs,
+                                         timeout=timeout, log=log)
+        seconds = time.monotonic() - t0
+
+        builds.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=builds))
+        try:
+            binary = staging / "whisper-cli"
+            shutil.copy2(built, binary)
+            digest = sha256_file(binary)
+            libs = needed_libs(binary)
+            write_json(staging / "build.json", {
+                "key": key, "variant": variant, "tree_id": tree_id,
+                "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
+                "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
+                "static": not _links_runtime_dynamically(libs), "configure_argv": configure,
+                "jobs": jobs})
+            # Under the lock, ``final`` exists here only if it failed its check above, so
+            # this replaces nothing another process could be using as a good build.
+            publish_dir(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        # Objects from a finished build are never reused (the folder is emptied before
+        # each build), so only a failed build's folder is kept, for its logs.
+        shutil.rmtree(bdir, ignore_errors=True)
+        result = _result_from_publication(final, key, False, seconds)
+        log(f"built whisper-cli [{variant}] in {seconds:.0f} s: {result.binary} "
+            f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'})")
+        return result
+
+    return produce_once(cache_dir / LOCKS_DIR, "build", key, check=reuse, produce=produce,
+                        what=f"whisper-cli [{variant}] build {key[:12]}", log=log)
+
+
+# ----------------------------------------------------------------------------- system_info
+
+def parse_system_info(text: str) -> tuple[str | None, int | None]:
+    """Find whisper-cli's ``system_info:`` line and its ``COREML`` value.
+
+    Parameters
+    ----------
+    text : str
+        Captured output (stderr, or stderr and stdout together).
+
+    Returns
+    -------
+    tuple
+        The first line containing :data:`contracts.SYSTEM_INFO_PREFIX` (stripped) or None,
+        and the integer after :data:`contracts.COREML_FLAG` on that line, or None.
+    """
+    for raw in text.splitlines():
+        if contracts.SYSTEM_INFO_PREFIX in raw:
+            line = raw.strip()
+            m = re.search(re.escape(contracts.COREML_FLAG) + r"(\d+)", line)
+            return line, (int(m.group(1)) if m else None)
+    return None, None
+
+
+@dataclass(frozen=True)
+class SystemInfoProbe:
+    """One whisper-cli run made to read its ``system_info`` line.
+
+    Attributes
+    ----------
+    result : RunResult
+        The complete run (exit, signal, both streams).
+    system_info_line : str or None
+        The ``system_info:`` line (stderr first, then stdout), or None.
+    coreml : int or None
+        Its ``COREML = <n>`` value, or None if absent.
+    """
+
+    result: RunResult
+    system_info_line: str | None
+    coreml: int | None
+
+    def to_evidence(self) -> dict[str, Any]:
+        """Return the run's record (:func:`verifylib.runtime.runner.run_record`, with its launch
+        citation when the launch was recorded) plus what the probe read, as a JSON-able
+        dict."""
+        return dict(run_record(self.result), system_info_line=self.system_info_line,
+                    coreml=self.coreml)
+
+
+def probe_system_info(binary: Path, model: Path, audio: Path, timeout: float = 120.0) -> SystemInfoProbe:
+    """Run a published whisper-cli briefly to read its ``system_info`` line.
+
+    whisper-cli prints the line only after the model has loaded and the audio has been
+    read, so a loadable model and real audio are needed (the tree's own
+    ``models/for-tests-ggml-tiny.en.bin`` and ``samples/jfk.wav`` do). Runs greedy, on the
+    first second, two threads; never with ``-np`` (it would hide the line) or ``-ac``.
+    The run goes through :func:`verifylib.runtime.runner.run_whisper_cli`, so it is recorded in
+    the bound launch ledger and :meth:`SystemInfoProbe.to_evidence` cites it.
+
+    Parameters
+    ----------
+    binary : Path
+        The published binary, run from its final path.
+    model : Path
+        A ggml model file.
+    audio : Path
+        A 16 kHz WAV file.
+    timeout : float
+        Seconds before the run is killed.
+
+    Returns
+    -------
+    SystemInfoProbe
+        The run and what it said.
+    """
+    binary = Path(binary).resolve()
+    argv = [str(binary), "-m", str(Path(model).resolve()), "-f", str(Path(audio).resolve()),
+            "-bs", "1", "-bo", "1", "-d", "1000", "-t", "2"]
+    res = run_whisper_cli(argv, cwd=binary.parent, timeout=timeout)
+    line, coreml = parse_system_info(res.stderr_text)
+    if line is None:
+        line, coreml = parse_system_info(res.stdout_text)
+    return SystemInfoProbe(result=res, system_info_line=line, coreml=coreml)
+
+
+def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]:
+    """Assemble ``build.ggml`` (or ``build.coreml``) evidence.
+
+    Parameters
+    ----------
+    build : BuildResult
+        The published build.
+    probe : SystemInfoProbe
+        A probe of that binary.
+
+    Returns
+    -------
+    dict
+        ``{"built": True, "variant", "key", "binary", "sha256", "recorded_sha256",
+        "static", "needed_libs", "options", "compiler", "cached", "seconds", "tree_id",
+        "patch_sha256", "probe": SystemInfoProbe.to_evidence()}``.
+    """
+    try:
+        recorded = read_json(build.build_json).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    return {"built": True, "variant": build.variant, "key": build.key, "binary": str(build.binary),
+            "sha256": build.sha256, "recorded_sha256": recorded, "static": build.static,
+            "needed_libs": list(build.needed_libs), "options": dict(build.options),
+            "compiler": dict(build.compiler), "cached": build.cached,
+            "seconds": round(build.seconds, 3), "tree_id": build.tree_id,
+            "patch_sha256": build.patch_sha256, "probe": probe.to_evidence()}
+
+
+def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
+                     expect_variant: str = "ggml") -> Judgement:
+    """Re-judge ``build.ggml`` from stored evidence and the probe's captured output.
+
+    Parameters
+    ----------
+    evidence : mapping
+        :func:`build_evidence` output, or ``{"built": False, "error": ...}``.
+    system_info_text : str
+        The probe's streams (stderr, then stdout).
+    expect_variant : str
+        The variant the gate is about.
+
+    Returns
+    -------
+    Judgement
+        PASS iff the build exists with a well-formed SHA-256 equal to its recorded one,
+        is the expected variant with a well-formed patch digest, links no
+        ``libwhisper``/``libggml``, the probe ran that binary without forbidden flags and
+        exited 0 with no signal or timeout, and its ``system_info:`` line contains
+        ``COREML = 0`` (not ``COREML = 1``); FAIL otherwise, with the reason.
+    """
+    if not isinstance(evidence, Mapping):
+        return Judgement.failed("evidence is not a mapping")
+    if evidence.get("built") is not True:
+        return Judgement.failed(f"no build: {evidence.get('error', 'unknown reason')}")
+    problems: list[str] = []
+    if evidence.get("variant") != expect_variant:
+        problems.append(f"variant is {evidence.get('variant')!r}, not {expect_variant!r}")
+    sha = evidence.get("sha256")
+    if not is_sha256(sha):
+        problems.append(f"binary sha256 malformed: {sha!r}")
+    elif evidence.get("recorded_sha256") != sha:
+        problems.append(f"binary sha256 {sha} is not the recorded {evidence.get('recorded_sha256')!r}")
+    if expect_variant not in UNPATCHED_VARIANTS and not is_sha256(evidence.get("patch_sha256")):
+        problems.append(f"patch sha256 malformed: {evidence.get('patch_sha256')!r}")
+    libs = evidence.get("needed_libs")
+    if not isinstance(libs, list) or not all(isinstance(x, str) for x in libs):
+        problems.append(f"needed_libs malformed: {libs!r}")
+    elif _links_runtime_dynamically(libs) or evidence.get("static") is not True:
+        problems.append(f"not static: needs {libs}")
+    probe = evidence.get("probe")
+    if not isinstance(probe, Mapping):
+        problems.append("no probe run recorded")
+    else:
+        argv = probe.get("argv")
+        if not isinstance(argv, list) or not argv or argv[0] != evidence.get("binary"):
+            problems.append(f"probe did not run the published binary: {argv!r}")
+        elif any(a in _FORBIDDEN_PROBE_FLAGS for a in argv):
+            problems.append(f"probe used a forbidden flag: {argv!r}")
+        rc = probe.get("returncode")
+        if probe.get("timed_out") is not False or probe.get("signal") is not None or \
+                not isinstance(rc, int) or isinstance(rc, bool) or rc != 0:
+            problems.append(f"probe did not exit 0 cleanly (returncode {rc!r}, signal "
+                            f"{probe.get('signal')!r}, timed out {probe.get('timed_out')!r})")
+    if not isinstance(system_info_text, str):
+        problems.append("probe output missing")
+        line = None
+    else:
+        line, _ = parse_system_info(system_info_text)
+    if line is None:
+        problems.append(f"no {contracts.SYSTEM_INFO_PREFIX!r} line in the probe output")
+    elif contracts.COREML_ON in line or contracts.COREML_OFF not in line:
+        problems.append(f"system_info line does not show {contracts.COREML_OFF!r}: {line}")
+    if problems:
+        return Judgement.failed("; ".join(problems))
+    return Judgement.passed(f"static whisper-cli [{expect_variant}] sha256 {sha}; probe exit 0; "
+                            f"system_info shows {contracts.COREML_OFF!r}")
+
+
+# ----------------------------------------------------------------------------- whisper-bench
+
+_BENCH_SCHEMA = "verifylib-whisper-bench-v1"
+
+
+@dataclass(frozen=True)
+class BenchBuild:
+    """A published ``whisper-bench`` configured exactly like a whisper-cli build.
+
+    Attributes
+    ----------
+    binary : Path
+        ``cache/builds/bench-<key>/whisper-bench``.
+    sha256 : str
+        Its digest.
+    key : str
+        SHA-256 of the schema and the whisper-cli build's key.
+    cli_key : str
+        The key of the whisper-cli build whose options it shares.
+    options : dict
+        The CMake options (the whisper-cli build's effective options).
+    cached : bool
+        Reused from the cache.
+    seconds : float
+        Time spent.
+    """
+
+    binary: Path
+    sha256: str
+    key: str
+    cli_key: str
+    options: dict
+    cached: bool
+    seconds: float
+
+
+def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
+                log: Callable[[str], None] = print, timeout: float = 3600.0) -> BenchBuild:
+    """Build (or reuse) ``whisper-bench`` from ``src`` with ``cli``'s exact CMake options.
+
+    Configured in ``cache_dir/cmake/bench-<key>`` (outside the source tree), published
+    through a staging folder to ``cache_dir/builds/bench-<key>/`` with a ``build.json``,
+    reused only if its bytes still hash to the record; built under the key's lock
+    (``cache_dir/locks/bench-<key>.lock``) like :func:`build_whisper_cli`.
+
+    Raises
+    ------
+    BuildError
+        If configure or build fails; nothing is published then.
+    """
+    src = Path(src).resolve()
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    key = sha256_bytes(dumps({"schema": _BENCH_SCHEMA, "target": "whisper-bench",
+                              "cli_key": cli.key}))
+    final = cache_dir / "builds" / f"bench-{key}"
+    t0 = time.monotonic()
+
+    def reuse() -> BenchBuild | None:
+        try:
+            meta = read_json(final / "build.json")
+            if meta.get("key") == key and \
+                    sha256_file(final / "whisper-bench") == meta.get("sha256"):
+                return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
+                                  dict(meta["options"]), True, time.monotonic() - t0)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None
+
+    def produce() -> BenchBuild:
+        bdir = cache_dir / "cmake" / f"bench-{key}"
+        opts = dict(cli.options)
+        built, _ = _cmake_target(src, bdir, opts, "whisper-bench",
+                                 f"whisper-bench [{cli.variant}]", jobs=jobs, timeout=timeout,
+                                 log=log)
+        seconds = time.monotonic() - t0
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
+        try:
+            shutil.copy2(built, staging / "whisper-bench")
+            digest = sha256_file(staging / "whisper-bench")
+            write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
+                                                "sha256": digest, "seconds": round(seconds, 3)})
+            publish_dir(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(bdir, ignore_errors=True)
+        log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest})")
+        return BenchBuild(final / "whisper-bench", digest, key, cli.key, opts, False, seconds)
+
+    return produce_once(cache_dir / LOCKS_DIR, "bench", key, check=reuse, produce=produce,
+                        what=f"whisper-bench [{cli.variant}] build {key[:12]}", log=log)
+
+
+def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options: Mapping,
+                         cache_dir: Path, jobs: int = 2,
+                         log: Callable[[str], None] = print) -> tuple[BuildResult, BenchBuild]:
+    """Build the Core ML ``whisper-cli`` (variant ``coreml``: ``WHISPER_COREML=1``, fallback
+    OFF, static, own content-keyed folder) and a ``whisper-bench`` with its options."""
+    cli = build_whisper_cli(src, tree_id=tree_id, patch_sha256=patch_sha256,
+                                   variant="coreml", options=options, cache_dir=cache_dir,
+                                   jobs=jobs, log=log)
+    return cli, build_bench(src, cli, cache_dir=cache_dir, jobs=jobs, log=log)
+
+
+def probe_bench(bench: Path, model: Path, timeout: float = 300.0) -> RunResult:
+    """Run ``whisper-bench`` once to read its ``system_info`` line (printed before loading).
+
+    The model is copied alone into a scratch folder, so a Core ML build finds no
+    ``.mlmodelc`` and stops after printing the line; the exit status does not matter. The
+    launch goes through ``verifylib.runtime.runner.run_whisper_binary`` (whisper-bench is not
+    whisper-cli: no argv contract), so it is recorded in the bound launch ledger and the
+    ``build.coreml`` evidence cites it.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-bench-"))
+    try:
+        m = scratch / Path(model).name
+        shutil.copyfile(model, m)
+        return run_whisper_binary([str(bench), "-m", str(m), "-t", "1", "-w", "0"],
+                                  timeout=timeout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,491 @@
+"""``verifylib pin-check``: may a proposed pin bump drop the compatibility patch?
+
+docs/runtime-contract.md §6.4: keep the patch until a proposed pin is inspected and
+physically tested; delete it only when the new upstream source initializes ``whisper_batch`` safely
+on every early-return path, the *unpatched* candidate passes the repeated negative control
+without a crash, the ordinary GGML and the Core ML positive paths still pass, and the
+manifests and cache identity are migrated deliberately.
+
+:func:`assess` reports those conditions for one candidate source (a git commit, an
+archive, or a folder, identified by its git tree id) as a table:
+
+1. whether the chosen pin's patch still applies (if it does, the old declaration is there);
+2. whether ``whisper_state`` still declares ``whisper_batch batch;`` uninitialized;
+3. the unpatched candidate's lifecycle A/B outcome: N runs of its static GGML build with
+   the ``-nfa -dtw`` trigger on the tree's own test model (the negative control without
+   Core ML, docs/runtime-contract.md §6.2);
+4. the ordinary GGML positive path of the unpatched candidate: exit 0, ``COREML = 0`` and
+   a non-empty transcript of the tree's sample with a real model (``--model``, default: the
+   default parameter file's model written by :mod:`verifylib.models.ggml_writer`; the tree's own
+   test model has no tensors and transcribes nothing);
+   beside it, informational: what AddressSanitizer prints for an ASan build of the
+   unpatched candidate under the same trigger (supporting evidence for row 2, never a
+   deletion condition of its own);
+5. the Core ML positive path: NOT_RUN(platform) off macOS with Xcode; on a Mac it is
+   decided by ``canary.coreml_positive`` in a full ``verifylib run`` of the candidate;
+6. the manifest/cache migration, which is always a human decision.
+
+It only reads the candidate (a folder is used in place and re-identified after the
+build; builds happen outside it) and it never deletes or edits a patch or the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from verifylib.whispercpp import build as _build
+from verifylib.runtime import contracts
+from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.whispercpp import source as _source
+from verifylib.runtime.capabilities import detect
+from verifylib.errors import ParametersInvalid
+from verifylib.evidence.gates import Capability
+from verifylib.runtime.runner import run_record, run_whisper_cli
+
+DEFAULT_URL = "https://github.com/ggml-org/whisper.cpp.git"
+"""Where a candidate given as a commit id is fetched from (``--url`` overrides it)."""
+
+MET, NOT_MET, UNKNOWN, INFO, MANUAL = "met", "NOT MET", "unknown", "n/a", "manual"
+
+
+class PinCheckError(ParametersInvalid):
+    """The candidate cannot be obtained or identified (bad input)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One row of the assessment.
+
+    Attributes
+    ----------
+    check : str
+        What was checked.
+    observed : str
+        What was found.
+    deletion : str
+        Whether this row supports deleting the patch: ``met``, ``NOT MET``, ``unknown``,
+        ``n/a`` (informational), ``manual``, or ``NOT_RUN(<kind>: <why>)``.
+    """
+
+    check: str
+    observed: str
+    deletion: str
+
+
+@dataclass
+class Assessment:
+    """The outcome of :func:`assess`.
+
+    Attributes
+    ----------
+    candidate : str
+        As given.
+    source : Path
+        The source folder examined.
+    tree_id : str
+        Its git tree id.
+    known_pin : str or None
+        The manifest pin with that tree id, if any.
+    pin : str
+        The pin whose patch was tried.
+    patch_applies : bool
+        Whether that patch applies.
+    batch_state : str
+        ``"uninitialized"``, ``"initialized"`` or ``"absent"``.
+    conditions : list of Condition
+        The table rows, in the order of docs/runtime-contract.md §6.4.
+    conclusion : str
+        One paragraph; starts with ``PATCH STILL NEEDED`` or ``THE PATCH NO LONGER
+        APPLIES``.
+    """
+
+    candidate: str
+    source: Path
+    tree_id: str
+    known_pin: str | None
+    pin: str
+    patch_applies: bool
+    batch_state: str
+    conditions: list[Condition] = field(default_factory=list)
+    conclusion: str = ""
+
+
+def _struct_body(text: str, name: str) -> str | None:
+    m = re.search(r"\nstruct " + re.escape(name) + r" \{", text)
+    if not m:
+        return None
+    depth = 0
+    for i in range(m.end() - 1, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[m.start():i + 1]
+    return None
+
+
+def batch_member_state(whisper_cpp: str) -> tuple[str, int | None]:
+    """How ``struct whisper_state`` declares its ``batch`` member.
+
+    Parameters
+    ----------
+    whisper_cpp : str
+        The text of ``src/whisper.cpp``.
+
+    Returns
+    -------
+    (str, int or None)
+        ``"uninitialized"`` (``whisper_batch batch;``), ``"initialized"`` (``= {}`` or
+        ``{}``), or ``"absent"``; and the 1-based line number of the declaration.
+    """
+    body = _struct_body(whisper_cpp, "whisper_state")
+    if body is None:
+        return "absent", None
+    start = whisper_cpp.index(body)
+    for m in re.finditer(r"^[ \t]*whisper_batch[ \t]+batch[ \t]*(=[ \t]*\{[ \t]*\}|\{[ \t]*\})?"
+                         r"[ \t]*;", body, re.M):
+        line = whisper_cpp.count("\n", 0, start + m.start()) + 1
+        decl = m.group(0).strip()
+        return ("uninitialized" if decl == contracts.BATCH_MEMBER_UNINITIALIZED
+                else "initialized"), line
+    return "absent", None
+
+
+def resolve_candidate(candidate: str, *, url: str, subdir: str | None, cache_dir: Path,
+                      scratch: Path, log: Callable[[str], None]) -> tuple[Path, str]:
+    """Find the candidate's source folder without touching anything the user owns.
+
+    A 40-hex commit is fetched with git into the shared source cache; an archive is
+    extracted into a private scratch cache (so a shared cache entry is never replaced);
+    a folder is used in place, read-only.
+
+    Returns
+    -------
+    (Path, str)
+        The source folder and a description of where it came from.
+
+    Raises
+    ------
+    PinCheckError
+        If the candidate is none of these or cannot be obtained.
+    """
+    try:
+        if re.fullmatch(r"[0-9a-f]{40}", candidate):
+            st = _source.obtain_source(_source.SourceSpec(kind="git", url=url, commit=candidate,
+                                                          subdir=subdir), cache_dir, log=log)
+            return st.path, f"git commit {candidate} from {url}"
+        path = Path(candidate).expanduser()
+        if path.is_dir():
+            folder = path / subdir if subdir else path
+            if not folder.is_dir():
+                raise PinCheckError(f"{folder} is not a folder")
+            return folder.resolve(), f"folder {folder.resolve()} (used in place, read-only)"
+        if path.is_file():
+            st = _source.obtain_source(_source.SourceSpec(kind="archive", path=path.resolve(),
+                                                          subdir=subdir), scratch, log=log)
+            return st.path, f"archive {path.resolve()} (sha256 {st.origin.get('archive_sha256')})"
+    except (_source.SourceError, ValueError) as exc:
+        if isinstance(exc, PinCheckError):
+            raise
+        raise PinCheckError(f"cannot obtain {candidate}: {exc}") from exc
+    raise PinCheckError(f"{candidate} is not a 40-hex commit id, an archive or a folder")
+
+
+def _try_patch(src: Path, tree: str, pin: _source.Pin, work: Path) -> tuple[bool, str]:
+    try:
+        _source.prepare_patched_tree(src, pin, work, name=f"try-{pin.name}", expected_tree=tree)
+    except _source.PatchError as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines()]
+        errs = [ln for ln in lines if ln.startswith("error:")]
+        return False, ("; ".join(errs) or (lines[-1] if lines else "git apply failed"))[-300:]
+    finally:
+        shutil.rmtree(work / f"try-{pin.name}", ignore_errors=True)
+    return True, "yes: `git apply` succeeds on this tree"
+
+
+def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_URL,
+           subdir: str | None = None, runs: int = 20, build: bool = True,
+           timeout: float = 120.0, jobs: int = 2, options: dict | None = None,
+           model: str | Path | None = None, cache_dir: Path | None = None,
+           log: Callable[[str], None] = print) -> Assessment:
+    """Assess a candidate source against the patch-deletion conditions
+    (docs/runtime-contract.md §6.4).
+
+    Parameters
+    ----------
+    candidate : str
+        A 40-hex upstream commit id, a source archive, or a source folder.
+    pin_name : str, optional
+        The pin whose patch to try; default: the pin with the candidate's tree id, else
+        the first pin whose patch applies, else the first pin of the manifest.
+    url : str
+        Repository for a commit id.
+    subdir : str, optional
+        The whisper.cpp root inside the archive or folder.
+    runs : int
+        Lifecycle runs of the unpatched candidate.
+    build : bool
+        Build and run the unpatched candidate (False: those rows are NOT_RUN(disabled)).
+    timeout : float
+        Seconds per whisper-cli run.
+    jobs : int
+        Parallel compile jobs.
+    options : dict, optional
+        CMake options of the GGML build (default ``GGML_NATIVE=ON``, as ``verifylib run``).
+    model : path-like, optional
+        A real ggml model for the GGML positive path; default: the default parameter
+        file's model, written to a scratch ``ggml-model.bin``.
+    cache_dir : Path, optional
+        Shared cache (default ``$VERIFYLIB_CACHE`` or ``~/.cache/verifylib``).
+    log : callable
+        Progress lines.
+
+    Returns
+    -------
+    Assessment
+
+    Raises
+    ------
+    PinCheckError
+        For an unusable candidate or an unknown pin.
+    """
+    from verifylib.stages.artifacts import cache_dir as default_cache
+    from verifylib.runtime.contracts import lifecycle_argv
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    pins = _source.load_pins()
+    if pin_name is not None and pin_name not in pins:
+        raise PinCheckError(f"unknown pin {pin_name!r} (known: {', '.join(pins)})")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise PinCheckError(f"runs must be a positive integer, got {runs!r}")
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-pincheck-"))
+    try:
+        src, origin = resolve_candidate(candidate, url=url, subdir=subdir, cache_dir=cache,
+                                        scratch=scratch / "cache", log=log)
+        tree = _source.git_tree_id(src)
+        known = next((p.name for p in pins.values() if p.tree == tree), None)
+        tries: dict[str, tuple[bool, str]] = {}
+        if pin_name is None and known is None:
+            for name, p in pins.items():
+                tries[name] = _try_patch(src, tree, p, scratch / "work")
+                if tries[name][0]:
+                    break
+            pin_name = next((n for n, (ok, _) in tries.items() if ok), next(iter(pins)))
+        pin_name = pin_name or known
+        pin = pins[pin_name]
+        applies, why = tries.get(pin_name) or _try_patch(src, tree, pin, scratch / "work")
+        whisper_cpp = src / "src" / "whisper.cpp"
+        state, line = batch_member_state(whisper_cpp.read_text(errors="replace")) \
+            if whisper_cpp.is_file() else ("absent", None)
+        result = Assessment(candidate, src, tree, known, pin_name, applies, state)
+        rows = result.conditions
+        rows.append(Condition(f"pin {pin_name}'s patch ({pin.patch_sha256[:12]}...) applies",
+                              why if applies else f"no: {why}", INFO))
+        decl = {"uninitialized": (f"yes: `{contracts.BATCH_MEMBER_UNINITIALIZED}` at "
+                                  f"src/whisper.cpp:{line}", NOT_MET),
+                "initialized": (f"no: initialized at src/whisper.cpp:{line}", MET),
+                "absent": ("no `whisper_batch batch` member found in struct whisper_state",
+                           UNKNOWN)}[state]
+        rows.append(Condition(f"`{contracts.BATCH_MEMBER_UNINITIALIZED}` still uninitialized",
+                              *decl))
+        test_model = src / contracts.TEST_MODEL_IN_TREE
+        audio = src / contracts.TEST_AUDIO_IN_TREE
+        ab_check = (f"unpatched lifecycle A/B ({' '.join(contracts.lifecycle_trigger_args())}, "
+                    f"{runs} runs)")
+        ggml_check = "GGML positive path (unpatched candidate, tree's sample)"
+        if not build:
+            skip = "NOT_RUN(disabled: --no-build)"
+            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                     Condition(SANITIZER_CHECK, "not run", skip)]
+        elif not (test_model.is_file() and audio.is_file()):
+            skip = (f"NOT_RUN(prerequisite: the candidate has no {contracts.TEST_MODEL_IN_TREE} "
+                    f"or {contracts.TEST_AUDIO_IN_TREE})")
+            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                     Condition(SANITIZER_CHECK, "not run", skip)]
+        else:
+            real_model = Path(model) if model else _default_model(scratch, cache, log)
+            rows += _physical_rows(src, tree, test_model, real_model, audio, runs=runs,
+                                   timeout=timeout, jobs=jobs, options=options, cache=cache,
+                                   log=log, ab_check=ab_check, ggml_check=ggml_check,
+                                   lifecycle_argv=lifecycle_argv)
+            rows.append(sanitizer_row(src, tree, test_model, audio, timeout=timeout, jobs=jobs,
+                                      options=options, cache=cache, log=log))
+        missing = detect().missing(Capability.MACOS_XCODE)
+        rows.append(Condition(
+            "Core ML positive path (unpatched candidate)", "not run here",
+            f"NOT_RUN(platform: {missing})" if missing else
+            "NOT_RUN(prerequisite: run `verifylib run` with runtime.source set to this "
+            "candidate; canary.coreml_positive decides)"))
+        rows.append(Condition("patches/manifest.yaml and cache identity migrated deliberately",
+                              "pin-check never edits or deletes a patch", MANUAL))
+        result.conclusion = _conclude(result)
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _default_model(scratch: Path, cache: Path, log) -> Path:
+    """The default parameter file's model as a ggml file, written by our own writer."""
+    from verifylib.models.ggml_writer import write_ggml_model
+    from verifylib.models.intake import obtain_model
+    from verifylib.params import DEFAULT_PARAMETERS, load
+    p = load(DEFAULT_PARAMETERS)
+    info = obtain_model(p.model.spec, cache, log=log, base_dir=p.base_dir)
+    out = scratch / "model" / "ggml-model.bin"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_ggml_model(info.hf_dir, out)
+    return out
+
+
+def _physical_rows(src, tree, model, real_model, audio, *, runs, timeout, jobs, options, cache,
+                   log, ab_check, ggml_check, lifecycle_argv) -> list[Condition]:
+    try:
+        res = _build.build_whisper_cli(src, tree_id=tree, patch_sha256=None,
+                                       variant="ggml-unpatched",
+                                       options=options or {"GGML_NATIVE": "ON"},
+                                       cache_dir=cache, jobs=jobs, log=log)
+    except _build.BuildError as exc:
+        why = str(exc).splitlines()[0]
+        return [Condition(ab_check, f"build failed: {why}", NOT_MET),
+                Condition(ggml_check, "build failed", NOT_MET)]
+    if _source.git_tree_id(src) != tree:
+        raise PinCheckError(f"the candidate folder {src} changed during the build")
+    log(f"unpatched candidate whisper-cli {res.sha256[:12]}...: {runs} lifecycle runs")
+    outcomes = Counter()
+    first_bad = None
+    for i in range(runs):
+        r = run_whisper_cli(lifecycle_argv(res.binary, model, audio), timeout=timeout)
+        c = contracts.classify_lifecycle(run_record(r), r.stderr, r.stdout)
+        outcomes[c.outcome] += 1
+        if not c.ok and first_bad is None:
+            first_bad = f"run {i}: {c.detail}"
+    summary = ", ".join(f"{n}/{runs} {label}" for label, n in outcomes.most_common())
+    clean = outcomes.get(contracts.CLEAN_LIFECYCLE, 0) == runs
+    rows = [Condition(ab_check, summary + ("" if clean else f" (first: {first_bad})"),
+                      MET if clean else NOT_MET)]
+    argv = [str(res.binary), "-m", str(real_model), "-f", str(audio), "-t", "2",
+            *contracts.greedy_decoding_args("en")]
+    r = run_whisper_cli(argv, timeout=timeout)
+    c = contracts.classify_ggml_positive(run_record(r), r.stderr, r.stdout)
+    text = " ".join(r.stdout_text.split())
+    rows.append(Condition(f"{ggml_check}, model {Path(real_model).name}",
+                          f"{c.outcome}: {text[:60]!r}" if c.ok else c.detail,
+                          MET if c.ok else NOT_MET))
+    return rows
+
+
+SANITIZER_CHECK = ("unpatched AddressSanitizer run (supporting evidence for row 2: is "
+                   "`whisper_batch` initialized safely?)")
+"""The informational pin-check row of the sanitizer outcome."""
+
+
+def sanitizer_row(src: Path, tree: str, model: Path, audio: Path, *, timeout: float,
+                  jobs: int, options: dict | None, cache: Path,
+                  log: Callable[[str], None]) -> Condition:
+    """What AddressSanitizer prints for the unpatched candidate under the lifecycle trigger.
+
+    Builds (or reuses) the candidate's ``ggml-unpatched-asan`` whisper-cli with the GGML
+    build's options, outside the candidate folder, and runs the trigger
+    :data:`verifylib.runtime.sanitizer.RUNS_PER_SIDE` times with
+    :data:`verifylib.runtime.sanitizer.ASAN_OPTIONS`, as ``canary.sanitizer`` does. The row is
+    informational (``n/a`` toward deleting the patch): a report says the early-return path
+    still frees garbage; its absence is consistent with a safely initialized member but
+    proves nothing alone, which is why rows 2 and 3 decide.
+
+    Returns
+    -------
+    Condition
+
+    Raises
+    ------
+    PinCheckError
+        If the candidate folder changed during the build.
+    """
+    variant = _sanitizer.SIDES["unpatched"][0]
+    try:
+        res = _build.build_whisper_cli(src, tree_id=tree, patch_sha256=None, variant=variant,
+                                       options=options or {"GGML_NATIVE": "ON"},
+                                       cache_dir=cache, jobs=jobs, log=log)
+    except _build.BuildError as exc:
+        return Condition(SANITIZER_CHECK, f"ASan build failed: {str(exc).splitlines()[0]}", INFO)
+    if _source.git_tree_id(src) != tree:
+        raise PinCheckError(f"the candidate folder {src} changed during the ASan build")
+    n = _sanitizer.RUNS_PER_SIDE
+    log(f"unpatched candidate ASan whisper-cli {res.sha256[:12]}...: {n} lifecycle runs")
+    labels: Counter = Counter()
+    reported = 0
+    for _ in range(n):
+        r = run_whisper_cli(contracts.lifecycle_argv(res.binary, model, audio), timeout=timeout,
+                            env_extra=_sanitizer.sanitizer_env())
+        rep = _sanitizer.parse_report(r.stderr)
+        if rep is not None:
+            reported += 1
+            labels[rep.describe()] += 1
+        else:
+            c = contracts.classify_lifecycle(run_record(r), r.stderr, r.stdout)
+            labels[f"{c.outcome}, no sanitizer report"] += 1
+    seen = ", ".join(f"{k}/{n} {label}" for label, k in labels.most_common())
+    meaning = ("the early-return path still frees garbage: against safe initialization"
+               if reported else "consistent with safe initialization (not proof)")
+    return Condition(SANITIZER_CHECK, f"{seen} ({meaning})", INFO)
+
+
+def _conclude(a: Assessment) -> str:
+    if a.patch_applies:
+        head = (f"PATCH STILL NEEDED: pin {a.pin}'s patch applies to this source"
+                + (f", which still declares `{contracts.BATCH_MEMBER_UNINITIALIZED}`"
+                   if a.batch_state == "uninitialized" else "") + ".")
+    else:
+        head = f"THE PATCH NO LONGER APPLIES to this source (pin {a.pin}'s patch)."
+        if a.batch_state == "initialized":
+            head += (" Upstream now initializes the member; the patch may be dropped for this "
+                     "source only when every row of the table is met (the Core ML row on a "
+                     "Mac) and the manifest is migrated by hand.")
+        else:
+            head += " A new compatibility patch must be written and reviewed for this source."
+    automated = [c for c in a.conditions if c.deletion not in (INFO, MANUAL)]
+    ran = [c for c in automated if not c.deletion.startswith("NOT_RUN")]
+    pending = [c.check for c in automated if c.deletion.startswith("NOT_RUN")]
+    if ran and all(c.deletion == MET for c in ran):
+        head += (" Every condition checked here is met"
+                 + (f"; still to show: {'; '.join(pending)}" if pending else "") + ".")
+    return head + " pin-check never deletes a patch."
+
+
+def format_table(a: Assessment) -> str:
+    """The assessment as plain text: header lines, the condition table, the conclusion."""
+    lines = [f"candidate: {a.candidate}", f"source:    {a.source}", f"tree id:   {a.tree_id}"
+             + (f" (= pin {a.known_pin})" if a.known_pin else " (no pin in the manifest)"), ""]
+    import textwrap
+    head = ("check", "observed", "toward deleting the patch")
+    rows = [head] + [(c.check, c.observed, c.deletion) for c in a.conditions]
+    caps = (40, 56, 40)
+    widths = [min(max(len(r[i]) for r in rows), caps[i]) for i in range(3)]
+    for n, r in enumerate(rows):
+        cells = [textwrap.wrap(r[i], widths[i]) or [""] for i in range(3)]
+        for k in range(max(len(c) for c in cells)):
+            lines.append(" | ".join((cells[i][k] if k < len(cells[i]) else "").ljust(widths[i])
+                                    for i in range(3)).rstrip())
+        lines.append("-+-".join("-" * w for w in widths))
+    lines += ["", a.conclusion]
+    return "\n".join(lines)
+
+
+def cli_main(args) -> int:
+    """Handler of ``verifylib pin-check`` (argparse namespace in, exit code out)."""
+    import sys
+    try:
+        a = assess(args.candidate, pin_name=args.pin, url=args.url, subdir=args.subdir,
+                   runs=args.runs, build=not args.no_build, jobs=args.jobs, model=args.model,
+                   log=lambda m: print(m, file=sys.stderr))
+    except PinCheckError as exc:
+        print(f"verifylib pin-check: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(a))
+    return 0

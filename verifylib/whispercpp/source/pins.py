@@ -1,0 +1,189 @@
+"""The pin manifest: which upstream whisper.cpp trees are supported, and with which patch.
+
+A pin names an upstream commit, the git tree id of its pristine source and the exact
+compatibility patch (its file, the patch's SHA-256 and the paths it touches). This module
+reads and validates ``patches/manifest.yaml``, says what a build records of its pin, and
+holds the check behind ``build.source_identity`` (a computed tree id against the pin's).
+That check takes plain JSON-able dicts, so ``verifylib verify`` can re-judge the stored
+evidence later without the source tree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
+
+import yaml
+
+from verifylib.canonical import is_sha256
+from verifylib.evidence.gates import Judgement
+from verifylib.resources import manifest_path
+
+GIT_OID_RE = re.compile(r"^[0-9a-f]{40}$")
+_PIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PIN_KEYS = frozenset({"commit", "tree", "patch", "patch_sha256", "touches"})
+
+
+# ----------------------------------------------------------------------------- pins
+
+@dataclass(frozen=True)
+class Pin:
+    """One supported upstream pin and its compatibility patch.
+
+    Attributes
+    ----------
+    name : str
+        Manifest key, e.g. ``"v1.8.5"``.
+    commit : str
+        Upstream commit id (40 hex).
+    tree : str
+        Git tree id of the pristine upstream source (40 hex).
+    patch_path : Path
+        The patch file.
+    patch_sha256 : str
+        The SHA-256 the manifest declares for the patch file's bytes.
+    touches : tuple of str
+        Repository-relative paths the patch modifies; ``git status`` must list exactly
+        these, as `` M <path>``.
+    """
+
+    name: str
+    commit: str
+    tree: str
+    patch_path: Path
+    patch_sha256: str
+    touches: tuple[str, ...]
+
+    def patch_bytes(self) -> bytes:
+        """Return the patch file's bytes as they are on disk now."""
+        return self.patch_path.read_bytes()
+
+
+def _manifest_error(manifest: Path, where: str, msg: str) -> ValueError:
+    return ValueError(f"{manifest}: {where}: {msg}")
+
+
+def _check_rel_path(value: Any) -> str | None:
+    """Return an error message if ``value`` is not a plain relative POSIX path."""
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    p = PurePosixPath(value)
+    if p.is_absolute() or "\\" in value or any(part in ("", ".", "..") for part in value.split("/")):
+        return f"{value!r} must be a relative path without '.', '..' or empty parts"
+    return None
+
+
+def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> dict[str, Pin]:
+    """Read and validate the pin manifest.
+
+    Parameters
+    ----------
+    manifest : Path, optional
+        The YAML manifest; defaults to the repository's ``patches/manifest.yaml``.
+    patches_dir : Path, optional
+        Folder holding the patch files; defaults to the manifest's folder.
+
+    Returns
+    -------
+    dict of str to Pin
+        Pins by name, in manifest order.
+
+    Raises
+    ------
+    ValueError
+        If the manifest is malformed: not a mapping with a non-empty ``pins`` mapping,
+        unknown or missing keys, a commit/tree that is not 40 lower-case hex digits, a
+        ``patch_sha256`` that is not 64 lower-case hex digits, an unsafe path, or a patch
+        file that does not exist. A patch file whose bytes no longer match its declared
+        digest is *not* an error here:
+        :func:`verifylib.whispercpp.source.patch.check_patch_exact` reports that drift.
+    """
+    manifest = Path(manifest) if manifest is not None else manifest_path()
+    patches_dir = Path(patches_dir) if patches_dir is not None else manifest.parent
+    try:
+        doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{manifest}: cannot read manifest: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{manifest}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("pins"), dict) or not doc["pins"]:
+        raise _manifest_error(manifest, "top level", "expected a mapping with a non-empty 'pins' mapping")
+    pins: dict[str, Pin] = {}
+    for name, entry in doc["pins"].items():
+        if not isinstance(name, str) or not _PIN_NAME_RE.match(name):
+            raise _manifest_error(manifest, f"pin {name!r}",
+                                  "name must be a string of letters, digits, '.', '_' or '-' "
+                                  "(quote names YAML would read as numbers)")
+        where = f"pin {name!r}"
+        if not isinstance(entry, dict):
+            raise _manifest_error(manifest, where, "expected a mapping")
+        missing = sorted(_PIN_KEYS - entry.keys())
+        unknown = sorted(set(map(str, entry.keys())) - _PIN_KEYS)
+        if missing or unknown:
+            raise _manifest_error(manifest, where, f"missing keys {missing}, unknown keys {unknown}")
+        for key in ("commit", "tree"):
+            val = entry[key]
+            if not isinstance(val, str) or not GIT_OID_RE.match(val):
+                raise _manifest_error(manifest, where,
+                                      f"{key} must be 40 lower-case hex digits (quoted), got {val!r}")
+        if not is_sha256(entry["patch_sha256"]):
+            raise _manifest_error(manifest, where, "patch_sha256 must be 64 lower-case hex digits, "
+                                  f"got {entry['patch_sha256']!r}")
+        err = _check_rel_path(entry["patch"])
+        if err:
+            raise _manifest_error(manifest, where, f"patch {err}")
+        patch_path = patches_dir / entry["patch"]
+        if not patch_path.is_file():
+            raise _manifest_error(manifest, where, f"patch file {patch_path} does not exist")
+        touches = entry["touches"]
+        if not isinstance(touches, list) or not touches:
+            raise _manifest_error(manifest, where, "touches must be a non-empty list of paths")
+        for t in touches:
+            err = _check_rel_path(t)
+            if err:
+                raise _manifest_error(manifest, where, f"touches entry {err}")
+        if len(set(touches)) != len(touches):
+            raise _manifest_error(manifest, where, "touches lists a path twice")
+        pins[name] = Pin(name=name, commit=entry["commit"], tree=entry["tree"],
+                         patch_path=patch_path, patch_sha256=entry["patch_sha256"],
+                         touches=tuple(touches))
+    return pins
+
+
+# ----------------------------------------------------------------------------- judging
+
+def _is_oid(value: Any) -> bool:
+    return isinstance(value, str) and bool(GIT_OID_RE.match(value))
+
+
+def pin_fields(pin: Pin) -> dict[str, Any]:
+    """What a build sidecar records of its pin (the validator compares it with the manifest)."""
+    return {"pin": pin.name, "pin_commit": pin.commit, "pin_tree": pin.tree,
+            "declared_patch_sha256": pin.patch_sha256, "touches": list(pin.touches)}
+
+
+def judge_source_identity(evidence: Mapping[str, Any]) -> Judgement:
+    """Re-judge ``build.source_identity`` from stored evidence.
+
+    Parameters
+    ----------
+    evidence : mapping
+        Holds ``computed_tree`` (tree id of the obtained folder) and ``pin_tree``.
+
+    Returns
+    -------
+    Judgement
+        PASS iff both are 40 lower-case hex digits and equal, FAIL otherwise; with the
+        reason.
+    """
+    if not isinstance(evidence, Mapping):
+        return Judgement.failed("evidence is not a mapping")
+    computed, pinned = evidence.get("computed_tree"), evidence.get("pin_tree")
+    for label, val in (("computed tree id", computed), ("pin tree id", pinned)):
+        if not _is_oid(val):
+            return Judgement.failed(f"{label} malformed: {val!r}")
+    if computed != pinned:
+        return Judgement.failed(f"source tree id {computed} is not the pin's {pinned}")
+    return Judgement.passed(f"source tree id {computed} equals the pin's tree")
