@@ -18,9 +18,10 @@ from typing import Any, Mapping
 
 from verifylib import canonical, resources
 from verifylib.errors import ParametersInvalid
-from verifylib.params import Params, from_notebook
+from verifylib.evidence.layout import init_run_dir, new_run_id
+from verifylib.evidence.records import StageReport
 from verifylib.evidence.runs import is_published, open_run
-from verifylib.stages.context import StageReport, init_run_dir, new_run_id
+from verifylib.params import Params, from_notebook
 
 
 def _quiet_library_chatter() -> None:

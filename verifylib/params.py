@@ -399,7 +399,7 @@ def validate(data: Any, origin: str, base_dir: Path,
     if problems:
         raise ParameterError(f"{origin}: " + "; ".join(problems))
     p = _merge_defaults(data)
-    from verifylib.whispercpp.source import load_pins  # the one strict reader of the pin manifest
+    from verifylib.whispercpp.source import load_pins
     try:
         pins = load_pins(manifest)
     except ValueError as exc:

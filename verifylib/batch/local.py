@@ -25,7 +25,7 @@ so the batch publishes a failure record for it, ``<reports>/<name>/.failed/<id>.
 executor and node, time), and rebuilds the reports index at once, which lists the
 record beside the published runs (:func:`failure_recorder`).
 
-Interrupts: the driver runs under :func:`verifylib.batch.audit.interrupts_raise`. On
+Interrupts: the driver runs under :func:`verifylib.batch.signals.interrupts_raise`. On
 SIGINT or SIGTERM it forwards the same signal to every worker (each then stops its
 kernel and removes its staging folder, as a single ``verifylib run`` does), waits for
 them, and re-raises; models not yet started never start.
@@ -48,24 +48,19 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Callable, Sequence
 
 from verifylib import canonical
+from verifylib.batch.audit import RunOutcome, executor_record, record_published, run_one
+from verifylib.batch.failures import FailedRun, Outcome, failure_recorder
+from verifylib.batch.signals import (Interrupted, interrupt_pending, interrupts_raise,
+                                     signals_deferred)
+from verifylib.batch.staging import remove_stale_staging
 from verifylib.evidence import gates
-from verifylib.views import report
-from verifylib.errors import ParametersInvalid
-from verifylib.batch.audit import (Interrupted, RunOutcome, _interrupt_pending, _signals_deferred,
-                                   executor_record, interrupts_raise, record_published,
-                                   remove_stale_staging, run_one)
 from verifylib.params import Params
 from verifylib.runtime.runner import sanitized_env
 
-EXECUTORS = ("local", "ray")
-# What a batch runs when no subset is given; the command line always runs all stages
-# (the test suite narrows this default to keep its batches short).
-DEFAULT_STAGES: tuple[str, ...] = gates.STAGES
 # The stage whose end lets the models sharing a build start (it builds whisper.cpp).
 BUILD_STAGE = "01_build"
 # After an interrupt, how long the workers get to stop their kernels and remove their
@@ -73,212 +68,36 @@ BUILD_STAGE = "01_build"
 STOP_GRACE_SECONDS = 60.0
 
 
-class BatchOptionInvalid(ParametersInvalid):
-    """A batch option is unusable (``--jobs 0``, ``--address`` without Ray, an unknown
-    stage)."""
-
-
-@dataclass
-class FailedRun:
-    """A model whose audit published no run directory: its ERROR outcome.
-
-    Attributes
-    ----------
-    name : str
-        Model name.
-    reason : str
-        Why (the worker's exit, the task's exception, the refused run's problems).
-    node : str or None
-        Where it ran, when known.
-    executor : dict or None
-        The executor record (``kind``, ``node``, and what else is known), for the
-        failure record.
-    record : Path or None
-        The failure record published for it (see :func:`failure_recorder`).
-    """
-
-    name: str
-    reason: str
-    node: str | None = None
-    executor: dict | None = None
-    record: Path | None = None
-
-
-Outcome = Union[RunOutcome, FailedRun]
-
-
-def failure_recorder(all_params: Sequence[Params], reports_root: Path,
-                     on_outcome: Callable[[Outcome], None],
-                     log: Callable[[str], None] = print) -> Callable[[Outcome], None]:
-    """Wrap an outcome callback so that every :class:`FailedRun` is recorded first.
-
-    The failure record goes into the reports folder
-    (:func:`verifylib.views.report.publish_failure`) and the index page is rebuilt at once,
-    so the failure is on the page even if the batch is interrupted later. A record
-    that cannot be written (a full disk) is said through ``log`` and does not stop the
-    batch: the failure is still printed and counted in the exit code.
+def run_local(all_params: Sequence[Params], reports_root: Path, *, stages: tuple[str, ...],
+              log: Callable[[str], None], on_outcome: Callable[[Outcome], None], jobs: int = 1,
+              progress: bool = True) -> list[Outcome]:
+    """The ``local`` executor: audit the models on this host (see the module docstring).
 
     Parameters
     ----------
     all_params : sequence of Params
-        The batch's models (their parameter files go into the records).
+        Validated parameters, one per model.
     reports_root : Path
         The reports folder.
+    stages : tuple of str
+        The stages to run, in order.
+    log : callable
+        Receives progress lines.
     on_outcome : callable
-        Called with each outcome after its record, if any, is written.
-    log : callable
-        Receives a line when a record could not be written.
-
-    Returns
-    -------
-    callable
-        The wrapped callback; it sets ``FailedRun.record``.
-    """
-    def record(outcome: Outcome) -> None:
-        if isinstance(outcome, FailedRun) and outcome.record is None:
-            executor = dict(outcome.executor or {"kind": "unknown", "node": outcome.node})
-            # Looked up only for a failure: a batch that publishes every run never needs
-            # the parameter files' paths.
-            origin = next((p.origin for p in all_params if p.name == outcome.name),
-                          "unknown")
-            try:
-                outcome.record = report.publish_failure(
-                    reports_root, name=outcome.name, parameters=str(origin),
-                    reason=outcome.reason, executor=executor)
-                report.render_index([], reports_root)
-            except OSError as exc:
-                log(f"[{outcome.name}] failure record not written: {exc}")
-        on_outcome(outcome)
-
-    return record
-
-
-def check_stages(stages: Sequence[str]) -> tuple[str, ...]:
-    """Validate a stage subset: known names, each once, in the table's order.
-
-    Parameters
-    ----------
-    stages : sequence of str
-        Stage names.
-
-    Returns
-    -------
-    tuple of str
-
-    Raises
-    ------
-    BatchOptionInvalid
-        For an unknown, repeated or out-of-order stage, or an empty subset.
-    """
-    stages = tuple(stages)
-    if not stages:
-        raise BatchOptionInvalid("no stage to run")
-    unknown = [s for s in stages if s not in gates.STAGES]
-    if unknown:
-        raise BatchOptionInvalid(f"unknown stage(s) {unknown}; stages are {list(gates.STAGES)}")
-    order = [gates.STAGES.index(s) for s in stages]
-    if order != sorted(set(order)):
-        raise BatchOptionInvalid(f"stages must be distinct and in the order {list(gates.STAGES)}")
-    return stages
-
-
-def check_options(executor: str, jobs: int, address: str | None) -> None:
-    """Refuse an unusable combination of ``--executor``, ``--jobs`` and ``--address``.
-
-    Parameters
-    ----------
-    executor : str
-        ``local`` or ``ray``.
+        Called with each outcome as soon as it is known.
     jobs : int
-        Models at once on this host.
-    address : str or None
-        The Ray cluster.
-
-    Raises
-    ------
-    BatchOptionInvalid
-        Naming the option.
-    """
-    if executor not in EXECUTORS:
-        raise BatchOptionInvalid(f"unknown executor {executor!r}; choose from {list(EXECUTORS)}")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise BatchOptionInvalid(f"--jobs must be a positive integer, got {jobs!r}")
-    if executor != "ray" and address is not None:
-        raise BatchOptionInvalid("--address needs --executor ray")
-    if executor == "ray" and jobs != 1:
-        raise BatchOptionInvalid("--jobs is for the local executor; a Ray cluster runs as "
-                                 "many audits at once as its nodes have CPUs")
-
-
-def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str = "local",
-              jobs: int = 1, address: str | None = None, require_admissible: bool = False,
-              stages: Sequence[str] | None = None, progress: bool = True,
-              log: Callable[[str], None] = print,
-              on_outcome: Callable[[Outcome], None] | None = None,
-              node_root: str | Path | None = None) -> list[Outcome]:
-    """Audit several models and return their outcomes in the order given.
-
-    Parameters
-    ----------
-    all_params : sequence of Params
-        Validated parameters, one per model (distinct names).
-    reports_root : Path
-        The reports folder; each run is published to ``<root>/<name>/<run-id>``.
-    executor : {"local", "ray"}
-        This host, or a Ray cluster.
-    jobs : int
-        Local executor: how many models are audited at once.
-    address : str, optional
-        Ray executor: the cluster (``auto``, ``HOST:6379`` or ``ray://HOST:10001``);
-        without it, ``RAY_ADDRESS`` or else a one-machine Ray started for this batch.
-    require_admissible : bool
-        Ray executor: each model's task asks for the capabilities its required gates
-        need (:func:`verifylib.batch.ray.task_resources`).
-    stages : sequence of str, optional
-        The stages to run, in order (:data:`DEFAULT_STAGES`, all, by default). A subset
-        leaves the other stages' gates without a record (ERROR in the receipt): for
-        tests and trials.
+        How many models at once (worker processes when above 1).
     progress : bool
-        Show papermill's progress bar (one model at a time only: bars of several
-        models would overwrite each other).
-    log : callable
-        Receives progress lines (prefixed with ``[<model>]`` when several run at once).
-    on_outcome : callable, optional
-        Called with each outcome as soon as it is known (to print it, to sign the run);
-        a :class:`FailedRun` after its failure record is written and the index
-        rebuilt (:func:`failure_recorder`), whichever executor ran it.
-    node_root : path-like, optional
-        Ray executor: where nodes stage their runs (a per-user temporary folder by
-        default).
+        Show papermill's progress bar (one model at a time only).
 
     Returns
     -------
     list of RunOutcome or FailedRun
-
-    Raises
-    ------
-    BatchOptionInvalid
-        For an unusable option (nothing has run).
-    verifylib.batch.ray.RayUnavailable
-        When Ray is not installed or the cluster cannot be reached.
-    KeyboardInterrupt
-        :class:`verifylib.batch.audit.Interrupted` under ``interrupts_raise``; every
-        worker has been stopped and nothing more is published.
+        In the order given.
     """
-    stages = check_stages(DEFAULT_STAGES if stages is None else stages)
-    check_options(executor, jobs, address)
-    names = [p.name for p in all_params]
-    if len(set(names)) != len(names):
-        raise BatchOptionInvalid(f"several models share a name: {sorted(names)}")
-    on_outcome = on_outcome or (lambda outcome: None)
-    if executor == "ray":
-        from verifylib.batch.ray import run_batch_ray
-        return run_batch_ray(all_params, Path(reports_root), address=address,
-                             require_admissible=require_admissible, stages=stages, log=log,
-                             on_outcome=on_outcome, node_root=node_root)
     if jobs == 1 or len(all_params) <= 1:
-        return _run_here(all_params, Path(reports_root), stages, progress, log, on_outcome)
-    return _run_jobs(all_params, Path(reports_root), jobs, stages, log, on_outcome)
+        return _run_here(all_params, reports_root, stages, progress, log, on_outcome)
+    return _run_jobs(all_params, reports_root, jobs, stages, log, on_outcome)
 
 
 def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[str, ...],
@@ -292,10 +111,10 @@ def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[st
         try:
             out = run_one(p, reports_root, log=log, progress=progress, stages=stages)
         except Exception as exc:  # noqa: BLE001 - reported as this model's ERROR outcome
-            if _interrupt_pending() is not None:
+            if interrupt_pending() is not None:
                 # An error raised while cleaning up after an interrupt must not turn the
                 # interrupt into one model's failure and start the next model.
-                raise Interrupted(_interrupt_pending()) from exc
+                raise Interrupted(interrupt_pending()) from exc
             traceback.print_exc()  # the whole story on stderr, as a --jobs worker prints it
             out = FailedRun(p.name, f"{type(exc).__name__}: {exc}", record["node"],
                             executor=dict(record))
@@ -488,7 +307,7 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
                         "executor": record}
                 # A signal held back until the worker is in `running`: one started but
                 # not yet listed would never be told to stop.
-                with _signals_deferred():
+                with signals_deferred():
                     running[p.name] = _Worker(p, spec, events)
             try:
                 handle(*events.get(timeout=0.5))

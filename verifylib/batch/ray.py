@@ -21,7 +21,7 @@ folder of its own (:func:`default_node_root`). The published run directory goes 
 the driver as a stream, never whole in memory: the task is a Ray generator
 (``num_returns="streaming"``) that yields a header (:class:`StreamHeader`: model, run
 id, the archive's size, the node), then the run's uncompressed tar
-(:class:`verifylib.batch.audit.RunArchive`, read from the files as it is sent) in
+(:class:`verifylib.batch.archive.RunArchive`, read from the files as it is sent) in
 chunks of :data:`CHUNK_BYTES`, then a trailer (:class:`StreamTrailer`: chunk count,
 size, SHA-256); at most :data:`STREAM_WINDOW` chunks per task wait unconsumed in the
 object store (Ray's generator backpressure). The node deletes its copy before the
@@ -29,7 +29,7 @@ trailer. The driver writes the chunks to a staging file in the reports folder
 (``<reports>/<name>/.staging/<id>/run.tar``, with an owner record, so a killed driver's
 file is removed like any staging folder), checks them against the header and the
 trailer, verifies the unpacked run with :func:`verifylib.evidence.receipt.verify` and publishes
-it (:func:`verifylib.batch.audit.import_run`: never replacing a run); a run that does
+it (:func:`verifylib.batch.archive.import_run`: never replacing a run); a run that does
 not verify is not published. ``run.json`` says ``executor: {kind: ray, node,
 ray_node_id}``.
 
@@ -61,17 +61,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from verifylib.evidence import gates
 from verifylib import resources
-from verifylib.runtime.capabilities import HostCapabilities, detect
+from verifylib.batch.archive import RunImportRefused, import_run, plan_run_archive
+from verifylib.batch.audit import RunOutcome, executor_record, run_one
+from verifylib.batch.signals import (Interrupted, interrupt_pending, interrupts_raise,
+                                     signals_deferred)
+from verifylib.batch.staging import remove_staging, remove_stale_staging, reserve_staging
 from verifylib.errors import ParametersInvalid
+from verifylib.evidence import gates
 from verifylib.evidence.gates import Capability
-from verifylib.batch.audit import (_RUN_ID, Interrupted, RunImportRefused, RunOutcome,
-                                   _interrupt_pending, _remove_staging, _reserve_staging,
-                                   _signals_deferred, executor_record, import_run,
-                                   interrupts_raise, plan_run_archive, remove_stale_staging,
-                                   run_one)
+from verifylib.evidence.layout import RUN_ID_RE
 from verifylib.params import Params, validate
+from verifylib.runtime.capabilities import HostCapabilities, detect
 
 # The share of a capability resource one audit asks for: the resources are labels (a
 # node advertises 1 of each capability it has), CPUs bound the audits per node.
@@ -302,7 +303,7 @@ class StreamHeader:
         if not isinstance(item, dict) or item.get("kind") != HEADER_KIND:
             raise RunImportRefused("the task's stream does not start with a run header")
         ok = (isinstance(item.get("name"), str) and isinstance(item.get("run_id"), str)
-              and bool(_RUN_ID.match(item["run_id"])) and isinstance(item.get("verdict"), str)
+              and bool(RUN_ID_RE.match(item["run_id"])) and isinstance(item.get("verdict"), str)
               and isinstance(item.get("node"), dict) and _count(item.get("size"))
               and _count(item.get("chunk_bytes")) and item["chunk_bytes"] > 0)
         if not ok:
@@ -424,7 +425,7 @@ class RunReceiver:
     reports_root : Path
         The driver's reports folder.
     allow_simulated : bool
-        Passed to :func:`verifylib.batch.audit.import_run`.
+        Passed to :func:`verifylib.batch.archive.import_run`.
 
     Attributes
     ----------
@@ -478,7 +479,7 @@ class RunReceiver:
             self.header = header
             # In the reports folder, not the temporary folder: the run is unpacked
             # beside it anyway, and /tmp is often memory.
-            _, self._staging = _reserve_staging(self.reports_root / self.name)
+            _, self._staging = reserve_staging(self.reports_root / self.name)
             self._file = open(self._staging / "run.tar", "wb")
             return None
         if isinstance(item, (bytes, bytearray, memoryview)):
@@ -522,12 +523,12 @@ class RunReceiver:
 
     def discard(self) -> None:
         """Close and remove the staging file (and its folder and owner record)."""
-        with _signals_deferred():
+        with signals_deferred():
             if self._file is not None:
                 self._file.close()
                 self._file = None
             if self._staging is not None:
-                _remove_staging(self._staging)
+                remove_staging(self._staging)
                 self._staging = None
 
 
@@ -619,9 +620,9 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
     RayUnavailable
         Ray is missing or the cluster cannot be reached (nothing has run).
     KeyboardInterrupt
-        :class:`verifylib.batch.audit.Interrupted`: every task was cancelled.
+        :class:`verifylib.batch.signals.Interrupted`: every task was cancelled.
     """
-    from verifylib.batch.local import FailedRun, failure_recorder
+    from verifylib.batch.failures import FailedRun, failure_recorder
     ray = import_ray()
     on_outcome = failure_recorder(all_params, Path(reports_root),
                                   on_outcome or (lambda outcome: None), log)
@@ -708,7 +709,7 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
                     finish(receiver, outcome)
     except KeyboardInterrupt as exc:
         _cancel_all(ray, list(streams))
-        sig = _interrupt_pending()
+        sig = interrupt_pending()
         if sig is not None and not isinstance(exc, Interrupted):
             # Ray's wait re-raises the handler's Interrupted as a bare KeyboardInterrupt;
             # the caller must still learn which signal it was (130 or 143).

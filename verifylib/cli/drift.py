@@ -13,8 +13,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from verifylib.numerics.drift import TOP_N, Attribution, attribute
 from verifylib.errors import ParametersInvalid
+from verifylib.numerics.drift import TOP_N, Attribution, attribute
 
 
 @dataclass
@@ -61,13 +61,15 @@ def attribute_package(package: str | os.PathLike, params_path, *,
         On a missing package, an unknown fixture, or a package whose input shape is not
         the model's.
     """
-    from verifylib.stages import artifacts
-    from verifylib.runtime.audio import read_wav_16k
     from verifylib.models.coreml_export import contract_of
+    from verifylib.models.hf import load_hf_encoder
+    from verifylib.models.intake import obtain_model
     from verifylib.numerics.mil_exec import MilExecError, load_program
-    from verifylib.models.intake import load_hf_encoder, obtain_model
-    from verifylib.params import Params, load as load_params
     from verifylib.numerics.reference import fixture_logmel
+    from verifylib.params import Params
+    from verifylib.params import load as load_params
+    from verifylib.runtime.audio import read_wav_16k
+    from verifylib.stages import artifacts
 
     pkg = os.fspath(package)
     if not os.path.isdir(pkg):

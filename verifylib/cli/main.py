@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from verifylib.evidence import gates
 from verifylib import resources
+from verifylib.evidence import gates
 from verifylib.params import ParameterError
 
 EXIT_BAD_INPUT = 2
@@ -28,7 +28,7 @@ def _interruptible(cmd):
     the signal to its exit code, with no traceback.
     """
     def wrapped(args) -> int:
-        from verifylib.batch.audit import interrupts_raise
+        from verifylib.batch.signals import interrupts_raise
         with interrupts_raise() as scope:
             try:
                 return cmd(args)
@@ -71,8 +71,9 @@ def _cmd_run(args) -> int:
         if signer is None:
             return EXIT_BAD_INPUT
     unsigned = 0
-    from verifylib.batch.local import BatchOptionInvalid, FailedRun, check_options, run_batch
     from verifylib.batch.audit import load_all
+    from verifylib.batch.executors import BatchOptionInvalid, check_options, run_batch
+    from verifylib.batch.failures import FailedRun
     from verifylib.batch.ray import RayUnavailable
     try:
         check_options(args.executor, args.jobs, args.address)
@@ -85,7 +86,7 @@ def _cmd_run(args) -> int:
         print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
-    from verifylib.batch.audit import remove_stale_staging
+    from verifylib.batch.staging import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
 
@@ -133,6 +134,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_ray_node_resources(args) -> int:  # noqa: ARG001 - argparse handler signature
     import json
+
     from verifylib.batch.ray import node_resources
     print(json.dumps(node_resources(), sort_keys=True))
     return 0

@@ -43,8 +43,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verifylib.evidence import gates
 from verifylib.errors import ParametersInvalid, VerifylibError
+from verifylib.evidence import gates
 
 __all__ = ["compare_runs", "Comparison", "RunInfo", "GateCell", "GateRow", "IdentityRow",
            "LayerCurve", "OpCurve", "OpRow", "ModuleRow", "WorstEntry", "WorstRow",
@@ -1159,8 +1159,8 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
 
 def _published_hint(limit: int = 6) -> str:
     """Published runs under ``./reports`` to name when too few runs were given."""
-    from verifylib.resources import reports_dir
     from verifylib.evidence.runs import is_published
+    from verifylib.resources import reports_dir
 
     root = reports_dir()
     found = sorted((p.parent for p in root.glob("*/*/receipt.json") if is_published(p.parent)),

@@ -48,8 +48,8 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
 from verifylib import canonical
-from verifylib.evidence import receipt
 from verifylib.errors import AttestationFailure, EvidenceInvalid, ParametersInvalid
+from verifylib.evidence import receipt
 
 ATTESTATION_FILE = "attestation.intoto.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -29,18 +29,18 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from verifylib import canonical
-from verifylib.evidence import gates
-from verifylib.runtime import ledger
-from verifylib.evidence.rules import registry as rules
-from verifylib.runtime.capabilities import HostCapabilities
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
+from verifylib.evidence import gates
+from verifylib.evidence.gates import NotRunKind, Status
+from verifylib.evidence.layout import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
+                                       RUN_FILE, TRACEBACK_EVIDENCE, error_document,
+                                       error_filename, read_stage_file)
 from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
                                         EvidenceError, EvidenceRef, EvidenceView, GateRecord,
                                         Reason)
-from verifylib.evidence.gates import NotRunKind, Status
-from verifylib.stages.context import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
-                                      RUN_FILE, TRACEBACK_EVIDENCE, error_document,
-                                      error_filename, read_stage_file)
+from verifylib.evidence.rules import registry as rules
+from verifylib.runtime import ledger
+from verifylib.runtime.capabilities import HostCapabilities
 
 SCHEMA = "verifylib-receipt/1"
 # Files the receipt covers; the rendered reports are derived from it and come after.

@@ -15,7 +15,6 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import NotRunKind, Status
 
-
 ERROR_EXCEPTION = "exception"
 """Reason kind of an ERROR the harness caused: an exception other than
 :class:`verifylib.errors.PrerequisiteBroken`, a gate left unjudged, a stage that crashed."""
@@ -210,3 +209,39 @@ class GateRecord:
         return GateRecord(rec["id"], status, Reason(reason["kind"], str(reason["detail"])),
                           tuple(EvidenceRef.from_record(e) for e in rec["evidence"]),
                           dict(rec["identities"]))
+
+
+@dataclass
+class StageReport:
+    """What a stage concluded, for display in its notebook.
+
+    Attributes
+    ----------
+    stage : str
+        Stage name.
+    records : list of GateRecord
+        One per gate of the stage, in table order.
+    identities : dict
+        Identities recorded by the stage.
+    seconds : float
+        Time spent inside the stage's verifylib work.
+    facts : dict
+        Labelled values worth showing (paths, timings, versions): a flat table.
+    result : object or None
+        The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages
+        whose results are more than a table.
+    """
+
+    stage: str
+    records: list[GateRecord]
+    identities: dict
+    seconds: float
+    facts: dict = field(default_factory=dict)
+    result: Any = None
+
+    def status(self, gate_id: str) -> Status:
+        return next(r.status for r in self.records if r.id == gate_id)
+
+    def _repr_html_(self) -> str:
+        from verifylib.views.gates import stage_table
+        return stage_table(self)

@@ -62,8 +62,8 @@ def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str
     """
     from pathlib import Path
 
-    from verifylib.evidence.records import EvidenceView
     from verifylib.evidence.gates import Status
+    from verifylib.evidence.records import EvidenceView
 
     rec = records.get(gate_id)
     if rec is None or rec.status not in (Status.PASS, Status.FAIL) \

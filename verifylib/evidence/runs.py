@@ -37,14 +37,15 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from verifylib import canonical
-from verifylib.evidence import gates
-from verifylib.stages.artifacts import ASAN_SIDECAR, UNPATCHED_SIDECAR
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
-from verifylib.evidence.records import EvidenceError, EvidenceRef, EvidenceView, GateRecord
+from verifylib.evidence import gates
 from verifylib.evidence.gates import Verdict
-from verifylib.params import PARAMETERS_DIR, Params
+from verifylib.evidence.layout import EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, RUN_FILE
 from verifylib.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
-from verifylib.stages.context import EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, RUN_FILE, StageReport
+from verifylib.evidence.records import (EvidenceError, EvidenceRef, EvidenceView, GateRecord,
+                                        StageReport)
+from verifylib.params import PARAMETERS_DIR, Params
+from verifylib.stages.artifacts import ASAN_SIDECAR, UNPATCHED_SIDECAR
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 

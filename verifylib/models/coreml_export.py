@@ -34,10 +34,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from verifylib.numerics.memory import freed_blocks_unmapped, release_memory
-from verifylib.runtime import contracts
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.errors import ContractBroken, ExportFailure, ParametersInvalid
+from verifylib.numerics.memory import freed_blocks_unmapped, release_memory
+from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult
 
 PRECISIONS = ("fp32", "fp16")

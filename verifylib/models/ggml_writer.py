@@ -497,8 +497,11 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
         output projection, unmapped parameters) or the tokenizer is not byte-level BPE.
     """
     import torch
-    from transformers import (WhisperConfig, WhisperFeatureExtractor,
-                              WhisperForConditionalGeneration)
+    from transformers import (
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+    )
 
     t0 = time.monotonic()
     hf_dir, out_path = Path(hf_dir), Path(out_path)

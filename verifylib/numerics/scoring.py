@@ -15,12 +15,11 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from verifylib import canonical, resources
-from verifylib.evidence.gates import Judgement
 from verifylib.errors import PolicyInvalid
+from verifylib.evidence.gates import Judgement
 
 POLICY_DIR = resources.policies_dir()
 ENGLISH_JSON_SHA256 = "6607f948be9824d2e1b2fa2223cd94c06c45afa4e05ea0e3d5e1f2bdffde2465"

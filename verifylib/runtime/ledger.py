@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from verifylib import canonical
-from verifylib.evidence import gates
 from verifylib.canonical import is_sha256
 from verifylib.errors import EvidenceInvalid
-from verifylib.evidence.records import EvidenceError, EvidenceView, GateRecord
+from verifylib.evidence import gates
 from verifylib.evidence.gates import Status
+from verifylib.evidence.records import EvidenceError, EvidenceView, GateRecord
 
 LEDGER_FILE = "ledger.jsonl"
 """Name of the ledger at the run-directory root."""

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from verifylib.runtime import contracts, ledger
 from verifylib.canonical import sha256_bytes, sha256_file
-from verifylib.runtime.contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
 from verifylib.errors import ParametersInvalid, RunFailure
+from verifylib.runtime import contracts, ledger
+from verifylib.runtime.contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
 
 # Names that may carry credentials: never handed to a child process.
 _SECRET_PATTERNS = (

@@ -21,9 +21,10 @@ from typing import Any
 
 from verifylib.canonical import read_json, sha256_file
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence.layout import EVIDENCE_DIR, read_stage_file
 from verifylib.params import Fixture, Params
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
-from verifylib.stages.context import EVIDENCE_DIR, StageContext, read_stage_file
+from verifylib.stages.context import StageContext
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",

@@ -25,15 +25,16 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-from verifylib.runtime import contracts
-from verifylib.stages.artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY,
-                                        UNPATCHED_SIDECAR, source_spec, cache_dir)
 from verifylib.canonical import read_json
 from verifylib.evidence.gates import Status
-from verifylib.params import Params
+from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import build_facts_from_evidence
+from verifylib.params import Params
+from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY,
+                                        UNPATCHED_SIDECAR, cache_dir, source_spec)
+from verifylib.stages.context import StageContext
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
 

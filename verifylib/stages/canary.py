@@ -38,23 +38,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
-from verifylib.runtime import contracts
 from verifylib.canonical import sha256_file, tree_digest
-from verifylib.evidence.records import EvidenceRef
-from verifylib.params import Params
+from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.records import EvidenceRef, StageReport
 from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
                                         PositiveControl, SanitizerSummary,
                                         canary_result_from_evidence)
 from verifylib.evidence.rules.registry import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
                                                SANITIZER_SCHEMA, SIDES, _stream_name,
                                                asan_stream_name)
+from verifylib.params import Params
+from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.runtime.contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
 from verifylib.runtime.runner import RunResult, run_record, run_whisper_cli
-from verifylib.stages.context import StageContext, StageReport
 from verifylib.stages.artifacts import (asan_build, coreml_binary, ggml_binary, model_language,
                                         published_model, runtime_tree, unpatched_binary)
-from verifylib.runtime.contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
-from verifylib.errors import PrerequisiteBroken
+from verifylib.stages.context import StageContext
 
 STAGE = "03_canary"
 

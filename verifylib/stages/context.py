@@ -11,193 +11,30 @@ its reason kind is ``prerequisite-broken`` when the gate raised
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
-import secrets
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from verifylib import canonical
+from verifylib.errors import PrerequisiteBroken, StageRefusal
 from verifylib.evidence import gates
-from verifylib.runtime import ledger
-from verifylib.evidence.rules import registry as rules
-from verifylib.runtime.capabilities import detect
-from verifylib.errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
-from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
-                                        EvidenceRef, EvidenceView, GateRecord, Reason)
 from verifylib.evidence.gates import Gate, NotRunKind, Status
+from verifylib.evidence.layout import (EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, TRACEBACK_EVIDENCE,
+                                       error_document, error_filename, init_run_dir,
+                                       recorded_gates)
+from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
+                                        EvidenceRef, EvidenceView, GateRecord, Reason,
+                                        StageReport)
+from verifylib.evidence.rules import registry as rules
 from verifylib.params import Params
-
-RUN_FILE = "run.json"
-GATES_DIR = "gates"
-EVIDENCE_DIR = "evidence"
-RECEIPT_FILE = "receipt.json"
-ERROR_SCHEMA = "verifylib-error/1"
-TRACEBACK_EVIDENCE = "traceback"
+from verifylib.runtime import ledger
+from verifylib.runtime.capabilities import detect
 
 
 class StageRefused(StageRefusal):
     """A stage was asked to write into a run directory that already holds its result."""
-
-
-def error_document(gate_id: str, text: str, launches: list | None = None) -> dict:
-    """The stored traceback of an ERROR gate (with the launches made before it broke).
-
-    Parameters
-    ----------
-    gate_id : str
-        The gate that errored.
-    text : str
-        The traceback or the stage's error text.
-    launches : list of dict, optional
-        Run records (with their ledger citations) of launches made inside the gate.
-    """
-    return {"schema": ERROR_SCHEMA, "gate": gate_id, "traceback": text,
-            "launches": list(launches or [])}
-
-
-def error_filename(gate_id: str) -> str:
-    """File name of a gate's stored traceback inside its stage's evidence folder."""
-    return f"error.{gate_id}.json"
-
-
-def new_run_id() -> str:
-    """Return a sortable run id such as ``20261130T062000Z-3f9a07c2``.
-
-    The UTC second sorts runs by start; the 32 random bits tell apart runs of one model
-    started in the same second (several ``verifylib run`` processes on one reports
-    folder). Uniqueness is not left to chance: ``verifylib run`` reserves the id
-    exclusively in the model's staging area and draws again on a clash.
-
-    Returns
-    -------
-    str
-        ``<YYYYmmddTHHMMSSZ>-<8 hex digits>``.
-    """
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{now}-{secrets.token_hex(4)}"
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of the packages whose behaviour the evidence depends on."""
-    from importlib import metadata
-    out = {}
-    for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
-                 "papermill", "nbconvert", "nbformat", "matplotlib"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
-def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
-                 executor: dict | None = None) -> dict:
-    """Create a run directory's ``run.json`` unless it exists, and return its content.
-
-    Parameters
-    ----------
-    run_dir : Path
-        The run directory (created if missing).
-    params : Params
-        Validated parameters; a run directory belongs to one parameter set.
-    run_id : str, optional
-        Id to record; defaults to the folder name.
-    executor : dict, optional
-        How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
-        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook run
-        by hand records none. Covered by the receipt like the rest of ``run.json``.
-
-    Returns
-    -------
-    dict
-        The run record.
-
-    Raises
-    ------
-    verifylib.errors.ParametersInvalid
-        If ``run.json`` exists and was written for other parameters.
-    """
-    run_dir = Path(run_dir)
-    path = run_dir / RUN_FILE
-    params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
-    if path.exists():
-        rec = canonical.read_json(path)
-        if rec.get("params_sha256") != params_sha:
-            raise ParametersInvalid(f"{run_dir} was created for other parameters "
-                                    f"({rec.get('name')!r}); use a fresh run directory")
-        return rec
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rec = {
-        "schema": "verifylib-run/1",
-        "run_id": run_id or run_dir.name,
-        "name": params.name,
-        "params": params.data,
-        "params_origin": params.origin,
-        "params_sha256": params_sha,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": detect().as_record(),
-        "packages": package_versions(),
-        **({"executor": dict(executor)} if executor is not None else {}),
-    }
-    canonical.write_json(path, rec)
-    return rec
-
-
-def read_stage_file(run_dir: Path, stage: str) -> dict | None:
-    """Return a stage's gates file, or None if the stage has not written one."""
-    path = Path(run_dir) / GATES_DIR / f"{stage}.json"
-    return canonical.read_json(path) if path.exists() else None
-
-
-def recorded_gates(run_dir: Path) -> dict[str, GateRecord]:
-    """All gate records written so far in a run directory, by gate id."""
-    out = {}
-    for stage in gates.STAGES:
-        data = read_stage_file(run_dir, stage)
-        if data:
-            for rec in data["gates"]:
-                out[rec["id"]] = GateRecord.from_record(rec)
-    return out
-
-
-@dataclass
-class StageReport:
-    """What a stage concluded, for display in its notebook.
-
-    Attributes
-    ----------
-    stage : str
-        Stage name.
-    records : list of GateRecord
-        One per gate of the stage, in table order.
-    identities : dict
-        Identities recorded by the stage.
-    seconds : float
-        Time spent inside the stage's verifylib work.
-    facts : dict
-        Labelled values worth showing (paths, timings, versions): a flat table.
-    result : object or None
-        The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages
-        whose results are more than a table.
-    """
-
-    stage: str
-    records: list[GateRecord]
-    identities: dict
-    seconds: float
-    facts: dict = field(default_factory=dict)
-    result: Any = None
-
-    def status(self, gate_id: str) -> Status:
-        return next(r.status for r in self.records if r.id == gate_id)
-
-    def _repr_html_(self) -> str:
-        from verifylib.views.gates import stage_table
-        return stage_table(self)
 
 
 class GateRun:

@@ -22,18 +22,19 @@ from __future__ import annotations
 import os
 import shutil
 
-from verifylib.runtime import contracts
 from verifylib.canonical import sha256_file
+from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.records import StageReport
+from verifylib.evidence.results import export_facts_from_evidence
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory
 from verifylib.params import Params
-from verifylib.evidence.results import export_facts_from_evidence
+from verifylib.runtime import contracts
 from verifylib.runtime.runner import run_record, run_whisper_cli
-from verifylib.stages.context import StageContext, StageReport
 from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants,
                                         ggml_binary, model_language, model_source, runtime_tree)
-from verifylib.errors import PrerequisiteBroken
+from verifylib.stages.context import StageContext
 
 STAGE = "02_export"
 LOAD_PROBE_MS = "2000"
@@ -44,7 +45,7 @@ def _export_contract(ctx: StageContext) -> None:
                                                 discard_staged, link_or_copy, publish_staged,
                                                 release_conversion, stage_mlpackage,
                                                 trace_encoder)
-    from verifylib.models.intake import load_hf_encoder
+    from verifylib.models.hf import load_hf_encoder
 
     g = ctx.begin("export.contract")
     if not g:

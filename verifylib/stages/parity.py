@@ -26,22 +26,23 @@ import os
 import time
 from typing import Any
 
-from verifylib.runtime.audio import audio_sha256, read_wav_16k
 from verifylib.canonical import sha256_bytes, tree_digest
-from verifylib.params import Params
-from verifylib.numerics.arrays import encode as encode_arrays
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
                                         parity_result_from_evidence)
+from verifylib.numerics.arrays import encode as encode_arrays
+from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db,
                                        policy_record)
-from verifylib.numerics.scoring import load_policy
-from verifylib.stages.context import StageContext, StageReport
-from verifylib.stages.artifacts import (compiled_variant, exported_variant, fixture_audio,
-                                        model_source)
-from verifylib.errors import ParametersInvalid, PrerequisiteBroken
-from verifylib.numerics.memory import release_memory
 from verifylib.numerics.reference import (RANDOM_SEED, ReferenceRun, fixture_logmel,
                                           random_logmel, reference_encode)
+from verifylib.numerics.scoring import load_policy
+from verifylib.params import Params
+from verifylib.runtime.audio import audio_sha256, read_wav_16k
+from verifylib.stages.artifacts import (compiled_variant, exported_variant, fixture_audio,
+                                        model_source)
+from verifylib.stages.context import StageContext
 
 STAGE = "04_parity"
 CANDIDATES = (("parity.program", "fp32", "program"), ("parity.runtime", "fp32", "runtime"),
@@ -64,7 +65,7 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     import torch
 
     from verifylib.models.coreml_export import contract_of
-    from verifylib.models.intake import load_hf_encoder
+    from verifylib.models.hf import load_hf_encoder
 
     src = model_source(ctx)
     # The encoder alone: the decoder would only add memory (issue of large encoders).

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 
 from verifylib.canonical import tree_digest
-from verifylib.params import Params
-from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
-from verifylib.stages.context import StageContext, StageReport
-from verifylib.stages.artifacts import published_mlmodelc
 from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import placement_result_from_evidence
+from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
+from verifylib.params import Params
+from verifylib.stages.artifacts import published_mlmodelc
+from verifylib.stages.context import StageContext
 
 STAGE = "06_placement"
 

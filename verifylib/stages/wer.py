@@ -23,16 +23,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from verifylib.errors import ParametersInvalid, RunFailure
+from verifylib.evidence.records import StageReport
+from verifylib.evidence.results import wer_result_from_evidence
+from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
+from verifylib.params import Fixture, Params, fixture_text
 from verifylib.runtime import contracts
 from verifylib.runtime.audio import audio_sha256, read_wav_16k
-from verifylib.params import Fixture, Params, fixture_text
-from verifylib.evidence.results import wer_result_from_evidence
 from verifylib.runtime.runner import run_record, run_whisper_cli
-from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
-from verifylib.stages.context import StageContext, StageReport
 from verifylib.stages.artifacts import (GGML_MODEL, coreml_binary, fixture_audio, ggml_binary,
                                         model_language, published_model)
-from verifylib.errors import ParametersInvalid, RunFailure
+from verifylib.stages.context import StageContext
 
 STAGE = "05_wer"
 POLICY_ID = "wer-v1"
@@ -75,7 +76,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     -------
     (refs, identities, texts)
     """
-    from verifylib.models.intake import load_hf
+    from verifylib.models.hf import load_hf
 
     policy = load_policy(POLICY_ID)
     norm = english_normalizer()
@@ -122,7 +123,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
 def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: Path,
                ggml_arg: str, lang: str, norm, refs: list, texts: list) -> dict:
     """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
-    from verifylib.models.intake import transcribe_hf
+    from verifylib.models.hf import transcribe_hf
 
     audio_path = fixture_audio(ctx, fx)
     raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)

@@ -1,4 +1,4 @@
-"""Gate tables: a stage's :class:`~verifylib.stages.context.StageReport` and a receipt's summary."""
+"""Gate tables: a stage's :class:`~verifylib.evidence.records.StageReport` and a receipt's summary."""
 
 from __future__ import annotations
 

@@ -255,7 +255,8 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         The published record.
     """
     import datetime as dt
-    from verifylib.stages.context import new_run_id
+
+    from verifylib.evidence.layout import new_run_id
 
     folder = Path(reports_root) / name / FAILED
     folder.mkdir(parents=True, exist_ok=True)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from verifylib.runtime import contracts
-from verifylib.evidence.gates import Judgement
 from verifylib.canonical import (dumps, is_sha256, publish_dir, read_json, sha256_bytes,
                                  sha256_file, write_json)
 from verifylib.errors import BuildFailure, ParametersInvalid
+from verifylib.evidence.gates import Judgement
 from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.runtime import contracts
 from verifylib.runtime.runner import (RunResult, run, run_record, run_whisper_binary,
                                       run_whisper_cli)
 

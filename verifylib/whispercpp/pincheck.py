@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from verifylib.whispercpp import build as _build
-from verifylib.runtime import contracts
-from verifylib.runtime import sanitizer as _sanitizer
-from verifylib.whispercpp import source as _source
-from verifylib.runtime.capabilities import detect
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.gates import Capability
+from verifylib.runtime import contracts
+from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.runtime.capabilities import detect
 from verifylib.runtime.runner import run_record, run_whisper_cli
+from verifylib.whispercpp import build as _build
+from verifylib.whispercpp import source as _source
 
 DEFAULT_URL = "https://github.com/ggml-org/whisper.cpp.git"
 """Where a candidate given as a commit id is fetched from (``--url`` overrides it)."""
@@ -256,8 +256,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     PinCheckError
         For an unusable candidate or an unknown pin.
     """
-    from verifylib.stages.artifacts import cache_dir as default_cache
     from verifylib.runtime.contracts import lifecycle_argv
+    from verifylib.stages.artifacts import cache_dir as default_cache
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
     if pin_name is not None and pin_name not in pins:

@@ -15,17 +15,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from verifylib.whispercpp import build as _build
-from verifylib.runtime import contracts
-from verifylib.runtime import sanitizer as _sanitizer
-from verifylib.whispercpp import source as _source
-from verifylib.canonical import is_sha256, sha256_bytes as canonical_sha
+from verifylib.canonical import is_sha256
+from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.numerics.drift import check_document
-from verifylib.numerics.parity import POLICY_OF_VARIANT, judge_parity, stored_outputs_problems
 from verifylib.evidence.results import ATTRIBUTION
 from verifylib.models.compute_plan import judge_plan
+from verifylib.numerics.drift import check_document
+from verifylib.numerics.parity import POLICY_OF_VARIANT, judge_parity, stored_outputs_problems
 from verifylib.numerics.scoring import judge_ggml_vs_source, judge_hybrid, load_policy
+from verifylib.runtime import contracts
+from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.whispercpp import build as _build
+from verifylib.whispercpp import source as _source
 
 WER_POLICY_ID = "wer-v1"
 

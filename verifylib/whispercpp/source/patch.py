@@ -20,11 +20,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import dumps, is_sha256, publish_dir, sha256_bytes
 from verifylib.errors import SourceFailure
-from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.evidence.gates import Judgement
+from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.runtime.runner import CommandError
 from verifylib.whispercpp.source.fetch import _copy_tree, _git
 from verifylib.whispercpp.source.pins import Pin, _is_oid, pin_fields
+
 
 class PatchError(SourceFailure):
     """A pin's patch could not be applied, or its work tree could not be prepared or read."""

@@ -1,0 +1,87 @@
+"""Models that published no run: their ERROR outcome and the failure record every executor writes for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+from verifylib.batch.audit import RunOutcome
+from verifylib.params import Params
+from verifylib.views import report
+
+
+@dataclass
+class FailedRun:
+    """A model whose audit published no run directory: its ERROR outcome.
+
+    Attributes
+    ----------
+    name : str
+        Model name.
+    reason : str
+        Why (the worker's exit, the task's exception, the refused run's problems).
+    node : str or None
+        Where it ran, when known.
+    executor : dict or None
+        The executor record (``kind``, ``node``, and what else is known), for the
+        failure record.
+    record : Path or None
+        The failure record published for it (see :func:`failure_recorder`).
+    """
+
+    name: str
+    reason: str
+    node: str | None = None
+    executor: dict | None = None
+    record: Path | None = None
+
+
+Outcome = Union[RunOutcome, FailedRun]
+
+
+def failure_recorder(all_params: Sequence[Params], reports_root: Path,
+                     on_outcome: Callable[[Outcome], None],
+                     log: Callable[[str], None] = print) -> Callable[[Outcome], None]:
+    """Wrap an outcome callback so that every :class:`FailedRun` is recorded first.
+
+    The failure record goes into the reports folder
+    (:func:`verifylib.views.report.publish_failure`) and the index page is rebuilt at once,
+    so the failure is on the page even if the batch is interrupted later. A record
+    that cannot be written (a full disk) is said through ``log`` and does not stop the
+    batch: the failure is still printed and counted in the exit code.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        The batch's models (their parameter files go into the records).
+    reports_root : Path
+        The reports folder.
+    on_outcome : callable
+        Called with each outcome after its record, if any, is written.
+    log : callable
+        Receives a line when a record could not be written.
+
+    Returns
+    -------
+    callable
+        The wrapped callback; it sets ``FailedRun.record``.
+    """
+    def record(outcome: Outcome) -> None:
+        if isinstance(outcome, FailedRun) and outcome.record is None:
+            executor = dict(outcome.executor or {"kind": "unknown", "node": outcome.node})
+            # Looked up only for a failure: a batch that publishes every run never needs
+            # the parameter files' paths.
+            origin = next((p.origin for p in all_params if p.name == outcome.name),
+                          "unknown")
+            try:
+                outcome.record = report.publish_failure(
+                    reports_root, name=outcome.name, parameters=str(origin),
+                    reason=outcome.reason, executor=executor)
+                report.render_index([], reports_root)
+            except OSError as exc:
+                log(f"[{outcome.name}] failure record not written: {exc}")
+        on_outcome(outcome)
+
+    return record

@@ -1,0 +1,157 @@
+"""The stage notebooks' Jupyter kernels: local IPC sockets, start and stop, no tool left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import weakref
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from traitlets import CaselessStrEnum, default  # noqa: E402
+
+from verifylib.batch.signals import interrupt_pending
+
+
+class LocalKernelManager(AsyncKernelManager):
+    """A kernel manager that talks to the stage kernels over local IPC sockets.
+
+    The default TCP transport makes every kernel warn that it runs unencrypted on
+    localhost; the kernels here never leave this host, and IPC needs no open port.
+    """
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        # An IPC "address" is a socket path prefix; jupyter_client's default is relative to
+        # the current folder, which is the notebooks folder (inside site-packages for a
+        # wheel install) and would collect stray socket files there. And it numbers the
+        # sockets by the first free name, so two kernels launched before either has bound
+        # (the next stage's kernel starts while this one boots; concurrent audits) would
+        # pick the same paths: every kernel gets a prefix of its own.
+        import secrets
+        import tempfile
+        folder = Path(tempfile.gettempdir()) / f"verifylib-kernels-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return str(folder / f"k-{os.getpid()}-{secrets.token_hex(4)}")
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Shut the kernel down; at once (SIGKILL to its process group) after an interrupt.
+
+        After an interrupt the cell's result is discarded anyway, and a graceful shutdown
+        only lets the kernel race its own socket teardown against the interrupted cell's
+        reply and print that error to the stderr it shares with ``verifylib run``.
+        The interrupted cell's tasks are cancelled first: left pending, they would log
+        "Kernel died" and "Task exception was never retrieved" once the kernel is gone.
+        """
+        interrupted = interrupt_pending() is not None
+        if interrupted:
+            import asyncio
+            current = asyncio.current_task()
+            for task in asyncio.all_tasks():
+                if task is not current:
+                    task.cancel()
+                    task.add_done_callback(_consume_result)
+            _kill_kernel_tools(self.provisioner)
+        await super().shutdown_kernel(now=now or interrupted, restart=restart)
+
+    async def start_kernel(self, **kw) -> None:
+        """Start the kernel and remember the manager for :func:`kill_leftover_kernels`."""
+        _KERNEL_MANAGERS.add(self)
+        await super().start_kernel(**kw)
+
+
+# papermill shuts a kernel down only once its client is up: an interrupt while the kernel
+# starts leaves it running until it notices its parent is gone. run_one kills those.
+_KERNEL_MANAGERS: "weakref.WeakSet[LocalKernelManager]" = weakref.WeakSet()
+
+
+def _kill_kernel_tools(provisioner) -> None:
+    """Kill what the kernel started in sessions of its own.
+
+    verifylib.runtime.runner starts every tool (git, cmake, the compiler, whisper-cli) in a new
+    session so that a timeout can kill its whole group; the kernel's process-group kill
+    does not reach them, and a build orphaned by an interrupt would go on writing into the
+    cache's work folder that the next run empties. They are found by parentage (psutil,
+    an ipykernel dependency) while the kernel still lives.
+    """
+    proc = getattr(provisioner, "process", None)
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        import psutil
+        tools = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - best effort: without psutil only the kernel dies
+        return
+    spare = {os.getpgrp(), getattr(provisioner, "pgid", None)}
+    groups = set()
+    for tool in tools:
+        try:
+            groups.add(os.getpgid(tool.pid))
+        except OSError:
+            pass
+    for group in groups - spare:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    for tool in tools:
+        try:
+            tool.kill()
+        except psutil.Error:
+            pass
+
+
+def kill_leftover_kernels() -> None:
+    """Kill every stage kernel (and its tools) that is still running."""
+    for km in list(_KERNEL_MANAGERS):
+        proc = getattr(km.provisioner, "process", None)
+        if proc is not None and proc.poll() is None:
+            _kill_kernel_tools(km.provisioner)
+            try:
+                pgid = getattr(km.provisioner, "pgid", None)
+                if pgid and hasattr(os, "killpg"):
+                    os.killpg(pgid, signal.SIGKILL)  # the kernel leads its own group
+                else:
+                    proc.kill()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            km.cleanup_connection_file()
+            km.cleanup_ipc_files()
+        _KERNEL_MANAGERS.discard(km)
+
+
+def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKernelManager:
+    """Launch a stage kernel and return its manager without waiting for it to be ready.
+
+    papermill (through nbclient) uses a manager it is given as is and leaves its shutdown
+    to the caller (:func:`stop_kernel`); it waits for the kernel to be ready itself.
+    """
+    from jupyter_core.utils import run_sync
+    km = (manager or LocalKernelManager)(kernel_name="python3")
+    run_sync(km.start_kernel)(cwd=cwd)
+    return km
+
+
+def stop_kernel(km: LocalKernelManager) -> None:
+    """Stop a stage kernel whose notebook has finished (its outputs are already saved).
+
+    Killed at once rather than asked to shut down: nothing is left to flush, and the
+    graceful handshake would add a few tenths of a second to every stage.
+    """
+    from jupyter_core.utils import run_sync
+    try:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # noqa: BLE001 - the leftover-kernel sweep kills it in the end
+        pass
+
+
+def _consume_result(task) -> None:
+    # Reading it marks a cancelled cell's exception as seen, so asyncio does not log it.
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,290 @@
+"""Staging folders of runs being written: reserved exclusively, owned by a process, removed once their owner is provably gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from verifylib import canonical
+from verifylib.evidence.layout import RUN_ID_RE, new_run_id
+
+STAGING = ".staging"
+
+
+OWNER_SUFFIX = ".owner.json"
+
+
+# A staging folder without a readable owner record comes from a verifylib that wrote
+# none (or a damaged disk); it is removed only when nothing in it changed for this long.
+UNOWNED_STALE_SECONDS = 3600.0
+
+
+def _process_start(pid: int) -> str | None:
+    """An identity of process ``pid``'s start, or None when no such live process exists.
+
+    A pid alone is not an identity: the kernel reuses pids, so a dead owner's pid may
+    belong to an unrelated process by the time anyone looks. The start time (in clock
+    ticks since boot, plus the boot id) tells the two apart; a zombie counts as gone.
+    """
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            text = stat.read_text()
+        except OSError:
+            return None
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        try:
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot = "?"
+        return f"linux:{boot}:{fields[19]}"
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return f"psutil:{proc.create_time():.2f}"
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.Error:
+            pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "unknown"
+
+
+def owner_record(pid: int | None = None) -> dict:
+    """The owner record written beside a staging folder.
+
+    Parameters
+    ----------
+    pid : int, optional
+        Owner process (this one by default).
+
+    Returns
+    -------
+    dict
+        ``pid``, ``start`` (see :func:`_process_start`), ``host`` and ``created``.
+    """
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "start": _process_start(pid), "host": socket.gethostname(),
+            "created": time.time()}
+
+
+def owner_is_gone(record: dict) -> bool:
+    """True only when the record's owner provably no longer runs.
+
+    An owner on another host cannot be checked from here and is never called gone; an
+    owner whose start identity cannot be compared (``unknown``, or recorded with another
+    method) is gone only when its pid no longer exists.
+
+    Parameters
+    ----------
+    record : dict
+        As written by :func:`owner_record`.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    KeyError, ValueError
+        For a malformed record.
+    """
+    pid, start, host = record["pid"], record["start"], record["host"]
+    if type(pid) is not int or pid <= 0 or not isinstance(start, (str, type(None))) \
+            or not isinstance(host, str):
+        raise ValueError(f"malformed owner record: {record!r}")
+    if host != socket.gethostname():
+        return False
+    now = _process_start(pid)
+    if now is None:
+        return True
+    comparable = start not in (None, "unknown") and now != "unknown" and \
+        start.split(":", 1)[0] == now.split(":", 1)[0]
+    return comparable and now != start
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+            except OSError:
+                pass
+    return newest
+
+
+def remove_stale_staging(reports_root: Path, *, now: float | None = None) -> list[Path]:
+    """Remove staging folders (and owner records) left by processes that are gone.
+
+    Several ``verifylib run`` processes may share one reports folder, so a staging
+    folder is removed only when (a) its owner record names this host and a process that
+    no longer runs (its pid is free, a zombie, or now belongs to a process started at
+    another time), or (b) it has no readable owner record and nothing in it changed for
+    :data:`UNOWNED_STALE_SECONDS`. A record on another host keeps its folder: whether
+    that owner lives cannot be told from here. Only ``<root>/<name>/.staging/<run-id>``
+    entries are considered.
+
+    Parameters
+    ----------
+    reports_root : Path
+        The reports folder (``reports/`` by default).
+    now : float, optional
+        Current time, for the age rule (tests).
+
+    Returns
+    -------
+    list of Path
+        Staging folders removed (owner records without a folder are removed silently).
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    for area in sorted(Path(reports_root).glob(f"*/{STAGING}")):
+        try:
+            entries = sorted(area.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(OWNER_SUFFIX):
+                run_id, folder = entry.name[:-len(OWNER_SUFFIX)], None
+            elif RUN_ID_RE.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+                run_id, folder = entry.name, entry
+            else:
+                continue
+            if not RUN_ID_RE.match(run_id):
+                continue
+            owner = area / f"{run_id}{OWNER_SUFFIX}"
+            if folder is None and (area / run_id).exists():
+                continue  # judged with its folder
+            try:
+                record = json.loads(owner.read_text())
+                gone = owner_is_gone(record)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                record, gone = None, False
+            if record is None:
+                try:
+                    age = now - (_newest_mtime(folder) if folder is not None
+                                 else owner.lstat().st_mtime)
+                except OSError:
+                    continue
+                gone = age > UNOWNED_STALE_SECONDS
+            if not gone:
+                continue
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+                if folder.exists():
+                    continue
+                removed.append(folder)
+            owner.unlink(missing_ok=True)
+        for empty in (area, area.parent):
+            try:
+                empty.rmdir()  # a live run's files keep them
+            except OSError:
+                break
+    return removed
+
+
+def _link_exclusive(path: Path, data: bytes) -> None:
+    """Publish ``data`` at ``path`` complete and only if ``path`` does not exist yet.
+
+    Written to a private file first and hard-linked into place: the link is atomic (no
+    reader sees a partial record) and fails with FileExistsError when the name is taken.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
+def create_staging(staging: Path) -> None:
+    """Reserve ``staging``'s run id: write the owner record, then create the folder it owns.
+
+    The record comes first so that no staging folder ever exists without one (a folder
+    without a record is treated as foreign until it is an hour old). It is created
+    exclusively, so of two processes that drew the same run id exactly one gets it; the
+    other gets FileExistsError and touches nothing of the winner's. Another process may
+    remove the empty ``.staging`` area between our mkdir and our write; retry then.
+
+    Raises
+    ------
+    FileExistsError
+        When the run id is already taken in this staging area.
+    """
+    area = staging.parent
+    owner = area / f"{staging.name}{OWNER_SUFFIX}"
+    for attempt in range(5):
+        area.mkdir(parents=True, exist_ok=True)
+        try:
+            _link_exclusive(owner, canonical.dumps(owner_record()))
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+            continue
+        try:
+            staging.mkdir()
+        except BaseException:
+            owner.unlink(missing_ok=True)
+            raise
+        return
+    raise AssertionError("unreachable")
+
+
+def reserve_staging(model_root: Path) -> tuple[str, Path]:
+    """Draw a run id no other run of this model holds and create its staging folder.
+
+    Several ``verifylib run`` processes may audit the same model into one reports folder
+    in the same second. An id is taken when its owner record exists (a run in progress)
+    or its run directory does (a finished run: the record goes only after publication).
+
+    Returns
+    -------
+    (str, Path)
+        The run id and its staging folder ``<model_root>/.staging/<run-id>``.
+    """
+    for _ in range(100):
+        run_id = new_run_id()
+        staging = model_root / STAGING / run_id
+        try:
+            create_staging(staging)
+        except FileExistsError:
+            continue
+        if (model_root / run_id).exists():
+            remove_staging(staging)
+            continue
+        return run_id, staging
+    raise FileExistsError(f"no free run id in {model_root} after 100 draws")
+
+
+def remove_staging(staging: Path) -> None:
+    """Remove a staging folder (if still there), its owner record and emptied parents."""
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging.parent / f"{staging.name}{OWNER_SUFFIX}").unlink(missing_ok=True)
+    for empty in (staging.parent, staging.parent.parent):
+        try:
+            empty.rmdir()  # other runs' folders keep it alive
+        except OSError:
+            break
