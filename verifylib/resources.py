@@ -15,11 +15,12 @@ papermill needs a real folder as the notebooks' working directory, not a resourc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = ["data_root", "is_packaged", "notebooks_dir", "notebook", "patches_dir",
            "manifest_path", "parameters_dir", "default_parameters", "fixtures_dir",
-           "reports_dir", "policies_dir"]
+           "reports_dir", "policies_dir", "cache_dir"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PACKAGED = _PACKAGE_DIR / "_data"
@@ -150,3 +151,15 @@ def reports_dir() -> Path:
         An absolute path (it may not exist yet).
     """
     return Path.cwd() / "reports"
+
+
+def cache_dir() -> Path:
+    """The shared cache of sources, models and builds.
+
+    Returns
+    -------
+    Path
+        ``$VERIFYLIB_CACHE`` when set, else ``~/.cache/verifylib``.
+    """
+    env = os.environ.get("VERIFYLIB_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"

@@ -159,3 +159,15 @@ def recorded_gates(run_dir: Path) -> dict[str, GateRecord]:
 
 
 RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{4,}$")
+
+
+UNPATCHED_SIDECAR = "unpatched_build"
+"""Stage 01's sidecar for the unpatched build (the "A" side of the lifecycle A/B)."""
+
+
+UNPATCHED_IDENTITY = "binary.ggml_unpatched.sha256"
+"""Stage 01's identity for the unpatched binary's digest."""
+
+
+ASAN_SIDECAR = "asan_builds"
+"""Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""

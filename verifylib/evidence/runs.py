@@ -45,7 +45,7 @@ from verifylib.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
 from verifylib.evidence.records import (EvidenceError, EvidenceRef, EvidenceView, GateRecord,
                                         StageReport)
 from verifylib.params import PARAMETERS_DIR, Params
-from verifylib.stages.artifacts import ASAN_SIDECAR, UNPATCHED_SIDECAR
+from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_SIDECAR
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 

@@ -37,6 +37,7 @@ Layer norms map ``gamma``/``beta`` to ``weight``/``bias``.
 """
 
 from __future__ import annotations
+
 import json
 import os
 import re
@@ -45,7 +46,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
 import numpy as np
+
 from verifylib.canonical import publish_dir, read_json, sha256_file, tree_digest, write_json
 from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.models.ct2 import CT2Model, ModelError, read_ct2

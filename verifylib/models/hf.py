@@ -5,11 +5,14 @@ fixes how (float32, CPU, greedy, no timestamps) so every stage asks the same que
 """
 
 from __future__ import annotations
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 import numpy as np
+
 from verifylib.errors import ParametersInvalid
 from verifylib.models.ct2 import ModelError
 

@@ -25,18 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-
-from verifylib.canonical import (
-    read_json,
-    sha256_bytes,
-    sha256_file,
-    tree_digest,
-    write_json,
-)
+from verifylib.canonical import read_json, sha256_bytes, sha256_file, tree_digest, write_json
 from verifylib.locks import LOCKS_DIR, held, produce_once
 from verifylib.models.ct2 import ModelError
-from verifylib.runtime.runner import run
 from verifylib.models.ct2_import import import_cached, valid_import
+from verifylib.runtime.runner import run
 
 __all__ = ["ModelError", "ModelInfo", "obtain_model", "MODEL_KINDS"]
 

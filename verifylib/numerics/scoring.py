@@ -15,11 +15,10 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from verifylib import canonical, resources
 from verifylib.errors import PolicyInvalid
-from verifylib.evidence.gates import Judgement
 
 POLICY_DIR = resources.policies_dir()
 ENGLISH_JSON_SHA256 = "6607f948be9824d2e1b2fa2223cd94c06c45afa4e05ea0e3d5e1f2bdffde2465"
@@ -208,131 +207,3 @@ def policy_fraction(value: int | float) -> Fraction:
     return Fraction(str(value))
 
 
-def _wer_v1_section(evidence: Mapping[str, Any], section: str):
-    """The wer-v1 rules of one gate and the clips, or why the evidence cannot be judged."""
-    policy = evidence["policy"]
-    if policy.get("id") != "wer-v1":
-        return None, None, f"unexpected policy {policy.get('id')!r}"
-    if not evidence["clips"]:
-        return None, None, "no fixture was transcribed"
-    return policy[section], evidence["clips"], None
-
-
-def _stored_count_problems(clip: Mapping[str, Any], counts: Mapping[str, tuple[str, str]],
-                           empties: Mapping[str, str]) -> list[str]:
-    # A public clip stores its normalized texts: its counts and empty flags are recomputed
-    # from them, so an edited count or flag cannot pass.
-    out = []
-    for key, (ref, hyp) in counts.items():
-        if count_words(clip[ref], clip[hyp]).as_dict() != clip[key]:
-            out.append(f"{clip['id']}: stored {key} counts do not match its texts")
-    for flag, text in empties.items():
-        if (clip[text].strip() == "") != bool(clip[flag]):
-            out.append(f"{clip['id']}: stored {flag} flag contradicts the text")
-    return out
-
-
-def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> Judgement:
-    """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
-
-    Parameters
-    ----------
-    evidence : mapping
-        ``policy`` (the wer-v1 resource), ``clips``: per clip ``source`` and ``ggml`` counts
-        against the reference, ``source_empty`` and ``ggml_empty`` flags, and for public
-        clips the normalized ``reference``, ``source_text`` and ``ggml_text`` (their counts
-        are recomputed and must agree).
-
-    Returns
-    -------
-    Judgement
-        PASS or FAIL, with the figures behind the decision.
-    """
-    rules, clips, refusal = _wer_v1_section(evidence, "ggml_vs_source")
-    if refusal:
-        return Judgement.failed(refusal)
-    problems = []
-    for c in clips:
-        if "reference" in c:
-            problems += _stored_count_problems(c, {"source": ("reference", "source_text"),
-                                                   "ggml": ("reference", "ggml_text")},
-                                               {"source_empty": "source_text",
-                                                "ggml_empty": "ggml_text"})
-    if problems:
-        return Judgement.failed("; ".join(problems))
-    src = corpus_wer([c["source"] for c in clips])
-    ggml = corpus_wer([c["ggml"] for c in clips])
-    limit = src + rules["max_corpus_wer_delta"]
-    empties = [c["id"] for c in clips if c["ggml_empty"] and not c["source_empty"]]
-    figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
-               f"(limit {limit:.4f}) over {len(clips)} clip(s)")
-    if rules.get("no_empty_where_source_nonempty") and empties:
-        return Judgement.failed(f"GGML transcript empty where the source's is not: {empties}; {figures}")
-    # Decided on exact rationals, not on the floats shown: in binary floating point
-    # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
-    exact_limit = (exact_corpus_wer([c["source"] for c in clips])
-                   + policy_fraction(rules["max_corpus_wer_delta"]))
-    if not exact_corpus_wer([c["ggml"] for c in clips]) <= exact_limit:
-        return Judgement.failed(f"GGML corpus WER above the limit; {figures}")
-    return Judgement.passed(figures)
-
-
-def judge_hybrid(evidence: Mapping[str, Any],
-                 classify: Callable[[Mapping[str, Any]], Judgement]) -> Judgement:
-    """The wer-v1 rule for ``wer.hybrid`` (Core ML encoder inside whisper-cli).
-
-    Parameters
-    ----------
-    evidence : mapping
-        ``policy`` (wer-v1) and ``clips``: per clip the ``source``, ``ggml`` and ``hybrid``
-        counts against the reference, ``hybrid_vs_ggml`` counts, ``hybrid_empty``, and for
-        public clips the normalized texts (``reference``, ``ggml_text``, ``hybrid_text``),
-        whose counts are recomputed.
-    classify : callable
-        Re-judges one clip's hybrid run from its stored streams (the four load conditions
-        of docs/runtime-contract.md §2.3); returns a :class:`~verifylib.evidence.gates.Judgement`.
-
-    Returns
-    -------
-    Judgement
-        PASS iff every hybrid run met the four conditions, no hybrid transcript is empty,
-        the hybrid corpus WER is at most min(GGML, source) + 0.05, and no clip's
-        hybrid-vs-GGML WER exceeds 0.5 (the detector for a silent nil prediction).
-    """
-    rules, clips, refusal = _wer_v1_section(evidence, "hybrid")
-    if refusal:
-        return Judgement.failed(refusal)
-    problems = []
-    for c in clips:
-        if "reference" in c:
-            problems += _stored_count_problems(
-                c, {"hybrid": ("reference", "hybrid_text"), "ggml": ("reference", "ggml_text"),
-                    "hybrid_vs_ggml": ("ggml_text", "hybrid_text")},
-                {"hybrid_empty": "hybrid_text"})
-        if rules.get("four_load_conditions_every_run"):
-            load = classify(c)
-            if not load.ok:
-                problems.append(f"{c['id']}: hybrid run fails the load conditions: {load.detail}")
-    if problems:
-        return Judgement.failed("; ".join(problems))
-    empty = [c["id"] for c in clips if c["hybrid_empty"]]
-    if rules.get("all_nonempty") and empty:
-        return Judgement.failed(f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)")
-    hyb = corpus_wer([c["hybrid"] for c in clips])
-    ggml = corpus_wer([c["ggml"] for c in clips])
-    src = corpus_wer([c["source"] for c in clips])
-    limit = min(ggml, src) + rules["max_corpus_wer_delta_vs_best"]
-    # Exact rationals decide (see judge_ggml_vs_source); the floats are only shown.
-    worst = max(clips, key=lambda c: exact_corpus_wer([c["hybrid_vs_ggml"]]))
-    worst_wer = WordCounts(**worst["hybrid_vs_ggml"]).wer
-    figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
-               f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
-               f"({worst['id']}) over {len(clips)} clip(s)")
-    if exact_corpus_wer([worst["hybrid_vs_ggml"]]) > policy_fraction(rules["max_clip_wer_vs_ggml"]):
-        return Judgement.failed(f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}")
-    exact_limit = (min(exact_corpus_wer([c["ggml"] for c in clips]),
-                       exact_corpus_wer([c["source"] for c in clips]))
-                   + policy_fraction(rules["max_corpus_wer_delta_vs_best"]))
-    if not exact_corpus_wer([c["hybrid"] for c in clips]) <= exact_limit:
-        return Judgement.failed(f"hybrid corpus WER above the limit; {figures}")
-    return Judgement.passed(figures)

@@ -43,11 +43,39 @@ class HostCapabilities:
     simulated: bool = False
 
     def has(self, cap: Capability | str) -> bool:
-        """Return True if this host offers ``cap``."""
+        """Return True if this host offers ``cap``.
+
+        Parameters
+        ----------
+        cap : Capability or str
+            The capability (or its value) a gate needs.
+
+        Returns
+        -------
+        bool
+            True when :meth:`missing` finds nothing lacking.
+        """
         return self.missing(cap) is None
 
     def missing(self, cap: Capability | str) -> str | None:
-        """Describe what the host lacks for ``cap``, or None when it has it."""
+        """Describe what the host lacks for ``cap``, or None when it has it.
+
+        Parameters
+        ----------
+        cap : Capability or str
+            The capability (or its value) a gate needs.
+
+        Returns
+        -------
+        str or None
+            A sentence naming what is missing and what this host is, or None when
+            ``cap`` is available (always for ``Capability.ANY``).
+
+        Raises
+        ------
+        ValueError
+            If ``cap`` is a string that names no :class:`Capability`.
+        """
         cap = Capability(cap)
         if cap is Capability.ANY:
             return None
@@ -65,7 +93,16 @@ class HostCapabilities:
         return None
 
     def as_record(self) -> dict:
-        """A JSON-able record of the host and each capability's availability."""
+        """Build a JSON-able record of the host and each capability's availability.
+
+        Returns
+        -------
+        dict
+            ``system``, ``machine``, ``macos_version`` (dotted string or None),
+            ``coremlc``, the running ``python`` version, ``capabilities`` (each
+            :class:`Capability` value to whether the host has it) and
+            ``simulated: True`` for a simulated host only.
+        """
         return {
             "system": self.system, "machine": self.machine,
             "macos_version": None if self.macos_version is None
@@ -97,6 +134,11 @@ def simulate(host: HostCapabilities | None) -> None:
     the process that runs the stages, reachable from no command line, parameter file or
     environment variable. The host must say ``simulated=True``, so the run records it.
 
+    Parameters
+    ----------
+    host : HostCapabilities or None
+        The simulated host to report, or None to go back to detecting the real one.
+
     Raises
     ------
     ValueError
@@ -109,7 +151,14 @@ def simulate(host: HostCapabilities | None) -> None:
 
 
 def detect() -> HostCapabilities:
-    """This host's capabilities: detected once per process (or the simulated host)."""
+    """Return this host's capabilities: detected once per process (or the simulated host).
+
+    Returns
+    -------
+    HostCapabilities
+        The host set by :func:`simulate` when there is one, else the real host, detected
+        on the first call and cached for the process.
+    """
     return _SIMULATED if _SIMULATED is not None else _detect()
 
 

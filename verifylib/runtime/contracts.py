@@ -69,10 +69,20 @@ def check_cli_argv(argv) -> None:
 
 
 def greedy_decoding_args(language: str) -> list[str]:
-    """whisper-cli arguments for the pinned greedy decoding shared with Hugging Face.
+    """Return whisper-cli arguments for the pinned greedy decoding shared with Hugging Face.
 
     Beam size 1, best-of 1, fixed language, no timestamps, temperature 0 without fallback,
     one processor: the same strategy as ``generate(num_beams=1, do_sample=False)``.
+
+    Parameters
+    ----------
+    language : str
+        The decoding language, passed as ``-l``.
+
+    Returns
+    -------
+    list of str
+        The arguments, to append after the model and audio arguments.
     """
     return ["-bs", "1", "-bo", "1", "-l", language, "-nt", "--temperature", "0",
             "--temperature-inc", "0", "-p", "1"]
@@ -213,11 +223,17 @@ DTW_DISABLED_BY_FLASH_ATTN = "dtw_token_timestamps is not supported with flash_a
 ENCODE_TIME_LABEL = "encode time = "
 """Field of ``whisper_print_timings``: ``encode time = <ms> ms / <n> runs``."""
 
-_ENCODE_TIME_RE = r"whisper_print_timings:\s+encode time =\s*([0-9]+(?:\.[0-9]+)?) ms /\s*(\d+) runs"
+_ENCODE_TIME_RE = (r"whisper_print_timings:\s+encode time =\s*([0-9]+(?:\.[0-9]+)?) ms /"
+                   r"\s*(\d+) runs")
 
 
 def parse_encode_time(stderr: str) -> tuple[float, int] | None:
     """Read whisper.cpp's own ``encode time`` from ``whisper_print_timings``.
+
+    Parameters
+    ----------
+    stderr : str
+        whisper-cli's standard error.
 
     Returns
     -------
@@ -243,16 +259,26 @@ text layers (tiny, base, small, the tree's test model) ``aheads_masks_init`` fai
 
 
 def lifecycle_trigger_args(preset: str = LIFECYCLE_DTW_PRESET) -> list[str]:
-    """Arguments that make ``whisper_init_state`` fail before ``whisper_batch_init``.
+    """Return the arguments that make ``whisper_init_state`` fail before ``whisper_batch_init``.
 
     The same early-return path as a Core ML load failure, reachable without Core ML.
+
+    Parameters
+    ----------
+    preset : str
+        The DTW alignment-head preset to select (one naming text layers the model lacks).
+
+    Returns
+    -------
+    list of str
+        ``-nfa -dtw <preset>``.
     """
     return [NO_FLASH_ATTN_FLAG, DTW_FLAG, preset]
 
 
 def lifecycle_argv(binary: "str | os.PathLike", model: "str | os.PathLike",
                    audio: "str | os.PathLike", preset: str = LIFECYCLE_DTW_PRESET) -> list[str]:
-    """The lifecycle canary's command line: the tree's model and audio plus the trigger.
+    """Build the lifecycle canary's command line: the tree's model and audio plus the trigger.
 
     Parameters
     ----------
@@ -272,7 +298,7 @@ def lifecycle_argv(binary: "str | os.PathLike", model: "str | os.PathLike",
 
 def coreml_argv(binary: "str | os.PathLike", model_arg: str, audio: "str | os.PathLike",
                 language: str) -> list[str]:
-    """A Core ML gate's command line: the exact ``-m`` string and the pinned greedy decoding.
+    """Build a Core ML gate's command line: the exact ``-m`` string and pinned greedy decoding.
 
     Parameters
     ----------
@@ -288,6 +314,7 @@ def coreml_argv(binary: "str | os.PathLike", model_arg: str, audio: "str | os.Pa
     Returns
     -------
     list of str
+        The argv, with four threads and :func:`greedy_decoding_args` for ``language``.
     """
     return [str(binary), "-m", model_arg, "-f", str(audio), "-t", "4",
             *greedy_decoding_args(language)]
@@ -308,7 +335,7 @@ COREML_ENCODER_SUFFIX = "-encoder.mlmodelc"
 
 
 def coreml_encoder_path(model_arg: str) -> str:
-    """The ``.mlmodelc`` path whisper.cpp derives from the exact ``-m`` string.
+    """Derive the ``.mlmodelc`` path whisper.cpp derives from the exact ``-m`` string.
 
     The same steps as ``whisper_get_coreml_path_encoder`` in ``src/whisper.cpp``, on the
     argument's bytes (a C++ ``std::string``): cut at the last ``.`` of the whole string
@@ -325,6 +352,11 @@ def coreml_encoder_path(model_arg: str) -> str:
     -------
     str
         The derived path, spelled relative to the same folder as the argument.
+
+    Raises
+    ------
+    TypeError
+        If ``model_arg`` is not a string.
     """
     import os
     if not isinstance(model_arg, str):
@@ -342,7 +374,19 @@ def coreml_encoder_path(model_arg: str) -> str:
 
 
 def model_arg_of(argv) -> str | None:
-    """The ``-m``/``--model`` argument of a whisper-cli argv, or None."""
+    """Find the ``-m``/``--model`` argument of a whisper-cli argv.
+
+    Parameters
+    ----------
+    argv : sequence
+        The full argument vector (binary first); items are converted with ``str``.
+
+    Returns
+    -------
+    str or None
+        The value after the first ``-m`` or ``--model`` (or of ``--model=<value>``), or
+        None when there is none or the flag is the last argument.
+    """
     args = [str(a) for a in argv]
     for i, a in enumerate(args[1:], 1):
         if a in ("-m", "--model"):
@@ -407,7 +451,13 @@ def _is_int(v) -> bool:
 
 
 def termination(record) -> tuple[str, list[str]]:
-    """How a recorded run ended, re-derived from its return code.
+    """Re-derive how a recorded run ended from its return code.
+
+    Parameters
+    ----------
+    record : dict
+        A run record (as written by ``verifylib.runtime.runner.run_record``); its
+        ``timed_out``, ``returncode`` and ``signal`` fields are read.
 
     Returns
     -------
@@ -467,11 +517,25 @@ def _integrity(record, stderr: bytes, stdout: bytes | None) -> list[str]:
 
 
 def record_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[str]:
-    """Problems with a run record as evidence, whatever the run's outcome.
+    """List the problems with a run record as evidence, whatever the run's outcome.
 
     The streams must be the run's own (digests), the argv contract-clean, and the recorded
     signal the one the return code implies. A record with any of these problems cannot
     be classified honestly (a crash relabeled as exit 3 lands here or in the markers).
+
+    Parameters
+    ----------
+    record : dict
+        The run record.
+    stderr : bytes
+        The run's stored standard error.
+    stdout : bytes or None
+        The run's stored standard output; None skips its digest check.
+
+    Returns
+    -------
+    list of str
+        Every problem found; empty when the record is sound.
     """
     problems = _integrity(record, stderr, stdout)
     if isinstance(record, dict):
@@ -489,7 +553,7 @@ def _quoted_path(line: str, prefix: str) -> str | None:
 
 
 def _path_problem(text: str, prefix: str, argv, what: str) -> str | None:
-    """The Core ML path a line names must be the one derived from this run's -m."""
+    """Check that the Core ML path a line names is the one derived from this run's -m."""
     model = model_arg_of(argv) if isinstance(argv, list) else None
     if model is None:
         return "argv has no -m model argument"
@@ -510,7 +574,19 @@ def _present(marker: str) -> str:
 
 
 def system_info_coreml(text: str) -> int | None:
-    """The ``COREML = <n>`` value of the first ``system_info:`` line, or None."""
+    """Read the ``COREML = <n>`` value of the first ``system_info:`` line.
+
+    Parameters
+    ----------
+    text : str
+        whisper-cli's standard error, decoded.
+
+    Returns
+    -------
+    int or None
+        The value, or None when there is no ``system_info:`` line or its first one has
+        no ``COREML = <n>`` field.
+    """
     import re
     for line in text.splitlines():
         if SYSTEM_INFO_PREFIX in line:
@@ -520,12 +596,27 @@ def system_info_coreml(text: str) -> int | None:
 
 
 def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """The fail-closed negative control (docs/runtime-contract.md §2.4) from one run.
+    """Classify one run as the fail-closed negative control (docs/runtime-contract.md §2.4).
 
     Passes iff the run exited exactly 3 (no signal, no timeout, also not as 128+N), its
     stderr holds the Core ML load-failure line naming ``coreml_encoder_path(-m)`` and the
     init-failure line, no ``Core ML model loaded`` line, and the record is this run's
     (stream digests, contract-clean argv).
+
+    Parameters
+    ----------
+    record : dict
+        The run record.
+    stderr : bytes
+        The run's stored standard error.
+    stdout : bytes or None
+        The run's stored standard output; None skips its digest check.
+
+    Returns
+    -------
+    Classification
+        :data:`CLEAN_NEGATIVE` when it passes; otherwise ``"malformed"`` (no mapping or
+        no stderr), the ending label, or ``"exit 3, marker missing"``, with the problems.
     """
     problems, label, text = _run_preamble(record, stderr, stdout, EXIT_INIT_FAILURE)
     if label is None:
@@ -533,7 +624,8 @@ def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     if COREML_LOAD_FAILURE_MARKER not in text:
         problems.append(_missing(COREML_LOAD_FAILURE_MARKER))
     else:
-        p = _path_problem(text, COREML_LOAD_FAILURE_PREFIX, record.get("argv"), "the load-failure line")
+        p = _path_problem(text, COREML_LOAD_FAILURE_PREFIX, record.get("argv"),
+                          "the load-failure line")
         if p:
             problems.append(p)
     if INIT_FAILURE_MARKER not in text:
@@ -542,14 +634,17 @@ def classify_negative(record, stderr: bytes, stdout: bytes | None = None) -> Cla
         problems.append(_present(COREML_LOAD_MARKER))
     if not problems:
         return Classification(CLEAN_NEGATIVE, ())
-    return Classification(label if label != f"exit {EXIT_INIT_FAILURE}" else "exit 3, marker missing",
+    return Classification(label if label != f"exit {EXIT_INIT_FAILURE}"
+                          else "exit 3, marker missing",
                           problems)
 
 
 def _run_preamble(record, stderr: bytes, stdout: bytes | None, want: int):
-    """Checks every classifier starts with: the record's integrity and whether the run
-    ended with exit status ``want``. Returns (problems, ending label or None if the record
-    is malformed, stderr text)."""
+    """Run the checks every classifier starts with.
+
+    The record's integrity and whether the run ended with exit status ``want``. Returns
+    (problems, ending label or None if the record is malformed, stderr text).
+    """
     problems = _integrity(record, stderr, stdout)
     if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
         return problems, None, ""
@@ -562,13 +657,23 @@ def _run_preamble(record, stderr: bytes, stdout: bytes | None, want: int):
 
 
 def warmup_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[str]:
-    """What disqualifies the positive gate's warm-up run (docs/runtime-contract.md
-    §6.3, §10: never accept or retry a SIGABRT).
+    """List what disqualifies the positive gate's warm-up run.
+
+    docs/runtime-contract.md §6.3, §10: never accept or retry a SIGABRT.
 
     The warm-up is not classified by the four conditions (its first-run compilation may
     print differently), but it must be this run's record (stream digests, clean argv) and
     end with exit 0: a signal, a timeout, any other exit status, or a ``failed to load
     Core ML model`` line (a fallback to the GGML encoder) fails the gate.
+
+    Parameters
+    ----------
+    record : dict
+        The warm-up's run record.
+    stderr : bytes
+        The warm-up's stored standard error.
+    stdout : bytes or None
+        The warm-up's stored standard output; None skips its digest check.
 
     Returns
     -------
@@ -584,7 +689,7 @@ def warmup_problems(record, stderr: bytes, stdout: bytes | None = None) -> list[
 
 
 def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """The four-condition positive gate (docs/runtime-contract.md §2.3) from ONE run.
+    """Classify ONE run by the four-condition positive gate (docs/runtime-contract.md §2.3).
 
     1. exit status 0 (no signal, no timeout); 2. ``COREML = 1`` in the ``system_info:``
     line; 3. exactly one ``whisper_init_state: Core ML model loaded`` line (more means
@@ -595,6 +700,21 @@ def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Cla
     The transcript is not looked at: a nil prediction (load marker, empty or garbage text)
     passes here and is caught only by transcript comparison (``wer.hybrid``,
     docs/runtime-contract.md §4.2).
+
+    Parameters
+    ----------
+    record : dict
+        The run record.
+    stderr : bytes
+        The run's stored standard error.
+    stdout : bytes or None
+        The run's stored standard output; None skips its digest check.
+
+    Returns
+    -------
+    Classification
+        :data:`CLEAN_POSITIVE` when it passes; otherwise ``"malformed"`` (no mapping or
+        no stderr), the ending label, or ``"exit 0, condition failed"``, with the problems.
     """
     problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
     if label is None:
@@ -626,7 +746,19 @@ def classify_positive(record, stderr: bytes, stdout: bytes | None = None) -> Cla
 
 
 def has_lifecycle_trigger(argv) -> bool:
-    """True iff ``argv`` turns flash attention off and selects a DTW preset."""
+    """Tell whether ``argv`` turns flash attention off and selects a DTW preset.
+
+    Parameters
+    ----------
+    argv : list
+        The run's argument vector; anything but a list has no trigger.
+
+    Returns
+    -------
+    bool
+        True iff ``-nfa`` and ``-dtw`` are present and ``-dtw`` is followed by a
+        non-empty value that does not start with ``-``.
+    """
     args = [str(a) for a in argv] if isinstance(argv, list) else []
     if NO_FLASH_ATTN_FLAG not in args or DTW_FLAG not in args:
         return False
@@ -635,17 +767,33 @@ def has_lifecycle_trigger(argv) -> bool:
 
 
 def classify_lifecycle(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """One batch-lifecycle canary run (docs/runtime-contract.md §6.2).
+    """Classify one batch-lifecycle canary run (docs/runtime-contract.md §6.2).
 
     Passes iff the argv carries the trigger (``-nfa -dtw <preset>``), the run exited
     exactly 3 with no signal or timeout, and stderr holds the ``aheads_masks_init()``
     failure line and the init-failure line (and not the "DTW disabled" warning).
+
+    Parameters
+    ----------
+    record : dict
+        The run record.
+    stderr : bytes
+        The run's stored standard error.
+    stdout : bytes or None
+        The run's stored standard output; None skips its digest check.
+
+    Returns
+    -------
+    Classification
+        :data:`CLEAN_LIFECYCLE` when it passes; otherwise ``"malformed"`` (no mapping or
+        no stderr), the ending label, or ``"exit 3, marker missing"``, with the problems.
     """
     problems = _integrity(record, stderr, stdout)
     if problems and problems[0] in ("run record is not a mapping", "stderr stream missing"):
         return Classification("malformed", problems)
     if not has_lifecycle_trigger(record.get("argv")):
-        problems.append(f"argv lacks the lifecycle trigger ({' '.join(lifecycle_trigger_args('<preset>'))})")
+        problems.append("argv lacks the lifecycle trigger "
+                        f"({' '.join(lifecycle_trigger_args('<preset>'))})")
     label, rec_problems = termination(record)
     problems += rec_problems
     end = _ending_problem(label, record.get("returncode"), EXIT_INIT_FAILURE)
@@ -660,13 +808,32 @@ def classify_lifecycle(record, stderr: bytes, stdout: bytes | None = None) -> Cl
         problems.append(_missing(INIT_FAILURE_MARKER))
     if not problems:
         return Classification(CLEAN_LIFECYCLE, ())
-    return Classification(label if label != f"exit {EXIT_INIT_FAILURE}" else "exit 3, marker missing",
+    return Classification(label if label != f"exit {EXIT_INIT_FAILURE}"
+                          else "exit 3, marker missing",
                           problems)
 
 
 def classify_ggml_positive(record, stderr: bytes, stdout: bytes | None = None) -> Classification:
-    """An ordinary GGML transcription run: exit 0, ``COREML = 0``, no Core ML line, and a
-    non-empty transcript on stdout (used by ``verifylib pin-check``)."""
+    """Classify an ordinary GGML transcription run (used by ``verifylib pin-check``).
+
+    Passes iff the run exited 0, its ``system_info:`` line shows ``COREML = 0``, stderr
+    has no Core ML line, and stdout holds a non-empty transcript.
+
+    Parameters
+    ----------
+    record : dict
+        The run record.
+    stderr : bytes
+        The run's stored standard error.
+    stdout : bytes or None
+        The run's stored standard output; None counts as an empty transcript.
+
+    Returns
+    -------
+    Classification
+        ``"exit 0 + transcript"`` when it passes; otherwise ``"malformed"`` (no mapping or
+        no stderr), the ending label, or ``"exit 0, condition failed"``, with the problems.
+    """
     problems, label, text = _run_preamble(record, stderr, stdout, EXIT_OK)
     if label is None:
         return Classification("malformed", problems)

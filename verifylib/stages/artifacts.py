@@ -15,7 +15,6 @@ reader spell them one way.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ from verifylib.evidence.layout import EVIDENCE_DIR, read_stage_file
 from verifylib.params import Fixture, Params
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
+from verifylib.resources import cache_dir
+from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",
@@ -47,29 +48,9 @@ to ``ggml-model-encoder.mlmodelc``, the path whisper.cpp derives from ``…/ggml
 ENCODER_COMPILED = "ggml-model-encoder.mlmodelc"
 """The compiled encoder beside each variant's ``ggml-model.bin``."""
 
-UNPATCHED_SIDECAR = "unpatched_build"
-"""Stage 01's sidecar for the unpatched build (the "A" side of the lifecycle A/B)."""
-
-UNPATCHED_IDENTITY = "binary.ggml_unpatched.sha256"
-"""Stage 01's identity for the unpatched binary's digest."""
-
-ASAN_SIDECAR = "asan_builds"
-"""Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
 
 ASAN_SIDES = SANITIZER_SIDES
 """Side of ``canary.sanitizer`` -> (build variant, stage 01's identity for its digest)."""
-
-
-def cache_dir() -> Path:
-    """The shared cache of sources, models and builds.
-
-    Returns
-    -------
-    Path
-        ``$VERIFYLIB_CACHE`` when set, else ``~/.cache/verifylib``.
-    """
-    env = os.environ.get("VERIFYLIB_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"
 
 
 def model_language(params: Params) -> str:

@@ -32,8 +32,9 @@ from verifylib.evidence.results import build_facts_from_evidence
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.stages.artifacts import (ASAN_SIDECAR, ASAN_SIDES, UNPATCHED_IDENTITY,
-                                        UNPATCHED_SIDECAR, cache_dir, source_spec)
+from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
+from verifylib.stages.artifacts import ASAN_SIDES, source_spec
+from verifylib.resources import cache_dir
 from verifylib.stages.context import StageContext
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source

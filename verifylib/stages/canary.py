@@ -44,9 +44,9 @@ from verifylib.evidence.records import EvidenceRef, StageReport
 from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
                                         PositiveControl, SanitizerSummary,
                                         canary_result_from_evidence)
-from verifylib.evidence.rules.registry import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
-                                               SANITIZER_SCHEMA, SIDES, _stream_name,
-                                               asan_stream_name)
+from verifylib.evidence.rules.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
+                                             SANITIZER_SCHEMA, SIDES, stream_name,
+                                             asan_stream_name)
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -167,7 +167,7 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
            "audio": {"path": str(audio), "sha256": sha256_file(audio)},
            "sides": meta}
     refs = [ctx.write_json("lifecycle", doc)]
-    refs += [ctx.write_bytes(_stream_name(sha), data, f"{_stream_name(sha)}.txt")
+    refs += [ctx.write_bytes(stream_name(sha), data, f"{stream_name(sha)}.txt")
              for sha, data in sorted(streams.items())]
     ids = {"binary.ggml.sha256": meta["patched"]["binary_sha256"]}
     if meta["unpatched"]["available"]:

@@ -32,8 +32,9 @@ from verifylib.numerics.memory import release_memory
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import run_record, run_whisper_cli
-from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, cache_dir, export_variants,
-                                        ggml_binary, model_language, model_source, runtime_tree)
+from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, export_variants, ggml_binary,
+                                        model_language, model_source, runtime_tree)
+from verifylib.resources import cache_dir
 from verifylib.stages.context import StageContext
 
 STAGE = "02_export"

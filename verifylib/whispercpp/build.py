@@ -28,7 +28,6 @@ from typing import Any, Callable, Mapping
 from verifylib.canonical import (dumps, is_sha256, publish_dir, read_json, sha256_bytes,
                                  sha256_file, write_json)
 from verifylib.errors import BuildFailure, ParametersInvalid
-from verifylib.evidence.gates import Judgement
 from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import (RunResult, run, run_record, run_whisper_binary,
@@ -283,7 +282,7 @@ def _inspect(argv: list[str]) -> RunResult:
     return res
 
 
-def _links_runtime_dynamically(libs: Any) -> bool:
+def links_runtime_dynamically(libs: Any) -> bool:
     return any(Path(str(lib)).name.startswith(_SHARED_RUNTIME_PREFIXES) for lib in libs)
 
 
@@ -346,7 +345,7 @@ def _result_from_publication(folder: Path, key: str, cached: bool, seconds: floa
     return BuildResult(binary=binary, sha256=meta["sha256"], key=key, cached=cached,
                        seconds=seconds, variant=meta["variant"], options=dict(meta["options"]),
                        compiler=dict(meta["compiler"]), needed_libs=libs,
-                       static=not _links_runtime_dynamically(libs), tree_id=meta["tree_id"],
+                       static=not links_runtime_dynamically(libs), tree_id=meta["tree_id"],
                        patch_sha256=meta["patch_sha256"], build_json=folder / "build.json")
 
 
@@ -522,7 +521,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 "key": key, "variant": variant, "tree_id": tree_id,
                 "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
                 "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
-                "static": not _links_runtime_dynamically(libs), "configure_argv": configure,
+                "static": not links_runtime_dynamically(libs), "configure_argv": configure,
                 "jobs": jobs})
             # Under the lock, ``final`` exists here only if it failed its check above, so
             # this replaces nothing another process could be using as a good build.
@@ -654,76 +653,6 @@ def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]
             "compiler": dict(build.compiler), "cached": build.cached,
             "seconds": round(build.seconds, 3), "tree_id": build.tree_id,
             "patch_sha256": build.patch_sha256, "probe": probe.to_evidence()}
-
-
-def judge_ggml_build(evidence: Mapping[str, Any], system_info_text: str, *,
-                     expect_variant: str = "ggml") -> Judgement:
-    """Re-judge ``build.ggml`` from stored evidence and the probe's captured output.
-
-    Parameters
-    ----------
-    evidence : mapping
-        :func:`build_evidence` output, or ``{"built": False, "error": ...}``.
-    system_info_text : str
-        The probe's streams (stderr, then stdout).
-    expect_variant : str
-        The variant the gate is about.
-
-    Returns
-    -------
-    Judgement
-        PASS iff the build exists with a well-formed SHA-256 equal to its recorded one,
-        is the expected variant with a well-formed patch digest, links no
-        ``libwhisper``/``libggml``, the probe ran that binary without forbidden flags and
-        exited 0 with no signal or timeout, and its ``system_info:`` line contains
-        ``COREML = 0`` (not ``COREML = 1``); FAIL otherwise, with the reason.
-    """
-    if not isinstance(evidence, Mapping):
-        return Judgement.failed("evidence is not a mapping")
-    if evidence.get("built") is not True:
-        return Judgement.failed(f"no build: {evidence.get('error', 'unknown reason')}")
-    problems: list[str] = []
-    if evidence.get("variant") != expect_variant:
-        problems.append(f"variant is {evidence.get('variant')!r}, not {expect_variant!r}")
-    sha = evidence.get("sha256")
-    if not is_sha256(sha):
-        problems.append(f"binary sha256 malformed: {sha!r}")
-    elif evidence.get("recorded_sha256") != sha:
-        problems.append(f"binary sha256 {sha} is not the recorded {evidence.get('recorded_sha256')!r}")
-    if expect_variant not in UNPATCHED_VARIANTS and not is_sha256(evidence.get("patch_sha256")):
-        problems.append(f"patch sha256 malformed: {evidence.get('patch_sha256')!r}")
-    libs = evidence.get("needed_libs")
-    if not isinstance(libs, list) or not all(isinstance(x, str) for x in libs):
-        problems.append(f"needed_libs malformed: {libs!r}")
-    elif _links_runtime_dynamically(libs) or evidence.get("static") is not True:
-        problems.append(f"not static: needs {libs}")
-    probe = evidence.get("probe")
-    if not isinstance(probe, Mapping):
-        problems.append("no probe run recorded")
-    else:
-        argv = probe.get("argv")
-        if not isinstance(argv, list) or not argv or argv[0] != evidence.get("binary"):
-            problems.append(f"probe did not run the published binary: {argv!r}")
-        elif any(a in _FORBIDDEN_PROBE_FLAGS for a in argv):
-            problems.append(f"probe used a forbidden flag: {argv!r}")
-        rc = probe.get("returncode")
-        if probe.get("timed_out") is not False or probe.get("signal") is not None or \
-                not isinstance(rc, int) or isinstance(rc, bool) or rc != 0:
-            problems.append(f"probe did not exit 0 cleanly (returncode {rc!r}, signal "
-                            f"{probe.get('signal')!r}, timed out {probe.get('timed_out')!r})")
-    if not isinstance(system_info_text, str):
-        problems.append("probe output missing")
-        line = None
-    else:
-        line, _ = parse_system_info(system_info_text)
-    if line is None:
-        problems.append(f"no {contracts.SYSTEM_INFO_PREFIX!r} line in the probe output")
-    elif contracts.COREML_ON in line or contracts.COREML_OFF not in line:
-        problems.append(f"system_info line does not show {contracts.COREML_OFF!r}: {line}")
-    if problems:
-        return Judgement.failed("; ".join(problems))
-    return Judgement.passed(f"static whisper-cli [{expect_variant}] sha256 {sha}; probe exit 0; "
-                            f"system_info shows {contracts.COREML_OFF!r}")
 
 
 # ----------------------------------------------------------------------------- whisper-bench

@@ -12,18 +12,17 @@ The package is split by concern:
 
 :mod:`verifylib.whispercpp.source.pins`
     The pin manifest (:class:`Pin`, :func:`load_pins`), what a build records of its pin
-    (:func:`pin_fields`) and the source-identity judge (:func:`judge_source_identity`).
+    (:func:`pin_fields`).
 :mod:`verifylib.whispercpp.source.fetch`
     Obtaining and safely extracting a pinned source (:class:`SourceSpec`,
     :func:`obtain_source`), the git plumbing, and :func:`git_tree_id`.
 :mod:`verifylib.whispercpp.source.patch`
     Applying the exact compatibility patch (:func:`prepare_patched_tree`), checking a work
-    tree against its pin (:func:`check_patch_exact`) and the patch judge
-    (:func:`judge_patch_exact`).
+    tree against its pin (:func:`check_patch_exact`).
 
-The judging functions (:func:`judge_source_identity`, :func:`judge_patch_exact`) take
-plain JSON-able dicts, so ``verifylib verify`` can re-judge the stored evidence later
-without the source tree.
+The judges of this evidence (source identity, exact patch) live with every other pass
+rule in :mod:`verifylib.evidence.rules.build`; they take plain JSON-able dicts, so
+``verifylib verify`` can re-judge the stored evidence later without the source tree.
 
 The names below are re-exported so existing callers keep working
 (``from verifylib import source as _source; _source.git_tree_id(...)``).
@@ -33,13 +32,13 @@ from verifylib.whispercpp.source.fetch import (PYWHISPERCPP_V185, SourceError, S
                                                SourceTree, git_tree_id, obtain_source,
                                                source_evidence)
 from verifylib.whispercpp.source.patch import (PatchCheck, PatchedTree, PatchError,
-                                               check_patch_exact, judge_patch_exact,
-                                               patch_evidence, prepare_patched_tree)
-from verifylib.whispercpp.source.pins import Pin, judge_source_identity, load_pins, pin_fields
+                                               check_patch_exact, patch_evidence,
+                                               prepare_patched_tree)
+from verifylib.whispercpp.source.pins import Pin, load_pins, pin_fields
 
 __all__ = [
     "PYWHISPERCPP_V185", "PatchCheck", "PatchError", "PatchedTree", "Pin", "SourceError",
-    "SourceSpec", "SourceTree", "check_patch_exact", "git_tree_id", "judge_patch_exact",
-    "judge_source_identity", "load_pins", "obtain_source", "patch_evidence", "pin_fields",
+    "SourceSpec", "SourceTree", "check_patch_exact", "git_tree_id",
+    "load_pins", "obtain_source", "patch_evidence", "pin_fields",
     "prepare_patched_tree", "source_evidence",
 ]

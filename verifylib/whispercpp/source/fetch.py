@@ -29,7 +29,7 @@ from verifylib.canonical import (dumps, publish_dir, read_json, sha256_bytes, sh
 from verifylib.errors import SourceFailure
 from verifylib.locks import LOCKS_DIR, held, produce_once
 from verifylib.runtime.runner import CommandError, RunResult, run
-from verifylib.whispercpp.source.pins import GIT_OID_RE, Pin, _check_rel_path
+from verifylib.whispercpp.source.pins import GIT_OID_RE, Pin, check_rel_path
 
 _SOURCE_KINDS = ("pypi-sdist", "git", "archive", "folder")
 _REQ_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
@@ -91,7 +91,7 @@ def _git_env(git_dir: Path, work_tree: Path | None) -> dict[str, str]:
     return env
 
 
-def _git(args: Sequence[str | os.PathLike], *, git_dir: Path, work_tree: Path | None,
+def run_git(args: Sequence[str | os.PathLike], *, git_dir: Path, work_tree: Path | None,
          cwd: Path | None = None, check: bool = True, stdin: bytes | None = None,
          timeout: float = 600.0, what: str | None = None) -> RunResult:
     argv: list[str | os.PathLike] = ["git"]
@@ -133,10 +133,10 @@ def git_tree_id(folder: Path) -> str:
         raise NotADirectoryError(f"not a directory: {folder}")
     with tempfile.TemporaryDirectory(prefix="verifylib-treeid-") as tmp:
         git_dir = Path(tmp) / "repo.git"
-        _git(["init", "-q"], git_dir=git_dir, work_tree=folder, cwd=Path(tmp), what="git init")
-        _git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=folder, cwd=folder,
+        run_git(["init", "-q"], git_dir=git_dir, work_tree=folder, cwd=Path(tmp), what="git init")
+        run_git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=folder, cwd=folder,
              what="git add -A -f")
-        res = _git(["write-tree"], git_dir=git_dir, work_tree=folder, cwd=folder, what="git write-tree")
+        res = run_git(["write-tree"], git_dir=git_dir, work_tree=folder, cwd=folder, what="git write-tree")
     tree = res.stdout_text.strip()
     if not GIT_OID_RE.match(tree):
         raise CommandError(res, f"git write-tree printed {tree!r}")
@@ -191,7 +191,7 @@ class SourceSpec:
         if self.path is not None and not isinstance(self.path, Path):
             object.__setattr__(self, "path", Path(self.path))
         if self.subdir is not None:
-            err = _check_rel_path(self.subdir)
+            err = check_rel_path(self.subdir)
             if err:
                 raise ValueError(f"subdir {err}")
 
@@ -328,7 +328,7 @@ def _extract_archive(archive: Path, dest: Path) -> None:
         raise SourceError(f"{archive}: cannot extract safely: {exc}") from exc
 
 
-def _copy_tree(src: Path, dest: Path) -> None:
+def copy_tree(src: Path, dest: Path) -> None:
     """Copy ``src`` to a new folder ``dest``, keeping modes and symlinks, skipping ``src/.git``."""
     top = src.resolve()
 
@@ -392,24 +392,24 @@ def _fetch_git(spec: SourceSpec, staging: Path, log: Callable[[str], None]) -> t
     git_dir, tree = staging / "repo.git", staging / "checkout"
     tree.mkdir()
     log(f"fetching {spec.url} at {spec.commit} …")
-    _git(["init", "-q"], git_dir=git_dir, work_tree=tree, cwd=staging)
-    res = _git(["fetch", "-q", "--no-tags", "--depth=1", url, spec.commit], git_dir=git_dir,
+    run_git(["init", "-q"], git_dir=git_dir, work_tree=tree, cwd=staging)
+    res = run_git(["fetch", "-q", "--no-tags", "--depth=1", url, spec.commit], git_dir=git_dir,
                work_tree=tree, cwd=staging, check=False, timeout=1800)
     if not res.ok:
         # Some servers refuse fetching a commit by id; fall back to all branches and tags.
-        res = _git(["fetch", "-q", url, "+refs/heads/*:refs/remotes/origin/*",
+        res = run_git(["fetch", "-q", url, "+refs/heads/*:refs/remotes/origin/*",
                     "+refs/tags/*:refs/tags/*"], git_dir=git_dir, work_tree=tree, cwd=staging,
                    check=False, timeout=1800)
         if not res.ok:
             tail = "\n".join(res.stderr_text.strip().splitlines()[-10:])
             raise SourceError(f"git fetch {spec.url} failed ({res.describe()}):\n{tail}")
-    res = _git(["rev-parse", "--verify", "-q", f"{spec.commit}^{{commit}}"], git_dir=git_dir,
+    res = run_git(["rev-parse", "--verify", "-q", f"{spec.commit}^{{commit}}"], git_dir=git_dir,
                work_tree=tree, cwd=staging, check=False)
     if not res.ok or res.stdout_text.strip() != spec.commit:
         raise SourceError(f"{spec.url}: commit {spec.commit} not found")
-    _git(["checkout", "-q", "-f", "--detach", spec.commit], git_dir=git_dir, work_tree=tree,
+    run_git(["checkout", "-q", "-f", "--detach", spec.commit], git_dir=git_dir, work_tree=tree,
          cwd=tree, timeout=1800)
-    commit_tree = _git(["rev-parse", f"{spec.commit}^{{tree}}"], git_dir=git_dir, work_tree=tree,
+    commit_tree = run_git(["rev-parse", f"{spec.commit}^{{tree}}"], git_dir=git_dir, work_tree=tree,
                        cwd=staging).stdout_text.strip()
     origin = {"kind": spec.kind, "url": spec.url, "commit": spec.commit, "subdir": spec.subdir,
               "commit_tree": commit_tree}
@@ -432,7 +432,7 @@ def _fetch_folder(spec: SourceSpec, staging: Path, log: Callable[[str], None]) -
     src = _select_subdir(spec.path, spec.subdir, str(spec.path))
     log(f"copying {src} …")
     dest = staging / "copy"
-    _copy_tree(src, dest)
+    copy_tree(src, dest)
     origin = {"kind": spec.kind, "folder": str(spec.path.resolve()), "subdir": spec.subdir}
     return dest, origin
 

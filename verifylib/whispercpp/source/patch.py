@@ -20,11 +20,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import dumps, is_sha256, publish_dir, sha256_bytes
 from verifylib.errors import SourceFailure
-from verifylib.evidence.gates import Judgement
 from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.runtime.runner import CommandError
-from verifylib.whispercpp.source.fetch import _copy_tree, _git
-from verifylib.whispercpp.source.pins import Pin, _is_oid, pin_fields
+from verifylib.whispercpp.source.fetch import copy_tree, run_git
+from verifylib.whispercpp.source.pins import Pin, is_oid, pin_fields
 
 
 class PatchError(SourceFailure):
@@ -86,7 +85,7 @@ def _reusable(final: Path, pin: Pin, expected: str, patch: bytes) -> tuple[str, 
         return None
     try:
         check = check_patch_exact(final, pin)
-        head = _git(["rev-parse", "--verify", "HEAD"], git_dir=final / ".git", work_tree=final,
+        head = run_git(["rev-parse", "--verify", "HEAD"], git_dir=final / ".git", work_tree=final,
                     cwd=final).stdout_text.strip()
     except (PatchError, CommandError, OSError):
         return None
@@ -174,15 +173,15 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
     try:
         tree_dir = staging / "tree"
         try:
-            _copy_tree(pristine, tree_dir)
+            copy_tree(pristine, tree_dir)
             git_dir = tree_dir / ".git"
-            _git(["init", "-q"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
-            _git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
-            _git(["commit", "-q", "--no-verify", "-m", f"pristine source for pin {pin.name}"],
+            run_git(["init", "-q"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
+            run_git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
+            run_git(["commit", "-q", "--no-verify", "-m", f"pristine source for pin {pin.name}"],
                  git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
-            head_tree = _git(["rev-parse", "HEAD^{tree}"], git_dir=git_dir, work_tree=tree_dir,
+            head_tree = run_git(["rev-parse", "HEAD^{tree}"], git_dir=git_dir, work_tree=tree_dir,
                              cwd=tree_dir).stdout_text.strip()
-            head = _git(["rev-parse", "HEAD"], git_dir=git_dir, work_tree=tree_dir,
+            head = run_git(["rev-parse", "HEAD"], git_dir=git_dir, work_tree=tree_dir,
                         cwd=tree_dir).stdout_text.strip()
         except (CommandError, OSError) as exc:
             raise PatchError(f"pin {pin.name}: cannot prepare a work tree from {pristine}: {exc}") from exc
@@ -190,7 +189,7 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
             raise PatchError(f"pin {pin.name}: pristine source {pristine} has tree {head_tree}, "
                              f"expected {expected}; refusing to patch a different tree")
         # The bytes hashed are the bytes applied: git reads the patch from stdin.
-        res = _git(["apply", "-"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir,
+        res = run_git(["apply", "-"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir,
                    stdin=patch, check=False)
         if not res.ok:
             raise PatchError(f"pin {pin.name}: patch {pin.patch_path} does not apply to {pristine} "
@@ -204,7 +203,7 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
 
 # ----------------------------------------------------------------------------- judging
 
-def _expected_status(touches: Sequence[str]) -> list[str]:
+def expected_status(touches: Sequence[str]) -> list[str]:
     return [f" M {t}" for t in sorted(touches)]
 
 
@@ -212,7 +211,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[str]:
+def phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[str]:
     """The one implementation of the patch-exact rule, for a live check and for re-judging.
 
     ``pin`` holds what the manifest declares (``pin_tree``, ``declared_patch_sha256``,
@@ -231,7 +230,7 @@ def _phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[st
     elif declared != actual:
         problems.append(f"patch file drifted: its sha256 is {actual}, the manifest declares {declared}")
     pin_tree, head_tree = pin.get("pin_tree"), phase.get("head_tree")
-    if not _is_oid(pin_tree):
+    if not is_oid(pin_tree):
         problems.append(f"pin tree malformed: {pin_tree!r}")
     elif head_tree != pin_tree:
         problems.append(f"work tree HEAD is {head_tree!r}, not the pin's tree {pin_tree}")
@@ -251,7 +250,7 @@ def _phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[st
     elif not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
         problems.append(f"status lines malformed: {lines!r}")
     else:
-        want = _expected_status(touches)
+        want = expected_status(touches)
         if lines != want:
             extra = [x for x in lines if x not in want]
             missing = [x for x in want if x not in lines]
@@ -359,12 +358,12 @@ def check_patch_exact(work: Path, pin: Pin) -> PatchCheck:
     work = Path(work).resolve()
     git_dir = work / ".git"
     try:
-        head_tree = _git(["rev-parse", "--verify", "HEAD^{tree}"], git_dir=git_dir, work_tree=work,
+        head_tree = run_git(["rev-parse", "--verify", "HEAD^{tree}"], git_dir=git_dir, work_tree=work,
                          cwd=work).stdout_text.strip()
         # Against HEAD, not the index, so a change someone staged is not hidden.
-        diff = _git(["diff", "--no-ext-diff", "--binary", "--full-index", "HEAD"],
+        diff = run_git(["diff", "--no-ext-diff", "--binary", "--full-index", "HEAD"],
                     git_dir=git_dir, work_tree=work, cwd=work).stdout
-        status = _git(["status", "--porcelain", "--ignored", "--untracked-files=all"],
+        status = run_git(["status", "--porcelain", "--ignored", "--untracked-files=all"],
                       git_dir=git_dir, work_tree=work, cwd=work).stdout
     except (CommandError, OSError) as exc:
         raise PatchError(f"pin {pin.name}: cannot inspect work tree {work}: {exc}") from exc
@@ -378,9 +377,9 @@ def check_patch_exact(work: Path, pin: Pin) -> PatchCheck:
         declared_patch_sha256=pin.patch_sha256, patch_file_sha256=sha256_bytes(patch),
         patch_file_bytes=len(patch), diff_sha256=sha256_bytes(diff), diff_bytes=len(diff),
         diff_equals_patch=diff == patch, status_lines=lines,
-        expected_status_lines=tuple(_expected_status(pin.touches)))
+        expected_status_lines=tuple(expected_status(pin.touches)))
     # Problems come from the same pure rule the validator re-runs on stored evidence.
-    return dataclasses.replace(check, problems=tuple(_phase_problems(pin_fields(pin),
+    return dataclasses.replace(check, problems=tuple(phase_problems(pin_fields(pin),
                                                                      check.to_evidence())))
 
 
@@ -408,47 +407,3 @@ def patch_evidence(pin: Pin, checks: Mapping[str, Any]) -> dict[str, Any]:
     return {**pin_fields(pin), "patch_file": pin.patch_path.name, "checks": out_checks}
 
 
-def judge_patch_exact(evidence: Mapping[str, Any],
-                      required: Sequence[str] = ("before", "after")) -> Judgement:
-    """Re-judge ``build.patch_exact`` from stored evidence.
-
-    Parameters
-    ----------
-    evidence : mapping
-        As made by :func:`patch_evidence`: the pin's declared ``pin_tree``,
-        ``declared_patch_sha256`` and ``touches``, and ``checks`` mapping each phase
-        (``"before"``, ``"after"``) to what it measured: ``head_tree``,
-        ``patch_file_sha256``, ``patch_file_bytes``, ``diff_sha256``, ``diff_bytes``,
-        ``status_lines``. An ``apply_error`` entry in ``checks`` is a FAIL.
-    required : sequence of str
-        Phases that must be present.
-
-    Returns
-    -------
-    Judgement
-        PASS iff in every required phase the patch file's digest equals the declared
-        one, the diff's digest and length equal the patch file's, HEAD is the pin's tree,
-        and the status is exactly `` M <touched path>`` per touched path; FAIL otherwise;
-        with the reason.
-    """
-    if not isinstance(evidence, Mapping):
-        return Judgement.failed("evidence is not a mapping")
-    checks = evidence.get("checks")
-    if not isinstance(checks, Mapping):
-        return Judgement.failed("evidence has no checks")
-    problems: list[str] = []
-    if "apply_error" in checks:
-        problems.append(f"patch did not apply: {checks['apply_error']}")
-    for when in required:
-        phase = checks.get(when)
-        if not isinstance(phase, Mapping):
-            problems.append(f"{when}: check missing")
-            continue
-        problems += [f"{when}: {p}" for p in _phase_problems(evidence, phase)]
-    if problems:
-        return Judgement.failed("; ".join(problems))
-    last = checks[required[-1]] if required else {}
-    return Judgement.passed(f"{' and '.join(required)} the build: git diff equals the declared patch "
-                            f"(sha256 {evidence['declared_patch_sha256']}, {last.get('patch_file_bytes')} "
-                            f"bytes) on pin tree {evidence['pin_tree']}; status exactly "
-                            f"{_expected_status(evidence['touches'])}, ignored files included")

@@ -13,12 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from verifylib.canonical import is_sha256
-from verifylib.evidence.gates import Judgement
 from verifylib.resources import manifest_path
 
 GIT_OID_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -65,7 +64,7 @@ def _manifest_error(manifest: Path, where: str, msg: str) -> ValueError:
     return ValueError(f"{manifest}: {where}: {msg}")
 
 
-def _check_rel_path(value: Any) -> str | None:
+def check_rel_path(value: Any) -> str | None:
     """Return an error message if ``value`` is not a plain relative POSIX path."""
     if not isinstance(value, str) or not value:
         return "must be a non-empty string"
@@ -131,7 +130,7 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
         if not is_sha256(entry["patch_sha256"]):
             raise _manifest_error(manifest, where, "patch_sha256 must be 64 lower-case hex digits, "
                                   f"got {entry['patch_sha256']!r}")
-        err = _check_rel_path(entry["patch"])
+        err = check_rel_path(entry["patch"])
         if err:
             raise _manifest_error(manifest, where, f"patch {err}")
         patch_path = patches_dir / entry["patch"]
@@ -141,7 +140,7 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
         if not isinstance(touches, list) or not touches:
             raise _manifest_error(manifest, where, "touches must be a non-empty list of paths")
         for t in touches:
-            err = _check_rel_path(t)
+            err = check_rel_path(t)
             if err:
                 raise _manifest_error(manifest, where, f"touches entry {err}")
         if len(set(touches)) != len(touches):
@@ -154,7 +153,7 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
 
 # ----------------------------------------------------------------------------- judging
 
-def _is_oid(value: Any) -> bool:
+def is_oid(value: Any) -> bool:
     return isinstance(value, str) and bool(GIT_OID_RE.match(value))
 
 
@@ -164,26 +163,3 @@ def pin_fields(pin: Pin) -> dict[str, Any]:
             "declared_patch_sha256": pin.patch_sha256, "touches": list(pin.touches)}
 
 
-def judge_source_identity(evidence: Mapping[str, Any]) -> Judgement:
-    """Re-judge ``build.source_identity`` from stored evidence.
-
-    Parameters
-    ----------
-    evidence : mapping
-        Holds ``computed_tree`` (tree id of the obtained folder) and ``pin_tree``.
-
-    Returns
-    -------
-    Judgement
-        PASS iff both are 40 lower-case hex digits and equal, FAIL otherwise; with the
-        reason.
-    """
-    if not isinstance(evidence, Mapping):
-        return Judgement.failed("evidence is not a mapping")
-    computed, pinned = evidence.get("computed_tree"), evidence.get("pin_tree")
-    for label, val in (("computed tree id", computed), ("pin tree id", pinned)):
-        if not _is_oid(val):
-            return Judgement.failed(f"{label} malformed: {val!r}")
-    if computed != pinned:
-        return Judgement.failed(f"source tree id {computed} is not the pin's {pinned}")
-    return Judgement.passed(f"source tree id {computed} equals the pin's tree")

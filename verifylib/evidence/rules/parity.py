@@ -1,0 +1,209 @@
+"""Pass rules of stage 04 (parity): each variant's ML program and compiled model against the frozen SNR + cosine policy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from verifylib.errors import ContractBroken, EvidenceInvalid
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.results import ATTRIBUTION
+from verifylib.evidence.rules.common import policy_file_problems
+from verifylib.numerics.drift import check_document
+from verifylib.numerics.parity import (POLICY_OF_VARIANT, as_float, compare, cosine_from_sums,
+                                       snr_from_energies)
+from verifylib.numerics.scoring import PolicyError, load_policy
+
+
+def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
+    policy_id = POLICY_OF_VARIANT[variant]
+
+    def judge(ev) -> Judgement:
+        problems = []
+        for name in ev.names():
+            if name.startswith("policy_"):
+                problems += policy_file_problems(ev, name, policy_id)
+        doc = ev.json("parity")
+        if ev.has("drift") and not isinstance(ev.json("drift"), Mapping):
+            problems.append("the drift record is not a mapping")
+        problems += stored_outputs_problems(doc, ev)
+        if ev.has(ATTRIBUTION):
+            problems += [f"attribution: {p}" for p in check_document(ev.json(ATTRIBUTION))]
+        if problems:
+            return Judgement(Status.FAIL, "; ".join(problems))
+        return judge_parity(doc, policy_id, kind)
+    return judge
+
+
+RULES: dict[str, Callable[[Any], Judgement]] = {
+    "parity.program": _parity_rule("fp32", "program"),
+    "parity.runtime": _parity_rule("fp32", "runtime"),
+    "parity.program_fp16": _parity_rule("fp16", "program"),
+    "parity.runtime_fp16": _parity_rule("fp16", "runtime"),
+}
+"""Gate id to judge, for the gates of stage 04."""
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _fmt_db(v: float) -> str:
+    return "inf" if v == math.inf else ("-inf" if v == -math.inf else f"{v:.2f}")
+
+
+def recheck_measurement(m: Mapping[str, Any]) -> tuple[float, float, list[str]]:
+    """Recompute SNR and cosine of one stored measurement from its sums.
+
+    Returns
+    -------
+    (snr_db, cosine, problems)
+        ``problems`` names any stored figure that disagrees with its sums.
+    """
+    met = m["metrics"]
+    snr = snr_from_energies(as_float(met["signal_energy"]), as_float(met["noise_energy"]))
+    cos = cosine_from_sums(as_float(met["dot"]), as_float(met["signal_energy"]),
+                           as_float(met["candidate_energy"]))
+    problems = []
+    label = f"{m.get('input')}/{m.get('execution')}"
+    if not _same(snr, as_float(met["snr_db"])):
+        problems.append(f"{label}: stored SNR {met['snr_db']} disagrees with its sums ({snr})")
+    if not _same(cos, as_float(met["cosine"])):
+        problems.append(f"{label}: stored cosine {met['cosine']} disagrees with its sums ({cos})")
+    return snr, cos, problems
+
+
+def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judgement:
+    """The fp32-v1 / fp16-v1 rule on a stored parity record.
+
+    Parameters
+    ----------
+    evidence : mapping
+        ``policy`` (id, sha256, rules), ``variant``, ``artifact`` (``tree_digest`` measured
+        and ``exported_tree_digest`` bound by the export stage) and ``measurements``: a
+        list of ``{input, execution, metrics}`` whose metrics hold the float64 sums.
+    policy_id : str
+        The policy the gate must be judged under (``fp32-v1`` or ``fp16-v1``).
+    kind : str
+        ``"program"`` (MIL-program executor) or ``"runtime"`` (Core ML).
+
+    Returns
+    -------
+    Judgement
+        PASS or FAIL under the policy, with the figures behind the decision.
+    """
+    try:
+        packaged = load_policy(policy_id)
+    except PolicyError as exc:
+        return Judgement.failed(str(exc))
+    pol = evidence.get("policy") or {}
+    if pol.get("id") != policy_id:
+        return Judgement.failed(f"evidence was measured under policy {pol.get('id')!r}, not {policy_id}")
+    if pol.get("sha256") != packaged.sha256 or pol.get("rules") != packaged.rules:
+        return Judgement.failed(f"the stored {policy_id} record differs from the packaged resource "
+                                f"(sha256 {pol.get('sha256')} vs {packaged.sha256})")
+    rules = packaged.rules
+    if evidence.get("variant") != rules["variant"]:
+        return Judgement.failed(f"variant {evidence.get('variant')!r} is not {rules['variant']!r}")
+    want_input = rules["gated"]["input"]
+    want_exec = rules["gated"][f"{kind}_execution"]
+    problems: list[str] = []
+    art = evidence.get("artifact") or {}
+    if not art.get("tree_digest") or art.get("tree_digest") != art.get("exported_tree_digest"):
+        problems.append(f"the measured artifact (tree digest {art.get('tree_digest')}) is not "
+                        f"the exported one ({art.get('exported_tree_digest')})")
+    gated = [m for m in evidence.get("measurements", [])
+             if m.get("input") == want_input and m.get("execution") == want_exec]
+    if len(gated) != 1:
+        return Judgement.failed(f"expected exactly one {want_input}/{want_exec} measurement, found "
+                                f"{len(gated)}")
+    extra = []
+    for m in evidence["measurements"]:
+        snr, cos, probs = recheck_measurement(m)
+        problems += probs
+        if m is not gated[0]:
+            extra.append(f"{m['input']}/{m['execution']}: SNR {_fmt_db(snr)} dB, "
+                         f"cosine {cos:.9f}")
+    snr, cos, _ = recheck_measurement(gated[0])
+    smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
+    met = gated[0]["metrics"]
+    figures = (f"{policy_id}, {want_input}/{want_exec}: SNR {_fmt_db(snr)} dB (min {smin:g}), "
+               f"cosine {cos:.9f} (min {cmin:g}), max |err| "
+               f"{as_float(met['max_abs_error']):.3g}, mean |err| "
+               f"{as_float(met['mean_abs_error']):.3g}")
+    if extra:
+        figures += "; beside it: " + "; ".join(extra)
+    if not met.get("finite", False):
+        problems.append("the candidate output holds non-finite values")
+    if not snr >= smin:
+        problems.append(f"SNR {_fmt_db(snr)} dB below {smin:g} dB")
+    if not cos >= cmin:
+        problems.append(f"cosine {cos:.9f} below {cmin:g}")
+    if problems:
+        return Judgement.failed("; ".join(problems) + f" — {figures}")
+    return Judgement.passed(figures)
+
+
+def _agree(a: Any, b: float) -> bool:
+    try:
+        x = as_float(a)
+    except EvidenceInvalid:
+        return False
+    if math.isnan(x) or math.isnan(b) or math.isinf(x) or math.isinf(b):
+        return (math.isnan(x) and math.isnan(b)) or x == b
+    # The sums are re-taken on another machine's BLAS: agree to 1e-9 relative.
+    return abs(x - b) <= 1e-9 * max(abs(x), abs(b)) + 1e-300
+
+
+def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
+    """Check the stored output arrays against the measurements that cite them.
+
+    When a parity gate cites its candidate's outputs and the reference's outputs
+    (``outputs`` / ``reference_outputs`` ``.npz`` evidence), every stored measurement of
+    the gated execution is re-taken from those arrays: its sums must agree. So the
+    arrays a researcher opens are the ones the gate was judged on.
+
+    Parameters
+    ----------
+    doc : mapping
+        The parity record (``measurements``, ``kind``).
+    ev : verifylib.evidence.records.EvidenceView
+        The gate's evidence.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when the arrays agree, or when the gate cites none).
+    """
+    has_out, has_ref = ev.has("outputs"), ev.has("reference_outputs")
+    if not has_out and not has_ref:
+        return []
+    if has_out != has_ref:
+        return ["the gate cites only one of its candidate's and the reference's outputs"]
+    out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
+    execution = "float32" if doc.get("kind") == "program" else "coreml-all"
+    problems = []
+    seen = 0
+    for m in doc.get("measurements", []):
+        if m.get("execution") != execution:
+            continue
+        kind = m.get("input")
+        if kind not in out or kind not in ref:
+            problems.append(f"no stored {kind} output for the {kind}/{execution} measurement")
+            continue
+        seen += 1
+        try:
+            again = compare(ref[kind], out[kind])
+        except ContractBroken as exc:
+            problems.append(f"stored {kind} outputs: {exc}")
+            continue
+        met = m.get("metrics") or {}
+        for key in ("signal_energy", "noise_energy", "dot", "candidate_energy"):
+            if not _agree(met.get(key), getattr(again, key)):
+                problems.append(f"{kind}/{execution}: stored {key} {met.get(key)} is not what "
+                                f"the stored outputs give ({getattr(again, key)!r})")
+                break
+    if not seen:
+        problems.append(f"the stored outputs back no {execution} measurement")
+    return problems
