@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from verifylib import canonical, resources
 from verifylib.errors import ParametersInvalid
-from verifylib.evidence.layout import init_run_dir, new_run_id
+from verifylib.stages.context import init_run_dir
+from verifylib.evidence.layout import new_run_id
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.runs import is_published, open_run
 from verifylib.params import Params, from_notebook

@@ -243,10 +243,6 @@ class ExportSection:
     fp16: bool
 
 
-class ParameterError(ParametersInvalid):
-    """A parameter file is unusable; the message names the file and the key."""
-
-
 @dataclass(frozen=True)
 class Params:
     """A validated parameter set.
@@ -389,64 +385,67 @@ def validate(data: Any, origin: str, base_dir: Path,
 
     Raises
     ------
-    ParameterError
+    ParametersInvalid
         Naming ``origin`` and the offending key.
     """
     if not isinstance(data, dict):
-        raise ParameterError(f"{origin}: expected a mapping at the top level, "
-                             f"got {type(data).__name__}")
+        raise ParametersInvalid(f"{origin}: expected a mapping at the top level, "
+                                f"got {type(data).__name__}")
     problems = _schema_problems(data)
     if problems:
-        raise ParameterError(f"{origin}: " + "; ".join(problems))
+        raise ParametersInvalid(f"{origin}: " + "; ".join(problems))
     p = _merge_defaults(data)
     from verifylib.whispercpp.source import load_pins
     try:
         pins = load_pins(manifest)
     except ValueError as exc:
-        raise ParameterError(f"{origin}: key runtime.pin: the pin manifest is unusable: {exc}") from None
+        raise ParametersInvalid(f"{origin}: key runtime.pin: the pin manifest is unusable: "
+                                f"{exc}") from None
     pin = p["runtime"]["pin"]
     if pin not in pins:
-        raise ParameterError(f"{origin}: key runtime.pin: unknown pin {pin!r} "
-                             f"(known: {', '.join(sorted(pins))}; see {manifest})")
+        raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
+                                f"(known: {', '.join(sorted(pins))}; see {manifest})")
     src = p["runtime"]["source"]
     if src["kind"] == "git":
         want = pins[pin].commit
         if src.get("commit", want) != want:
-            raise ParameterError(f"{origin}: key runtime.source.commit: {src['commit']} is "
-                                 f"not pin {pin}'s commit {want}")
+            raise ParametersInvalid(f"{origin}: key runtime.source.commit: {src['commit']} is "
+                                    f"not pin {pin}'s commit {want}")
     if src["kind"] in ("archive", "folder"):
         path = (base_dir / Path(src["path"]).expanduser())
         if not path.exists():
-            raise ParameterError(f"{origin}: key runtime.source.path: {path} does not exist")
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} does not exist")
         if src["kind"] == "archive" and not path.is_file():
-            raise ParameterError(f"{origin}: key runtime.source.path: {path} is not a file")
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a file")
         if src["kind"] == "folder" and not path.is_dir():
-            raise ParameterError(f"{origin}: key runtime.source.path: {path} is not a folder")
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a folder")
     model = p["model"]
     if model["kind"] in ("ct2-dir", "hf-dir"):
         mp = base_dir / Path(model["path"]).expanduser()
         if not mp.is_dir():
-            raise ParameterError(f"{origin}: key model.path: {mp} is not a folder")
+            raise ParametersInvalid(f"{origin}: key model.path: {mp} is not a folder")
     seen = set()
     for i, fx in enumerate(p["fixtures"]):
         if fx["id"] in seen:
-            raise ParameterError(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
         seen.add(fx["id"])
         if "path" in fx:
             fp = base_dir / Path(fx["path"]).expanduser()
             if not fp.is_file():
-                raise ParameterError(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
+                raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
         if "text" in fx and "text_file" in fx:
-            raise ParameterError(f"{origin}: key fixtures[{i}]: give text or text_file, not both")
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}]: give text or text_file, "
+                                    "not both")
         if "text" in fx and not fx["public"]:
             # Parameters are copied into every executed notebook and run.json; a private
             # reference text must stay in its own file and be persisted only as counts.
-            raise ParameterError(f"{origin}: key fixtures[{i}].text: a non-public fixture's "
-                                 "reference must be given as text_file, not inline")
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}].text: a non-public fixture's "
+                                    "reference must be given as text_file, not inline")
         if "text_file" in fx:
             tp = base_dir / Path(fx["text_file"]).expanduser()
             if not tp.is_file():
-                raise ParameterError(f"{origin}: key fixtures[{i}].text_file: {tp} does not exist")
+                raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
+                                        "does not exist")
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
 
@@ -480,18 +479,18 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
 
     Raises
     ------
-    ParameterError
+    ParametersInvalid
         If the file is missing, is not YAML, or fails validation.
     """
     path = Path(path)
     if not path.is_file():
-        raise ParameterError(f"{path}: parameter file not found")
+        raise ParametersInvalid(f"{path}: parameter file not found")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ParameterError(f"{path}: not valid YAML: {exc}") from None
+        raise ParametersInvalid(f"{path}: not valid YAML: {exc}") from None
     except UnicodeDecodeError:
-        raise ParameterError(f"{path}: not UTF-8 text") from None
+        raise ParametersInvalid(f"{path}: not UTF-8 text") from None
     # Relative paths in a parameter file are relative to the file's own folder.
     return validate(data, str(path), path.resolve().parent, manifest)
 

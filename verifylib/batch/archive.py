@@ -1,4 +1,7 @@
-"""Published runs as tar archives: planned from a run directory, imported into a reports folder after verification, never replacing a run.
+"""Published runs as tar archives: planned from a run directory, imported elsewhere.
+
+An archive is imported into a reports folder only after verification, and never replaces
+a run.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from verifylib.views import report
 
 
 class RunImportRefused(EvidenceInvalid):
-    """A run directory audited elsewhere was not published: the archive is not a run
-    directory of the expected model, its id is taken, or it does not verify."""
+    """A run directory audited elsewhere was not published.
+
+    The archive is not a run directory of the expected model, its id is taken, or it does
+    not verify.
+    """
 
 
 # How much of a member file is read at once while streaming an archive (less for small
@@ -75,7 +81,7 @@ class RunArchive:
     size: int
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
-        """The archive as consecutive chunks of ``chunk_bytes`` (the last one shorter).
+        """Stream the archive as consecutive chunks of ``chunk_bytes`` (the last one shorter).
 
         Parameters
         ----------
@@ -85,9 +91,12 @@ class RunArchive:
         Yields
         ------
         bytes
+            The next chunk of the archive; together they are :attr:`size` bytes.
 
         Raises
         ------
+        ValueError
+            If ``chunk_bytes`` is not a positive integer.
         RunImportRefused
             When a file changed size since the archive was planned (the announced
             size would no longer hold).
@@ -144,6 +153,7 @@ def plan_run_archive(run_dir: Path) -> RunArchive:
     Returns
     -------
     RunArchive
+        The members in sorted order, their tar headers and the archive's total size.
 
     Raises
     ------

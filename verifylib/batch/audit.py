@@ -29,7 +29,8 @@ from verifylib.batch.signals import (Interrupted, interrupt_pending, note_publis
                                      signals_deferred)
 from verifylib.batch.staging import remove_staging, reserve_staging
 from verifylib.evidence import gates
-from verifylib.evidence.layout import init_run_dir, read_stage_file
+from verifylib.stages.context import init_run_dir
+from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt
 from verifylib.params import Params, load
 from verifylib.views import report
@@ -71,12 +72,13 @@ def _error_text(exc: BaseException) -> str:
     if tb:
         import re
         plain = "\n".join(re.sub(r"\x1b\[[0-9;]*m", "", line) for line in tb)
-        return f"{getattr(exc, 'ename', type(exc).__name__)}: {getattr(exc, 'evalue', '')}\n{plain}"
+        return (f"{getattr(exc, 'ename', type(exc).__name__)}: "
+                f"{getattr(exc, 'evalue', '')}\n{plain}")
     return f"{type(exc).__name__}: {exc}"
 
 
 def executor_record(kind: str = "local", **extra) -> dict:
-    """The ``executor`` record of ``run.json``: how and on which machine an audit ran.
+    """Build the ``executor`` record of ``run.json``: how and on which machine an audit ran.
 
     Parameters
     ----------
@@ -214,19 +216,30 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
 def load_all(paths: Sequence[str | Path]) -> list[Params]:
     """Validate every parameter file (or folder of ``*.yaml``) before any work starts.
 
+    Parameters
+    ----------
+    paths : sequence of path-like
+        Parameter files, or folders whose ``*.yaml`` and ``*.yml`` files are all read
+        (in sorted order).
+
+    Returns
+    -------
+    list of Params
+        One per file, in the order given.
+
     Raises
     ------
-    verifylib.params.ParameterError
+    verifylib.errors.ParametersInvalid
         For the first unusable file, naming it and the key.
     """
-    from verifylib.params import ParameterError
+    from verifylib.errors import ParametersInvalid
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
             found = sorted(list(p.glob("*.yaml")) + list(p.glob("*.yml")))
             if not found:
-                raise ParameterError(f"{p}: folder holds no *.yaml parameter files")
+                raise ParametersInvalid(f"{p}: folder holds no *.yaml parameter files")
             files += found
         else:
             files.append(p)
@@ -234,5 +247,5 @@ def load_all(paths: Sequence[str | Path]) -> list[Params]:
     names = [p.name for p in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise ParameterError(f"several parameter files use the same name: {sorted(dup)}")
+        raise ParametersInvalid(f"several parameter files use the same name: {sorted(dup)}")
     return out

@@ -93,8 +93,7 @@ DEFAULT_STAGES: tuple[str, ...] = gates.STAGES
 
 
 class BatchOptionInvalid(ParametersInvalid):
-    """A batch option is unusable (``--jobs 0``, ``--address`` without Ray, an unknown
-    stage)."""
+    """A batch option is unusable (``--jobs 0``, ``--address`` without Ray, unknown stage)."""
 
 
 def check_stages(stages: Sequence[str]) -> tuple[str, ...]:

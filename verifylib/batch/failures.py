@@ -1,4 +1,6 @@
-"""Models that published no run: their ERROR outcome and the failure record every executor writes for it.
+"""Models that published no run: their ERROR outcome and the failure record written for it.
+
+Every executor writes that failure record.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The stage notebooks' Jupyter kernels: local IPC sockets, start and stop, no tool left behind.
-"""
+"""The stage notebooks' Jupyter kernels: local IPC sockets, start and stop, no tool left behind."""
 
 from __future__ import annotations
 
@@ -46,6 +45,14 @@ class LocalKernelManager(AsyncKernelManager):
         reply and print that error to the stderr it shares with ``verifylib run``.
         The interrupted cell's tasks are cancelled first: left pending, they would log
         "Kernel died" and "Task exception was never retrieved" once the kernel is gone.
+
+        Parameters
+        ----------
+        now : bool
+            Kill the kernel rather than ask it to shut down (always so after an
+            interrupt).
+        restart : bool
+            Passed on to ``AsyncKernelManager.shutdown_kernel``.
         """
         interrupted = interrupt_pending() is not None
         if interrupted:
@@ -59,7 +66,13 @@ class LocalKernelManager(AsyncKernelManager):
         await super().shutdown_kernel(now=now or interrupted, restart=restart)
 
     async def start_kernel(self, **kw) -> None:
-        """Start the kernel and remember the manager for :func:`kill_leftover_kernels`."""
+        """Start the kernel and remember the manager for :func:`kill_leftover_kernels`.
+
+        Parameters
+        ----------
+        **kw
+            Passed on to ``AsyncKernelManager.start_kernel`` (e.g. ``cwd``).
+        """
         _KERNEL_MANAGERS.add(self)
         await super().start_kernel(**kw)
 
@@ -130,6 +143,18 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
 
     papermill (through nbclient) uses a manager it is given as is and leaves its shutdown
     to the caller (:func:`stop_kernel`); it waits for the kernel to be ready itself.
+
+    Parameters
+    ----------
+    cwd : str
+        The kernel's working directory (the notebooks folder).
+    manager : type, optional
+        The manager class; :class:`LocalKernelManager` by default.
+
+    Returns
+    -------
+    LocalKernelManager
+        The manager of the started ``python3`` kernel.
     """
     from jupyter_core.utils import run_sync
     km = (manager or LocalKernelManager)(kernel_name="python3")
@@ -142,6 +167,12 @@ def stop_kernel(km: LocalKernelManager) -> None:
 
     Killed at once rather than asked to shut down: nothing is left to flush, and the
     graceful handshake would add a few tenths of a second to every stage.
+
+    Parameters
+    ----------
+    km : LocalKernelManager
+        The kernel's manager; an error while stopping is ignored (the leftover-kernel
+        sweep kills the kernel in the end).
     """
     from jupyter_core.utils import run_sync
     try:

@@ -236,7 +236,7 @@ def params_on_node(spec: Mapping) -> Params:
 
     Raises
     ------
-    verifylib.params.ParameterError
+    verifylib.errors.ParametersInvalid
         When a path does not exist on this node, or the pin is unknown to its verifylib.
     """
     here = resources.data_root()

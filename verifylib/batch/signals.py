@@ -1,4 +1,6 @@
-"""Interrupts of a batch: SIGINT and SIGTERM become :class:`Interrupted`, deferred where a step must finish.
+"""Interrupts of a batch: SIGINT and SIGTERM become :class:`Interrupted`.
+
+They are deferred where a step must finish.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ class Interrupted(KeyboardInterrupt):
     runs on) re-raises only KeyboardInterrupt and SystemExit out of its callbacks; any
     other exception raised by a signal handler there is logged and swallowed, and the
     run would go on.
+
+    Parameters
+    ----------
+    signum : int
+        The signal received; its name is the exception's message.
 
     Attributes
     ----------
@@ -62,6 +69,7 @@ def interrupts_raise() -> Iterator[InterruptScope]:
     Yields
     ------
     InterruptScope
+        The block's state: the first signal received and the runs published in it.
     """
     global _SCOPE
     scope, outer = InterruptScope(), _SCOPE
@@ -101,7 +109,14 @@ def note_published(run_dir: Path) -> None:
 
 
 def interrupt_pending() -> int | None:
-    """The signal that interrupted the active :func:`interrupts_raise` block, if any."""
+    """Return the signal that interrupted the active :func:`interrupts_raise` block, if any.
+
+    Returns
+    -------
+    int or None
+        The first signal number received in the innermost active block; None outside a
+        block or when no signal came.
+    """
     return _SCOPE.signum if _SCOPE is not None else None
 
 
@@ -111,6 +126,12 @@ def signals_deferred() -> Iterator[None]:
 
     Cleanup that a signal cut short would leave a staging folder, a kernel or an
     unrecorded publication behind; a signal held back costs at most the block's time.
+    Where ``signal.pthread_sigmask`` is missing, nothing is held back.
+
+    Yields
+    ------
+    None
+        Control, with SIGINT and SIGTERM blocked for the calling thread.
     """
     sigs = {signal.SIGINT, signal.SIGTERM}
     if not hasattr(signal, "pthread_sigmask"):

@@ -69,6 +69,7 @@ def attribute_package(package: str | os.PathLike, params_path, *,
     from verifylib.params import Params
     from verifylib.params import load as load_params
     from verifylib.runtime.audio import read_wav_16k
+    from verifylib.resources import cache_dir
     from verifylib.stages import artifacts
 
     pkg = os.fspath(package)
@@ -92,7 +93,7 @@ def attribute_package(package: str | os.PathLike, params_path, *,
         raise ParametersInvalid(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - coremltools' loaders raise anything on junk
         raise ParametersInvalid(f"{pkg}: not a readable .mlpackage: {exc}") from None
-    info = obtain_model(params.model.spec, artifacts.cache_dir(), log=log,
+    info = obtain_model(params.model.spec, cache_dir(), log=log,
                         base_dir=params.base_dir)
     encoder, fe = load_hf_encoder(info.hf_dir)
     contract = contract_of(encoder)

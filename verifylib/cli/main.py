@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from verifylib import resources
+from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
-from verifylib.params import ParameterError
 
 EXIT_BAD_INPUT = 2
 # 128 + signal number: what a shell reports for a process killed by the signal, so a
@@ -82,7 +82,7 @@ def _cmd_run(args) -> int:
         return EXIT_BAD_INPUT
     try:
         all_params = load_all(args.parameters or [resources.default_parameters()])
-    except ParameterError as exc:
+    except ParametersInvalid as exc:
         print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()

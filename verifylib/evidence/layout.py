@@ -13,11 +13,8 @@ import secrets
 from pathlib import Path
 
 from verifylib import canonical
-from verifylib.errors import ParametersInvalid
-from verifylib.evidence import gates
+from verifylib.evidence import gates, identities
 from verifylib.evidence.records import GateRecord
-from verifylib.params import Params
-from verifylib.runtime.capabilities import detect
 
 RUN_FILE = "run.json"
 
@@ -75,72 +72,6 @@ def new_run_id() -> str:
     return f"{now}-{secrets.token_hex(4)}"
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of the packages whose behaviour the evidence depends on."""
-    from importlib import metadata
-    out = {}
-    for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
-                 "papermill", "nbconvert", "nbformat", "matplotlib"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
-def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
-                 executor: dict | None = None) -> dict:
-    """Create a run directory's ``run.json`` unless it exists, and return its content.
-
-    Parameters
-    ----------
-    run_dir : Path
-        The run directory (created if missing).
-    params : Params
-        Validated parameters; a run directory belongs to one parameter set.
-    run_id : str, optional
-        Id to record; defaults to the folder name.
-    executor : dict, optional
-        How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
-        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook run
-        by hand records none. Covered by the receipt like the rest of ``run.json``.
-
-    Returns
-    -------
-    dict
-        The run record.
-
-    Raises
-    ------
-    verifylib.errors.ParametersInvalid
-        If ``run.json`` exists and was written for other parameters.
-    """
-    run_dir = Path(run_dir)
-    path = run_dir / RUN_FILE
-    params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
-    if path.exists():
-        rec = canonical.read_json(path)
-        if rec.get("params_sha256") != params_sha:
-            raise ParametersInvalid(f"{run_dir} was created for other parameters "
-                                    f"({rec.get('name')!r}); use a fresh run directory")
-        return rec
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rec = {
-        "schema": "verifylib-run/1",
-        "run_id": run_id or run_dir.name,
-        "name": params.name,
-        "params": params.data,
-        "params_origin": params.origin,
-        "params_sha256": params_sha,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": detect().as_record(),
-        "packages": package_versions(),
-        **({"executor": dict(executor)} if executor is not None else {}),
-    }
-    canonical.write_json(path, rec)
-    return rec
-
-
 def read_stage_file(run_dir: Path, stage: str) -> dict | None:
     """Return a stage's gates file, or None if the stage has not written one."""
     path = Path(run_dir) / GATES_DIR / f"{stage}.json"
@@ -165,7 +96,7 @@ UNPATCHED_SIDECAR = "unpatched_build"
 """Stage 01's sidecar for the unpatched build (the "A" side of the lifecycle A/B)."""
 
 
-UNPATCHED_IDENTITY = "binary.ggml_unpatched.sha256"
+UNPATCHED_IDENTITY = identities.BINARY_GGML_UNPATCHED
 """Stage 01's identity for the unpatched binary's digest."""
 
 

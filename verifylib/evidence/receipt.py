@@ -30,14 +30,13 @@ from typing import Any, Mapping
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
-from verifylib.evidence import gates
+from verifylib.evidence import accounting, gates
 from verifylib.evidence.gates import NotRunKind, Status
 from verifylib.evidence.layout import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
                                        RUN_FILE, TRACEBACK_EVIDENCE, error_document,
                                        error_filename, read_stage_file)
 from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
-                                        EvidenceError, EvidenceRef, EvidenceView, GateRecord,
-                                        Reason)
+                                        EvidenceRef, EvidenceView, GateRecord, Reason)
 from verifylib.evidence.rules import registry as rules
 from verifylib.runtime import ledger
 from verifylib.runtime.capabilities import HostCapabilities
@@ -158,7 +157,7 @@ def _read_stage_files(run_dir: Path) -> tuple[dict, dict]:
             data = read_stage_file(run_dir, stage)
             if data is not None:
                 if not isinstance(data, dict) or not isinstance(data.get("gates"), list):
-                    raise EvidenceError(f"{GATES_DIR}/{stage}.json is not a stage record")
+                    raise EvidenceInvalid(f"{GATES_DIR}/{stage}.json is not a stage record")
                 for rec in data["gates"]:
                     GateRecord.from_record(rec)
             files[stage] = data
@@ -432,7 +431,7 @@ class _Checker:
         try:
             view = EvidenceView(self.run_dir, rec.evidence, rec.identities)
             j = rules.judge(g.id, view)
-        except EvidenceError as exc:
+        except EvidenceInvalid as exc:
             return out + [f"gate {g.id}: {exc}"]
         except Exception as exc:  # noqa: BLE001 - a rule that cannot read it rejects it
             return out + [f"gate {g.id}: evidence does not support re-judging "
@@ -463,7 +462,7 @@ class _Checker:
             return [f"gate {g.id}: ERROR does not cite exactly one stored traceback"]
         try:
             doc = EvidenceView(self.run_dir, rec.evidence).json(TRACEBACK_EVIDENCE)
-        except EvidenceError as exc:
+        except EvidenceInvalid as exc:
             return [f"gate {g.id}: {exc}"]
         if not isinstance(doc, dict) or doc.get("schema") != ERROR_SCHEMA or \
                 doc.get("gate") != g.id or not isinstance(doc.get("traceback"), str) or \
@@ -568,7 +567,7 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         core = {k: v for k, v in row.items() if k not in ("stage", "required")}
         try:
             rec = GateRecord.from_record(core)
-        except EvidenceError as exc:
+        except EvidenceInvalid as exc:
             msg = str(exc)
             chk.problems.append(msg if msg.startswith(f"gate {g.id}") else f"gate {g.id}: {msg}")
             continue
@@ -597,7 +596,7 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
 
     # Every launch of a whisper.cpp binary is owned by exactly one gate.
     try:
-        chk.problems += ledger.check(run_dir, records)
+        chk.problems += accounting.check(run_dir, records)
     except Exception as exc:  # noqa: BLE001 - an unreadable ledger rejects the run
         chk.problems.append(f"{ledger.LEDGER_FILE}: unreadable: {type(exc).__name__}: {exc}")
 

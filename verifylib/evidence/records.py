@@ -24,10 +24,6 @@ ERROR_KINDS = frozenset({ERROR_EXCEPTION, ERROR_PREREQUISITE_BROKEN})
 """Every reason kind an ERROR may carry; each cites the gate's stored traceback."""
 
 
-class EvidenceError(EvidenceInvalid):
-    """An evidence file is missing, malformed or not the bytes that were recorded."""
-
-
 @dataclass(frozen=True)
 class EvidenceRef:
     """One evidence file of a run.
@@ -50,12 +46,12 @@ class EvidenceRef:
     def from_record(rec: Any) -> "EvidenceRef":
         """Parse a stored reference, refusing malformed ones."""
         if not isinstance(rec, dict) or set(rec) != {"name", "path", "sha256"}:
-            raise EvidenceError(f"malformed evidence reference: {rec!r}")
+            raise EvidenceInvalid(f"malformed evidence reference: {rec!r}")
         if not canonical.is_sha256(rec["sha256"]):
-            raise EvidenceError(f"malformed digest for {rec.get('path')!r}: {rec['sha256']!r}")
+            raise EvidenceInvalid(f"malformed digest for {rec.get('path')!r}: {rec['sha256']!r}")
         p = PurePosixPath(rec["path"])
         if p.is_absolute() or ".." in p.parts:
-            raise EvidenceError(f"evidence path escapes the run directory: {rec['path']!r}")
+            raise EvidenceInvalid(f"evidence path escapes the run directory: {rec['path']!r}")
         return EvidenceRef(rec["name"], rec["path"], rec["sha256"])
 
 
@@ -74,7 +70,7 @@ class EvidenceView:
 
     Raises
     ------
-    EvidenceError
+    EvidenceInvalid
         On construction, if any file is missing or its digest differs.
     """
 
@@ -83,7 +79,7 @@ class EvidenceView:
         self.identities = dict(identities or {})
         self._refs = {r.name: r for r in refs}
         if len(self._refs) != len(refs):
-            raise EvidenceError("two evidence files share one name")
+            raise EvidenceInvalid("two evidence files share one name")
         self._cache: dict[str, bytes] = {}
         self._read: set[str] = set()
         for r in refs:
@@ -110,14 +106,15 @@ class EvidenceView:
         if name in self._cache:
             return self._cache[name]
         if name not in self._refs:
-            raise EvidenceError(f"no evidence named {name!r}")
+            raise EvidenceInvalid(f"no evidence named {name!r}")
         ref = self._refs[name]
         path = self.run_dir / ref.path
         if not path.is_file():
-            raise EvidenceError(f"evidence file missing: {ref.path}")
+            raise EvidenceInvalid(f"evidence file missing: {ref.path}")
         data = path.read_bytes()
         if canonical.sha256_bytes(data) != ref.sha256:
-            raise EvidenceError(f"evidence file changed: {ref.path} (digest differs from record)")
+            raise EvidenceInvalid(f"evidence file changed: {ref.path} "
+                                  "(digest differs from record)")
         self._cache[name] = data
         return data
 
@@ -126,7 +123,7 @@ class EvidenceView:
         try:
             return canonical.loads(self.bytes(name))
         except ValueError as exc:
-            raise EvidenceError(f"evidence {name!r} is not strict JSON: {exc}") from None
+            raise EvidenceInvalid(f"evidence {name!r} is not strict JSON: {exc}") from None
 
     def arrays(self, name: str) -> dict:
         """Return evidence ``name`` parsed as a numeric ``.npz`` (:mod:`verifylib.numerics.arrays`)."""
@@ -134,7 +131,7 @@ class EvidenceView:
         try:
             return decode(self.bytes(name))
         except EvidenceInvalid as exc:
-            raise EvidenceError(f"evidence {name!r}: {exc}") from None
+            raise EvidenceInvalid(f"evidence {name!r}: {exc}") from None
 
     def text(self, name: str) -> str:
         """Return evidence ``name`` decoded as UTF-8 (undecodable bytes replaced)."""
@@ -190,22 +187,22 @@ class GateRecord:
         """Parse a stored gate record, refusing malformed ones."""
         keys = {"id", "status", "reason", "evidence", "identities"}
         if not isinstance(rec, dict) or set(rec) != keys:
-            raise EvidenceError(f"malformed gate record: {rec!r}")
+            raise EvidenceInvalid(f"malformed gate record: {rec!r}")
         try:
             status = Status(rec["status"])
         except ValueError:
-            raise EvidenceError(f"gate {rec['id']}: unknown status {rec['status']!r}") from None
+            raise EvidenceInvalid(f"gate {rec['id']}: unknown status {rec['status']!r}") from None
         reason = rec["reason"]
         if not isinstance(reason, dict) or set(reason) != {"kind", "detail"}:
-            raise EvidenceError(f"gate {rec['id']}: malformed reason")
+            raise EvidenceInvalid(f"gate {rec['id']}: malformed reason")
         allowed = {Status.PASS: {"rule"}, Status.FAIL: {"rule"},
                    Status.ERROR: ERROR_KINDS,
                    Status.NOT_RUN: {k.value for k in NotRunKind}}[status]
         if reason["kind"] not in allowed:
-            raise EvidenceError(f"gate {rec['id']}: reason kind {reason['kind']!r} is not "
-                                f"allowed for {status.value}")
+            raise EvidenceInvalid(f"gate {rec['id']}: reason kind {reason['kind']!r} is not "
+                                  f"allowed for {status.value}")
         if not isinstance(rec["identities"], dict):
-            raise EvidenceError(f"gate {rec['id']}: malformed identities")
+            raise EvidenceInvalid(f"gate {rec['id']}: malformed identities")
         return GateRecord(rec["id"], status, Reason(reason["kind"], str(reason["detail"])),
                           tuple(EvidenceRef.from_record(e) for e in rec["evidence"]),
                           dict(rec["identities"]))

@@ -57,7 +57,7 @@ def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str
 
     Raises
     ------
-    verifylib.evidence.records.EvidenceError
+    verifylib.errors.EvidenceInvalid
         If a cited file is missing or its digest differs from the record.
     """
     from pathlib import Path

@@ -40,12 +40,11 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Verdict
-from verifylib.evidence.layout import EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, RUN_FILE
+from verifylib.evidence.layout import (ASAN_SIDECAR, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
+                                       RUN_FILE, UNPATCHED_SIDECAR)
 from verifylib.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
-from verifylib.evidence.records import (EvidenceError, EvidenceRef, EvidenceView, GateRecord,
-                                        StageReport)
+from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
 from verifylib.params import PARAMETERS_DIR, Params
-from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_SIDECAR
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
@@ -64,7 +63,7 @@ class RunNotFound(ParametersInvalid):
     ``receipt.json`` (an unpublished run)."""
 
 
-class RunInvalid(EvidenceError):
+class RunInvalid(EvidenceInvalid):
     """A published run cannot be read as recorded: its receipt, run record or a stage file
     is malformed or changed, its evidence does not give a stage's result, or (with
     ``open_run(..., verify=True)``) it does not verify.
@@ -303,7 +302,7 @@ class Run:
 
         Raises
         ------
-        verifylib.evidence.records.EvidenceError
+        verifylib.errors.EvidenceInvalid
             If a cited file is missing or changed.
         """
         rec = self.gate(gate_id)

@@ -48,8 +48,20 @@ MLPACKAGE_SUFFIX = ".mlpackage"
 MLMODELC_SUFFIX = ".mlmodelc"
 
 
-class ContractViolation(ContractBroken):
-    """A saved package does not meet the encoder contract; it was not placed.
+class EncoderContractBroken(ContractBroken):
+    """A Core ML encoder (a saved package, or one prediction) does not meet the contract.
+
+    A package that breaks the encoder contract was not placed.
+
+    The one :class:`~verifylib.errors.ContractBroken` that carries its findings as data:
+    every mismatch, and what the package declares.
+
+    Parameters
+    ----------
+    problems : iterable of str
+        Every mismatch found; the message joins them.
+    description : dict, optional
+        What the saved package declares (empty for a prediction).
 
     Attributes
     ----------
@@ -102,10 +114,12 @@ class EncoderContract:
 
     @property
     def input_name(self) -> str:
+        """The input feature the runtime feeds (``contracts.COREML_INPUT_NAME``)."""
         return contracts.COREML_INPUT_NAME
 
     @property
     def output_name(self) -> str:
+        """The output feature the runtime reads (``contracts.COREML_OUTPUT_NAME``)."""
         return contracts.COREML_OUTPUT_NAME
 
     @property
@@ -115,20 +129,36 @@ class EncoderContract:
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
+        """``(1, n_mels, mel_width)``: the log-mel input's shape."""
         return (1, self.n_mels, self.mel_width)
 
     @property
     def output_shape(self) -> tuple[int, int, int]:
+        """``(1, max_source_positions, d_model)``: the encoder output's shape."""
         return (1, self.max_source_positions, self.d_model)
 
     def values(self) -> dict:
-        """The five model values the contract is derived from."""
+        """Return the five model values the contract is derived from.
+
+        Returns
+        -------
+        dict
+            ``n_mels``, ``max_source_positions``, ``d_model``, ``conv1_stride`` and
+            ``conv2_stride``.
+        """
         return {"n_mels": self.n_mels, "max_source_positions": self.max_source_positions,
                 "d_model": self.d_model, "conv1_stride": self.conv1_stride,
                 "conv2_stride": self.conv2_stride}
 
     def as_dict(self) -> dict:
-        """The contract as stored in evidence (derived fields included)."""
+        """Return the contract as stored in evidence (derived fields included).
+
+        Returns
+        -------
+        dict
+            ``input`` and ``output`` (name, dtype, shape), ``mel_width`` and
+            ``derived_from`` (:meth:`values`).
+        """
         return {"input": {"name": self.input_name, "dtype": contracts.COREML_IO_DTYPE,
                           "shape": list(self.input_shape)},
                 "output": {"name": self.output_name, "dtype": contracts.COREML_IO_DTYPE,
@@ -137,7 +167,23 @@ class EncoderContract:
 
 
 def contract_of(encoder) -> EncoderContract:
-    """Derive the contract from a Hugging Face ``WhisperEncoder`` (config + conv strides)."""
+    """Derive the contract from a Hugging Face ``WhisperEncoder`` (config + conv strides).
+
+    Parameters
+    ----------
+    encoder : transformers WhisperEncoder
+        The model; its ``config`` and the strides of ``conv1`` and ``conv2`` are read.
+
+    Returns
+    -------
+    EncoderContract
+        The contract.
+
+    Raises
+    ------
+    verifylib.errors.ContractBroken
+        If a derived value is not a positive int.
+    """
     cfg = encoder.config
     return EncoderContract(n_mels=int(cfg.num_mel_bins),
                            max_source_positions=int(cfg.max_source_positions),
@@ -165,7 +211,12 @@ def _feature(desc) -> dict:
 
 
 def describe_mlpackage(path: str | os.PathLike) -> dict:
-    """What a saved ``.mlpackage`` declares, read from its protobuf by coremltools.
+    """Read what a saved ``.mlpackage`` declares from its protobuf, with coremltools.
+
+    Parameters
+    ----------
+    path : path-like
+        The saved package.
 
     Returns
     -------
@@ -173,7 +224,8 @@ def describe_mlpackage(path: str | os.PathLike) -> dict:
         ``model_type``, ``specification_version``, ``inputs`` and ``outputs`` (name,
         feature type, array dtype, shape, shape flexibility), ``compute_dtypes`` (the
         floating-point tensor types of the main function's non-const operations, as MIL
-        data type names), ``op_types`` and the coremltools ``metadata``.
+        data type names), ``op_types``, the coremltools ``metadata`` and, for an ML
+        program with a ``main`` function, its ``opset``.
     """
     from coremltools.models.utils import load_spec
     from coremltools.proto import MIL_pb2
@@ -221,6 +273,12 @@ def contract_problems(description: Mapping[str, Any], contract: EncoderContract,
         The contract derived from the model.
     precision : {"fp32", "fp16"}
         The variant: fp32 must compute in float32 only, fp16 must compute in float16.
+
+    Returns
+    -------
+    list of str
+        Every mismatch (only ``unknown precision`` for a precision not in
+        :data:`PRECISIONS`); empty when the contract holds.
     """
     problems: list[str] = []
     if precision not in PRECISIONS:
@@ -279,11 +337,19 @@ def _captured_log():
 
 
 def build_facts() -> dict:
-    """Versions the conversion depends on and coremltools' torch-version warning.
+    """Collect the versions the conversion depends on and coremltools' torch-version warning.
 
     coremltools 9.0 declares the newest torch it was tested with and only *logs* a warning
     above it (docs/runtime-contract.md §5.3): the warning is recorded here, through
     coremltools' own check, as a build fact rather than lost as noise.
+
+    Returns
+    -------
+    dict
+        ``coremltools``, ``torch``, ``transformers`` and ``numpy`` versions (``"absent"``
+        for a missing package), ``torch_max_tested_by_coremltools``,
+        ``torch_above_tested`` and ``torch_version_warning`` (None, None and a note when
+        coremltools' private check cannot be queried).
     """
     from importlib import metadata
 
@@ -303,8 +369,8 @@ def build_facts() -> dict:
         facts["torch_max_tested_by_coremltools"] = max_tested
         facts["torch_above_tested"] = _deps._get_version(torch.__version__) > \
             _deps.Version(max_tested)
-        facts["torch_version_warning"] = [l.split(": ", 1)[-1] for l in
-                                          buf.getvalue().splitlines() if "Torch" in l]
+        facts["torch_version_warning"] = [line.split(": ", 1)[-1] for line in
+                                          buf.getvalue().splitlines() if "Torch" in line]
     except (ImportError, AttributeError) as exc:  # another coremltools layout: say so
         facts["torch_max_tested_by_coremltools"] = None
         facts["torch_above_tested"] = None
@@ -337,6 +403,13 @@ def trace_encoder(encoder, contract: EncoderContract):
 
     ``check_trace`` is off: it re-runs the model several times over, and the parity stage
     measures the converted program against the eager encoder anyway.
+
+    Parameters
+    ----------
+    encoder : transformers WhisperEncoder
+        The eager encoder; the trace returns its last hidden state only.
+    contract : EncoderContract
+        Gives the example input's shape.
 
     Returns
     -------
@@ -391,6 +464,11 @@ def convert_traced(traced, contract: EncoderContract, precision: str, *,
     -------
     Conversion
         The model is not loaded (``skip_model_load``): nothing here predicts with it.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``precision`` is not one of :data:`PRECISIONS`.
     """
     import coremltools as ct
     if precision not in PRECISIONS:
@@ -428,6 +506,11 @@ def release_conversion(conv: Conversion) -> None:
     deletes only when the interpreter exits. Nothing reads either after
     :func:`stage_mlpackage` saved the package, so both go; ``options``, ``log`` and
     ``seconds`` stay for the evidence.
+
+    Parameters
+    ----------
+    conv : Conversion
+        The conversion; its ``model`` is set to None (a second call does nothing).
     """
     model, conv.model = conv.model, None
     if model is None:
@@ -471,6 +554,7 @@ class StagedPackage:
 
     @property
     def ok(self) -> bool:
+        """True when the staged package meets the contract (no problems)."""
         return not self.problems
 
 
@@ -479,6 +563,27 @@ def stage_mlpackage(model, final: str | os.PathLike, contract: EncoderContract,
     """Save ``model`` next to ``final`` under a staging name and check the saved files.
 
     Nothing is placed at ``final`` here; see :func:`publish_staged`.
+
+    Parameters
+    ----------
+    model : coremltools.models.MLModel
+        The converted model (``Conversion.model``).
+    final : path-like
+        Where the package goes when published; it must end in ``.mlpackage``.
+    contract : EncoderContract
+        The contract the saved files are checked against.
+    precision : {"fp32", "fp16"}
+        The variant.
+
+    Returns
+    -------
+    StagedPackage
+        The staged package, its description and its contract problems.
+
+    Raises
+    ------
+    verifylib.errors.ContractBroken
+        If ``final`` does not end in ``.mlpackage``.
     """
     final = Path(final)
     if final.suffix != MLPACKAGE_SUFFIX:
@@ -497,7 +602,13 @@ def stage_mlpackage(model, final: str | os.PathLike, contract: EncoderContract,
 
 
 def discard_staged(staged: StagedPackage) -> None:
-    """Remove a staged package that will not be published."""
+    """Remove a staged package that will not be published.
+
+    Parameters
+    ----------
+    staged : StagedPackage
+        The package; its staging folder is removed (a published one has none left).
+    """
     if staged._root is not None:
         shutil.rmtree(staged._root, ignore_errors=True)
 
@@ -505,14 +616,24 @@ def discard_staged(staged: StagedPackage) -> None:
 def publish_staged(staged: StagedPackage) -> StagedPackage:
     """Rename a checked staged package into place and digest it.
 
+    Parameters
+    ----------
+    staged : StagedPackage
+        From :func:`stage_mlpackage`.
+
+    Returns
+    -------
+    StagedPackage
+        The same object, its ``path`` now ``final`` and its ``tree_digest`` set.
+
     Raises
     ------
-    ContractViolation
+    EncoderContractBroken
         If the package broke the contract (the staging folder is removed, nothing placed).
     """
     try:
         if not staged.ok:
-            raise ContractViolation(staged.problems, staged.description)
+            raise EncoderContractBroken(staged.problems, staged.description)
         publish_dir(staged.path, staged.final)
         staged.path = staged.final
         staged.tree_digest = tree_digest(staged.final)
@@ -525,9 +646,25 @@ def place_mlpackage(model, final: str | os.PathLike, contract: EncoderContract,
                     precision: str) -> StagedPackage:
     """Save, read back, check and (only if the contract holds) publish one package.
 
+    Parameters
+    ----------
+    model : coremltools.models.MLModel
+        The converted model.
+    final : path-like
+        Where the package goes; it must end in ``.mlpackage``.
+    contract : EncoderContract
+        The contract the saved files are checked against.
+    precision : {"fp32", "fp16"}
+        The variant.
+
+    Returns
+    -------
+    StagedPackage
+        The published package (see :func:`publish_staged`).
+
     Raises
     ------
-    ContractViolation
+    EncoderContractBroken
         On any mismatch; nothing exists at ``final`` afterwards that was not there before.
     """
     return publish_staged(stage_mlpackage(model, final, contract, precision))
@@ -535,6 +672,15 @@ def place_mlpackage(model, final: str | os.PathLike, contract: EncoderContract,
 
 def link_or_copy(src: str | os.PathLike, dest: str | os.PathLike) -> str:
     """Publish ``dest`` as a hard link to ``src`` (a copy across file systems).
+
+    The link (or copy) is made under a temporary name beside ``dest`` and renamed over it.
+
+    Parameters
+    ----------
+    src : path-like
+        The file to publish.
+    dest : path-like
+        Where it is published (its folder is created; an existing file is replaced).
 
     Returns
     -------
@@ -597,9 +743,18 @@ def compile_mlpackage(package: str | os.PathLike, dest: str | os.PathLike, *,
         The ``.mlmodelc`` to publish.
     runner : callable, optional
         :func:`verifylib.runtime.runner.run` by default (tests pass a fake).
+    timeout : float
+        Seconds before the compiler is killed.
+
+    Returns
+    -------
+    CompileResult
+        The compiler run, the published path and its tree digest.
 
     Raises
     ------
+    verifylib.errors.ContractBroken
+        If ``dest`` is not named after the package (nothing is run).
     CompileError
         If coremlc fails, is killed, times out, or produces no ``.mlmodelc``.
     """
@@ -638,6 +793,11 @@ def load_compiled(mlmodelc: str | os.PathLike, *, loader: Callable | None = None
         The compiled model directory (the published bytes, docs/runtime-contract.md §7.1).
     loader : callable, optional
         ``coremltools.models.CompiledMLModel`` by default (macOS only); tests pass a fake.
+
+    Returns
+    -------
+    coremltools.models.CompiledMLModel
+        What ``loader`` returns for the path with ``compute_units=ComputeUnit.ALL``.
     """
     import coremltools as ct
     loader = loader or ct.models.CompiledMLModel
@@ -645,11 +805,27 @@ def load_compiled(mlmodelc: str | os.PathLike, *, loader: Callable | None = None
 
 
 def predict_compiled(model, mel: np.ndarray, contract: EncoderContract) -> np.ndarray:
-    """One prediction through a loaded compiled model, checked against the contract.
+    """Run one prediction through a loaded compiled model, checked against the contract.
+
+    Parameters
+    ----------
+    model : coremltools.models.CompiledMLModel
+        The loaded model (:func:`load_compiled`).
+    mel : numpy.ndarray
+        The log-mel input (converted to contiguous float32).
+    contract : EncoderContract
+        Gives the feature names and shapes.
+
+    Returns
+    -------
+    numpy.ndarray
+        The output feature, float32 of the contract's output shape.
 
     Raises
     ------
-    ContractViolation
+    verifylib.errors.ContractBroken
+        If ``mel`` does not have the contract's input shape.
+    EncoderContractBroken
         If the output feature is missing, not float32, or not the contract's shape
         (whisper.cpp would copy it blindly).
     """
@@ -658,8 +834,8 @@ def predict_compiled(model, mel: np.ndarray, contract: EncoderContract) -> np.nd
         raise ContractBroken(f"log-mel shape {x.shape}, the contract is {contract.input_shape}")
     out = model.predict({contract.input_name: x})
     if contract.output_name not in out:
-        raise ContractViolation([f"prediction has outputs {sorted(out)}, not "
-                                 f"{contract.output_name!r}"])
+        raise EncoderContractBroken([f"prediction has outputs {sorted(out)}, not "
+                                     f"{contract.output_name!r}"])
     y = np.asarray(out[contract.output_name])
     problems = []
     if y.dtype != np.float32:
@@ -667,5 +843,5 @@ def predict_compiled(model, mel: np.ndarray, contract: EncoderContract) -> np.nd
     if tuple(y.shape) != contract.output_shape:
         problems.append(f"output shape {tuple(y.shape)}, the contract is {contract.output_shape}")
     if problems:
-        raise ContractViolation(problems)
+        raise EncoderContractBroken(problems)
     return y

@@ -129,7 +129,8 @@ class CT2Model:
             raise ModelError(f"{self.path}: variable {name!r} is missing")
         arr = self.variables[name]
         if arr.shape != () and arr.size != 1:
-            raise ModelError(f"{self.path}: variable {name!r} has shape {arr.shape}, expected a scalar")
+            raise ModelError(f"{self.path}: variable {name!r} has shape {arr.shape}, expected "
+                             "a scalar")
         return arr.reshape(()).item()
 
 

@@ -158,7 +158,8 @@ def _derive_config(ct2: CT2Model, ids: Mapping[str, int]) -> dict:
     dec_pos = _need(ct2, "decoder/position_encodings/encodings", "max_target_positions")
     enc_ffn = _need(ct2, "encoder/layer_0/ffn/linear_0/weight", "encoder_ffn_dim")
     dec_ffn = _need(ct2, "decoder/layer_0/ffn/linear_0/weight", "decoder_ffn_dim")
-    for name, arr, rank in (("decoder/embeddings/weight", emb, 2), ("encoder/conv1/weight", conv1, 3),
+    for name, arr, rank in (("decoder/embeddings/weight", emb, 2),
+                            ("encoder/conv1/weight", conv1, 3),
                             ("encoder/position_encodings/encodings", enc_pos, 2),
                             ("decoder/position_encodings/encodings", dec_pos, 2),
                             ("encoder/layer_0/ffn/linear_0/weight", enc_ffn, 2),
@@ -295,8 +296,9 @@ def _state_dict(ct2: CT2Model, shapes: Mapping[str, tuple], tied: Mapping[str, s
         arr = ct2.variables[real]
         dtype = ct2.dtypes[real]
         if dtype not in _FLOAT_DTYPES:
-            raise ModelError(f"{where}: CTranslate2 variable {a.ct2!r} (for Hugging Face {hf!r}) is "
-                             f"stored as {dtype}; quantized CTranslate2 models are not supported")
+            raise ModelError(f"{where}: CTranslate2 variable {a.ct2!r} (for Hugging Face "
+                             f"{hf!r}) is stored as {dtype}; quantized CTranslate2 models are "
+                             "not supported")
         if tuple(arr.shape) != tuple(a.ct2_shape):
             raise ModelError(f"{where}: CTranslate2 variable {a.ct2!r} (for Hugging Face {hf!r}) "
                              f"has shape {tuple(arr.shape)}, expected {tuple(a.ct2_shape)}")
@@ -310,11 +312,13 @@ def _state_dict(ct2: CT2Model, shapes: Mapping[str, tuple], tied: Mapping[str, s
         block = ct2.variables[real][z.rows]
         if np.any(block != 0):
             raise ModelError(f"{where}: CTranslate2 variable {z.ct2!r} rows {z.rows.start}:"
-                             f"{z.rows.stop} are not zero ({z.why}); this mapping cannot represent it")
+                             f"{z.rows.stop} are not zero ({z.why}); this mapping cannot "
+                             "represent it")
 
     for hf_name, target in tied.items():
         if hf_name != "proj_out.weight" or target != "model.decoder.embed_tokens.weight":
-            raise ModelError(f"internal mapping error: unexpected tied parameter {hf_name} -> {target}")
+            raise ModelError("internal mapping error: unexpected tied parameter "
+                             f"{hf_name} -> {target}")
         proj = "decoder/projection/weight"
         try:
             real = ct2.resolve(proj)
@@ -438,7 +442,8 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     try:
         ct2_config = json.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelError(f"{ct2_dir}: config.json is missing (it holds the suppress ids)") from None
+        raise ModelError(f"{ct2_dir}: config.json is missing (it holds the suppress "
+                         "ids)") from None
     except json.JSONDecodeError as exc:
         raise ModelError(f"{cfg_path}: not JSON ({exc})") from None
     for key in ("suppress_ids", "suppress_ids_begin"):
@@ -463,7 +468,8 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     tied = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
     state = _state_dict(ct2, shapes, tied)
-    skeleton.load_state_dict({**state, "proj_out.weight": state["model.decoder.embed_tokens.weight"]},
+    skeleton.load_state_dict({**state,
+                              "proj_out.weight": state["model.decoder.embed_tokens.weight"]},
                              strict=True, assign=True)
     skeleton.tie_weights()
     model = skeleton.eval()
@@ -494,7 +500,8 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         if not isinstance(lang_ids, list):
             raise ModelError(f"{cfg_path}: a multilingual model needs 'lang_ids'")
         gen["lang_to_id"] = {tok.convert_ids_to_tokens(i): i for i in lang_ids}
-        gen["task_to_id"] = {t: _token_id(tok, f"<|{t}|>", ct2_dir) for t in ("transcribe", "translate")}
+        gen["task_to_id"] = {t: _token_id(tok, f"<|{t}|>", ct2_dir)
+                             for t in ("transcribe", "translate")}
     model.generation_config = GenerationConfig(**gen)
 
     out_dir.mkdir(parents=True, exist_ok=False)
@@ -520,7 +527,21 @@ def _files_digests(folder: Path) -> dict[str, str]:
 
 
 def valid_import(folder: Path, source_digest: str) -> dict | None:
-    """Return the marker of a complete, current, unmodified import in ``folder``, else None."""
+    """Return the marker of a complete, current, unmodified import in ``folder``, else None.
+
+    Parameters
+    ----------
+    folder : Path
+        A cached import (``models/<digest>``).
+    source_digest : str
+        Tree digest of the CTranslate2 folder the import must come from.
+
+    Returns
+    -------
+    dict or None
+        The marker's content when it parses, names this importer and ``source_digest``,
+        and its ``files`` digests match the folder's files; otherwise None.
+    """
     marker = folder / MARKER
     if not marker.is_file():
         return None
@@ -542,6 +563,29 @@ def import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
 
     The import runs under the digest's lock (``cache_dir/locks/model-<digest>.lock``); a
     process that waited reuses the holder's import once its file digests check out.
+
+    Parameters
+    ----------
+    ct2_dir : Path
+        The CTranslate2 model folder.
+    cache_dir : Path
+        The shared cache (imports go to ``models/``, locks to ``locks/``).
+    origin : dict
+        Where the model came from, recorded in the marker (with the importer, the
+        CTranslate2 header, the config and the parameter count added).
+    log : callable
+        Receives one progress line at a time.
+
+    Returns
+    -------
+    hf_dir : Path
+        The imported Hugging Face folder (``models/<digest>``).
+    digest : str
+        Tree digest of ``ct2_dir``.
+    origin : dict
+        The origin recorded in the marker.
+    cached : bool
+        True when an existing import was reused.
     """
     digest = tree_digest(ct2_dir)
     models = cache_dir / "models"

@@ -346,7 +346,7 @@ class _StreamedWeights:
         self.names, self._files, self._ties = names, files, ties
 
     def source(self, name: str) -> str:
-        """The checkpoint key ``name`` is read from (its tie source if it is not stored)."""
+        """Return the checkpoint key ``name`` is read from (its tie source if not stored)."""
         return name if name in self._files else self._ties[name]
 
     def get(self, name: str):
@@ -363,8 +363,11 @@ class _StreamedWeights:
 
 
 def _streamed_weights(hf_dir: Path, cfg) -> _StreamedWeights | None:
-    """The folder's weights as :class:`_StreamedWeights`, or None when ``from_pretrained``
-    would load anything other than the checkpoint's tensors under the model's own names."""
+    """Return the folder's weights as :class:`_StreamedWeights`, or None.
+
+    None when ``from_pretrained`` would load anything other than the checkpoint's tensors
+    under the model's own names.
+    """
     import torch
     from safetensors import SafetensorError, safe_open
     from transformers import WhisperForConditionalGeneration
@@ -523,14 +526,16 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
     for side in ("encoder", "decoder"):
         ffn = getattr(cfg, f"{side}_ffn_dim")
         if ffn != 4 * cfg.d_model:
-            raise GgmlError(f"{hf_dir}: {side}_ffn_dim {ffn} is not 4 x d_model ({4 * cfg.d_model}); "
-                            "whisper.cpp's loader assumes 4 x")
+            raise GgmlError(f"{hf_dir}: {side}_ffn_dim {ffn} is not 4 x d_model "
+                            f"({4 * cfg.d_model}); whisper.cpp's loader assumes 4 x")
     expected = expected_tensors(hparams)
 
     fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
-    if (fe.sampling_rate, fe.n_fft, fe.hop_length) != (_WHISPER_SAMPLE_RATE, _WHISPER_N_FFT, _WHISPER_HOP):
-        raise GgmlError(f"{hf_dir}: feature extractor uses {fe.sampling_rate} Hz, n_fft {fe.n_fft}, "
-                        f"hop {fe.hop_length}; whisper.cpp computes 16000 Hz, 400, 160")
+    if (fe.sampling_rate, fe.n_fft, fe.hop_length) != (_WHISPER_SAMPLE_RATE, _WHISPER_N_FFT,
+                                                       _WHISPER_HOP):
+        raise GgmlError(f"{hf_dir}: feature extractor uses {fe.sampling_rate} Hz, n_fft "
+                        f"{fe.n_fft}, hop {fe.hop_length}; whisper.cpp computes 16000 Hz, "
+                        "400, 160")
     # The Hugging Face front end's own filter bank (slaney mel scale and norm), so both
     # sides compute the same log-mel features.
     filters = np.ascontiguousarray(np.asarray(fe.mel_filters, dtype=np.float32).T)
@@ -539,7 +544,8 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
                         f"({cfg.num_mel_bins}, {1 + _WHISPER_N_FFT // 2})")
     vocab = _byte_vocab(hf_dir)
     if len(vocab) > cfg.vocab_size:
-        raise GgmlError(f"{hf_dir}: {len(vocab)} vocabulary entries for {cfg.vocab_size} embedding rows")
+        raise GgmlError(f"{hf_dir}: {len(vocab)} vocabulary entries for {cfg.vocab_size} "
+                        "embedding rows")
 
     # With tied weights the loaded proj_out *is* the embedding, so this also compares the
     # embedding with itself (torch.equal is False if it holds a NaN), on both paths.
@@ -561,7 +567,8 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
         if g in hf_of:
             raise GgmlError(f"{hf_dir}: two parameters map to {g!r}")
         if g not in expected:
-            raise GgmlError(f"{hf_dir}: {hf_name!r} maps to {g!r}, which whisper.cpp does not load")
+            raise GgmlError(f"{hf_dir}: {hf_name!r} maps to {g!r}, which whisper.cpp does not "
+                            "load")
         hf_of[g] = hf_name
     missing = [g for g in expected if g not in hf_of]
     if missing:
@@ -639,7 +646,8 @@ def read_ggml(path: str | os.PathLike) -> GgmlFile:
         raise GgmlError(f"{path}: bad magic {magic:#x} (expected {GGML_FILE_MAGIC:#x})")
     hparams = dict(zip(HPARAM_NAMES, ints("<11i", "the hparams")))
     n_mel, n_fft = ints("<ii", "the mel filter header")
-    mel = np.frombuffer(take(4 * n_mel * n_fft, "the mel filters"), dtype="<f4").reshape(n_mel, n_fft)
+    mel = np.frombuffer(take(4 * n_mel * n_fft, "the mel filters"),
+                        dtype="<f4").reshape(n_mel, n_fft)
     (n_vocab,) = ints("<i", "the vocabulary size")
     vocab = []
     for i in range(n_vocab):

@@ -1,4 +1,4 @@
-"""Hugging Face Whisper models: load a folder, transcribe with greedy decoding, load the encoder alone.
+"""Hugging Face Whisper models: load a folder, transcribe greedily, load the encoder alone.
 
 The reference side of every comparison: transformers runs the model; this module only
 fixes how (float32, CPU, greedy, no timestamps) so every stage asks the same question.
@@ -108,15 +108,17 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
         raise ParametersInvalid(f"audio must be 1-D, got shape {audio.shape}")
     fe = bundle.feature_extractor
     if audio.shape[0] > fe.n_samples:
-        raise ParametersInvalid(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the reference "
-                                f"transcribes at most {fe.n_samples / fe.sampling_rate:.0f} s")
+        raise ParametersInvalid(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the "
+                                "reference transcribes at most "
+                                f"{fe.n_samples / fe.sampling_rate:.0f} s")
     feats = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt").input_features
     kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False, "return_timestamps": False}
     if bundle.is_multilingual:
         if language:
             kwargs.update(language=language, task="transcribe")
     elif language not in (None, "en"):
-        raise ParametersInvalid(f"{bundle.hf_dir} is English-only; language {language!r} is not possible")
+        raise ParametersInvalid(f"{bundle.hf_dir} is English-only; language {language!r} is "
+                                "not possible")
     with torch.inference_mode():
         ids = bundle.model.generate(feats, **kwargs)
     return bundle.tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()

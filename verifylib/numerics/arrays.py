@@ -34,6 +34,11 @@ def encode(arrays: Mapping[str, np.ndarray]) -> bytes:
     arrays : mapping
         Key -> numeric array. Keys are plain names (no ``/``).
 
+    Returns
+    -------
+    bytes
+        The ``numpy.savez_compressed`` archive of the arrays.
+
     Raises
     ------
     verifylib.errors.EvidenceInvalid
@@ -55,10 +60,20 @@ def encode(arrays: Mapping[str, np.ndarray]) -> bytes:
 def decode(data: bytes) -> dict[str, np.ndarray]:
     """Parse ``.npz`` bytes written by :func:`encode` (no pickles, numeric dtypes only).
 
+    Parameters
+    ----------
+    data : bytes
+        The file's bytes.
+
+    Returns
+    -------
+    dict
+        Member name -> array, every array loaded.
+
     Raises
     ------
     verifylib.errors.EvidenceInvalid
-        If the bytes are not such a file.
+        If the bytes are not such a file, or an array is not of a numeric or boolean dtype.
     """
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:

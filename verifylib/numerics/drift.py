@@ -1,6 +1,7 @@
 """Op-level attribution of numeric drift in a saved Core ML ML program.
 
-Two questions, answered op by op on any OS with the MIL executor (:mod:`verifylib.numerics.mil_exec`):
+Two questions, answered op by op on any OS with the MIL executor
+(:mod:`verifylib.numerics.mil_exec`):
 
 - **Conversion drift** -- where does the program stop computing what the Hugging Face
   encoder computes? The program runs in the requested arithmetic while the HF encoder runs
@@ -119,7 +120,13 @@ class OpDrift:
     precision_delta_snr_db: float | None
 
     def row(self) -> dict:
-        """The op as the JSON ``ops`` entry (``inputs`` as a list)."""
+        """Return the op as the JSON ``ops`` entry (``inputs`` as a list).
+
+        Returns
+        -------
+        dict
+            Every field of the op, by name.
+        """
         d = asdict(self)
         d["inputs"] = list(self.inputs)
         return d
@@ -206,7 +213,15 @@ class Attribution:
     input_precision: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        """The JSON document (``ops``, ``top``, ``modules`` and the rest)."""
+        """Return the JSON document (``ops``, ``top``, ``modules`` and the rest).
+
+        Returns
+        -------
+        dict
+            ``ops``, ``top`` and ``precision_top`` as :meth:`OpDrift.row` rows,
+            ``modules``, ``points``, ``compute``, ``variant``, ``fixture``, ``unmapped``,
+            ``seconds`` (rounded to ms), ``ceiling_db`` and ``input_precision``.
+        """
         return {"ops": [o.row() for o in self.ops], "top": [o.row() for o in self.top],
                 "precision_top": [o.row() for o in self.precision_top],
                 "modules": [asdict(m) for m in self.modules], "points": list(self.points),
@@ -216,7 +231,25 @@ class Attribution:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> "Attribution":
-        """Rebuild from :meth:`as_dict`'s document (as stored as evidence)."""
+        """Rebuild from :meth:`as_dict`'s document (as stored as evidence).
+
+        Parameters
+        ----------
+        doc : mapping
+            The document; ``top`` and ``precision_top`` are resolved by op name against
+            ``ops``, and the optional fields take their defaults when absent.
+
+        Returns
+        -------
+        Attribution
+            The attribution the document describes.
+
+        Raises
+        ------
+        KeyError, TypeError, ValueError
+            If the document lacks a required field, names an op ``ops`` does not hold,
+            or holds a value of the wrong type.
+        """
         ops = tuple(_op_from(r) for r in doc["ops"])
         by_name = {o.name: o for o in ops}
         return cls(ops=ops, top=tuple(by_name[r["name"]] for r in doc["top"]),
@@ -233,14 +266,41 @@ class Attribution:
                                     doc.get("input_precision", {}).items()})
 
     def op(self, name: str) -> OpDrift:
-        """The op whose output is ``name``."""
+        """Find the op whose output is ``name``.
+
+        Parameters
+        ----------
+        name : str
+            An output value name (:attr:`OpDrift.name`).
+
+        Returns
+        -------
+        OpDrift
+            The first op of :attr:`ops` with that name.
+
+        Raises
+        ------
+        KeyError
+            If no op has that name.
+        """
         for o in self.ops:
             if o.name == name:
                 return o
         raise KeyError(name)
 
     def table(self, ops: Iterable[OpDrift] | None = None) -> list[dict]:
-        """Rows ``{name, type, module, snr_db, delta_snr_db, cosine, …}`` for a DataFrame."""
+        """List rows ``{name, type, module, snr_db, delta_snr_db, cosine, …}`` for a DataFrame.
+
+        Parameters
+        ----------
+        ops : iterable of OpDrift, optional
+            The ops to list (e.g. :attr:`top`); every op by default.
+
+        Returns
+        -------
+        list of dict
+            One :meth:`OpDrift.row` per op.
+        """
         return [o.row() for o in (self.ops if ops is None else ops)]
 
 
@@ -286,12 +346,37 @@ class OpMapping:
 
 
 def module_keys(module_paths: Iterable[str]) -> dict[str, str]:
-    """Underscored form -> dotted HF module path (``layers_0_fc1`` -> ``layers.0.fc1``)."""
+    """Map underscored forms to dotted HF module paths (``layers_0_fc1`` -> ``layers.0.fc1``).
+
+    Parameters
+    ----------
+    module_paths : iterable of str
+        Dotted module paths; empty ones (the root module) are skipped.
+
+    Returns
+    -------
+    dict
+        Underscored form -> dotted path.
+    """
     return {p.replace(".", "_"): p for p in module_paths if p}
 
 
 def weight_module(const_name: str, keys: Mapping[str, str]) -> str | None:
-    """The HF module a weight constant came from, by coremltools' naming (or None)."""
+    """Find the HF module a weight constant came from, by coremltools' naming.
+
+    Parameters
+    ----------
+    const_name : str
+        The constant's name (``encoder_layers_2_fc1_weight``, optionally ``…_to_fp16``).
+    keys : mapping
+        Underscored form -> dotted path, as :func:`module_keys` builds it.
+
+    Returns
+    -------
+    str or None
+        The dotted path of the longest key that ends the name before its ``_weight`` or
+        ``_bias`` suffix, or None when the name has no such suffix or no key matches.
+    """
     name = const_name
     if name.endswith("_to_fp16"):
         name = name[: -len("_to_fp16")]
@@ -325,10 +410,18 @@ def _common_scope(a: str | None, b: str | None) -> str:
 
 
 def region(path: str) -> str:
-    """The per-module summary's region of a module path or scope.
+    """Return the per-module summary's region of a module path or scope.
 
-    ``layers.k`` for anything inside block ``k``, else the top-level module
-    (``conv1``, ``embeddings``, ``layer_norm``).
+    Parameters
+    ----------
+    path : str
+        A dotted module path or scope.
+
+    Returns
+    -------
+    str
+        ``layers.k`` for anything inside block ``k``, else the top-level module
+        (``conv1``, ``embeddings``, ``layer_norm``).
     """
     parts = path.split(".")
     if parts[0] == "layers" and len(parts) > 1:
@@ -342,6 +435,7 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
     Parameters
     ----------
     program : verifylib.numerics.mil_exec.Program
+        The loaded program whose ops (and constants) are mapped.
     module_paths : iterable of str
         The encoder's ``named_modules()`` paths.
 
@@ -435,6 +529,7 @@ def hf_points(encoder, mel: np.ndarray, wanted: Iterable[str]) -> tuple[dict, fl
     Parameters
     ----------
     encoder : transformers WhisperEncoder
+        The reference encoder; hooks are added for the run and removed afterwards.
     mel : numpy.ndarray
         The log-mel, float32 of the encoder's input shape.
     wanted : iterable of str
@@ -442,8 +537,11 @@ def hf_points(encoder, mel: np.ndarray, wanted: Iterable[str]) -> tuple[dict, fl
 
     Returns
     -------
-    (outputs, seconds)
-        Module path -> float32 numpy array; the forward's wall time.
+    outputs : dict
+        Module path -> float32 numpy array (a wanted module the encoder does not have is
+        absent).
+    seconds : float
+        The forward pass's wall time.
     """
     import torch
 
@@ -541,7 +639,7 @@ class _HfStream:
             self._q.put(self._END)
 
     def get(self, name: str):
-        """The output of module ``name`` (None if the forward pass never produced it).
+        """Return the output of module ``name`` (None if the forward pass never produced it).
 
         A module asked for twice, or never hooked, is None at once: waiting for it would
         buffer every remaining output of the forward pass.
@@ -574,13 +672,13 @@ _CHUNK = 1 << 22
 
 
 def _agreement(reference, candidate) -> tuple[float, float]:
-    """SNR (dB, reference as signal) and cosine of two same-shaped tensors, float64.
+    """Compute SNR (dB, reference as signal) and cosine of two same-shaped tensors, float64.
 
-    The same statistics as :func:`verifylib.numerics.parity.compare` (no epsilon floor), computed
-    with torch's float64 dot products because attribution compares every op's output and
-    the full :class:`~verifylib.numerics.parity.Metrics` (max and mean error, finiteness) would
-    double its cost. The sums run over chunks: a float64 copy of a large encoder's
-    attention scores (20 heads x 1500 x 1500) is 360 MB, three of them a gigabyte.
+    The same statistics as :func:`verifylib.numerics.parity.compare` (no epsilon floor),
+    computed with torch's float64 dot products because attribution compares every op's
+    output and the full :class:`~verifylib.numerics.parity.Metrics` (max and mean error,
+    finiteness) would double its cost. The sums run over chunks: a float64 copy of a large
+    encoder's attention scores (20 heads x 1500 x 1500) is 360 MB, three of them a gigabyte.
     """
     import torch
 
@@ -670,6 +768,13 @@ def derive(ops: Sequence[OpDrift], input_names: Iterable[str],
         The program's function inputs (exact for conversion drift).
     input_precision_snr : mapping, optional
         Function input -> precision SNR (``inf`` unless the program rounds its input).
+
+    Returns
+    -------
+    tuple of OpDrift
+        The ops with ``delta_snr_db`` (mapped ops with a conversion SNR only) and
+        ``precision_delta_snr_db`` (ops with a precision SNR only) recomputed; every other
+        field as given.
     """
     eff: dict[str, float] = {n: math.inf for n in input_names}
     prec: dict[str, float] = {n: math.inf for n in input_names}
@@ -725,6 +830,7 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
     Returns
     -------
     Attribution
+        Every op's drift, the rankings and the per-region summary.
 
     Raises
     ------
@@ -812,10 +918,22 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
 # ----------------------------------------------------------------------------- validation
 
 def check_document(doc: Any) -> list[str]:
-    """Problems of a stored attribution document (empty when it is consistent).
+    """List the problems of a stored attribution document (empty when it is consistent).
 
     Every ΔSNR, the ``top`` and ``precision_top`` rankings and the per-module summary are
     recomputed from the ops' SNRs and input lists; a document that disagrees is refused.
+
+    Parameters
+    ----------
+    doc : Any
+        The decoded JSON document (as :meth:`Attribution.as_dict` writes it).
+
+    Returns
+    -------
+    list of str
+        One problem for a document that is not a mapping with an ``ops`` list, is
+        malformed, lists an op twice or used another ceiling than :data:`CEILING_DB`;
+        otherwise one per inconsistency found (empty when none).
     """
     if not isinstance(doc, Mapping) or not isinstance(doc.get("ops"), list):
         return ["the attribution is not a mapping with an ops list"]

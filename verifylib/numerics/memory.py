@@ -27,7 +27,7 @@ _MMAP_THRESHOLD_CEILING = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-b
 
 
 def _glibc():
-    """The process's glibc through ctypes, or None with any other C library."""
+    """Return the process's glibc through ctypes, or None with any other C library."""
     global _GLIBC
     if _GLIBC is False:
         try:
@@ -67,6 +67,18 @@ def trimmed(steps: Iterable[T], every: int = TRIM_EVERY) -> Iterator[T]:
     9.2 GiB; trimming every 16 ops held the peak at 6.8 GiB. A trim costs about a
     millisecond, so unlike :func:`freed_blocks_unmapped` (a page fault per fresh page of
     every block) it leaves small encoders' executions as fast as before.
+
+    Parameters
+    ----------
+    steps : iterable
+        The steps to pass through (e.g. an executor's op-by-op steps).
+    every : int
+        Steps between two ``malloc_trim(0)`` calls (glibc only; elsewhere none is made).
+
+    Yields
+    ------
+    T
+        Each item of ``steps``, unchanged and in order.
     """
     libc = _glibc()
     for i, step in enumerate(steps, 1):
@@ -77,12 +89,17 @@ def trimmed(steps: Iterable[T], every: int = TRIM_EVERY) -> Iterator[T]:
 
 @contextlib.contextmanager
 def freed_blocks_unmapped():
-    """Inside, glibc maps every block from 1 MiB up on its own, so freeing it unmaps it.
+    """Make glibc map every block from 1 MiB up on its own inside, so freeing it unmaps it.
 
     Measured: tracing a medium-shaped encoder peaked 1.7 GiB above its resident weights,
     0.25 GiB with the threshold at 1 MiB. The cost is a page fault per fresh page of such
     a block. On leaving, the threshold is set to 32 MiB, the ceiling glibc's own
     adjustment climbs to (glibc cannot be handed that adjustment back).
+
+    Yields
+    ------
+    None
+        Control, with glibc's mmap threshold at 1 MiB (no change off glibc).
     """
     libc = _glibc()
     if libc is not None:

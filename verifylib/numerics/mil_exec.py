@@ -80,8 +80,17 @@ class UnsupportedOpError(MilExecError):
 
 @dataclass(frozen=True)
 class Value:
-    """A named value of the program: its MIL dtype (``fp32``, ``fp16``, ``int32`` ...) and
-    shape (ints, or strings for symbolic dimensions)."""
+    """A named value of the program, with its MIL dtype and shape.
+
+    Attributes
+    ----------
+    name : str
+        The value's name in the program.
+    dtype : str
+        MIL dtype (``fp32``, ``fp16``, ``int32`` ...).
+    shape : tuple
+        Dimensions: ints, or strings for symbolic dimensions.
+    """
 
     name: str
     dtype: str
@@ -90,7 +99,18 @@ class Value:
 
 @dataclass(frozen=True)
 class Op:
-    """One non-const operation: its type, inputs (parameter -> value names) and outputs."""
+    """One non-const operation: its type, inputs and outputs.
+
+    Attributes
+    ----------
+    type : str
+        MIL operation type.
+    inputs : mapping
+        Parameter name -> tuple of the value names bound to it (inline values are named
+        ``<first output>::<parameter>::<k>`` and kept with the constants).
+    outputs : tuple of Value
+        The values it computes.
+    """
 
     type: str
     inputs: Mapping[str, tuple[str, ...]]
@@ -136,11 +156,23 @@ class Program:
     _weights: Any = field(default=None, repr=False)
 
     def producer(self) -> dict[str, Op]:
-        """Value name -> the op that computes it (consts excluded)."""
+        """Map each value name to the op that computes it (consts excluded).
+
+        Returns
+        -------
+        dict
+            Output value name -> :class:`Op`.
+        """
         return {v.name: op for op in self.ops for v in op.outputs}
 
     def value_types(self) -> dict[str, Value]:
-        """Value name -> :class:`Value` for every op output and function input."""
+        """Map each op output and function input to its :class:`Value`.
+
+        Returns
+        -------
+        dict
+            Value name -> :class:`Value`.
+        """
         out = {v.name: v for v in self.inputs}
         out.update({v.name: v for op in self.ops for v in op.outputs})
         return out
@@ -195,9 +227,11 @@ class _Weights:
         return self._maps[name]
 
     def view(self, blob, dtype: str, shape: tuple):
-        """The blob at ``blob.offset`` as an array of ``shape``, or None when its stored
-        type or size is not what the program declares (the caller then reads it with
-        coremltools)."""
+        """View the blob at ``blob.offset`` as an array of ``shape``.
+
+        None when its stored type is not what the program declares, or the shape is
+        symbolic (the caller then reads it with coremltools).
+        """
         import struct
 
         if not all(isinstance(d, int) for d in shape):
@@ -241,13 +275,14 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     Returns
     -------
     Program
+        The function's inputs, outputs, non-const ops in order and constants.
 
     Raises
     ------
     MilExecError
-        If the package is not an ML program, the function or its opset's block is
-        missing, an operation has nested blocks (control flow is not supported), or a
-        weight blob disagrees with the type the program declares.
+        If the path is not a folder, the package is not an ML program, the function or
+        its opset's block is missing, an operation has nested blocks (control flow is not
+        supported), or a weight blob disagrees with the type the program declares.
     """
     import coremltools as ct
     from coremltools.converters.mil.frontend.milproto import load as milproto
@@ -315,7 +350,18 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
 
 
 def check_supported(program: Program) -> None:
-    """Raise :class:`UnsupportedOpError` for the first operation the executor lacks."""
+    """Raise :class:`UnsupportedOpError` for the first operation the executor lacks.
+
+    Parameters
+    ----------
+    program : Program
+        The loaded program.
+
+    Raises
+    ------
+    UnsupportedOpError
+        Naming the first op whose type is not in :data:`SUPPORTED_OPS`.
+    """
     for i, op in enumerate(program.ops):
         if op.type not in SUPPORTED_OPS:
             where = f"op #{i}, output {op.outputs[0].name!r}" if op.outputs else f"op #{i}"
@@ -360,8 +406,9 @@ _CACHE_COPY_BYTES = 1 << 20
 
 
 def _const_value(program: Program, name: str, compute: str):
-    """A constant as the executor uses it: float tensors in the compute dtype, everything
-    else as numpy / Python values.
+    """Return a constant as the executor uses it.
+
+    Float tensors in the compute dtype, everything else as numpy / Python values.
 
     Why not widen every weight once up front: for a large encoder the float64 copies of
     the weights alone are twice the program's size (5 GB for a large-v3-shaped encoder).
@@ -556,10 +603,13 @@ class Stepper:
         as written). ``False`` computes the same math without that rounding, the
         "exact" reference against which precision drift is measured.
     keep : iterable of str
-        Value names never freed (taps and outputs are kept anyway).
+        Value names never freed (the function outputs are kept anyway; :func:`execute`
+        passes its taps here when it keeps them).
 
     Raises
     ------
+    verifylib.errors.ParametersInvalid
+        If ``compute`` is not one of :data:`COMPUTE_MODES`.
     UnsupportedOpError
         If the program holds an unknown operation (before anything runs).
     MilExecError
@@ -647,7 +697,18 @@ class Stepper:
                         env.pop(n, None)
 
     def outputs(self) -> dict[str, np.ndarray]:
-        """The function outputs, once :meth:`steps` is exhausted."""
+        """Collect the function outputs, once :meth:`steps` is exhausted.
+
+        Returns
+        -------
+        dict
+            Output name -> numpy array (a constant output as stored).
+
+        Raises
+        ------
+        MilExecError
+            If an output was never computed (the steps were not run to the end).
+        """
         outputs = {}
         for name in self.program.outputs:
             if name in self.env:
@@ -683,9 +744,12 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
     Returns
     -------
     Execution
+        The outputs, the kept taps, the wall time and the compute mode.
 
     Raises
     ------
+    verifylib.errors.ParametersInvalid
+        If ``compute`` is not one of :data:`COMPUTE_MODES`.
     UnsupportedOpError
         Before anything runs, if the program holds an unknown operation.
     MilExecError
@@ -726,6 +790,11 @@ def residual_taps(program: Program) -> list[tuple[str, str]]:
     the last block. So with ``L`` blocks the program holds ``2L + 1`` layer norms, the
     ``x`` of layer norm ``0`` is the embedded input and the ``x`` of layer norm ``2i + 2``
     is the output of block ``i``.
+
+    Parameters
+    ----------
+    program : Program
+        The loaded program.
 
     Returns
     -------

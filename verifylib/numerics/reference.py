@@ -1,5 +1,7 @@
-"""The Hugging Face reference side of parity: real and random log-mels, and the encoder's
-outputs with its residual stream tapped per block.
+"""The Hugging Face reference side of parity: log-mels and the encoder's tapped outputs.
+
+Real and random log-mels, and the encoder's outputs with its residual stream tapped per
+block.
 
 Computed once per audit and shared by every candidate (the ML program executed op by op,
 the compiled model under Core ML), so all candidates are measured against the same numbers.
@@ -60,7 +62,22 @@ class ReferenceRun:
 
 
 def fixture_logmel(bundle, audio: np.ndarray, contract) -> np.ndarray:
-    """The model's Whisper log-mel of ``audio``, padded to the contract's mel width.
+    """Compute the model's Whisper log-mel of ``audio``, padded to the contract's mel width.
+
+    Parameters
+    ----------
+    bundle : HFBundle or feature extractor
+        A :class:`verifylib.models.intake.HFBundle` (its ``feature_extractor`` is used) or
+        the Whisper feature extractor itself.
+    audio : numpy.ndarray
+        1-D float32 samples at the extractor's sampling rate.
+    contract : EncoderContract
+        Gives the mel width and the input shape the features must have.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 log-mel of shape ``contract.input_shape``.
 
     Raises
     ------
@@ -83,7 +100,20 @@ def fixture_logmel(bundle, audio: np.ndarray, contract) -> np.ndarray:
 
 
 def random_logmel(contract, seed: int = RANDOM_SEED) -> np.ndarray:
-    """A seeded random log-mel of the contract's input shape (uniform in [-1, 1])."""
+    """Draw a seeded random log-mel of the contract's input shape (uniform in [-1, 1]).
+
+    Parameters
+    ----------
+    contract : EncoderContract
+        Gives the input shape.
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 array of shape ``contract.input_shape``.
+    """
     rng = np.random.default_rng(seed)
     return rng.uniform(-1.0, 1.0, size=contract.input_shape).astype(np.float32)
 
@@ -91,11 +121,23 @@ def random_logmel(contract, seed: int = RANDOM_SEED) -> np.ndarray:
 def reference_encode(encoder, mel: np.ndarray) -> tuple[np.ndarray, list, float]:
     """Run the HF encoder (inference mode) and collect the residual stream per block.
 
+    Parameters
+    ----------
+    encoder : transformers WhisperEncoder
+        The reference encoder; hooks on its ``layers`` tap the residual stream and are
+        removed afterwards.
+    mel : numpy.ndarray
+        float32 log-mel input.
+
     Returns
     -------
-    (output, layers, seconds)
-        ``layers`` is ``[("embeddings", a), ("block 0", a), …, ("output", a)]``: the input
-        of block 0, each block's output, and the final (layer-normed) output.
+    output : numpy.ndarray
+        The encoder's ``last_hidden_state``.
+    layers : list of (str, numpy.ndarray)
+        ``[("embeddings", a), ("block 0", a), …, ("output", a)]``: the input of block 0,
+        each block's output, and the final (layer-normed) output.
+    seconds : float
+        Wall time of the forward pass.
     """
     import torch
     seen: dict[str, np.ndarray] = {}

@@ -24,10 +24,6 @@ POLICY_DIR = resources.policies_dir()
 ENGLISH_JSON_SHA256 = "6607f948be9824d2e1b2fa2223cd94c06c45afa4e05ea0e3d5e1f2bdffde2465"
 
 
-class PolicyError(PolicyInvalid):
-    """A policy resource is missing or not what its id says."""
-
-
 @dataclass(frozen=True)
 class Policy:
     """A versioned policy resource.
@@ -52,16 +48,16 @@ def load_policy(policy_id: str) -> Policy:
 
     Raises
     ------
-    PolicyError
+    PolicyInvalid
         If the file is missing or names another id.
     """
     path = POLICY_DIR / f"{policy_id}.json"
     if not path.is_file():
-        raise PolicyError(f"unknown policy {policy_id!r} (no {path})")
+        raise PolicyInvalid(f"unknown policy {policy_id!r} (no {path})")
     raw = path.read_bytes()
     rules = canonical.loads(raw)
     if rules.get("id") != policy_id:
-        raise PolicyError(f"{path}: declares id {rules.get('id')!r}, expected {policy_id!r}")
+        raise PolicyInvalid(f"{path}: declares id {rules.get('id')!r}, expected {policy_id!r}")
     return Policy(policy_id, canonical.sha256_bytes(raw), rules)
 
 
@@ -90,7 +86,7 @@ def english_normalizer() -> Normalizer:
 
     Raises
     ------
-    PolicyError
+    PolicyInvalid
         If the packaged mapping is not the expected bytes.
     """
     from importlib import metadata
@@ -101,8 +97,8 @@ def english_normalizer() -> Normalizer:
     raw = res.read_bytes()
     digest = canonical.sha256_bytes(raw)
     if digest != ENGLISH_JSON_SHA256:
-        raise PolicyError(f"whisper_normalizer's english.json has digest {digest}, expected "
-                          f"{ENGLISH_JSON_SHA256} (OpenAI's mapping)")
+        raise PolicyInvalid(f"whisper_normalizer's english.json has digest {digest}, expected "
+                            f"{ENGLISH_JSON_SHA256} (OpenAI's mapping)")
     fn = EnglishTextNormalizer(json.loads(raw))
     return Normalizer(fn, {
         "class": "transformers.models.whisper.english_normalizer.EnglishTextNormalizer",
@@ -203,7 +199,7 @@ def policy_fraction(value: int | float) -> Fraction:
     shortest decimal that reads back as the same double, i.e. what the JSON file says.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PolicyError(f"policy threshold {value!r} is not a finite number")
+        raise PolicyInvalid(f"policy threshold {value!r} is not a finite number")
     return Fraction(str(value))
 
 

@@ -38,10 +38,6 @@ PROCESSOR_FLAGS = ("-p", "--processors")
 """``-p N`` creates N whisper states (N Core ML loads); gates require exactly 1."""
 
 
-class ContractError(ContractBroken):
-    """A command line breaks the runtime contract and is refused before launch."""
-
-
 def check_cli_argv(argv) -> None:
     """Refuse a whisper-cli argv that breaks the contract, before anything runs.
 
@@ -52,7 +48,7 @@ def check_cli_argv(argv) -> None:
 
     Raises
     ------
-    ContractError
+    ContractBroken
         On a forbidden flag (also in ``--flag=value`` form) or a processor count other
         than 1.
     """
@@ -60,12 +56,12 @@ def check_cli_argv(argv) -> None:
     for i, a in enumerate(args[1:], 1):
         flag = a.split("=", 1)[0]
         if flag in FORBIDDEN_FLAGS:
-            raise ContractError(f"whisper-cli flag {flag} is forbidden in gate runs")
+            raise ContractBroken(f"whisper-cli flag {flag} is forbidden in gate runs")
         if flag in PROCESSOR_FLAGS:
             value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
             if value.strip() != "1":
-                raise ContractError(f"whisper-cli {flag} {value!r}: gate runs use exactly one "
-                                    "processor")
+                raise ContractBroken(f"whisper-cli {flag} {value!r}: gate runs use exactly one "
+                                     "processor")
 
 
 def greedy_decoding_args(language: str) -> list[str]:
@@ -511,7 +507,7 @@ def _integrity(record, stderr: bytes, stdout: bytes | None) -> list[str]:
     else:
         try:
             check_cli_argv(argv)
-        except ContractError as exc:
+        except ContractBroken as exc:
             problems.append(f"argv breaks the runtime contract: {exc}")
     return problems
 

@@ -33,9 +33,6 @@ from typing import Any, Iterator, Mapping, Sequence
 from verifylib import canonical
 from verifylib.canonical import is_sha256
 from verifylib.errors import EvidenceInvalid
-from verifylib.evidence import gates
-from verifylib.evidence.gates import Status
-from verifylib.evidence.records import EvidenceError, EvidenceView, GateRecord
 
 LEDGER_FILE = "ledger.jsonl"
 """Name of the ledger at the run-directory root."""
@@ -77,12 +74,18 @@ def bind(run_dir: str | os.PathLike | None) -> None:
 
 
 def active() -> Path | None:
-    """Return the path of the bound ledger file, or None when nothing is bound."""
+    """Return the path of the bound ledger file, or None when nothing is bound.
+
+    Returns
+    -------
+    Path or None
+        ``<run_dir>/ledger.jsonl`` (resolved) of the last :func:`bind`, or None.
+    """
     return _bound
 
 
 def argv_sha256(argv: Sequence[str | os.PathLike]) -> str:
-    """SHA-256 of the canonical JSON of an argv list (how the ledger identifies argv).
+    """Hash the canonical JSON of an argv list (how the ledger identifies argv).
 
     Parameters
     ----------
@@ -98,7 +101,13 @@ def argv_sha256(argv: Sequence[str | os.PathLike]) -> str:
 
 
 def utc_now() -> str:
-    """The current UTC time as ISO 8601 with microseconds (a ledger ``started_utc``)."""
+    """Return the current UTC time as ISO 8601 with microseconds (a ledger ``started_utc``).
+
+    Returns
+    -------
+    str
+        E.g. ``2026-01-02T03:04:05.123456+00:00``.
+    """
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
@@ -214,7 +223,7 @@ def _read_locked(path: Path) -> bytes:
 
 
 def _lines(data: bytes) -> list[bytes]:
-    """The ledger's lines, a torn last line included (as :func:`append` numbers them)."""
+    """Split the ledger into lines, a torn last line included (as :func:`append` numbers them)."""
     if not data:
         return []
     lines = data.split(b"\n")
@@ -224,16 +233,22 @@ def _lines(data: bytes) -> list[bytes]:
 # ----------------------------------------------------------------------------- reading
 
 def mark() -> int:
-    """Current number of entries (lines) of the bound ledger; 0 when none is bound.
+    """Count the entries (lines) of the bound ledger; 0 when none is bound.
 
     Pass it to :func:`since` later to get the launches made in between (the stage
     plumbing does this around a gate, so a gate that raised still cites its launches).
+
+    Returns
+    -------
+    int
+        The number of lines, a torn last line included; 0 when nothing is bound or the
+        file does not exist yet.
     """
     return 0 if _bound is None else len(_lines(_read_locked(_bound)))
 
 
 def since(mark_: int) -> list[dict]:
-    """Entries of the bound ledger appended after :func:`mark` returned ``mark_``.
+    """Return the entries of the bound ledger appended after :func:`mark` returned ``mark_``.
 
     Lines that do not parse as an entry are skipped here (:func:`check` reports them).
 
@@ -245,7 +260,7 @@ def since(mark_: int) -> list[dict]:
     Returns
     -------
     list of dict
-        The entries, in ``seq`` order.
+        The entries, in ``seq`` order; empty when nothing is bound.
     """
     if _bound is None:
         return []
@@ -258,30 +273,56 @@ def since(mark_: int) -> list[dict]:
 
 
 def read(run_dir: str | os.PathLike) -> list[dict]:
-    """Every entry of a run directory's ledger (an empty list when it has none).
+    """Read every entry of a run directory's ledger (an empty list when it has none).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory holding :data:`LEDGER_FILE`.
+
+    Returns
+    -------
+    list of dict
+        The entries, in ``seq`` order.
 
     Raises
     ------
     LedgerError
         If any line is malformed or the ``seq`` values are not 0, 1, 2, ...
     """
-    entries, problems = _scan(_read_locked(Path(run_dir) / LEDGER_FILE))
+    entries, problems = scan(_read_locked(Path(run_dir) / LEDGER_FILE))
     if problems:
         raise LedgerError("; ".join(problems))
     return [entries[k] for k in sorted(entries)]
 
 
 def citation(entry: Mapping[str, Any]) -> dict:
-    """What a run record carries to cite its ledger entry: ``{"seq", "binary_sha256"}``."""
+    """Build what a run record carries to cite its ledger entry.
+
+    Parameters
+    ----------
+    entry : mapping
+        A ledger entry (as :func:`append` returns it).
+
+    Returns
+    -------
+    dict
+        ``{"seq", "binary_sha256"}`` copied from the entry.
+    """
     return {"seq": entry["seq"], "binary_sha256": entry["binary_sha256"]}
 
 
 def entry_record(entry: Mapping[str, Any]) -> dict:
-    """A citing record built from a ledger entry alone.
+    """Build a citing record from a ledger entry alone.
 
     For evidence that has no :class:`verifylib.runtime.runner.RunResult` at hand (an ERROR gate
     citing the launches made before it raised, from :func:`since`): the argv appears as
     its digest ``argv_sha256``, which :func:`check` accepts in place of ``argv``.
+
+    Parameters
+    ----------
+    entry : mapping
+        A ledger entry (e.g. one of :func:`since`).
 
     Returns
     -------
@@ -293,12 +334,12 @@ def entry_record(entry: Mapping[str, Any]) -> dict:
     return out
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _parse_line(line: bytes) -> tuple[dict | None, str | None]:
-    """An entry and None, or None and why the line is not a well-formed entry."""
+    """Parse one line: an entry and None, or None and why it is not a well-formed entry."""
     try:
         obj = canonical.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -308,11 +349,11 @@ def _parse_line(line: bytes) -> tuple[dict | None, str | None]:
         return None, f"not a ledger entry (keys {keys})"
     bad = [k for k in ("argv_sha256", "binary_sha256", "stdout_sha256", "stderr_sha256")
            if not is_sha256(obj[k])]
-    if not _is_int(obj["seq"]) or obj["seq"] < 0:
+    if not is_int(obj["seq"]) or obj["seq"] < 0:
         bad.append("seq")
     if not isinstance(obj["started_utc"], str):
         bad.append("started_utc")
-    if obj["returncode"] is not None and not _is_int(obj["returncode"]):
+    if obj["returncode"] is not None and not is_int(obj["returncode"]):
         bad.append("returncode")
     if obj["signal"] is not None and not isinstance(obj["signal"], str):
         bad.append("signal")
@@ -325,7 +366,7 @@ def _parse_line(line: bytes) -> tuple[dict | None, str | None]:
     return obj, None
 
 
-def _scan(data: bytes) -> tuple[dict[int, dict], list[str]]:
+def scan(data: bytes) -> tuple[dict[int, dict], list[str]]:
     """Parse a ledger: well-formed entries by seq, and the ledger's own problems."""
     entries: dict[int, dict] = {}
     problems = []
@@ -348,182 +389,36 @@ def _scan(data: bytes) -> tuple[dict[int, dict], list[str]]:
 # ----------------------------------------------------------------------------- validation
 
 def cited_seqs(doc: Any) -> set[int]:
-    """The ledger ``seq`` numbers a JSON document cites (wherever its run records sit)."""
-    return {c["launch"]["seq"] for _, c in _walk(doc)
-            if isinstance(c["launch"], dict) and _is_int(c["launch"].get("seq"))}
+    """Collect the ledger ``seq`` numbers a JSON document cites (wherever its run records sit).
+
+    Parameters
+    ----------
+    doc : Any
+        A decoded JSON document (dicts and lists nested to any depth).
+
+    Returns
+    -------
+    set of int
+        The ``seq`` of every ``"launch"`` citation whose value is a dict with an integer
+        ``seq``.
+    """
+    return {c["launch"]["seq"] for _, c in walk_citations(doc)
+            if isinstance(c["launch"], dict) and is_int(c["launch"].get("seq"))}
 
 
-def _walk(value: Any, pointer: str = "") -> Iterator[tuple[str, dict]]:
+def walk_citations(value: Any, pointer: str = "") -> Iterator[tuple[str, dict]]:
     """Every dict holding a ``"launch"`` key, with its JSON pointer."""
     if isinstance(value, dict):
         if "launch" in value:
             yield pointer or "/", value
         for k in sorted(value):
-            yield from _walk(value[k], f"{pointer}/{k}")
+            yield from walk_citations(value[k], f"{pointer}/{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _walk(v, f"{pointer}/{i}")
+            yield from walk_citations(v, f"{pointer}/{i}")
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _mismatches(cited: Mapping, entry: Mapping) -> list[str]:
-    """Names of the citing record's fields that differ from its ledger entry."""
-    out = []
-    if "argv" in cited:
-        argv = cited["argv"]
-        ok = isinstance(argv, list) and all(isinstance(a, str) for a in argv) and \
-            argv_sha256(argv) == entry["argv_sha256"]
-        if not ok:
-            out.append("argv")
-    elif not _same(cited.get("argv_sha256"), entry["argv_sha256"]):
-        out.append("argv (neither argv nor argv_sha256 matches)")
-    for k in CITED_FIELDS:
-        if k not in cited:
-            out.append(f"{k} (missing)")
-        elif not _same(cited[k], entry[k]):
-            out.append(k)
-    if not _same(cited["launch"].get("binary_sha256"), entry["binary_sha256"]):
-        out.append("binary_sha256")
-    return out
-
-
-def _gate_order(records: Mapping[str, GateRecord]) -> list[str]:
-    known = [g.id for g in gates.GATES if g.id in records]
-    return known + sorted(set(records) - set(known))
-
-
-def _short(digest: str) -> str:
-    return f"{digest[:12]}…"
-
-
-def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list[str]:
-    """Check the ledger against the launches the gates' evidence cites.
-
-    Every JSON evidence file a gate cites is read (through
-    :class:`verifylib.evidence.records.EvidenceView`, which verifies its digest) and walked; each
-    dict holding a ``"launch"`` key is a citation ``{"seq", "binary_sha256"}`` and must
-    repeat its entry's argv (as ``argv``, compared through :func:`argv_sha256`, or as
-    ``argv_sha256``) and :data:`CITED_FIELDS`, and the citation's ``binary_sha256`` must
-    be the entry's. Every entry must be cited exactly once, and each gate of
-    :data:`SINGLE_SHOT_GATES` that ran must cite exactly one launch (at most one when it
-    raised). A run without a ledger file is fine only if nothing cites a launch.
-
-    Parameters
-    ----------
-    run_dir : path-like
-        The run directory.
-    records : mapping
-        Gate id to :class:`verifylib.evidence.records.GateRecord` (e.g. from
-        :func:`verifylib.evidence.receipt.collect_records`).
-
-    Returns
-    -------
-    list of str
-        Problems, each naming the gate it concerns (or ``ledger:`` for the file itself);
-        empty when the ledger and the evidence agree.
-    """
-    run_dir = Path(run_dir)
-    path = run_dir / LEDGER_FILE
-    has_ledger = path.is_file()
-    entries, problems = _scan(path.read_bytes()) if has_ledger else ({}, [])
-
-    # Citations per evidence file, read once per path: two gates citing one shared file
-    # (the same bytes) must not count its launches twice, so a file's citations belong to
-    # the first gate, in registry order, that cites it.
-    owner: dict[str, str] = {}
-    per_file: dict[str, list[tuple[str, dict]]] = {}
-    gate_files: dict[str, list[str]] = {}
-    for gid in _gate_order(records):
-        gate_files[gid] = []
-        for ref in records[gid].evidence:
-            if not ref.path.endswith(".json") or ref.path in gate_files[gid]:
-                continue
-            try:
-                doc = EvidenceView(run_dir, [ref]).json(ref.name)
-            except EvidenceError as exc:
-                problems.append(f"{gid}: cannot read evidence {ref.path} for its launches: {exc}")
-                continue
-            gate_files[gid].append(ref.path)
-            owner.setdefault(ref.path, gid)
-            if ref.path not in per_file:
-                per_file[ref.path] = list(_walk(doc))
-
-    cited_by: dict[int, list[tuple[str, str]]] = {}
-    for gid, files in gate_files.items():
-        for fpath in files:
-            for pointer, d in per_file[fpath]:
-                where = f"{fpath}#{pointer}"
-                launch = d["launch"]
-                if not (isinstance(launch, dict) and set(launch) == {"seq", "binary_sha256"}
-                        and _is_int(launch["seq"]) and launch["seq"] >= 0
-                        and is_sha256(launch["binary_sha256"])):
-                    problems.append(f"{gid}: malformed launch citation {launch!r} at {where}")
-                    continue
-                if owner[fpath] != gid:
-                    continue  # counted under the file's first gate
-                seq = launch["seq"]
-                cited_by.setdefault(seq, []).append((gid, where))
-                entry = entries.get(seq)
-                if entry is None:
-                    why = "" if has_ledger else f" (the run has no {LEDGER_FILE})"
-                    problems.append(f"{gid}: launch #{seq} cited at {where} is missing from "
-                                    f"the ledger{why}")
-                    continue
-                bad = _mismatches(d, entry)
-                if bad:
-                    problems.append(f"{gid}: launch #{seq} cited at {where} differs from its "
-                                    f"ledger entry in {', '.join(bad)}")
-
-    for seq, cites in sorted(cited_by.items()):
-        if len(cites) < 2:
-            continue
-        gids = sorted({g for g, _ in cites}, key=_gate_order(records).index)
-        places = ", ".join(w for _, w in cites)
-        if len(gids) > 1:
-            problems.append(f"{' and '.join(gids)}: launch #{seq} is cited by {len(gids)} "
-                            f"gates ({places}); each launch belongs to exactly one gate")
-        else:
-            problems.append(f"{gids[0]}: launch #{seq} is cited {len(cites)} times ({places})")
-
-    # Who launched what, to name the gate behind an uncited entry.
-    by_argv: dict[str, list[tuple[str, int]]] = {}
-    for seq, cites in cited_by.items():
-        if seq in entries:
-            by_argv.setdefault(entries[seq]["argv_sha256"], []).append((cites[0][0], seq))
-    cited_seqs = sorted(s for s in cited_by if s in entries)
-    for seq in sorted(entries):
-        if seq in cited_by:
-            continue
-        e = entries[seq]
-        same = sorted(by_argv.get(e["argv_sha256"], []), key=lambda t: t[1])
-        if same:
-            gid = same[0][0]
-            problems.append(
-                f"{gid}: uncited launch #{seq} (argv {_short(e['argv_sha256'])}, the same "
-                f"command line as {gid}'s launch #{same[0][1]}, a retried or hidden run)")
-            continue
-        before = [s for s in cited_seqs if s < seq]
-        after = [s for s in cited_seqs if s > seq]
-        around = []
-        if before:
-            around.append(f"after {cited_by[before[-1]][0][0]}'s launch #{before[-1]}")
-        if after:
-            around.append(f"before {cited_by[after[0]][0][0]}'s launch #{after[0]}")
-        problems.append(
-            f"uncited launch #{seq} (argv {_short(e['argv_sha256'])}, binary "
-            f"{_short(e['binary_sha256'])}, started {e['started_utc']}, "
-            f"{' and '.join(around) or 'no gate cites any launch'}, a retried or hidden run)")
-
-    for gid in SINGLE_SHOT_GATES:
-        rec = records.get(gid)
-        if rec is None:
-            continue
-        n = sum(len(per_file[f]) for f in gate_files.get(gid, []))
-        ran = rec.status in (Status.PASS, Status.FAIL)
-        if (ran and n != 1) or (not ran and n > 1):
-            problems.append(f"{gid}: cites {n} launches; this single-shot gate owns exactly "
-                            f"one launch (its first and only run)")
-    return problems

@@ -3,13 +3,13 @@
 Every external program (git, cmake, whisper-cli) goes through :func:`run`, so the rules
 of the headless contract (docs/runtime-contract.md §6) hold everywhere: no shell, a
 stripped environment, both streams captured and hashed, a timeout, no retry, and a decoded
-signal when the child was killed. whisper-cli gate runs go through :func:`run_whisper_cli`, which refuses a
-command line that breaks the runtime contract before anything is launched, and
-:func:`run_record` turns a result into the record the classifiers of
-:mod:`verifylib.runtime.contracts` judge (and ``verifylib verify`` judges again). Every launch of
-a whisper.cpp binary (:func:`run_whisper_cli`, :func:`run_whisper_binary`) is appended to
-the bound run directory's launch ledger (:mod:`verifylib.runtime.ledger`) and its result carries
-the entry's citation, which :func:`run_record` passes on to the evidence.
+signal when the child was killed. whisper-cli gate runs go through :func:`run_whisper_cli`,
+which refuses a command line that breaks the runtime contract before anything is launched,
+and :func:`run_record` turns a result into the record the classifiers of
+:mod:`verifylib.runtime.contracts` judge (and ``verifylib verify`` judges again). Every
+launch of a whisper.cpp binary (:func:`run_whisper_cli`, :func:`run_whisper_binary`) is
+appended to the bound run directory's launch ledger (:mod:`verifylib.runtime.ledger`) and
+its result carries the entry's citation, which :func:`run_record` passes on to the evidence.
 """
 
 from __future__ import annotations
@@ -107,22 +107,33 @@ class RunResult:
 
     @property
     def stdout_text(self) -> str:
+        """Standard output decoded as UTF-8 (undecodable bytes replaced)."""
         return self.stdout.decode("utf-8", "replace")
 
     @property
     def stderr_text(self) -> str:
+        """Standard error decoded as UTF-8 (undecodable bytes replaced)."""
         return self.stderr.decode("utf-8", "replace")
 
     @property
     def stdout_sha256(self) -> str:
+        """Hex SHA-256 of the complete standard output."""
         return sha256_bytes(self.stdout)
 
     @property
     def stderr_sha256(self) -> str:
+        """Hex SHA-256 of the complete standard error."""
         return sha256_bytes(self.stderr)
 
     def describe(self) -> str:
-        """One line naming how the child ended, for error messages."""
+        """Name how the child ended in one line, for error messages.
+
+        Returns
+        -------
+        str
+            ``"timed out after <s>s"``, ``"killed by <SIG> (return code <n>)"`` or
+            ``"exit <n>"``.
+        """
         if self.timed_out:
             return f"timed out after {self.wall_s:.1f}s"
         if self.signal:
@@ -131,7 +142,20 @@ class RunResult:
 
 
 class CommandError(RunFailure):
-    """A required helper command (git, cmake, ...) did not succeed."""
+    """A required helper command (git, cmake, ...) did not succeed.
+
+    Parameters
+    ----------
+    result : RunResult
+        The failed run; its ending, argv and the last 15 lines of stderr make the message.
+    what : str
+        Human name of the step, used in the message.
+
+    Attributes
+    ----------
+    result : RunResult
+        The failed run.
+    """
 
     def __init__(self, result: RunResult, what: str):
         tail = result.stderr_text.strip().splitlines()[-15:]
@@ -166,6 +190,13 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     -------
     RunResult
         The complete outcome.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``argv`` is empty.
+    CommandError
+        With ``check``, if the child did not exit normally with status 0.
     """
     argv = [os.fspath(a) for a in argv]
     if not argv:
@@ -225,7 +256,7 @@ def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,
 
     Raises
     ------
-    verifylib.runtime.contracts.ContractError
+    verifylib.errors.ContractBroken
         If the argv breaks the contract (nothing is launched).
     verifylib.errors.ParametersInvalid
         If ``timeout`` is not a positive number.
@@ -242,7 +273,7 @@ def _check_timeout(timeout, what: str) -> None:
 
 
 def _binary_path(program: str, cwd: str | os.PathLike | None) -> str:
-    """The file ``program`` names, resolved the way the child's launch resolves it."""
+    """Resolve the file ``program`` names the way the child's launch resolves it."""
     if os.sep not in program:
         found = shutil.which(program)
         if found is None:
@@ -304,7 +335,12 @@ def run_whisper_binary(argv: Sequence[str | os.PathLike], *, timeout: float,
 
 
 def run_record(result: RunResult) -> dict:
-    """The JSON-able record of one run that the classifiers judge.
+    """Build the JSON-able record of one run that the classifiers judge.
+
+    Parameters
+    ----------
+    result : RunResult
+        The run's outcome.
 
     Returns
     -------

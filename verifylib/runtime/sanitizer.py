@@ -1,10 +1,12 @@
+
 """AddressSanitizer runs: the options they get and the one reader of their reports.
 
 Why a module of its own: the report format belongs to the sanitizer runtime (GCC's
 libasan, LLVM's compiler-rt), not to whisper.cpp, so it has no place in the runtime
-contract of :mod:`verifylib.runtime.contracts`; but like the contract's classifiers it is read in
-exactly one place, here, by pure functions of a stored stream, so ``canary.sanitizer``
-at run time, ``verifylib verify`` and ``verifylib pin-check`` all see the same report.
+contract of :mod:`verifylib.runtime.contracts`; but like the contract's classifiers it is
+read in exactly one place, here, by pure functions of a stored stream, so
+``canary.sanitizer`` at run time, ``verifylib verify`` and ``verifylib pin-check`` all see
+the same report.
 
 What ASan shows for the batch-lifecycle defect is the free of garbage pointers that
 ``whisper_batch_free`` reads from a never-initialized member (docs/facts.md), not the
@@ -19,12 +21,14 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-SIDES = {"unpatched": ("ggml-unpatched-asan", "binary.ggml_unpatched_asan.sha256"),
-         "patched": ("ggml-asan", "binary.ggml_asan.sha256")}
+from verifylib.evidence import identities
+
+SIDES = {"unpatched": ("ggml-unpatched-asan", identities.BINARY_GGML_UNPATCHED_ASAN),
+         "patched": ("ggml-asan", identities.BINARY_GGML_ASAN)}
 """The two sides of ``canary.sanitizer``: side -> (build variant in
-:data:`verifylib.whispercpp.build.ASAN_VARIANTS`, the identity that binds its binary's digest). Kept
-here, in a module that imports nothing from verifylib, so the stage that builds, the one
-that runs and the rule that judges spell them one way."""
+:data:`verifylib.whispercpp.build.ASAN_VARIANTS`, the identity that binds its binary's
+digest). Kept here, in a module that imports nothing from verifylib, so the stage that
+builds, the one that runs and the rule that judges spell them one way."""
 
 ASAN_OPTIONS = ("abort_on_error=0:halt_on_error=1:exitcode=1:detect_leaks=0:symbolize=1:"
                 "color=never:disable_coredump=1")
@@ -83,11 +87,23 @@ class Frame:
         return any(m in loc for m in _RUNTIME_LOCATIONS) or fn.startswith(_RUNTIME_FUNCTIONS)
 
     def text(self) -> str:
-        """``#N function location``, for tables and details."""
+        """Render the frame as ``#N function location``, for tables and details.
+
+        Returns
+        -------
+        str
+            The index, function and location that are known, space-separated.
+        """
         return " ".join(x for x in (f"#{self.index}", self.function, self.location) if x)
 
     def to_evidence(self) -> dict[str, Any]:
-        """The frame as a JSON-able dict."""
+        """Return the frame as a JSON-able dict.
+
+        Returns
+        -------
+        dict
+            ``index``, ``function`` and ``location`` (the last two may be None).
+        """
         return {"index": self.index, "function": self.function, "location": self.location}
 
 
@@ -114,11 +130,25 @@ class SanitizerReport:
     frames: tuple[Frame, ...]
 
     def first_app_frame(self) -> Frame | None:
-        """The first frame outside the sanitizer runtime (where the program erred)."""
+        """Find the first frame outside the sanitizer runtime (where the program erred).
+
+        Returns
+        -------
+        Frame or None
+            The first frame whose :attr:`Frame.in_runtime` is false, or None when every
+            frame (or no frame) was kept.
+        """
         return next((f for f in self.frames if not f.in_runtime), None)
 
     def describe(self) -> str:
-        """One line: the tool, the kind and the first program frame with its location."""
+        """Describe the report in one line: tool, kind and first program frame with location.
+
+        Returns
+        -------
+        str
+            ``"<tool> <kind>"``, followed by ``" in <function> (<location>)"`` when
+            :meth:`first_app_frame` has a function.
+        """
         f = self.first_app_frame()
         where = ""
         if f is not None and f.function:
@@ -126,7 +156,14 @@ class SanitizerReport:
         return f"{self.tool} {self.kind}{where}"
 
     def to_evidence(self) -> dict[str, Any]:
-        """The report as a JSON-able dict (what ``canary.sanitizer`` stores per run)."""
+        """Return the report as a JSON-able dict (what ``canary.sanitizer`` stores per run).
+
+        Returns
+        -------
+        dict
+            ``tool``, ``kind``, ``summary``, ``frames`` (each :meth:`Frame.to_evidence`)
+            and ``described`` (:meth:`describe`).
+        """
         return {"tool": self.tool, "kind": self.kind, "summary": self.summary,
                 "frames": [f.to_evidence() for f in self.frames],
                 "described": self.describe()}
@@ -153,6 +190,7 @@ def parse_frame(line: str) -> Frame | None:
     Returns
     -------
     Frame or None
+        The frame, or None when the line is not a ``#N 0x…`` stack line.
     """
     m = _FRAME_RE.match(line)
     if not m:
@@ -218,27 +256,61 @@ def parse_report(stream: bytes | str) -> SanitizerReport | None:
 
 
 def report_evidence(stream: bytes | str) -> dict[str, Any] | None:
-    """:meth:`SanitizerReport.to_evidence` of :func:`parse_report`, or None."""
+    """Parse a stream's first report straight into its evidence form.
+
+    Parameters
+    ----------
+    stream : bytes or str
+        The run's stderr, as stored.
+
+    Returns
+    -------
+    dict or None
+        :meth:`SanitizerReport.to_evidence` of :func:`parse_report`, or None when the
+        stream holds no report.
+    """
     rep = parse_report(stream)
     return None if rep is None else rep.to_evidence()
 
 
 def links_asan_runtime(needed_libs: Iterable[Any]) -> bool:
-    """True iff a binary's shared-library list names the ASan runtime.
+    """Tell whether a binary's shared-library list names the ASan runtime.
 
     GCC and clang link it dynamically by default (``libasan.so.N``,
     ``libclang_rt.asan_osx_dynamic.dylib``): its presence shows the binary is
     instrumented, its absence that it is not (or was linked with ``-static-libasan``,
     which the suite never does).
+
+    Parameters
+    ----------
+    needed_libs : iterable
+        The binary's needed shared libraries (names or paths; items are read with ``str``).
+
+    Returns
+    -------
+    bool
+        True iff an item contains ``libasan`` or ``clang_rt.asan``.
     """
     return any("libasan" in str(lib) or "clang_rt.asan" in str(lib) for lib in needed_libs)
 
 
 def external_symbolizer() -> str | None:
-    """The ``llvm-symbolizer`` the runtime will find on ``PATH`` (recorded, not required)."""
+    """Find the ``llvm-symbolizer`` the runtime will use from ``PATH`` (recorded, not required).
+
+    Returns
+    -------
+    str or None
+        Its path, or None when there is none (the runtime's internal symbolizer is used).
+    """
     return shutil.which("llvm-symbolizer")
 
 
 def sanitizer_env() -> Mapping[str, str]:
-    """The environment entries every sanitizer run gets on top of the runner's."""
+    """Return the environment entries every sanitizer run gets on top of the runner's.
+
+    Returns
+    -------
+    Mapping
+        ``{"ASAN_OPTIONS": ASAN_OPTIONS}``.
+    """
     return {"ASAN_OPTIONS": ASAN_OPTIONS}

@@ -20,12 +20,12 @@ from typing import Any
 
 from verifylib.canonical import read_json, sha256_file
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
-from verifylib.evidence.layout import EVIDENCE_DIR, read_stage_file
+from verifylib.evidence.layout import (ASAN_SIDECAR, EVIDENCE_DIR, UNPATCHED_IDENTITY,
+                                       UNPATCHED_SIDECAR, read_stage_file)
 from verifylib.params import Fixture, Params
+from verifylib.resources import cache_dir
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
-from verifylib.resources import cache_dir
-from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",

@@ -26,15 +26,16 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from verifylib.canonical import read_json
+from verifylib.evidence import identities
 from verifylib.evidence.gates import Status
+from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import build_facts_from_evidence
 from verifylib.params import Params
+from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.stages.artifacts import ASAN_SIDES, source_spec
-from verifylib.resources import cache_dir
 from verifylib.stages.context import StageContext
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
@@ -122,7 +123,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                                             "probe.stdout.txt"))
                 ev = _build.build_evidence(build_result, probe)
                 refs.append(ctx.write_json("build", ev))
-                g.judge(refs, {"binary.ggml.sha256": build_result.sha256})
+                g.judge(refs, {identities.BINARY_GGML: build_result.sha256})
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
                         jobs=params.runtime.jobs)
@@ -302,4 +303,4 @@ def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult", bench: "
     refs = [ctx.write_json("coreml_build", ev),
             ctx.write_bytes("bench_stderr", probe.stderr, "bench.stderr.txt"),
             ctx.write_bytes("bench_stdout", probe.stdout, "bench.stdout.txt")]
-    return refs, {"binary.coreml.sha256": cli.sha256}
+    return refs, {identities.BINARY_COREML: cli.sha256}

@@ -39,14 +39,15 @@ from pathlib import Path
 from typing import Mapping
 
 from verifylib.canonical import sha256_file, tree_digest
-from verifylib.errors import PrerequisiteBroken
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence import identities
 from verifylib.evidence.records import EvidenceRef, StageReport
 from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
                                         PositiveControl, SanitizerSummary,
                                         canary_result_from_evidence)
 from verifylib.evidence.rules.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
-                                             SANITIZER_SCHEMA, SIDES, stream_name,
-                                             asan_stream_name)
+                                             SANITIZER_SCHEMA, SIDES, asan_stream_name,
+                                             stream_name)
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -89,10 +90,16 @@ def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int
     -------
     dict
         Side to its :class:`RunResult` list, in run order.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``runs`` is not a positive integer.
     """
     import tqdm
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+        raise ParametersInvalid(f"runs per side (key canary.runs of the parameters) must be a "
+                                f"positive integer, got {runs!r}")
     out: dict[str, list[RunResult]] = {side: [] for side in sides}
     bar = tqdm.tqdm(total=runs * len(sides), desc=desc, unit="run", file=sys.stdout,
                     mininterval=1.0, ascii=True, disable=not progress)
@@ -169,9 +176,9 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
     refs = [ctx.write_json("lifecycle", doc)]
     refs += [ctx.write_bytes(stream_name(sha), data, f"{stream_name(sha)}.txt")
              for sha, data in sorted(streams.items())]
-    ids = {"binary.ggml.sha256": meta["patched"]["binary_sha256"]}
+    ids = {identities.BINARY_GGML: meta["patched"]["binary_sha256"]}
     if meta["unpatched"]["available"]:
-        ids["binary.ggml_unpatched.sha256"] = meta["unpatched"]["binary_sha256"]
+        ids[identities.BINARY_GGML_UNPATCHED] = meta["unpatched"]["binary_sha256"]
     _result(ctx).lifecycle = LifecycleSummary.from_evidence(doc)
     return refs, ids
 
@@ -279,10 +286,18 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     -------
     (list of EvidenceRef, dict)
         The ``negative`` document with both streams, and the identities.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``model_file`` is not a ``ggml-*.bin``.
+    verifylib.errors.PrerequisiteBroken
+        If ``binary`` no longer hashes to ``binary_sha256``.
     """
     model_file = Path(model_file)
     if not (model_file.name.startswith("ggml-") and model_file.name.endswith(".bin")):
-        raise ValueError(f"the negative control copies a ggml-*.bin, got {model_file.name}")
+        raise ParametersInvalid(f"model_file: the negative control copies a ggml-*.bin, got "
+                                f"{model_file.name}")
     if sha256_file(binary) != binary_sha256:
         raise PrerequisiteBroken(f"{binary} does not hash to {binary_sha256}")
     model_sha = sha256_file(model_file)
@@ -304,7 +319,7 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
             ctx.write_bytes("negative_stderr", res.stderr, "negative.stderr.txt"),
             ctx.write_bytes("negative_stdout", res.stdout, "negative.stdout.txt")]
     _result(ctx).negative = NegativeControl.from_evidence(doc, res.stderr, res.stdout)
-    return refs, {"binary.coreml.sha256": binary_sha256, "model.ggml.sha256": model_sha}
+    return refs, {identities.BINARY_COREML: binary_sha256, identities.MODEL_GGML: model_sha}
 
 
 # ----------------------------------------------------------------------------- Core ML positive
@@ -354,7 +369,7 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
             ctx.write_bytes("warmup_stderr", warm.stderr, "positive-warmup.stderr.txt"),
             ctx.write_bytes("warmup_stdout", warm.stdout, "positive-warmup.stdout.txt")]
     _result(ctx).positive = PositiveControl.from_evidence(doc, measured.stderr, measured.stdout)
-    ids = {"binary.coreml.sha256": binary_sha256}
+    ids = {identities.BINARY_COREML: binary_sha256}
     if before:
         ids["artifact.fp32.mlmodelc.tree_digest"] = before
     return refs, ids

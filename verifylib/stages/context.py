@@ -11,6 +11,7 @@ its reason kind is ``prerequisite-broken`` when the gate raised
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
 import traceback
@@ -18,23 +19,33 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from verifylib import canonical
-from verifylib.errors import PrerequisiteBroken, StageRefusal
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Gate, NotRunKind, Status
-from verifylib.evidence.layout import (EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE, TRACEBACK_EVIDENCE,
-                                       error_document, error_filename, init_run_dir,
-                                       recorded_gates)
-from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
-                                        EvidenceRef, EvidenceView, GateRecord, Reason,
-                                        StageReport)
+from verifylib.evidence.layout import (
+    EVIDENCE_DIR,
+    GATES_DIR,
+    RECEIPT_FILE,
+    RUN_FILE,
+    TRACEBACK_EVIDENCE,
+    error_document,
+    error_filename,
+    recorded_gates,
+)
+from verifylib.evidence.records import (
+    ERROR_EXCEPTION,
+    ERROR_KINDS,
+    ERROR_PREREQUISITE_BROKEN,
+    EvidenceRef,
+    EvidenceView,
+    GateRecord,
+    Reason,
+    StageReport,
+)
 from verifylib.evidence.rules import registry as rules
 from verifylib.params import Params
 from verifylib.runtime import ledger
 from verifylib.runtime.capabilities import detect
-
-
-class StageRefused(StageRefusal):
-    """A stage was asked to write into a run directory that already holds its result."""
 
 
 class GateRun:
@@ -126,11 +137,11 @@ class StageContext:
         # Evidence is never replaced: a second outcome in the same folder would hide the
         # first (a retried run), and a published run is read-only for every command.
         if (self.run_dir / RECEIPT_FILE).exists():
-            raise StageRefused(f"{self.run_dir} is a published run (it holds {RECEIPT_FILE}); "
+            raise StageRefusal(f"{self.run_dir} is a published run (it holds {RECEIPT_FILE}); "
                                f"it is never modified: run the stage with a new run directory")
         done = self.run_dir / GATES_DIR / f"{stage}.json"
         if done.exists() or self.evidence_dir.exists():
-            raise StageRefused(f"{self.run_dir} already holds the result of stage {stage}; "
+            raise StageRefusal(f"{self.run_dir} already holds the result of stage {stage}; "
                                f"a stage never runs twice into one run directory: use a new "
                                f"run id (a new run_dir)")
         ledger.bind(self.run_dir)
@@ -140,7 +151,7 @@ class StageContext:
         """Write a canonical JSON evidence sidecar and return its reference."""
         path = self.evidence_dir / (filename or f"{name}.json")
         if path.exists():
-            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
+            raise StageRefusal(f"evidence {path} exists already; evidence is never replaced")
         sha = canonical.write_json(path, value)
         ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
         self.written.append(ref)
@@ -150,7 +161,7 @@ class StageContext:
         """Write raw evidence bytes (a log stream, say) and return the reference."""
         path = self.evidence_dir / filename
         if path.exists():
-            raise StageRefused(f"evidence {path} exists already; evidence is never replaced")
+            raise StageRefusal(f"evidence {path} exists already; evidence is never replaced")
         sha = canonical.atomic_write_bytes(path, data)
         ref = EvidenceRef(name, path.relative_to(self.run_dir).as_posix(), sha)
         self.written.append(ref)
@@ -321,3 +332,69 @@ class StageContext:
         seconds = time.perf_counter() - self._t0
         return StageReport(self.stage, [self.records[g.id] for g in self.gates],
                            dict(self.identities), seconds, dict(self.facts), self.result)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose behaviour the evidence depends on."""
+    from importlib import metadata
+    out = {}
+    for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
+                 "papermill", "nbconvert", "nbformat", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
+                 executor: dict | None = None) -> dict:
+    """Create a run directory's ``run.json`` unless it exists, and return its content.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory (created if missing).
+    params : Params
+        Validated parameters; a run directory belongs to one parameter set.
+    run_id : str, optional
+        Id to record; defaults to the folder name.
+    executor : dict, optional
+        How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
+        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook run
+        by hand records none. Covered by the receipt like the rest of ``run.json``.
+
+    Returns
+    -------
+    dict
+        The run record.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If ``run.json`` exists and was written for other parameters.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_FILE
+    params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
+    if path.exists():
+        rec = canonical.read_json(path)
+        if rec.get("params_sha256") != params_sha:
+            raise ParametersInvalid(f"{run_dir} was created for other parameters "
+                                    f"({rec.get('name')!r}); use a fresh run directory")
+        return rec
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "schema": "verifylib-run/1",
+        "run_id": run_id or run_dir.name,
+        "name": params.name,
+        "params": params.data,
+        "params_origin": params.origin,
+        "params_sha256": params_sha,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": detect().as_record(),
+        "packages": package_versions(),
+        **({"executor": dict(executor)} if executor is not None else {}),
+    }
+    canonical.write_json(path, rec)
+    return rec

@@ -24,17 +24,18 @@ import shutil
 
 from verifylib.canonical import sha256_file
 from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import export_facts_from_evidence
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory
 from verifylib.params import Params
+from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, export_variants, ggml_binary,
                                         model_language, model_source, runtime_tree)
-from verifylib.resources import cache_dir
 from verifylib.stages.context import StageContext
 
 STAGE = "02_export"
@@ -107,7 +108,7 @@ def _export_contract(ctx: StageContext) -> None:
         refs.append(ctx.write_json("contract", {
             "model": src, "config": contract.values(), "contract": contract.as_dict(),
             "variants": records, "build": facts, "model_copies": copies}))
-        ids = {"model.source_digest": src["source_digest"]}
+        ids = {identities.MODEL_SOURCE_DIGEST: src["source_digest"]}
         for s in staged:
             if s.tree_digest:
                 ids[f"artifact.{s.precision}.mlpackage.tree_digest"] = s.tree_digest
@@ -193,9 +194,9 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 "hparams": written.hparams, "n_tensors": written.n_tensors,
                 "lossless": written.lossless, "binary_sha256": binary_sha,
                 "probe": run_record(res)}))
-            g.judge(refs, {"model.source_digest": info.source_digest,
-                           "model.ggml.sha256": written.sha256,
-                           "binary.ggml.sha256": binary_sha})
+            g.judge(refs, {identities.MODEL_SOURCE_DIGEST: info.source_digest,
+                           identities.MODEL_GGML: written.sha256,
+                           identities.BINARY_GGML: binary_sha})
     _export_contract(ctx)
     _export_compile(ctx)
     report = ctx.finish()

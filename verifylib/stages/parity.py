@@ -28,6 +28,7 @@ from typing import Any
 
 from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
                                         parity_result_from_evidence)
@@ -312,10 +313,10 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                 refs.append(ctx.write_json(ATTRIBUTION, attribution.as_dict(),
                                            f"{short}-attribution.json"))
             pol = POLICY_OF_VARIANT[variant].split("-")[0]
-            ids = {f"policy.{pol}.id": policy.id, f"policy.{pol}.sha256": policy.sha256,
+            ids = {identities.policy_id(pol): policy.id, identities.policy_sha256(pol): policy.sha256,
                    f"fixture.{ref.input_records['fixture']['id']}.sha256":
                        ref.input_records["fixture"]["audio_sha256"],
-                   "model.source_digest": ref.description["model_source_digest"]}
+                   identities.MODEL_SOURCE_DIGEST: ref.description["model_source_digest"]}
             if measured == bound:
                 ids[ident_key] = measured
             g.judge(refs, ids)

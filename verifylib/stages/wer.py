@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verifylib.errors import ParametersInvalid, RunFailure
+from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import wer_result_from_evidence
 from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
@@ -113,9 +114,9 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
         "model_ggml_sha256": ggml_ev["sha256"], "binary_sha256": binary_sha,
         "mlmodelc_beside": mlmodelc_beside,
         "decoding": contracts.greedy_decoding_args(lang), "clips": clips}))
-    ids = {"policy.wer.id": policy.id, "policy.wer.sha256": policy.sha256,
+    ids = {identities.POLICY_WER_ID: policy.id, identities.POLICY_WER_SHA256: policy.sha256,
            "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
-           "model.ggml.sha256": ggml_ev["sha256"], "binary.ggml.sha256": binary_sha}
+           identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
     ids.update({f"fixture.{c['id']}.sha256": c["audio_sha256"] for c in clips})
     return refs, ids, texts
 
@@ -208,7 +209,7 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     refs.append(ctx.write_json("hybrid", {"policy": policy.rules, "policy_sha256": policy.sha256,
                                           "binary_sha256": binary_sha256, "model_arg": model_arg,
                                           "clips": clips}))
-    return refs, {"binary.coreml.sha256": binary_sha256, "policy.wer.sha256": policy.sha256}, shown
+    return refs, {identities.BINARY_COREML: binary_sha256, identities.POLICY_WER_SHA256: policy.sha256}, shown
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:

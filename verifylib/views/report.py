@@ -23,8 +23,9 @@ from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 
 from verifylib import canonical, views
+from verifylib.errors import EvidenceInvalid
 from verifylib.evidence import gates
-from verifylib.evidence.receipt import RECEIPT_FILE
+from verifylib.evidence.layout import RECEIPT_FILE
 from verifylib.views import gates as gate_views
 from verifylib.views import index as index_view
 
@@ -211,18 +212,19 @@ class FailureRecord:
 
         Raises
         ------
-        ValueError
-            For a record of another format or with a missing or mistyped field.
+        verifylib.errors.EvidenceInvalid
+            A ``ValueError``, for a record of another format or with a missing or mistyped
+            field (named); :func:`read_failures` pairs the message with the record's file.
         """
         if not isinstance(data, dict) or data.get("format") != FAILURE_FORMAT:
-            raise ValueError(f"not a {FAILURE_FORMAT} record")
+            raise EvidenceInvalid(f"not a {FAILURE_FORMAT} record")
         for key in ("id", "name", "parameters", "status", "reason", "time"):
             if not isinstance(data.get(key), str):
-                raise ValueError(f"field {key!r} is missing or not a string")
+                raise EvidenceInvalid(f"field {key!r} is missing or not a string")
         if data["status"] != "ERROR":
-            raise ValueError(f"status {data['status']!r} is not ERROR")
+            raise EvidenceInvalid(f"status {data['status']!r} is not ERROR")
         if not isinstance(data.get("executor"), dict):
-            raise ValueError("field 'executor' is missing or not an object")
+            raise EvidenceInvalid("field 'executor' is missing or not an object")
         return cls(data["id"], data["name"], data["parameters"], data["reason"],
                    dict(data["executor"]), data["time"], data["status"])
 

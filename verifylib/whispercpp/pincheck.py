@@ -256,8 +256,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     PinCheckError
         For an unusable candidate or an unknown pin.
     """
-    from verifylib.runtime.contracts import lifecycle_argv
     from verifylib.resources import cache_dir as default_cache
+    from verifylib.runtime.contracts import lifecycle_argv
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
     if pin_name is not None and pin_name not in pins:

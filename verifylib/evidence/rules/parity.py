@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-from verifylib.errors import ContractBroken, EvidenceInvalid
+from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.results import ATTRIBUTION
 from verifylib.evidence.rules.common import policy_file_problems
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (POLICY_OF_VARIANT, as_float, compare, cosine_from_sums,
                                        snr_from_energies)
-from verifylib.numerics.scoring import PolicyError, load_policy
+from verifylib.numerics.scoring import load_policy
 
 
 def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
@@ -95,7 +95,7 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judg
     """
     try:
         packaged = load_policy(policy_id)
-    except PolicyError as exc:
+    except PolicyInvalid as exc:
         return Judgement.failed(str(exc))
     pol = evidence.get("policy") or {}
     if pol.get("id") != policy_id:

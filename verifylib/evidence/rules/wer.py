@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
+from verifylib.evidence import identities
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import policy_file_problems
 from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
@@ -99,7 +100,7 @@ def hybrid_binding_problems(doc: Any, coreml_sha256: Any) -> list[str]:
 def _rule_hybrid(ev) -> Judgement:
     doc = ev.json("hybrid")
     problems = _wer_policy_problems(doc)
-    problems += hybrid_binding_problems(doc, ev.identities.get("binary.coreml.sha256"))
+    problems += hybrid_binding_problems(doc, ev.identities.get(identities.BINARY_COREML))
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     return judge_hybrid(doc, _classifier(ev))

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import (dumps, publish_dir, read_json, sha256_bytes, sha256_file,
                                  write_json)
-from verifylib.errors import SourceFailure
+from verifylib.errors import ParametersInvalid, SourceFailure
 from verifylib.locks import LOCKS_DIR, held, produce_once
 from verifylib.runtime.runner import CommandError, RunResult, run
 from verifylib.whispercpp.source.pins import GIT_OID_RE, Pin, check_rel_path
@@ -166,6 +166,12 @@ class SourceSpec:
         Folder inside the obtained content that is the source root. For pypi-sdist it is
         relative to the sdist's single top-level folder (``name-version/``); for the
         other kinds, relative to the clone, archive or folder root.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For an unknown kind, keys that do not fit the kind, or a malformed value; the
+        message names the key.
     """
 
     kind: str
@@ -177,23 +183,26 @@ class SourceSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in _SOURCE_KINDS:
-            raise ValueError(f"source kind must be one of {_SOURCE_KINDS}, got {self.kind!r}")
+            raise ParametersInvalid(f"source key kind: must be one of {_SOURCE_KINDS}, "
+                                    f"got {self.kind!r}")
         needs = {"pypi-sdist": {"package"}, "git": {"url", "commit"},
                  "archive": {"path"}, "folder": {"path"}}[self.kind]
         given = {k for k in ("package", "url", "commit", "path") if getattr(self, k) is not None}
         if given != needs:
-            raise ValueError(f"source kind {self.kind!r} takes {sorted(needs)} (+ optional subdir), "
-                             f"got {sorted(given)}")
+            raise ParametersInvalid(f"source kind {self.kind!r} takes the keys {sorted(needs)} "
+                                    f"(+ optional subdir), got {sorted(given)}")
         if self.package is not None and not _REQ_RE.match(self.package):
-            raise ValueError(f"pypi-sdist package must be an exact 'name==version', got {self.package!r}")
+            raise ParametersInvalid(f"source key package: pypi-sdist package must be an exact "
+                                    f"'name==version', got {self.package!r}")
         if self.commit is not None and not GIT_OID_RE.match(self.commit):
-            raise ValueError(f"git commit must be 40 lower-case hex digits, got {self.commit!r}")
+            raise ParametersInvalid(f"source key commit: git commit must be 40 lower-case hex "
+                                    f"digits, got {self.commit!r}")
         if self.path is not None and not isinstance(self.path, Path):
             object.__setattr__(self, "path", Path(self.path))
         if self.subdir is not None:
             err = check_rel_path(self.subdir)
             if err:
-                raise ValueError(f"subdir {err}")
+                raise ParametersInvalid(f"source key subdir: {err}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SourceSpec":
@@ -212,7 +221,8 @@ class SourceSpec:
         allowed = {"kind", "package", "url", "commit", "path", "subdir"}
         unknown = set(data) - allowed
         if unknown:
-            raise ValueError(f"unknown source keys {sorted(unknown)}")
+            raise ParametersInvalid(f"unknown source keys {sorted(unknown)} "
+                                    f"(allowed: {sorted(allowed)})")
         kw = dict(data)
         if kw.get("path") is not None:
             kw["path"] = Path(kw["path"])

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from verifylib.canonical import is_sha256
+from verifylib.errors import ParametersInvalid
 from verifylib.resources import manifest_path
 
 GIT_OID_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -60,8 +61,8 @@ class Pin:
         return self.patch_path.read_bytes()
 
 
-def _manifest_error(manifest: Path, where: str, msg: str) -> ValueError:
-    return ValueError(f"{manifest}: {where}: {msg}")
+def _manifest_error(manifest: Path, where: str, msg: str) -> ParametersInvalid:
+    return ParametersInvalid(f"{manifest}: {where}: {msg}")
 
 
 def check_rel_path(value: Any) -> str | None:
@@ -91,8 +92,9 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
 
     Raises
     ------
-    ValueError
-        If the manifest is malformed: not a mapping with a non-empty ``pins`` mapping,
+    verifylib.errors.ParametersInvalid
+        A ``ValueError``, naming the manifest and the pin or key, if the manifest is
+        malformed: not a mapping with a non-empty ``pins`` mapping,
         unknown or missing keys, a commit/tree that is not 40 lower-case hex digits, a
         ``patch_sha256`` that is not 64 lower-case hex digits, an unsafe path, or a patch
         file that does not exist. A patch file whose bytes no longer match its declared
@@ -104,9 +106,9 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
     try:
         doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ValueError(f"{manifest}: cannot read manifest: {exc}") from exc
+        raise ParametersInvalid(f"{manifest}: cannot read manifest: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ValueError(f"{manifest}: not valid YAML: {exc}") from exc
+        raise ParametersInvalid(f"{manifest}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("pins"), dict) or not doc["pins"]:
         raise _manifest_error(manifest, "top level", "expected a mapping with a non-empty 'pins' mapping")
     pins: dict[str, Pin] = {}

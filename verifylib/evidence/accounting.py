@@ -1,0 +1,178 @@
+"""Launch accounting for ``verifylib verify``: every launch in a run's ledger is cited by exactly one gate, and every citation matches its ledger line.
+
+The ledger itself (appending, reading, parsing) is :mod:`verifylib.runtime.ledger`; this module is the validator's side of it, which needs the gate records.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from verifylib.canonical import is_sha256
+from verifylib.errors import EvidenceInvalid
+from verifylib.evidence import gates
+from verifylib.evidence.gates import Status
+from verifylib.evidence.records import EvidenceView, GateRecord
+from verifylib.runtime.ledger import (CITED_FIELDS, LEDGER_FILE, SINGLE_SHOT_GATES, argv_sha256,
+                                      is_int, same_value, scan, walk_citations)
+
+
+def _gate_order(records: Mapping[str, GateRecord]) -> list[str]:
+    known = [g.id for g in gates.GATES if g.id in records]
+    return known + sorted(set(records) - set(known))
+
+
+def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list[str]:
+    """Check the ledger against the launches the gates' evidence cites.
+
+    Every JSON evidence file a gate cites is read (through
+    :class:`verifylib.evidence.records.EvidenceView`, which verifies its digest) and walked; each
+    dict holding a ``"launch"`` key is a citation ``{"seq", "binary_sha256"}`` and must
+    repeat its entry's argv (as ``argv``, compared through :func:`argv_sha256`, or as
+    ``argv_sha256``) and :data:`CITED_FIELDS`, and the citation's ``binary_sha256`` must
+    be the entry's. Every entry must be cited exactly once, and each gate of
+    :data:`SINGLE_SHOT_GATES` that ran must cite exactly one launch (at most one when it
+    raised). A run without a ledger file is fine only if nothing cites a launch.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id to :class:`verifylib.evidence.records.GateRecord` (e.g. from
+        :func:`verifylib.evidence.receipt.collect_records`).
+
+    Returns
+    -------
+    list of str
+        Problems, each naming the gate it concerns (or ``ledger:`` for the file itself);
+        empty when the ledger and the evidence agree.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / LEDGER_FILE
+    has_ledger = path.is_file()
+    entries, problems = scan(path.read_bytes()) if has_ledger else ({}, [])
+
+    # Citations per evidence file, read once per path: two gates citing one shared file
+    # (the same bytes) must not count its launches twice, so a file's citations belong to
+    # the first gate, in registry order, that cites it.
+    owner: dict[str, str] = {}
+    per_file: dict[str, list[tuple[str, dict]]] = {}
+    gate_files: dict[str, list[str]] = {}
+    for gid in _gate_order(records):
+        gate_files[gid] = []
+        for ref in records[gid].evidence:
+            if not ref.path.endswith(".json") or ref.path in gate_files[gid]:
+                continue
+            try:
+                doc = EvidenceView(run_dir, [ref]).json(ref.name)
+            except EvidenceInvalid as exc:
+                problems.append(f"{gid}: cannot read evidence {ref.path} for its launches: {exc}")
+                continue
+            gate_files[gid].append(ref.path)
+            owner.setdefault(ref.path, gid)
+            if ref.path not in per_file:
+                per_file[ref.path] = list(walk_citations(doc))
+
+    cited_by: dict[int, list[tuple[str, str]]] = {}
+    for gid, files in gate_files.items():
+        for fpath in files:
+            for pointer, d in per_file[fpath]:
+                where = f"{fpath}#{pointer}"
+                launch = d["launch"]
+                if not (isinstance(launch, dict) and set(launch) == {"seq", "binary_sha256"}
+                        and is_int(launch["seq"]) and launch["seq"] >= 0
+                        and is_sha256(launch["binary_sha256"])):
+                    problems.append(f"{gid}: malformed launch citation {launch!r} at {where}")
+                    continue
+                if owner[fpath] != gid:
+                    continue  # counted under the file's first gate
+                seq = launch["seq"]
+                cited_by.setdefault(seq, []).append((gid, where))
+                entry = entries.get(seq)
+                if entry is None:
+                    why = "" if has_ledger else f" (the run has no {LEDGER_FILE})"
+                    problems.append(f"{gid}: launch #{seq} cited at {where} is missing from "
+                                    f"the ledger{why}")
+                    continue
+                bad = _mismatches(d, entry)
+                if bad:
+                    problems.append(f"{gid}: launch #{seq} cited at {where} differs from its "
+                                    f"ledger entry in {', '.join(bad)}")
+
+    for seq, cites in sorted(cited_by.items()):
+        if len(cites) < 2:
+            continue
+        gids = sorted({g for g, _ in cites}, key=_gate_order(records).index)
+        places = ", ".join(w for _, w in cites)
+        if len(gids) > 1:
+            problems.append(f"{' and '.join(gids)}: launch #{seq} is cited by {len(gids)} "
+                            f"gates ({places}); each launch belongs to exactly one gate")
+        else:
+            problems.append(f"{gids[0]}: launch #{seq} is cited {len(cites)} times ({places})")
+
+    # Who launched what, to name the gate behind an uncited entry.
+    by_argv: dict[str, list[tuple[str, int]]] = {}
+    for seq, cites in cited_by.items():
+        if seq in entries:
+            by_argv.setdefault(entries[seq]["argv_sha256"], []).append((cites[0][0], seq))
+    cited_seqs = sorted(s for s in cited_by if s in entries)
+    for seq in sorted(entries):
+        if seq in cited_by:
+            continue
+        e = entries[seq]
+        same = sorted(by_argv.get(e["argv_sha256"], []), key=lambda t: t[1])
+        if same:
+            gid = same[0][0]
+            problems.append(
+                f"{gid}: uncited launch #{seq} (argv {_short(e['argv_sha256'])}, the same "
+                f"command line as {gid}'s launch #{same[0][1]}, a retried or hidden run)")
+            continue
+        before = [s for s in cited_seqs if s < seq]
+        after = [s for s in cited_seqs if s > seq]
+        around = []
+        if before:
+            around.append(f"after {cited_by[before[-1]][0][0]}'s launch #{before[-1]}")
+        if after:
+            around.append(f"before {cited_by[after[0]][0][0]}'s launch #{after[0]}")
+        problems.append(
+            f"uncited launch #{seq} (argv {_short(e['argv_sha256'])}, binary "
+            f"{_short(e['binary_sha256'])}, started {e['started_utc']}, "
+            f"{' and '.join(around) or 'no gate cites any launch'}, a retried or hidden run)")
+
+    for gid in SINGLE_SHOT_GATES:
+        rec = records.get(gid)
+        if rec is None:
+            continue
+        n = sum(len(per_file[f]) for f in gate_files.get(gid, []))
+        ran = rec.status in (Status.PASS, Status.FAIL)
+        if (ran and n != 1) or (not ran and n > 1):
+            problems.append(f"{gid}: cites {n} launches; this single-shot gate owns exactly "
+                            f"one launch (its first and only run)")
+    return problems
+
+
+def _mismatches(cited: Mapping, entry: Mapping) -> list[str]:
+    """Names of the citing record's fields that differ from its ledger entry."""
+    out = []
+    if "argv" in cited:
+        argv = cited["argv"]
+        ok = isinstance(argv, list) and all(isinstance(a, str) for a in argv) and \
+            argv_sha256(argv) == entry["argv_sha256"]
+        if not ok:
+            out.append("argv")
+    elif not same_value(cited.get("argv_sha256"), entry["argv_sha256"]):
+        out.append("argv (neither argv nor argv_sha256 matches)")
+    for k in CITED_FIELDS:
+        if k not in cited:
+            out.append(f"{k} (missing)")
+        elif not same_value(cited[k], entry[k]):
+            out.append(k)
+    if not same_value(cited["launch"].get("binary_sha256"), entry["binary_sha256"]):
+        out.append("binary_sha256")
+    return out
+
+
+def _short(digest: str) -> str:
+    return f"{digest[:12]}…"

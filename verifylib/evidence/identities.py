@@ -1,0 +1,69 @@
+"""The identity keys of a run: one named constant per key of the receipt's identity table.
+
+A gate records the identities its evidence binds (``ctx.identity`` or the identities of
+``GateRun.judge``); the receipt merges them into one table, and a judge, the attestation
+and ``verifylib compare`` read them back. Every such key is spelt here once, so a writer
+and a reader cannot drift apart. The values are part of the receipt format
+(``verifylib-receipt/1``): renaming one is a format change.
+"""
+
+from __future__ import annotations
+
+BINARY_GGML = "binary.ggml.sha256"
+"""SHA-256 of the patched GGML ``whisper-cli``."""
+
+BINARY_GGML_UNPATCHED = "binary.ggml_unpatched.sha256"
+"""SHA-256 of the unpatched GGML ``whisper-cli`` (the A side of the lifecycle A/B)."""
+
+BINARY_GGML_ASAN = "binary.ggml_asan.sha256"
+"""SHA-256 of the patched AddressSanitizer ``whisper-cli``."""
+
+BINARY_GGML_UNPATCHED_ASAN = "binary.ggml_unpatched_asan.sha256"
+"""SHA-256 of the unpatched AddressSanitizer ``whisper-cli``."""
+
+BINARY_COREML = "binary.coreml.sha256"
+"""SHA-256 of the Core ML ``whisper-cli``."""
+
+MODEL_GGML = "model.ggml.sha256"
+"""SHA-256 of the published ``ggml-model.bin``."""
+
+MODEL_SOURCE_DIGEST = "model.source_digest"
+"""Content digest of the source model the run audited."""
+
+POLICY_WER_ID = "policy.wer.id"
+"""Id of the WER policy (``wer-v1``)."""
+
+POLICY_WER_SHA256 = "policy.wer.sha256"
+"""SHA-256 of the packaged WER policy."""
+
+
+def policy_id(policy: str) -> str:
+    """The identity key of a parity policy's id.
+
+    Parameters
+    ----------
+    policy : str
+        The policy's short name as the parity stage records it (``fp32``, ``fp16``).
+
+    Returns
+    -------
+    str
+        ``policy.<policy>.id``.
+    """
+    return f"policy.{policy}.id"
+
+
+def policy_sha256(policy: str) -> str:
+    """The identity key of a parity policy's digest.
+
+    Parameters
+    ----------
+    policy : str
+        The policy's short name as the parity stage records it (``fp32``, ``fp16``).
+
+    Returns
+    -------
+    str
+        ``policy.<policy>.sha256``.
+    """
+    return f"policy.{policy}.sha256"
