@@ -1,3 +1,5 @@
+"""``python -m verifylib``: the ``verifylib`` command line (:func:`verifylib.cli.main.main`)."""
+
 import sys
 
 from verifylib.cli.main import main

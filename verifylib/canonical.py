@@ -102,7 +102,18 @@ def loads(data: bytes | str) -> Any:
 
 
 def sha256_bytes(data: bytes) -> str:
-    """Return the hex SHA-256 of ``data``."""
+    """Return the hex SHA-256 of ``data``.
+
+    Parameters
+    ----------
+    data : bytes
+        The bytes to hash.
+
+    Returns
+    -------
+    str
+        64 lower-case hex digits.
+    """
     return hashlib.sha256(data).hexdigest()
 
 
@@ -151,12 +162,29 @@ def tree_digest(root: str | os.PathLike) -> str:
 
 
 def is_sha256(value: Any) -> bool:
-    """Return True if ``value`` is a well-formed lower-case hex SHA-256 string."""
+    """Return True if ``value`` is a well-formed lower-case hex SHA-256 string.
+
+    Parameters
+    ----------
+    value : Any
+        The value to check (anything but a ``str`` is not one).
+
+    Returns
+    -------
+    bool
+        True iff ``value`` is exactly 64 lower-case hex digits.
+    """
     return isinstance(value, str) and bool(SHA256_RE.match(value))
 
 
 def set_published_mode(fd: int) -> None:
-    """Give a staging file made by ``mkstemp`` (mode 0600) the usual umask-based mode."""
+    """Give a staging file made by ``mkstemp`` (mode 0600) the usual umask-based mode.
+
+    Parameters
+    ----------
+    fd : int
+        The open file's descriptor; its mode becomes ``0o666 & ~umask``.
+    """
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
@@ -204,12 +232,41 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, replace: bool = 
 
 
 def write_json(path: str | os.PathLike, value: Any) -> str:
-    """Publish ``value`` as canonical JSON at ``path`` atomically and return its SHA-256."""
+    """Publish ``value`` as canonical JSON at ``path`` atomically and return its SHA-256.
+
+    Parameters
+    ----------
+    path : path-like
+        Final location (see :func:`atomic_write_bytes`; an existing file is replaced).
+    value : Any
+        Anything :func:`dumps` accepts.
+
+    Returns
+    -------
+    str
+        SHA-256 of the written bytes.
+    """
     return atomic_write_bytes(path, dumps(value))
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a strict JSON file."""
+    """Read a strict JSON file.
+
+    Parameters
+    ----------
+    path : path-like
+        The file.
+
+    Returns
+    -------
+    Any
+        The parsed value (see :func:`loads`).
+
+    Raises
+    ------
+    ValueError
+        If the file is not strict JSON.
+    """
     return loads(Path(path).read_bytes())
 
 

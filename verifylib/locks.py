@@ -70,7 +70,7 @@ def _stderr_echo(line: str) -> None:
 
 
 def lock_path(root: str | os.PathLike, kind: str, key: str) -> Path:
-    """The lock file of one entry.
+    """Return the lock file of one entry.
 
     Parameters
     ----------
@@ -103,7 +103,7 @@ def _holder_file(lock: Path) -> Path:
 
 
 def holder_of(lock: str | os.PathLike) -> dict | None:
-    """The holder record of a lock, as its holder wrote it, or None.
+    """Read the holder record of a lock, as its holder wrote it, or None.
 
     The record is advisory: written right after the lock is taken and removed right
     before it is released, so it may be missing (between those moments) or left over by a

@@ -1,5 +1,7 @@
-"""Glue for the stage notebooks: the parameters cell becomes a run directory, and one call
-audits the stage, or reads it back when the run directory is a published run.
+"""Glue for the stage notebooks: parameters to a run directory, and one audit call.
+
+The parameters cell becomes a run directory, and one call audits the stage, or reads it
+back when the run directory is a published run.
 
 A stage notebook does two things with verifylib: :func:`setup` (validate the parameters,
 open the run directory) and :func:`audit` (the stage's one audit call). Pointed at a
@@ -18,11 +20,11 @@ from typing import Any, Mapping
 
 from verifylib import canonical, resources
 from verifylib.errors import ParametersInvalid
-from verifylib.stages.context import init_run_dir
 from verifylib.evidence.layout import new_run_id
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.runs import is_published, open_run
 from verifylib.params import Params, from_notebook
+from verifylib.stages.context import init_run_dir
 
 
 def _quiet_library_chatter() -> None:
@@ -57,10 +59,12 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
 
     Returns
     -------
-    (Params, Path)
-        Validated parameters and the run directory. Without a ``run_dir`` parameter a new
-        folder ``./reports/<name>/<run-id>`` of the current directory is created, so a
-        notebook also runs alone.
+    params : Params
+        Validated parameters.
+    run_dir : Path
+        The run directory. Without a ``run_dir`` parameter a new folder
+        ``./reports/<name>/<run-id>`` of the current directory is created, so a notebook
+        also runs alone.
 
     Raises
     ------
@@ -98,7 +102,7 @@ def _published(namespace: Mapping[str, Any], stage: str, run_dir: Path) -> tuple
 
 def audit(stage_module: Any, params: Params, run_dir: str | os.PathLike,
           **kwargs: Any) -> StageReport:
-    """The stage notebook's one audit call: run the stage, or read a published run's.
+    """Make the stage notebook's one audit call: run the stage, or read a published run's.
 
     Parameters
     ----------
@@ -115,8 +119,9 @@ def audit(stage_module: Any, params: Params, run_dir: str | os.PathLike,
     Returns
     -------
     StageReport
-        The stage's report; for a published run the one :meth:`verifylib.evidence.runs.Run.report`
-        rebuilds from its evidence (digest-checked), writing nothing.
+        The stage's report; for a published run the one
+        :meth:`verifylib.evidence.runs.Run.report` rebuilds from its evidence
+        (digest-checked), writing nothing.
     """
     if is_published(run_dir):
         return open_run(run_dir).report(stage_module.STAGE)

@@ -1,6 +1,7 @@
-"""Where verifylib's data files are: the stage notebooks, the pins and patches, the default
-parameter file and its audio fixtures.
+"""Where verifylib's data files are.
 
+The stage notebooks, the pins and patches, the default parameter file and its audio
+fixtures.
 The repository keeps them in top-level folders (``notebooks/``, ``parameters/``,
 ``patches/``), the layout docs/architecture.md describes, and the wheel carries a copy of the
 three as ``verifylib/_data/`` (``setup.py`` copies them at build time). A source checkout
@@ -39,7 +40,7 @@ def is_packaged() -> bool:
 
 
 def data_root() -> Path:
-    """The folder holding ``notebooks/``, ``parameters/`` and ``patches/``.
+    """Return the folder holding ``notebooks/``, ``parameters/`` and ``patches/``.
 
     Returns
     -------
@@ -50,17 +51,18 @@ def data_root() -> Path:
 
 
 def notebooks_dir() -> Path:
-    """The folder of the six stage notebooks; also their working directory under papermill.
+    """Return the folder of the six stage notebooks (their working directory under papermill).
 
     Returns
     -------
     Path
+        ``<data root>/notebooks``.
     """
     return data_root() / "notebooks"
 
 
 def notebook(stage: str) -> Path:
-    """The notebook of one stage.
+    """Return the notebook of one stage.
 
     Parameters
     ----------
@@ -76,27 +78,29 @@ def notebook(stage: str) -> Path:
 
 
 def patches_dir() -> Path:
-    """The folder of the compatibility patches named by the pin manifest.
+    """Return the folder of the compatibility patches named by the pin manifest.
 
     Returns
     -------
     Path
+        ``<data root>/patches``.
     """
     return data_root() / "patches"
 
 
 def manifest_path() -> Path:
-    """The pin manifest, ``patches/manifest.yaml``.
+    """Return the pin manifest, ``patches/manifest.yaml``.
 
     Returns
     -------
     Path
+        ``<data root>/patches/manifest.yaml``.
     """
     return patches_dir() / "manifest.yaml"
 
 
 def parameters_dir() -> Path:
-    """The folder of the shipped parameter files.
+    """Return the folder of the shipped parameter files.
 
     Parameter values injected without their file (papermill's ``-f``) resolve their
     relative paths against it.
@@ -104,32 +108,35 @@ def parameters_dir() -> Path:
     Returns
     -------
     Path
+        ``<data root>/parameters``.
     """
     return data_root() / "parameters"
 
 
 def default_parameters() -> Path:
-    """The parameter file used when none is given: ``parameters/tiny-en.yaml``.
+    """Return the parameter file used when none is given: ``parameters/tiny-en.yaml``.
 
     Returns
     -------
     Path
+        ``<data root>/parameters/tiny-en.yaml``.
     """
     return parameters_dir() / "tiny-en.yaml"
 
 
 def fixtures_dir() -> Path:
-    """The audio fixtures of the default parameters, with ``SHA256SUMS``.
+    """Return the folder of the default parameters' audio fixtures, with ``SHA256SUMS``.
 
     Returns
     -------
     Path
+        ``<data root>/parameters/fixtures``.
     """
     return parameters_dir() / "fixtures"
 
 
 def policies_dir() -> Path:
-    """The folder of the packaged thresholds (``fp32-v1``, ``fp16-v1``, ``wer-v1``).
+    """Return the folder of the packaged thresholds (``fp32-v1``, ``fp16-v1``, ``wer-v1``).
 
     Returns
     -------
@@ -140,7 +147,7 @@ def policies_dir() -> Path:
 
 
 def reports_dir() -> Path:
-    """The default root of run directories: ``reports/`` in the current directory.
+    """Return the default root of run directories: ``reports/`` in the current directory.
 
     Taken from the working directory, not from :func:`data_root`, because run output
     belongs to the user: an installed package's folder may be read-only or shared.
@@ -154,7 +161,7 @@ def reports_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """The shared cache of sources, models and builds.
+    """Return the shared cache of sources, models and builds.
 
     Returns
     -------

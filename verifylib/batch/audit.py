@@ -23,16 +23,24 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from verifylib import canonical, resources
-from verifylib.batch.kernel import (LocalKernelManager, kill_leftover_kernels, start_kernel,
-                                    stop_kernel)
-from verifylib.batch.signals import (Interrupted, interrupt_pending, note_published,
-                                     signals_deferred)
+from verifylib.batch.kernel import (
+    LocalKernelManager,
+    kill_leftover_kernels,
+    start_kernel,
+    stop_kernel,
+)
+from verifylib.batch.signals import (
+    Interrupted,
+    interrupt_pending,
+    note_published,
+    signals_deferred,
+)
 from verifylib.batch.staging import remove_staging, reserve_staging
 from verifylib.evidence import gates
-from verifylib.stages.context import init_run_dir
 from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt
 from verifylib.params import Params, load
+from verifylib.stages.context import init_run_dir
 from verifylib.views import report
 
 
@@ -209,7 +217,7 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                 note_published(final)
             kill_leftover_kernels()
             remove_staging(staging)
-    return RunOutcome(params.name, final, gates.Verdict(receipt["verdict"]),
+    return RunOutcome(params.name, final, receipt.verdict,
                       final / short.name, seconds)
 
 

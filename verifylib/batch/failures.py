@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Sequence, Union
 
 from verifylib.batch.audit import RunOutcome
+from verifylib.evidence import failures as failure_records
 from verifylib.params import Params
 from verifylib.views import report
 
@@ -49,7 +50,7 @@ def failure_recorder(all_params: Sequence[Params], reports_root: Path,
     """Wrap an outcome callback so that every :class:`FailedRun` is recorded first.
 
     The failure record goes into the reports folder
-    (:func:`verifylib.views.report.publish_failure`) and the index page is rebuilt at once,
+    (:func:`verifylib.evidence.failures.publish_failure`) and the index page is rebuilt at once,
     so the failure is on the page even if the batch is interrupted later. A record
     that cannot be written (a full disk) is said through ``log`` and does not stop the
     batch: the failure is still printed and counted in the exit code.
@@ -78,7 +79,7 @@ def failure_recorder(all_params: Sequence[Params], reports_root: Path,
             origin = next((p.origin for p in all_params if p.name == outcome.name),
                           "unknown")
             try:
-                outcome.record = report.publish_failure(
+                outcome.record = failure_records.publish_failure(
                     reports_root, name=outcome.name, parameters=str(origin),
                     reason=outcome.reason, executor=executor)
                 report.render_index([], reports_root)

@@ -21,7 +21,7 @@ A model whose audit raised (in this process, one model after another), whose wor
 died, or whose returned run was refused, becomes a :class:`FailedRun` (the ERROR
 outcome, with the reason) while the others finish. It has no receipt to be listed by,
 so the batch publishes a failure record for it, ``<reports>/<name>/.failed/<id>.json``
-(:func:`verifylib.views.report.publish_failure`: model, parameter file, ERROR, reason,
+(:func:`verifylib.evidence.failures.publish_failure`: model, parameter file, ERROR, reason,
 executor and node, time), and rebuilds the reports index at once, which lists the
 record beside the published runs (:func:`failure_recorder`).
 
@@ -54,8 +54,12 @@ from typing import Callable, Sequence
 from verifylib import canonical
 from verifylib.batch.audit import RunOutcome, executor_record, record_published, run_one
 from verifylib.batch.failures import FailedRun, Outcome, failure_recorder
-from verifylib.batch.signals import (Interrupted, interrupt_pending, interrupts_raise,
-                                     signals_deferred)
+from verifylib.batch.signals import (
+    Interrupted,
+    interrupt_pending,
+    interrupts_raise,
+    signals_deferred,
+)
 from verifylib.batch.staging import remove_stale_staging
 from verifylib.evidence import gates
 from verifylib.params import Params
@@ -71,7 +75,7 @@ STOP_GRACE_SECONDS = 60.0
 def run_local(all_params: Sequence[Params], reports_root: Path, *, stages: tuple[str, ...],
               log: Callable[[str], None], on_outcome: Callable[[Outcome], None], jobs: int = 1,
               progress: bool = True) -> list[Outcome]:
-    """The ``local`` executor: audit the models on this host (see the module docstring).
+    """Run the ``local`` executor: audit the models on this host (see the module docstring).
 
     Parameters
     ----------
@@ -124,8 +128,9 @@ def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[st
 
 
 def build_share_key(params: Params) -> str:
-    """Models with equal keys use the same whisper.cpp builds (their ``runtime`` section).
+    """Return the key that groups models sharing whisper.cpp builds.
 
+    Models with equal keys use the same whisper.cpp builds (their ``runtime`` section).
     Paths in the section are stored resolved (:mod:`verifylib.params`), so equal keys
     mean the same source; a difference in ``jobs`` alone makes the key differ, which
     only costs the wait (the build cache's locks still keep the builds apart).
@@ -146,7 +151,7 @@ def build_share_key(params: Params) -> str:
 # ----------------------------------------------------------------------------- jobs driver
 
 def worker_command() -> list[str]:
-    """The program a ``--jobs`` worker runs: this Python, this verifylib.
+    """Return the program a ``--jobs`` worker runs: this Python, this verifylib.
 
     Returns
     -------
@@ -349,7 +354,7 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
 # ----------------------------------------------------------------------------- worker side
 
 def _worker_main(argv: Sequence[str]) -> int:
-    """A ``--jobs`` worker: audit the one model described on stdin.
+    """Run a ``--jobs`` worker: audit the one model described on stdin.
 
     Progress lines go to stdout; structured events (a stage ended, the result, an
     interrupt with what it had published) go as JSON lines to the file descriptor

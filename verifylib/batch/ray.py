@@ -64,8 +64,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from verifylib import resources
 from verifylib.batch.archive import RunImportRefused, import_run, plan_run_archive
 from verifylib.batch.audit import RunOutcome, executor_record, run_one
-from verifylib.batch.signals import (Interrupted, interrupt_pending, interrupts_raise,
-                                     signals_deferred)
+from verifylib.batch.signals import (
+    Interrupted,
+    interrupt_pending,
+    interrupts_raise,
+    signals_deferred,
+)
 from verifylib.batch.staging import remove_staging, remove_stale_staging, reserve_staging
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
@@ -95,12 +99,14 @@ TRAILER_KIND = "verifylib-run-stream-end/1"
 
 
 class RayUnavailable(ParametersInvalid):
-    """Ray is not installed here, or the cluster cannot be reached (exit 2: the command
-    cannot do what it was asked, and nothing has run)."""
+    """Ray is not installed here, or the cluster cannot be reached.
+
+    Exit 2: the command cannot do what it was asked, and nothing has run.
+    """
 
 
 def capability_resource(cap: Capability | str) -> str:
-    """The Ray resource name of a capability: ``macos+xcode`` -> ``macos_xcode``.
+    """Return the Ray resource name of a capability: ``macos+xcode`` -> ``macos_xcode``.
 
     Ray resource names are identifiers by convention; the capability values are
     mapped mechanically so no name is listed twice.
@@ -113,12 +119,14 @@ def capability_resource(cap: Capability | str) -> str:
     Returns
     -------
     str
+        The lower-cased value with every run of other characters than ``0-9a-z`` made
+        one ``_`` (none at either end).
     """
     return re.sub(r"[^0-9a-z]+", "_", Capability(cap).value.lower()).strip("_")
 
 
 def node_resources(host: HostCapabilities | None = None) -> dict[str, float]:
-    """The custom resources a Ray node on this host advertises: its capabilities.
+    """Return the custom resources a Ray node on this host advertises: its capabilities.
 
     Parameters
     ----------
@@ -136,11 +144,19 @@ def node_resources(host: HostCapabilities | None = None) -> dict[str, float]:
             if c is not Capability.ANY and host.has(c)}
 
 
-def needed_capabilities(params: Params, stages: Sequence[str] = gates.STAGES) -> list[Capability]:
-    """The capabilities a model's required gates need to run physically.
+def needed_capabilities(params: Params,
+                        stages: Sequence[str] = gates.STAGES) -> list[Capability]:
+    """List the capabilities a model's required gates need to run physically.
 
     From the gate table: every required, implemented gate of ``stages`` that the
     model's parameters do not switch off, less those any host offers.
+
+    Parameters
+    ----------
+    params : Params
+        The model's parameters (they may switch gates off).
+    stages : sequence of str
+        The stages the audit runs.
 
     Returns
     -------
@@ -156,7 +172,7 @@ def needed_capabilities(params: Params, stages: Sequence[str] = gates.STAGES) ->
 
 def task_resources(params: Params, *, require_admissible: bool,
                    stages: Sequence[str] = gates.STAGES) -> dict[str, float]:
-    """The custom resources one model's audit task asks for.
+    """Return the custom resources one model's audit task asks for.
 
     Parameters
     ----------
@@ -200,16 +216,21 @@ def import_ray():
 
 
 def default_node_root() -> Path:
-    """Where a node stages the runs it audits before they go back to the driver.
+    """Return where a node stages the runs it audits before they go back to the driver.
 
     One folder per user on the node, so the staging a killed task left is removed by
     the next task there once its owner is provably gone.
+
+    Returns
+    -------
+    Path
+        ``<tempdir>/verifylib-ray-runs-<uid>``.
     """
     return Path(tempfile.gettempdir()) / f"verifylib-ray-runs-{os.getuid()}"
 
 
 def _remap(node: Any, old: Path, new: Path) -> Any:
-    """``node`` with every absolute path under ``old`` moved under ``new``."""
+    """Return ``node`` with every absolute path under ``old`` moved under ``new``."""
     if isinstance(node, dict):
         return {k: _remap(v, old, new) for k, v in node.items()}
     if isinstance(node, list):
@@ -223,7 +244,9 @@ def _remap(node: Any, old: Path, new: Path) -> Any:
 
 
 def params_on_node(spec: Mapping) -> Params:
-    """The parameters of a task, as this node sees them (re-validated here).
+    """Rebuild the parameters of a task as this node sees them (re-validated here).
+
+    Absolute paths under the driver's ``data_root`` are moved under this node's.
 
     Parameters
     ----------
@@ -233,6 +256,7 @@ def params_on_node(spec: Mapping) -> Params:
     Returns
     -------
     Params
+        The validated parameters.
 
     Raises
     ------
@@ -272,11 +296,12 @@ class StreamHeader:
     chunk_bytes: int
 
     def to_json(self) -> dict:
-        """The header as the task yields it (plain data: the driver checks every field).
+        """Return the header as the task yields it (plain data: the driver checks every field).
 
         Returns
         -------
         dict
+            ``kind`` (:data:`HEADER_KIND`) and every field of the header.
         """
         return {"kind": HEADER_KIND, "name": self.name, "run_id": self.run_id,
                 "verdict": self.verdict, "node": dict(self.node), "size": self.size,
@@ -294,6 +319,7 @@ class StreamHeader:
         Returns
         -------
         StreamHeader
+            The header the item describes.
 
         Raises
         ------
@@ -331,18 +357,35 @@ class StreamTrailer:
     sha256: str
 
     def to_json(self) -> dict:
-        """The trailer as the task yields it.
+        """Return the trailer as the task yields it.
 
         Returns
         -------
         dict
+            ``kind`` (:data:`TRAILER_KIND`), ``chunks``, ``size`` and ``sha256``.
         """
         return {"kind": TRAILER_KIND, "chunks": self.chunks, "size": self.size,
                 "sha256": self.sha256}
 
     @classmethod
     def from_json(cls, item: Any) -> "StreamTrailer":
-        """Check a stream's last item (see :meth:`StreamHeader.from_json`)."""
+        """Check a stream's last item (see :meth:`StreamHeader.from_json`).
+
+        Parameters
+        ----------
+        item : any
+            What the task yielded last.
+
+        Returns
+        -------
+        StreamTrailer
+            The trailer the item describes.
+
+        Raises
+        ------
+        RunImportRefused
+            When it is not a trailer of this format.
+        """
         if not (isinstance(item, dict) and item.get("kind") == TRAILER_KIND
                 and _count(item.get("chunks")) and _count(item.get("size"))
                 and isinstance(item.get("sha256"), str)):
@@ -355,7 +398,7 @@ def _count(value: Any) -> bool:
 
 
 def audit_task(spec: Mapping) -> Iterator:
-    """The Ray task: audit one model on this node and stream the published run back.
+    """Run the Ray task: audit one model on this node and stream the published run back.
 
     A generator: Ray runs it with ``num_returns="streaming"``, and the driver reads it
     with :class:`RunReceiver`.
@@ -566,7 +609,7 @@ def _failure_reason(exc: BaseException) -> str:
         text = f"the audit raised {type(cause).__name__}: {cause}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    lines = [l.strip() for l in str(text).splitlines() if l.strip()]
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
 
@@ -724,7 +767,7 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
 
 
 def _node_record(receiver: RunReceiver) -> dict:
-    """The executor record of a failed task: the node's own when its header came."""
+    """Return the executor record of a failed task: the node's own when its header came."""
     if receiver.header is not None:
         return dict(receiver.header.node)
     return {"kind": "ray", "node": None}

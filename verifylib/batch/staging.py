@@ -1,4 +1,6 @@
-"""Staging folders of runs being written: reserved exclusively, owned by a process, removed once their owner is provably gone.
+"""Staging folders of runs being written: reserved exclusively and owned by a process.
+
+A staging folder is removed once its owner is provably gone.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ UNOWNED_STALE_SECONDS = 3600.0
 
 
 def _process_start(pid: int) -> str | None:
-    """An identity of process ``pid``'s start, or None when no such live process exists.
+    """Identify process ``pid``'s start, or return None when no such live process exists.
 
     A pid alone is not an identity: the kernel reuses pids, so a dead owner's pid may
     belong to an unrelated process by the time anyone looks. The start time (in clock
@@ -70,7 +72,7 @@ def _process_start(pid: int) -> str | None:
 
 
 def owner_record(pid: int | None = None) -> dict:
-    """The owner record written beside a staging folder.
+    """Build the owner record written beside a staging folder.
 
     Parameters
     ----------
@@ -88,7 +90,7 @@ def owner_record(pid: int | None = None) -> dict:
 
 
 def owner_is_gone(record: dict) -> bool:
-    """True only when the record's owner provably no longer runs.
+    """Tell whether the record's owner provably no longer runs.
 
     An owner on another host cannot be checked from here and is never called gone; an
     owner whose start identity cannot be compared (``unknown``, or recorded with another
@@ -102,6 +104,8 @@ def owner_is_gone(record: dict) -> bool:
     Returns
     -------
     bool
+        True only when the owner is on this host and its pid is free (or a zombie), or
+        its comparable start identity differs from the recorded one.
 
     Raises
     ------
@@ -229,10 +233,17 @@ def create_staging(staging: Path) -> None:
     other gets FileExistsError and touches nothing of the winner's. Another process may
     remove the empty ``.staging`` area between our mkdir and our write; retry then.
 
+    Parameters
+    ----------
+    staging : Path
+        The staging folder ``<model_root>/.staging/<run-id>`` to create.
+
     Raises
     ------
     FileExistsError
         When the run id is already taken in this staging area.
+    FileNotFoundError
+        When the area kept disappearing under the owner record (five attempts).
     """
     area = staging.parent
     owner = area / f"{staging.name}{OWNER_SUFFIX}"
@@ -260,10 +271,22 @@ def reserve_staging(model_root: Path) -> tuple[str, Path]:
     in the same second. An id is taken when its owner record exists (a run in progress)
     or its run directory does (a finished run: the record goes only after publication).
 
+    Parameters
+    ----------
+    model_root : Path
+        The model's folder in the reports folder (``<reports>/<name>``).
+
     Returns
     -------
-    (str, Path)
-        The run id and its staging folder ``<model_root>/.staging/<run-id>``.
+    run_id : str
+        The drawn run id.
+    staging : Path
+        Its staging folder ``<model_root>/.staging/<run-id>``.
+
+    Raises
+    ------
+    FileExistsError
+        When 100 draws found no free run id.
     """
     for _ in range(100):
         run_id = new_run_id()
@@ -280,7 +303,14 @@ def reserve_staging(model_root: Path) -> tuple[str, Path]:
 
 
 def remove_staging(staging: Path) -> None:
-    """Remove a staging folder (if still there), its owner record and emptied parents."""
+    """Remove a staging folder (if still there), its owner record and emptied parents.
+
+    Parameters
+    ----------
+    staging : Path
+        The staging folder; the ``.staging`` area and the model folder are removed too
+        when that leaves them empty.
+    """
     shutil.rmtree(staging, ignore_errors=True)
     (staging.parent / f"{staging.name}{OWNER_SUFFIX}").unlink(missing_ok=True)
     for empty in (staging.parent, staging.parent.parent):

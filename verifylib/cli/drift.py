@@ -68,8 +68,8 @@ def attribute_package(package: str | os.PathLike, params_path, *,
     from verifylib.numerics.reference import fixture_logmel
     from verifylib.params import Params
     from verifylib.params import load as load_params
-    from verifylib.runtime.audio import read_wav_16k
     from verifylib.resources import cache_dir
+    from verifylib.runtime.audio import read_wav_16k
     from verifylib.stages import artifacts
 
     pkg = os.fspath(package)
@@ -112,7 +112,20 @@ def _fmt(v: float | None) -> str:
 
 
 def format_top(att: Attribution, n: int = TOP_N) -> str:
-    """The worst ops as a plain-text table (conversion drift, then precision drift)."""
+    """Format the worst ops as a plain-text table (conversion drift, then precision drift).
+
+    Parameters
+    ----------
+    att : Attribution
+        The attribution; its ``top`` and ``precision_top`` are listed.
+    n : int
+        At most this many ops per table.
+
+    Returns
+    -------
+    str
+        Both tables, one line per op (``none: no op loses anything`` for an empty one).
+    """
     lines = []
     for title, ops, snr, delta in (
             ("conversion drift (against the Hugging Face modules)", att.top, "snr_db",
@@ -133,7 +146,18 @@ def format_top(att: Attribution, n: int = TOP_N) -> str:
 
 
 def cli_main(args) -> int:
-    """``verifylib drift``: print the worst ops; exit 0, or 2 on bad input."""
+    """Run ``verifylib drift``: print the worst ops, and write the document with ``--json``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``package``, ``model``, ``fixture``, ``compute``, ``top`` and ``json``.
+
+    Returns
+    -------
+    int
+        0, or 2 on bad input (parameters, a missing file or any verifylib error).
+    """
     import sys
 
     from verifylib import canonical

@@ -1,6 +1,9 @@
-"""The ``verifylib`` command line: ``run`` an audit, ``verify`` a run directory,
-``attest`` (sign) a published run, ``pin-check`` a candidate upstream source, ``drift``
-(attribute a package's drift to its ops)."""
+"""The ``verifylib`` command line.
+
+``run`` an audit, ``verify`` a run directory, ``attest`` (sign) a published run,
+``pin-check`` a candidate upstream source, ``drift`` (attribute a package's drift to its
+ops), ``compare`` published runs side by side and print ``ray-node-resources``.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def _interruptible(cmd):
 
 
 def _load_sign_key(path):
-    """The signer for ``--sign-key``/``attest --key``, or None after printing why not."""
+    """Load the signer for ``--sign-key``/``attest --key``, or None after printing why not."""
     from verifylib.evidence.attest import AttestKeyError, load_signer
     try:
         return load_signer(path)
@@ -202,8 +205,12 @@ def _cmd_drift(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from verifylib.compare.model import (CompareInputInvalid, compare_runs, default_output_dir,
-                                         inside_a_run)
+    from verifylib.compare.runs import (
+        CompareInputInvalid,
+        compare_runs,
+        default_output_dir,
+        inside_a_run,
+    )
     out_dir = Path(args.output) if args.output else default_output_dir()
     # Checked before reading anything: compare never writes into a run.
     inside = inside_a_run(out_dir, args.runs)

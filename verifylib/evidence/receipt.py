@@ -38,10 +38,10 @@ from verifylib.evidence.layout import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RE
 from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
                                         EvidenceRef, EvidenceView, GateRecord, Reason)
 from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.schemas.receipt import SCHEMA, FileDigest, Receipt, ReceiptGate
 from verifylib.runtime import ledger
 from verifylib.runtime.capabilities import HostCapabilities
 
-SCHEMA = "verifylib-receipt/1"
 # Files the receipt covers; the rendered reports are derived from it and come after.
 COVERED_DIRS = (EVIDENCE_DIR, GATES_DIR, "notebooks", "fp32", "fp16")
 COVERED_TOP = (RUN_FILE, ledger.LEDGER_FILE)
@@ -100,7 +100,7 @@ def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
                 carriers = [r["id"] for r in recs if isinstance(r.get("identities"), Mapping)
                             and key in r["identities"] and r["identities"][key] != table[key]]
                 if not carriers:
-                    carriers = [r["id"] for r in recs if r.get("status") in ("PASS", "FAIL")]
+                    carriers = [r["id"] for r in recs if r.get("status") in (Status.PASS, Status.FAIL)]
                 for gid in carriers:
                     conflicts.setdefault(gid, []).append(
                         f"{CONFLICT}: {key} is {value!r} here but stage {origin[key]} recorded "
@@ -222,7 +222,7 @@ def collect_records(run_dir: Path, stage_errors: dict[str, str] | None = None
     return records, merged.table
 
 
-def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> dict:
+def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> Receipt:
     """Write ``receipt.json`` for a run directory and return it.
 
     Never raises for a problem inside the run: if anything goes wrong while collecting
@@ -238,7 +238,7 @@ def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> 
 
     Returns
     -------
-    dict
+    Receipt
         The receipt as written.
     """
     run_dir = Path(run_dir)
@@ -254,21 +254,19 @@ def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> 
         records = {g.id: _error_record(run_dir, RECEIPT_ERRORS, g.id, text) for g in gates.GATES}
         identities = {}
     statuses = {k: r.status for k, r in records.items()}
-    receipt = {
-        "schema": SCHEMA,
-        "run_id": run.get("run_id", run_dir.name),
-        "name": run.get("name"),
-        "params_sha256": run.get("params_sha256"),
-        "host": run.get("host"),
-        "packages": run.get("packages", {}),
-        "identities": identities,
-        "gates": [dict(records[g.id].to_record(), stage=g.stage, required=g.required)
-                  for g in gates.GATES],
-        "verdict": gates.verdict(statuses).value,
-        "files": [{"path": p, "sha256": canonical.sha256_file(run_dir / p)}
-                  for p in _covered_files(run_dir)],
-    }
-    canonical.write_json(run_dir / RECEIPT_FILE, receipt)
+    receipt = Receipt(
+        run_id=run.get("run_id", run_dir.name),
+        name=run.get("name"),
+        params_sha256=run.get("params_sha256"),
+        host=run.get("host"),
+        packages=run.get("packages", {}),
+        identities=identities,
+        gates=tuple(ReceiptGate(records[g.id], g.stage, g.required) for g in gates.GATES),
+        verdict=gates.verdict(statuses),
+        files=tuple(FileDigest(p, canonical.sha256_file(run_dir / p))
+                    for p in _covered_files(run_dir)),
+    )
+    canonical.write_json(run_dir / RECEIPT_FILE, receipt.to_json())
     return receipt
 
 

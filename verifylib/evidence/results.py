@@ -19,6 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from verifylib.evidence.gates import Status
+from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
+from verifylib.evidence.schemas.placement import PlanEvidence
+from verifylib.evidence.schemas.wer import HybridClip, HybridEvidence, WerClip, WerEvidence
+
 __all__ = [
     "LifecycleSide", "LifecycleSummary", "SanitizerSide", "SanitizerSummary",
     "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult",
@@ -121,22 +126,41 @@ class LifecycleSummary:
     sides: Mapping[str, LifecycleSide]
 
     @classmethod
-    def from_evidence(cls, doc: Mapping[str, Any]) -> "LifecycleSummary":
-        """Build from the ``lifecycle`` evidence document of ``canary.lifecycle_ab``."""
+    def from_evidence(cls, doc: Any) -> "LifecycleSummary":
+        """Build from the ``lifecycle`` evidence document of ``canary.lifecycle_ab``.
+
+        Parameters
+        ----------
+        doc : mapping or LifecycleEvidence
+            The document, as JSON or already read by
+            :meth:`verifylib.evidence.schemas.canary.LifecycleEvidence.from_json`.
+
+        Returns
+        -------
+        LifecycleSummary
+
+        Raises
+        ------
+        verifylib.evidence.schemas.canary.SchemaError
+            If the document does not parse.
+        """
         import statistics
 
+        from verifylib.evidence.schemas.canary import LifecycleEvidence
+
+        ev = doc if isinstance(doc, LifecycleEvidence) else LifecycleEvidence.from_json(doc)
         sides = {}
         for side in _SIDES:
-            s = doc["sides"][side]
-            if not s.get("available"):
-                sides[side] = LifecycleSide(False, reason=s.get("reason", ""))
+            s = ev.sides[side]
+            if not s.available:
+                sides[side] = LifecycleSide(False, reason=s.reason or "")
                 continue
-            walls = [r["wall_s"] for r in s["runs"]]
-            sides[side] = LifecycleSide(True, binary_sha256=s["binary_sha256"],
-                                        counts=dict(s["counts"]),
+            walls = [r.wall_s for r in s.runs]
+            sides[side] = LifecycleSide(True, binary_sha256=s.binary_sha256,
+                                        counts=dict(s.counts or {}),
                                         wall_s_median=round(statistics.median(walls), 3),
                                         wall_s_total=round(sum(walls), 3))
-        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), sides)
+        return cls(ev.runs_per_side, " ".join(ev.trigger), sides)
 
     def outcome_counts(self) -> dict[str, dict[str, int]]:
         """Build side -> run outcome -> number of runs (available sides only)."""
@@ -199,32 +223,51 @@ class SanitizerSummary:
     sides: Mapping[str, SanitizerSide]
 
     @classmethod
-    def from_evidence(cls, doc: Mapping[str, Any]) -> "SanitizerSummary":
+    def from_evidence(cls, doc: Any) -> "SanitizerSummary":
         """Build from the ``sanitizer`` evidence document of ``canary.sanitizer``: per side
-        what each run ended with, and the first report's kind and frames."""
+        what each run ended with, and the first report's kind and frames.
+
+        Parameters
+        ----------
+        doc : mapping or SanitizerEvidence
+            The document, as JSON or already read by
+            :meth:`verifylib.evidence.schemas.canary.SanitizerEvidence.from_json`.
+
+        Returns
+        -------
+        SanitizerSummary
+
+        Raises
+        ------
+        verifylib.evidence.schemas.canary.SchemaError
+            If the document does not parse.
+        """
         import statistics
         from collections import Counter
 
+        from verifylib.evidence.schemas.canary import SanitizerEvidence
         from verifylib.runtime.sanitizer import Frame
 
+        ev = doc if isinstance(doc, SanitizerEvidence) else SanitizerEvidence.from_json(doc)
         sides = {}
         for side in _SIDES:
-            s = doc["sides"][side]
-            if not s.get("available"):
-                sides[side] = SanitizerSide(False, reason=s.get("reason", ""))
+            s = ev.sides[side]
+            if not s.available:
+                sides[side] = SanitizerSide(False, reason=s.reason or "")
                 continue
-            runs = s.get("runs", [])
-            labels = Counter(r["report"]["described"] if r.get("report")
-                             else f"{r['outcome']}, no sanitizer report" for r in runs)
-            first = next((r["report"] for r in runs if r.get("report")), None)
-            frames = tuple(Frame(**f).text() for f in (first or {}).get("frames", []))
-            walls = [r["wall_s"] for r in runs]
+            labels = Counter(r.report.described if r.report is not None
+                             else f"{r.outcome}, no sanitizer report" for r in s.runs)
+            first = next((r.report for r in s.runs if r.report is not None), None)
+            frames = tuple(Frame(index=f.index, function=f.function, location=f.location).text()
+                           for f in (first.frames if first is not None else ()))
+            walls = [r.wall_s for r in s.runs]
             sides[side] = SanitizerSide(
-                True, binary_sha256=s["binary_sha256"], variant=s["build"]["variant"],
-                outcomes=dict(sorted(labels.items())), kind=first["kind"] if first else None,
-                frames=frames,
+                True, binary_sha256=s.binary_sha256,
+                variant=s.build.variant if s.build is not None else None,
+                outcomes=dict(sorted(labels.items())),
+                kind=first.kind if first is not None else None, frames=frames,
                 wall_s_median=round(statistics.median(walls), 3) if walls else None)
-        return cls(doc["runs_per_side"], " ".join(doc["trigger"]), doc["asan_options"], sides)
+        return cls(ev.runs_per_side, " ".join(ev.trigger), ev.asan_options, sides)
 
 
 @dataclass(frozen=True)
@@ -249,16 +292,35 @@ class NegativeControl:
     scratch_listing: list[str]
 
     @classmethod
-    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
-                      stdout: bytes) -> "NegativeControl":
+    def from_evidence(cls, doc: Any, stderr: bytes, stdout: bytes) -> "NegativeControl":
         """Build from the ``negative`` document and the run's stored streams; the outcome
-        and its explanation are the runtime contract's classifier re-run on them."""
+        and its explanation are the runtime contract's classifier re-run on them.
+
+        Parameters
+        ----------
+        doc : mapping or NegativeEvidence
+            The document, as JSON or already read by
+            :meth:`verifylib.evidence.schemas.canary.NegativeEvidence.from_json`.
+        stderr, stdout : bytes
+            The run's stored streams.
+
+        Returns
+        -------
+        NegativeControl
+
+        Raises
+        ------
+        verifylib.evidence.schemas.canary.SchemaError
+            If the document does not parse.
+        """
+        from verifylib.evidence.schemas.canary import NegativeEvidence
         from verifylib.runtime.contracts import classify_negative
 
-        run = doc["run"]
-        c = classify_negative(run, stderr, stdout)
-        return cls(c.outcome, c.detail, run["wall_s"], run["returncode"], run["signal"],
-                   list(doc["scratch_listing"]))
+        ev = doc if isinstance(doc, NegativeEvidence) else NegativeEvidence.from_json(doc)
+        run = ev.run
+        c = classify_negative(run.to_json(), stderr, stdout)
+        return cls(c.outcome, c.detail, run.wall_s, run.returncode, run.signal,
+                   list(ev.scratch_listing))
 
     def rows(self) -> list[tuple[str, Any]]:
         """Labelled values for a key/value table, in display order."""
@@ -291,15 +353,34 @@ class PositiveControl:
     transcript: str
 
     @classmethod
-    def from_evidence(cls, doc: Mapping[str, Any], stderr: bytes,
-                      stdout: bytes) -> "PositiveControl":
+    def from_evidence(cls, doc: Any, stderr: bytes, stdout: bytes) -> "PositiveControl":
         """Build from the ``positive`` document and the measured run's stored streams; the
-        outcome is the four-condition classifier re-run on them."""
+        outcome is the four-condition classifier re-run on them.
+
+        Parameters
+        ----------
+        doc : mapping or PositiveEvidence
+            The document, as JSON or already read by
+            :meth:`verifylib.evidence.schemas.canary.PositiveEvidence.from_json`.
+        stderr, stdout : bytes
+            The measured run's stored streams.
+
+        Returns
+        -------
+        PositiveControl
+
+        Raises
+        ------
+        verifylib.evidence.schemas.canary.SchemaError
+            If the document does not parse.
+        """
+        from verifylib.evidence.schemas.canary import PositiveEvidence
         from verifylib.runtime.contracts import classify_positive
 
-        c = classify_positive(doc["measured"], stderr, stdout)
-        return cls(c.outcome, c.detail, doc["warmup"]["wall_s"], doc["measured"]["wall_s"],
-                   doc["warmup"]["encode_time_ms"], doc["measured"]["encode_time_ms"],
+        ev = doc if isinstance(doc, PositiveEvidence) else PositiveEvidence.from_json(doc)
+        c = classify_positive(ev.measured.to_json(), stderr, stdout)
+        return cls(c.outcome, c.detail, ev.warmup.wall_s, ev.measured.wall_s,
+                   ev.warmup.encode_time_ms, ev.measured.encode_time_ms,
                    stdout.decode("utf-8", "replace").strip())
 
     def rows(self) -> list[tuple[str, Any]]:
@@ -414,10 +495,13 @@ class ParityCandidate:
         ``fp32`` or ``fp16``.
     kind : str
         ``program`` (the ML program executed op by op) or ``runtime`` (Core ML).
-    status, detail : str
-        The gate's status and its rule's explanation.
-    measurements : list of dict
-        ``{input, execution, metrics, seconds}`` per input and execution mode.
+    status : verifylib.evidence.gates.Status
+        The gate's status (PASS or FAIL: only judged gates have a candidate).
+    detail : str
+        Its rule's explanation.
+    measurements : tuple of verifylib.evidence.schemas.parity.Measurement
+        One typed record (``input``, ``execution``, ``metrics``, ``seconds``) per input
+        and execution mode, as stored.
     drift : Drift
     policy : dict
         The frozen policy's rules.
@@ -434,9 +518,9 @@ class ParityCandidate:
     gate: str
     variant: str
     kind: str
-    status: str
+    status: Status
     detail: str
-    measurements: list[dict]
+    measurements: tuple[Measurement, ...]
     drift: Drift
     policy: Mapping[str, Any]
     reference_seconds: Mapping[str, float]
@@ -491,6 +575,12 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
     ParityResult
         One candidate per parity gate its rule judged (PASS or FAIL), see
         :func:`judged_evidence`.
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If a cited file is missing or altered, or a ``parity`` document does not parse
+        (:class:`verifylib.evidence.schemas.parity.SchemaError`).
     """
     from pathlib import Path
 
@@ -504,7 +594,7 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
         if view is None:
             continue
         rec = records[gid]
-        doc = view.json("parity")
+        doc = ParityEvidence.from_json(view.json("parity"))
         drift = view.json("drift") if view.has("drift") else {}
         att = Attribution.from_dict(view.json(ATTRIBUTION)) if view.has(ATTRIBUTION) else None
         refs = {r.name: r for r in rec.evidence}
@@ -514,13 +604,12 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
         if REFERENCE_ARRAYS in refs and result.reference_outputs is None:
             result.reference_outputs = ArrayFile(run_dir / refs[REFERENCE_ARRAYS].path,
                                                  refs[REFERENCE_ARRAYS].sha256)
-        reference = doc.get("reference") or {}
+        reference = doc.reference or {}
         result.reference = result.reference or reference
-        result.inputs = result.inputs or doc.get("inputs")
+        result.inputs = result.inputs or doc.inputs
         result.candidates[gid] = ParityCandidate(
-            gid, doc.get("variant"), doc.get("kind"), rec.status.value, rec.reason.detail,
-            list(doc.get("measurements", [])), Drift.from_evidence(drift),
-            dict((doc.get("policy") or {}).get("rules") or {}),
+            gid, doc.variant, doc.kind, rec.status, rec.reason.detail, doc.measured(),
+            Drift.from_evidence(drift), dict(doc.policy.rules),
             dict(reference.get("seconds") or {}), attribution=att, outputs=outputs)
     return result
 
@@ -567,39 +656,60 @@ class ClipResult:
     wer_pairwise: float
 
     @classmethod
-    def from_evidence(cls, clip: Mapping[str, Any], hybrid: Mapping[str, Any] | None = None,
+    def from_evidence(cls, clip: WerClip | Mapping[str, Any],
+                      hybrid: HybridClip | Mapping[str, Any] | None = None,
                       hybrid_stdout: bytes | None = None) -> "ClipResult":
         """Build from one clip of the ``wer`` document (and of the ``hybrid`` one).
 
         Parameters
         ----------
-        clip : mapping
+        clip : WerClip or mapping
             The clip's entry in ``wer.ggml_vs_source``'s ``wer`` document: edit counts
-            (``source``, ``ggml``, ``pairwise``) and, for a public clip, the raw texts.
-        hybrid : mapping, optional
+            (``source``, ``ggml``, ``pairwise``) and, for a public clip, the raw texts. A
+            mapping is read with :meth:`WerClip.from_json`.
+        hybrid : HybridClip or mapping, optional
             The clip's entry in ``wer.hybrid``'s ``hybrid`` document, when that gate ran.
         hybrid_stdout : bytes, optional
             The hybrid run's stored stdout (public clips only): its transcript.
+
+        Raises
+        ------
+        verifylib.errors.EvidenceInvalid
+            If a clip does not parse, or lacks the ``pairwise`` counts or a public clip's
+            texts.
         """
+        from verifylib.errors import EvidenceInvalid
         from verifylib.numerics.scoring import WordCounts
 
-        src, ggml, pair = (WordCounts(**clip[k]) for k in ("source", "ggml", "pairwise"))
-        hyb = WordCounts(**hybrid["hybrid"]) if hybrid is not None else None
-        public = bool(clip["public"])
+        if not isinstance(clip, WerClip):
+            clip = WerClip.from_json(clip)
+        if hybrid is not None and not isinstance(hybrid, HybridClip):
+            hybrid = HybridClip.from_json(hybrid)
+        if clip.pairwise is None:
+            raise EvidenceInvalid(f"clip {clip.id}: no pairwise counts")
+        src, ggml, pair = (WordCounts(**c.to_json()) for c in (clip.source, clip.ggml,
+                                                                clip.pairwise))
+        hyb = WordCounts(**hybrid.hybrid.to_json()) if hybrid is not None else None
+        public = clip.public
+        if public and None in (clip.reference, clip.raw_source, clip.raw_ggml):
+            raise EvidenceInvalid(f"public clip {clip.id}: its texts are not stored")
         if hyb is None:
             hybrid_text = None
         elif public:
             hybrid_text = " ".join((hybrid_stdout or b"").decode("utf-8", "replace").split())
         else:
             hybrid_text = PRIVATE
+        raw_reference = clip.raw_reference
+        if raw_reference is None:
+            # Runs before raw_reference was stored kept only the normalized reference.
+            raw_reference = clip.reference
         return cls(
-            id=clip["id"], public=public, words=src.ref_words,
+            id=clip.id, public=public, words=src.ref_words,
             counts={"source": src.as_dict(), "ggml": ggml.as_dict(),
                     "hybrid": None if hyb is None else hyb.as_dict()},
-            # Runs before raw_reference was stored kept only the normalized reference.
-            reference=clip.get("raw_reference", clip["reference"]) if public else PRIVATE,
-            source=clip["raw_source"] if public else PRIVATE,
-            ggml=clip["raw_ggml"] if public else PRIVATE,
+            reference=str(raw_reference) if public else PRIVATE,
+            source=str(clip.raw_source) if public else PRIVATE,
+            ggml=str(clip.raw_ggml) if public else PRIVATE,
             hybrid=hybrid_text, wer_source=src.wer, wer_ggml=ggml.wer,
             wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer)
 
@@ -654,25 +764,32 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
     -------
     WerResult or None
         None unless ``wer.ggml_vs_source`` was judged (PASS or FAIL).
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If a cited file is missing or altered, or a document does not parse
+        (:class:`verifylib.evidence.schemas.wer.SchemaError`).
     """
     from verifylib.numerics.scoring import corpus_wer
 
     v = judged_evidence(run_dir, records, "wer.ggml_vs_source", "wer")
     if v is None:
         return None
-    clips = v.json("wer")["clips"]
+    clips = WerEvidence.from_json(v.json("wer")).clips
     hv = judged_evidence(run_dir, records, "wer.hybrid", "hybrid")
-    hybrid = {c["id"]: c for c in hv.json("hybrid")["clips"]} if hv is not None else {}
+    hybrid = ({c.id: c for c in HybridEvidence.from_json(hv.json("hybrid")).clips}
+              if hv is not None else {})
 
     def stdout(cid: str) -> bytes | None:
         name = f"hybrid_stdout_{cid}"
         return hv.bytes(name) if hv is not None and hv.has(name) else None
 
     return WerResult(
-        [ClipResult.from_evidence(c, hybrid.get(c["id"]), stdout(c["id"])) for c in clips],
-        CorpusWer(corpus_wer([c["source"] for c in clips]),
-                  corpus_wer([c["ggml"] for c in clips]),
-                  corpus_wer([c["pairwise"] for c in clips])))
+        [ClipResult.from_evidence(c, hybrid.get(c.id), stdout(c.id)) for c in clips],
+        CorpusWer(corpus_wer([c.source.to_json() for c in clips]),
+                  corpus_wer([c.ggml.to_json() for c in clips]),
+                  corpus_wer([c.pairwise.to_json() for c in clips if c.pairwise is not None])))
 
 
 # ----------------------------------------------------------------------------- 06_placement
@@ -684,11 +801,12 @@ class PlacementResult:
     Attributes
     ----------
     plans : dict
-        Variant -> the ``placement.plan`` evidence document (``ops``, ``cost_by_device``,
-        ``cost_sum``, ``claim`` …).
+        Variant -> the ``placement.plan`` evidence document, typed
+        (:class:`verifylib.evidence.schemas.placement.PlanEvidence`: ``ops``,
+        ``cost_by_device``, ``cost_sum``, ``claim`` …).
     """
 
-    plans: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    plans: dict[str, PlanEvidence] = field(default_factory=dict)
 
     def device_share(self, variant: str = "fp32") -> dict[str, float]:
         """Preferred device -> its share of the plan's estimated cost, for one variant.
@@ -699,8 +817,8 @@ class PlacementResult:
             If the variant has no plan.
         """
         plan = self.plans[variant]
-        total = plan["cost_sum"] or 1.0
-        return {dev: cost / total for dev, cost in sorted(plan["cost_by_device"].items())}
+        total = plan.cost_sum or 1.0
+        return {dev: cost / total for dev, cost in sorted((plan.cost_by_device or {}).items())}
 
 
 PLAN_VARIANTS = ("fp32", "fp16")
@@ -721,12 +839,18 @@ def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> Place
     -------
     PlacementResult or None
         None unless the gate was judged (PASS or FAIL).
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If a cited file is missing or altered, or a plan does not parse
+        (:class:`verifylib.evidence.schemas.placement.SchemaError`).
     """
     v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
     if v is None:
         return None
-    return PlacementResult({variant: v.json(f"plan_{variant}") for variant in PLAN_VARIANTS
-                            if v.has(f"plan_{variant}")})
+    return PlacementResult({variant: PlanEvidence.from_json(v.json(f"plan_{variant}"))
+                            for variant in PLAN_VARIANTS if v.has(f"plan_{variant}")})
 
 
 # ----------------------------------------------------------------------------- 01_build, 02_export

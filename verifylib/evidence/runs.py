@@ -42,7 +42,8 @@ from verifylib.evidence import gates
 from verifylib.evidence.gates import Verdict
 from verifylib.evidence.layout import (ASAN_SIDECAR, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
                                        RUN_FILE, UNPATCHED_SIDECAR)
-from verifylib.evidence.receipt import SCHEMA as RECEIPT_SCHEMA
+from verifylib.evidence.schemas.receipt import SCHEMA as RECEIPT_SCHEMA
+from verifylib.evidence.schemas.receipt import Receipt, ReceiptInvalid
 from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
 from verifylib.params import PARAMETERS_DIR, Params
 
@@ -110,44 +111,22 @@ class Run:
     dataclasses) are copies in memory: changing one never touches the run.
     """
 
-    def __init__(self, path: Path, receipt: dict, receipt_sha256: str):
+    def __init__(self, path: Path, receipt: Receipt, receipt_sha256: str):
         # Internal: open_run validates the path and parses the receipt first.
         self.path = path
         self.receipt_sha256 = receipt_sha256
         self._receipt = receipt
-        files = receipt.get("files")
-        if not isinstance(files, list) or not all(
-                isinstance(f, dict) and isinstance(f.get("path"), str) for f in files):
-            raise RunInvalid(f"{path / RECEIPT_FILE}: malformed file list")
-        self._files = {f["path"]: f.get("sha256") for f in files}
-        self._gates = self._parse_gates(receipt.get("gates"))
-        identities = receipt.get("identities")
-        if not isinstance(identities, dict):
-            raise RunInvalid(f"{path / RECEIPT_FILE}: malformed identity table")
-        self._identities = identities
+        self._files = {f.path: f.sha256 for f in receipt.files}
+        by_id = {row.record.id: row.record for row in receipt.gates}
+        # Table order, the order every view and the receipt use.
+        self._gates = {g.id: by_id.pop(g.id) for g in gates.GATES if g.id in by_id} | by_id
+        self._identities = receipt.identities
         self._record = self._read_run_record()
         self._stage_files: dict[str, dict | None] = {}
         self._results: dict[str, Any] = {}
         self._facts: dict[str, dict] = {}
 
     # ------------------------------------------------------------------ reading
-
-    def _parse_gates(self, rows: Any) -> dict[str, GateRecord]:
-        if not isinstance(rows, list):
-            raise RunInvalid(f"{self.path / RECEIPT_FILE}: malformed gate rows")
-        by_id: dict[str, GateRecord] = {}
-        for row in rows:
-            if not isinstance(row, dict):
-                raise RunInvalid(f"{self.path / RECEIPT_FILE}: malformed gate row {row!r}")
-            core = {k: v for k, v in row.items() if k not in ("stage", "required")}
-            try:
-                rec = GateRecord.from_record(core)
-            except EvidenceInvalid as exc:
-                raise RunInvalid(f"{self.path / RECEIPT_FILE}: {exc}") from None
-            by_id[rec.id] = rec
-        # Table order, the order every view and the receipt use.
-        ordered = {g.id: by_id.pop(g.id) for g in gates.GATES if g.id in by_id}
-        return ordered | by_id
 
     def _covered_bytes(self, rel: str) -> bytes:
         """The bytes of a file the receipt lists, checked against its digest."""
@@ -176,7 +155,7 @@ class Run:
             raise RunInvalid(f"{RUN_FILE}: not a run record")
         bound = rec.get("params_sha256")
         if canonical.sha256_bytes(canonical.dumps(rec["params"])) != bound or \
-                self._receipt.get("params_sha256") != bound:
+                self._receipt.params_sha256 != bound:
             raise RunInvalid(f"{RUN_FILE}: its parameters do not hash to the bound "
                              f"params_sha256")
         return rec
@@ -186,7 +165,7 @@ class Run:
     @property
     def run_id(self) -> str:
         """The run id (``<UTC time>-<random hex>``)."""
-        return str(self._receipt.get("run_id") or self._record.get("run_id") or self.path.name)
+        return self._receipt.run_id
 
     @property
     def name(self) -> str:
@@ -234,11 +213,7 @@ class Run:
     @property
     def verdict(self) -> Verdict:
         """The verdict as the receipt records it (see :meth:`verify` for the verified one)."""
-        try:
-            return Verdict(self._receipt.get("verdict"))
-        except ValueError:
-            raise RunInvalid(f"{RECEIPT_FILE}: unknown verdict "
-                             f"{self._receipt.get('verdict')!r}") from None
+        return self._receipt.verdict
 
     @property
     def gates(self) -> Mapping[str, GateRecord]:
@@ -257,8 +232,13 @@ class Run:
         """Every file the receipt covers: relative POSIX path -> SHA-256."""
         return MappingProxyType(dict(self._files))
 
+    @property
+    def receipt(self) -> Receipt:
+        """The receipt as read (typed, immutable; ``run.verify()`` checks it against the files)."""
+        return self._receipt
+
     def __repr__(self) -> str:
-        return (f"<Run {self.name} {self.run_id}: {self._receipt.get('verdict')} "
+        return (f"<Run {self.name} {self.run_id}: {self._receipt.verdict.value} "
                 f"(recorded) at {self.path}>")
 
     def verify(self, *, allow_simulated: bool = False):
@@ -396,8 +376,12 @@ class Run:
         return self._results[stage]
 
     def _built(self, stage: str, builder, *extra):
+        from verifylib.evidence.schemas._fields import SchemaError
         try:
             return builder(self.path, self._gates, *extra)
+        except SchemaError as exc:  # a document of stages 04-06 without its schema's shape
+            raise RunInvalid(f"{self.path}: the evidence of stage {stage} does not give its "
+                             f"result ({type(exc).__name__}: {exc})") from None
         except EvidenceInvalid:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -484,7 +468,11 @@ def open_run(path: str | os.PathLike, *, verify: bool = False,
         raise RunInvalid(f"{p / RECEIPT_FILE}: not strict JSON: {exc}") from None
     if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
         raise RunInvalid(f"{p / RECEIPT_FILE}: not a {RECEIPT_SCHEMA} receipt")
-    run = Run(p, receipt, canonical.sha256_bytes(raw))
+    try:
+        typed = Receipt.from_json(receipt)
+    except ReceiptInvalid as exc:
+        raise RunInvalid(f"{p / RECEIPT_FILE}: {exc}") from None
+    run = Run(p, typed, canonical.sha256_bytes(raw))
     if verify:
         res = run.verify(allow_simulated=allow_simulated)
         if not res.ok:

@@ -1,1 +1,1 @@
-"""numerics."""
+"""Numbers: the ML-program executor, the Hugging Face reference, parity, drift and WER scoring."""

@@ -1,1 +1,1 @@
-"""runtime."""
+"""Launching whisper.cpp: runtime contract, subprocess runner, launch ledger, host capabilities."""

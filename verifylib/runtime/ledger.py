@@ -9,10 +9,10 @@ The runner (:func:`verifylib.runtime.runner.run_whisper_cli` and
 :func:`verifylib.runtime.runner.run_whisper_binary`) appends one line per launch, before the
 caller ever sees the result, to ``ledger.jsonl`` at the root of the run directory the
 process is bound to (:func:`bind`, called by :class:`verifylib.stages.context.StageContext`).
-``verifylib verify`` then requires (:func:`check`) every ledger entry to be cited by
-exactly one gate's evidence, every citation to match its entry, and the single-shot
-negative control to own exactly one launch. A retried or hidden launch becomes a line
-no gate cites, and the run fails verification.
+``verifylib verify`` then requires (:func:`verifylib.evidence.accounting.check`) every
+ledger entry to be cited by exactly one gate's evidence, every citation to match its
+entry, and the single-shot negative control to own exactly one launch. A retried or hidden
+launch becomes a line no gate cites, and the run fails verification.
 
 The file is append-only and written by hand (no logging or database package gives the
 needed properties together): each line is one canonical JSON object (see
@@ -129,7 +129,8 @@ def append(argv: Sequence[str | os.PathLike], *, binary_sha256: str, started_utc
     The file is opened for appending and held under an exclusive ``fcntl.flock`` while
     the existing lines are counted (``seq`` is their number) and the new line is written,
     flushed and fsynced. A torn last line (a writer killed mid-line) is first terminated,
-    so it stays a malformed line of its own that :func:`check` reports, and the new entry's
+    so it stays a malformed line of its own that
+    :func:`verifylib.evidence.accounting.check` reports, and the new entry's
     ``seq`` still equals its line index.
 
     Parameters
@@ -250,7 +251,8 @@ def mark() -> int:
 def since(mark_: int) -> list[dict]:
     """Return the entries of the bound ledger appended after :func:`mark` returned ``mark_``.
 
-    Lines that do not parse as an entry are skipped here (:func:`check` reports them).
+    Lines that do not parse as an entry are skipped here
+    (:func:`verifylib.evidence.accounting.check` reports them).
 
     Parameters
     ----------
@@ -317,7 +319,8 @@ def entry_record(entry: Mapping[str, Any]) -> dict:
 
     For evidence that has no :class:`verifylib.runtime.runner.RunResult` at hand (an ERROR gate
     citing the launches made before it raised, from :func:`since`): the argv appears as
-    its digest ``argv_sha256``, which :func:`check` accepts in place of ``argv``.
+    its digest ``argv_sha256``, which :func:`verifylib.evidence.accounting.check` accepts
+    in place of ``argv``.
 
     Parameters
     ----------
@@ -335,6 +338,18 @@ def entry_record(entry: Mapping[str, Any]) -> dict:
 
 
 def is_int(v: Any) -> bool:
+    """Tell whether ``v`` is an int proper (a bool is not one).
+
+    Parameters
+    ----------
+    v : Any
+        The value to check.
+
+    Returns
+    -------
+    bool
+        True iff ``v`` is an ``int`` and not a ``bool``.
+    """
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -367,7 +382,21 @@ def _parse_line(line: bytes) -> tuple[dict | None, str | None]:
 
 
 def scan(data: bytes) -> tuple[dict[int, dict], list[str]]:
-    """Parse a ledger: well-formed entries by seq, and the ledger's own problems."""
+    """Parse a ledger: well-formed entries by seq, and the ledger's own problems.
+
+    Parameters
+    ----------
+    data : bytes
+        The ledger file's bytes (a torn last line counts as a line).
+
+    Returns
+    -------
+    entries : dict
+        ``seq`` -> entry, for every well-formed line (the first of a duplicated seq).
+    problems : list of str
+        Each malformed line, duplicated seq and seq that is not its line index,
+        prefixed ``ledger:``.
+    """
     entries: dict[int, dict] = {}
     problems = []
     for i, line in enumerate(_lines(data)):
@@ -407,7 +436,20 @@ def cited_seqs(doc: Any) -> set[int]:
 
 
 def walk_citations(value: Any, pointer: str = "") -> Iterator[tuple[str, dict]]:
-    """Every dict holding a ``"launch"`` key, with its JSON pointer."""
+    """Walk a JSON document for every dict holding a ``"launch"`` key, with its JSON pointer.
+
+    Parameters
+    ----------
+    value : Any
+        The decoded JSON document (dict keys are visited in sorted order).
+    pointer : str
+        The JSON pointer of ``value`` itself (empty for the document root).
+
+    Yields
+    ------
+    (str, dict)
+        The pointer (``"/"`` for the root) and the dict holding ``"launch"``.
+    """
     if isinstance(value, dict):
         if "launch" in value:
             yield pointer or "/", value
@@ -419,6 +461,18 @@ def walk_citations(value: Any, pointer: str = "") -> Iterator[tuple[str, dict]]:
 
 
 def same_value(a: Any, b: Any) -> bool:
+    """Compare two JSON values strictly: same type and equal (so ``1`` is not ``True``).
+
+    Parameters
+    ----------
+    a, b : Any
+        The values.
+
+    Returns
+    -------
+    bool
+        True iff both have exactly the same type and compare equal.
+    """
     return type(a) is type(b) and a == b
 
 

@@ -1,4 +1,3 @@
-
 """AddressSanitizer runs: the options they get and the one reader of their reports.
 
 Why a module of its own: the report format belongs to the sanitizer runtime (GCC's
@@ -27,8 +26,8 @@ SIDES = {"unpatched": ("ggml-unpatched-asan", identities.BINARY_GGML_UNPATCHED_A
          "patched": ("ggml-asan", identities.BINARY_GGML_ASAN)}
 """The two sides of ``canary.sanitizer``: side -> (build variant in
 :data:`verifylib.whispercpp.build.ASAN_VARIANTS`, the identity that binds its binary's
-digest). Kept here, in a module that imports nothing from verifylib, so the stage that
-builds, the one that runs and the rule that judges spell them one way."""
+digest). Kept here, in a runtime module that needs only the identity keys, so the stage
+that builds, the one that runs and the rule that judges spell them one way."""
 
 ASAN_OPTIONS = ("abort_on_error=0:halt_on_error=1:exitcode=1:detect_leaks=0:symbolize=1:"
                 "color=never:disable_coredump=1")

@@ -9,8 +9,9 @@ changed since the gate that vouched for it passed. Such a change raises
 never a silent fallback.
 
 The names of published files (``fp32/ggml-model.bin``, ``ggml-model-encoder.mlpackage``)
-and of the sidecars stage 01 leaves for stage 03 live here too, so the writer and every
-reader spell them one way.
+live here too, so the writer and every reader spell them one way; the names of the
+sidecars stage 01 leaves for stage 03 are in :mod:`verifylib.evidence.layout`, since the
+run reader needs them as well.
 """
 
 from __future__ import annotations
@@ -20,8 +21,13 @@ from typing import Any
 
 from verifylib.canonical import read_json, sha256_file
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
-from verifylib.evidence.layout import (ASAN_SIDECAR, EVIDENCE_DIR, UNPATCHED_IDENTITY,
-                                       UNPATCHED_SIDECAR, read_stage_file)
+from verifylib.evidence.layout import (
+    ASAN_SIDECAR,
+    EVIDENCE_DIR,
+    UNPATCHED_IDENTITY,
+    UNPATCHED_SIDECAR,
+    read_stage_file,
+)
 from verifylib.params import Fixture, Params
 from verifylib.resources import cache_dir
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
@@ -54,17 +60,49 @@ ASAN_SIDES = SANITIZER_SIDES
 
 
 def model_language(params: Params) -> str:
-    """The decoding language of the model (parameter ``model.language``, default ``en``)."""
+    """Return the decoding language of the model (parameter ``model.language``).
+
+    Parameters
+    ----------
+    params : Params
+        The run's parameters.
+
+    Returns
+    -------
+    str
+        The language code (``en`` unless the parameters say otherwise).
+    """
     return params.model.language
 
 
 def export_variants(params: Params) -> list[str]:
-    """The Core ML variants stage 02 exports: fp32 always, fp16 unless ``export.fp16`` is false."""
+    """List the Core ML variants stage 02 exports.
+
+    Parameters
+    ----------
+    params : Params
+        The run's parameters.
+
+    Returns
+    -------
+    list of str
+        ``fp32`` always, then ``fp16`` unless ``export.fp16`` is false.
+    """
     return ["fp32"] + (["fp16"] if params.export.fp16 else [])
 
 
 def runtime_tree(ctx: StageContext) -> Path:
-    """The verified whisper.cpp source folder of this run (from ``build.source_identity``).
+    """Return the verified whisper.cpp source folder of this run (``build.source_identity``).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    Path
+        The folder, its git tree id checked again against the one that passed.
 
     Raises
     ------
@@ -82,7 +120,19 @@ def runtime_tree(ctx: StageContext) -> Path:
 
 
 def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
-    """The ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+    """Return the ``build.ggml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    binary : Path
+        The whisper-cli.
+    sha256 : str
+        Its recorded (and re-checked) digest.
 
     Raises
     ------
@@ -93,7 +143,19 @@ def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
 
 
 def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
-    """The ``build.coreml`` whisper-cli of this run and its SHA-256, re-hashed before use.
+    """Return the ``build.coreml`` whisper-cli of this run and its SHA-256, re-hashed.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    binary : Path
+        The Core ML whisper-cli.
+    sha256 : str
+        Its recorded (and re-checked) digest.
 
     Raises
     ------
@@ -112,7 +174,19 @@ def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path
 
 
 def unpatched_binary(ctx: StageContext) -> tuple[Path, str]:
-    """The unpatched whisper-cli stage 01 built in this run, re-hashed before use.
+    """Return the unpatched whisper-cli stage 01 built in this run, re-hashed before use.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    binary : Path
+        The unpatched whisper-cli (from stage 01's sidecar record).
+    sha256 : str
+        Its recorded (and re-checked) digest.
 
     Raises
     ------
@@ -136,7 +210,7 @@ def unpatched_binary(ctx: StageContext) -> tuple[Path, str]:
 
 
 def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
-    """The AddressSanitizer build stage 01 recorded for one side, re-hashed before use.
+    """Return the AddressSanitizer build stage 01 recorded for one side, re-hashed before use.
 
     Parameters
     ----------
@@ -182,7 +256,19 @@ def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
 
 
 def published_model(ctx: StageContext) -> tuple[Path, str]:
-    """The ``fp32/ggml-model.bin`` that ``export.ggml_model`` wrote, and its ``-m`` string.
+    """Return the ``fp32/ggml-model.bin`` that ``export.ggml_model`` wrote, and its ``-m``.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    path : Path
+        The model file, its bytes checked again.
+    model_arg : str
+        The recorded ``-m`` string when it names that file, else ``str(path)``.
 
     Raises
     ------
@@ -199,10 +285,15 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
 
 
 def model_source(ctx: StageContext) -> dict:
-    """The Hugging Face model folder of this run.
+    """Find the Hugging Face model folder of this run.
 
     ``export.ggml_model``'s evidence when it passed; otherwise the same intake done again
     (from the cache), so the Core ML gates do not depend on the whisper.cpp build.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
 
     Returns
     -------
@@ -223,7 +314,20 @@ def model_source(ctx: StageContext) -> dict:
 
 
 def fixture_audio(ctx: StageContext, fixture: Fixture) -> Path:
-    """A fixture's audio file: inside the verified runtime tree, or a local path.
+    """Locate a fixture's audio file: inside the verified runtime tree, or a local path.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    fixture : Fixture
+        The fixture; its ``runtime_file`` (a file of the tree) or its ``path``
+        (resolved against the parameter file) names the audio.
+
+    Returns
+    -------
+    Path
+        The audio file.
 
     Raises
     ------
@@ -240,7 +344,19 @@ def fixture_audio(ctx: StageContext, fixture: Fixture) -> Path:
 
 
 def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
-    """``export.contract``'s record of a placed variant (``fp32`` or ``fp16``).
+    """Return ``export.contract``'s record of a placed variant (``fp32`` or ``fp16``).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    variant : str
+        ``fp32`` or ``fp16``.
+
+    Returns
+    -------
+    dict
+        The variant's entry of the gate's ``contract`` evidence.
 
     Raises
     ------
@@ -259,7 +375,19 @@ def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
 
 
 def compiled_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
-    """``export.compile``'s record of a compiled variant.
+    """Return ``export.compile``'s record of a compiled variant.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    variant : str
+        ``fp32`` or ``fp16``.
+
+    Returns
+    -------
+    dict
+        The variant's entry of the gate's ``compile`` evidence.
 
     Raises
     ------
@@ -274,13 +402,38 @@ def compiled_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
 
 
 def published_mlmodelc(ctx: StageContext, variant: str) -> Path | None:
-    """The ``.mlmodelc`` folder published for a variant, or None if there is none."""
+    """Return the ``.mlmodelc`` folder published for a variant, or None if there is none.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    variant : str
+        ``fp32`` or ``fp16``.
+
+    Returns
+    -------
+    Path or None
+        ``<run_dir>/<variant>/ggml-model-encoder.mlmodelc`` when it is a folder.
+    """
     path = ctx.run_dir / variant / ENCODER_COMPILED
     return path if path.is_dir() else None
 
 
 def source_spec(params: Params):
-    """The :class:`verifylib.whispercpp.source.SourceSpec` of a parameter file's whisper.cpp source."""
+    """Build the :class:`~verifylib.whispercpp.source.SourceSpec` of the whisper.cpp source.
+
+    Parameters
+    ----------
+    params : Params
+        The parameter file's parameters (``runtime.source`` and ``runtime.pin``).
+
+    Returns
+    -------
+    verifylib.whispercpp.source.SourceSpec
+        The source, with the pin's commit filled in for a git source that names none and
+        a ``path`` resolved against the parameter file.
+    """
     from verifylib.whispercpp import source as _source
 
     src = params.runtime.source
@@ -292,10 +445,24 @@ def source_spec(params: Params):
 
 
 def standalone_fixture_audio(params: Params, fixture: Fixture, *, log=print) -> Path:
-    """A fixture's audio outside any run: a local path, or a file of the pinned source.
+    """Locate a fixture's audio outside any run: a local path, or a file of the pinned source.
 
     For tools that touch no run (``verifylib drift``): a whisper.cpp sample comes from the
     pinned source obtained into the cache as stage 01 would obtain it.
+
+    Parameters
+    ----------
+    params : Params
+        The parameters (their runtime source, and the base for a local path).
+    fixture : Fixture
+        The fixture.
+    log : callable
+        Receives progress lines while the source is obtained.
+
+    Returns
+    -------
+    Path
+        The audio file.
 
     Raises
     ------

@@ -31,6 +31,15 @@ from verifylib.evidence.gates import Status
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import build_facts_from_evidence
+from verifylib.evidence.schemas.build import (
+    BenchRecord,
+    CoremlBuildEvidence,
+    FailedBuild,
+    GgmlBuildEvidence,
+    PatchEvidence,
+    RunRecord,
+    SourceEvidence,
+)
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
@@ -44,7 +53,18 @@ STAGE = "01_build"
 
 
 def build_options(params: Params) -> dict:
-    """CMake options of the GGML build, part of the build cache key."""
+    """Return the CMake options of the GGML build, part of the build cache key.
+
+    Parameters
+    ----------
+    params : Params
+        The run's parameters (``runtime.ggml_native``).
+
+    Returns
+    -------
+    dict
+        ``{"GGML_NATIVE": "ON" or "OFF"}``.
+    """
     return {"GGML_NATIVE": "ON" if params.runtime.ggml_native else "OFF"}
 
 
@@ -73,8 +93,9 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
         with g:
             st = _source.obtain_source(source_spec(params), cache, log=print)
             computed = _source.git_tree_id(st.path)
-            evidence = _source.source_evidence(pin, computed, st)
-            ref = ctx.write_json("source", evidence)
+            # Written through its schema: the document is the judge's, field for field.
+            evidence = SourceEvidence.from_json(_source.source_evidence(pin, computed, st))
+            ref = ctx.write_json("source", evidence.to_json())
             rec = g.judge([ref], {"runtime.pin": pin.name, "runtime.commit": pin.commit,
                                   "runtime.tree": computed})
             if rec.status is Status.PASS:
@@ -101,16 +122,16 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                     except _build.BuildError as exc:
                         build_error = str(exc)
                     checks["after"] = _source.check_patch_exact(patched.path, pin).to_evidence()
-            ev = _source.patch_evidence(pin, checks)
-            ref = ctx.write_json("patch", ev)
+            ev = PatchEvidence.from_json(_source.patch_evidence(pin, checks))
+            ref = ctx.write_json("patch", ev.to_json())
             g.judge([ref], {"runtime.patch_sha256": pin.patch_sha256})
     g = ctx.begin("build.ggml")
     if g:
         with g:
             refs = []
             if build_result is None:
-                ev = {"built": False, "error": build_error or "build did not run"}
-                refs.append(ctx.write_json("build", ev))
+                failed = FailedBuild(error=build_error or "build did not run")
+                refs.append(ctx.write_json("build", failed.to_json()))
                 g.judge(refs)
             else:
                 fx = tree.path
@@ -121,8 +142,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                                             "probe.stderr.txt"))
                 refs.append(ctx.write_bytes("probe_stdout", probe.result.stdout,
                                             "probe.stdout.txt"))
-                ev = _build.build_evidence(build_result, probe)
-                refs.append(ctx.write_json("build", ev))
+                built = GgmlBuildEvidence.from_json(_build.build_evidence(build_result, probe))
+                refs.append(ctx.write_json("build", built.to_json()))
                 g.judge(refs, {identities.BINARY_GGML: build_result.sha256})
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
@@ -144,7 +165,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                                                   jobs=params.runtime.jobs)
             except _build.BuildError as exc:
                 # A Core ML build that does not build is this gate's FAIL, with its log tail.
-                g.judge([ctx.write_json("coreml_build", {"built": False, "error": str(exc)})])
+                g.judge([ctx.write_json("coreml_build", FailedBuild(error=str(exc)).to_json())])
                 return _finish(ctx)
             after = _source.check_patch_exact(patched.path, pin)
             probe = _build.probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
@@ -156,8 +177,11 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
 
 
 def _finish(ctx: StageContext) -> StageReport:
-    """Close the stage; its facts table comes from the files the gates cite and the two
-    sidecars, read back exactly as :func:`verifylib.open_run` reads a published run."""
+    """Close the stage and attach its facts table.
+
+    The facts come from the files the gates cite and the two sidecars, read back exactly
+    as :func:`verifylib.open_run` reads a published run.
+    """
     report = ctx.finish()
     sidecars = {role: next((r for r in ctx.written if r.name == name), None)
                 for role, name in (("unpatched", UNPATCHED_SIDECAR), ("asan", ASAN_SIDECAR))}
@@ -176,6 +200,23 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
     is re-computed afterwards; a change is recorded as a failed build. The outcome goes to
     the sidecar ``unpatched_build.json`` (not a gate's evidence) and, when built, to the
     identity ``binary.ggml_unpatched.sha256``.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 01's context.
+    pristine : Path
+        The verified pristine source.
+    pin : Pin
+        The runtime pin (its ``tree`` is the expected tree id).
+    options : mapping
+        The GGML build's CMake options.
+    cache : Path
+        The shared cache.
+    jobs : int
+        Parallel compile jobs.
+    log : callable
+        Receives build progress lines.
 
     Returns
     -------
@@ -223,9 +264,9 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     patched work tree, each in its own content-keyed folder, with the GGML build's options
     plus the forced sanitizer flags. Not a gate: the outcome goes to the sidecar
     ``asan_builds.json`` and, per built side, to the identities of
-    :data:`verifylib.stages.artifacts.ASAN_SIDES`. Both source folders are re-checked after the
-    build (the pristine tree id; the patched tree's exact diff); a change is recorded as a
-    failed build, as is a build that did not build.
+    :data:`verifylib.stages.artifacts.ASAN_SIDES`. Both source folders are re-checked after
+    the build (the pristine tree id; the patched tree's exact diff); a change is recorded
+    as a failed build, as is a build that did not build.
 
     Parameters
     ----------
@@ -243,6 +284,8 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         The shared cache.
     jobs : int
         Parallel compile jobs.
+    log : callable
+        Receives build progress lines.
 
     Returns
     -------
@@ -283,24 +326,48 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
 
 # ----------------------------------------------------------------------------- Core ML build
 
-def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult", bench: "_build.BenchBuild",
-                          probe: RunResult, *, patch_after_problems: list[str],
+def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
+                          bench: "_build.BenchBuild", probe: RunResult, *,
+                          patch_after_problems: list[str],
                           ggml_key: str | None) -> tuple[list, dict]:
-    """Write ``build.coreml`` evidence (build facts, the bench run and its streams)."""
+    """Write ``build.coreml`` evidence (build facts, the bench run and its streams).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 01's context.
+    cli : BuildResult
+        The Core ML whisper-cli build.
+    bench : BenchBuild
+        The whisper-bench build of the same tree.
+    probe : RunResult
+        The bench probe run.
+    patch_after_problems : list of str
+        Problems of the patched tree's exact-diff check after the build.
+    ggml_key : str or None
+        The GGML build's cache key, when it built.
+
+    Returns
+    -------
+    refs : list
+        The references of the ``coreml_build`` record and the bench's two streams.
+    identities : dict
+        ``{binary.coreml.sha256: <digest>}``.
+    """
     try:
         recorded = read_json(cli.build_json).get("sha256")
     except (OSError, ValueError, AttributeError):
         recorded = None
-    ev = {"built": True, "variant": cli.variant, "key": cli.key, "binary": str(cli.binary),
-          "sha256": cli.sha256, "recorded_sha256": recorded, "static": cli.static,
-          "needed_libs": list(cli.needed_libs), "options": dict(cli.options),
-          "tree_id": cli.tree_id, "patch_sha256": cli.patch_sha256, "cached": cli.cached,
-          "seconds": round(cli.seconds, 3), "patch_after_problems": list(patch_after_problems),
-          "ggml_key": ggml_key,
-          "bench": {"binary": str(bench.binary), "sha256": bench.sha256, "key": bench.key,
-                    "cli_key": bench.cli_key, "options": dict(bench.options),
-                    "cached": bench.cached, "probe": run_record(probe)}}
-    refs = [ctx.write_json("coreml_build", ev),
+    ev = CoremlBuildEvidence(
+        variant=cli.variant, key=cli.key, binary=str(cli.binary), sha256=cli.sha256,
+        recorded_sha256=recorded, static=cli.static, needed_libs=tuple(cli.needed_libs),
+        options=dict(cli.options), tree_id=cli.tree_id, patch_sha256=cli.patch_sha256,
+        cached=cli.cached, seconds=round(cli.seconds, 3),
+        patch_after_problems=tuple(patch_after_problems), ggml_key=ggml_key,
+        bench=BenchRecord(binary=str(bench.binary), sha256=bench.sha256, key=bench.key,
+                          cli_key=bench.cli_key, options=dict(bench.options),
+                          cached=bench.cached, probe=RunRecord.from_json(run_record(probe))))
+    refs = [ctx.write_json("coreml_build", ev.to_json()),
             ctx.write_bytes("bench_stderr", probe.stderr, "bench.stderr.txt"),
             ctx.write_bytes("bench_stdout", probe.stdout, "bench.stdout.txt")]
     return refs, {identities.BINARY_COREML: cli.sha256}

@@ -45,9 +45,13 @@ from verifylib.evidence.records import EvidenceRef, StageReport
 from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
                                         PositiveControl, SanitizerSummary,
                                         canary_result_from_evidence)
-from verifylib.evidence.rules.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
-                                             SANITIZER_SCHEMA, SIDES, asan_stream_name,
-                                             stream_name)
+from verifylib.evidence.rules.canary import SIDES, asan_stream_name, stream_name
+from verifylib.evidence.schemas.canary import (AsanBuild, CoremlDigests, FileRef,
+                                               LifecycleEvidence, LifecycleRun, LifecycleSide,
+                                               LifecycleSides, NegativeEvidence,
+                                               PositiveEvidence, PositiveRun, PositiveTimeouts,
+                                               RunRecord, SanitizerEvidence, SanitizerRun,
+                                               SanitizerSide, SanitizerSides, SchemaError)
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -143,16 +147,17 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
         identities it binds to.
     """
     bins = {}
-    meta: dict[str, dict] = {}
+    shas: dict[str, str] = {}
+    sides: dict[str, LifecycleSide] = {}
     for side, val in (("unpatched", unpatched), ("patched", patched)):
         if isinstance(val, str):
-            meta[side] = {"available": False, "reason": val}
+            sides[side] = LifecycleSide(available=False, reason=val)
             continue
         path, sha = Path(val[0]), val[1]
         if sha256_file(path) != sha:
             raise PrerequisiteBroken(f"{side} whisper-cli {path} does not hash to {sha}")
         bins[side] = path
-        meta[side] = {"available": True, "binary": str(path), "binary_sha256": sha}
+        shas[side] = sha
     if "patched" not in bins:
         raise PrerequisiteBroken("the patched whisper-cli is required")
     results = run_lifecycle(bins, model, audio, runs, timeout, progress=progress, preset=preset)
@@ -161,24 +166,26 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
         rows = []
         for i, r in enumerate(res_list):
             rec = run_record(r)
-            rec["index"] = i
-            rec["outcome"] = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
-            rows.append(rec)
+            outcome = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
+            rows.append(LifecycleRun.from_json({**rec, "index": i, "outcome": outcome},
+                                               f"sides.{side}.runs[{i}]"))
             streams[r.stderr_sha256] = r.stderr
             streams[r.stdout_sha256] = r.stdout
-        meta[side]["runs"] = rows
-        meta[side]["counts"] = dict(sorted(Counter(x["outcome"] for x in rows).items()))
-    doc = {"schema": LIFECYCLE_SCHEMA, "runs_per_side": runs, "timeout_s": timeout,
-           "trigger": contracts.lifecycle_trigger_args(preset),
-           "model": {"path": str(model), "sha256": sha256_file(model)},
-           "audio": {"path": str(audio), "sha256": sha256_file(audio)},
-           "sides": meta}
-    refs = [ctx.write_json("lifecycle", doc)]
+        sides[side] = LifecycleSide(
+            available=True, binary=str(bins[side]), binary_sha256=shas[side], runs=tuple(rows),
+            counts=dict(sorted(Counter(x.outcome for x in rows).items())))
+    doc = LifecycleEvidence(
+        runs_per_side=runs, timeout_s=timeout,
+        trigger=tuple(contracts.lifecycle_trigger_args(preset)),
+        model=FileRef(path=str(model), sha256=sha256_file(model)),
+        audio=FileRef(path=str(audio), sha256=sha256_file(audio)),
+        sides=LifecycleSides(unpatched=sides["unpatched"], patched=sides["patched"]))
+    refs = [ctx.write_json("lifecycle", doc.to_json())]
     refs += [ctx.write_bytes(stream_name(sha), data, f"{stream_name(sha)}.txt")
              for sha, data in sorted(streams.items())]
-    ids = {identities.BINARY_GGML: meta["patched"]["binary_sha256"]}
-    if meta["unpatched"]["available"]:
-        ids[identities.BINARY_GGML_UNPATCHED] = meta["unpatched"]["binary_sha256"]
+    ids = {identities.BINARY_GGML: shas["patched"]}
+    if doc.sides.unpatched.available:
+        ids[identities.BINARY_GGML_UNPATCHED] = shas["unpatched"]
     _result(ctx).lifecycle = LifecycleSummary.from_evidence(doc)
     return refs, ids
 
@@ -191,8 +198,7 @@ def _result(ctx: StageContext) -> CanaryResult:
 
 # ----------------------------------------------------------------------------- ASan canary
 
-_BUILD_FIELDS = ("variant", "key", "options", "needed_libs", "static", "tree_id",
-                 "patch_sha256")
+_BUILD_FIELDS = AsanBuild.FIELDS
 
 
 def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin: str,
@@ -226,19 +232,26 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         binaries that ran.
     """
     bins: dict[str, Path] = {}
-    meta: dict[str, dict] = {}
+    shas: dict[str, str] = {}
+    build_of: dict[str, AsanBuild] = {}
+    sides: dict[str, SanitizerSide] = {}
     for side in SIDES:
         b = builds[side]
         if isinstance(b, str):
-            meta[side] = {"available": False, "reason": b}
+            sides[side] = SanitizerSide(available=False, reason=b)
             continue
         path = Path(b["binary"])
         if sha256_file(path) != b["sha256"]:
             raise PrerequisiteBroken(f"{side} ASan whisper-cli {path} does not hash to "
                                      f"{b['sha256']}")
+        try:
+            build_of[side] = AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS},
+                                                 f"{side} build")
+        except SchemaError as exc:
+            raise PrerequisiteBroken(f"stage 01's {side} AddressSanitizer build record is "
+                                     f"malformed: {exc}") from None
         bins[side] = path
-        meta[side] = {"available": True, "binary": str(path), "binary_sha256": b["sha256"],
-                      "build": {k: b.get(k) for k in _BUILD_FIELDS}}
+        shas[side] = b["sha256"]
     results = (run_lifecycle(bins, model, audio, _sanitizer.RUNS_PER_SIDE, timeout,
                              progress=progress, preset=preset,
                              env_extra=_sanitizer.sanitizer_env(), desc="ASan")
@@ -248,24 +261,27 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         rows = []
         for i, r in enumerate(res_list):
             rec = run_record(r)
-            rec["index"] = i
-            rec["outcome"] = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
-            rec["report"] = _sanitizer.report_evidence(r.stderr)
-            rows.append(rec)
+            outcome = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
+            rows.append(SanitizerRun.from_json(
+                {**rec, "index": i, "outcome": outcome,
+                 "report": _sanitizer.report_evidence(r.stderr)}, f"sides.{side}.runs[{i}]"))
             streams[r.stderr_sha256] = r.stderr
             streams[r.stdout_sha256] = r.stdout
-        meta[side]["runs"] = rows
-    doc = {"schema": SANITIZER_SCHEMA, "runs_per_side": _sanitizer.RUNS_PER_SIDE,
-           "timeout_s": timeout, "trigger": contracts.lifecycle_trigger_args(preset),
-           "asan_options": _sanitizer.ASAN_OPTIONS,
-           "external_symbolizer": _sanitizer.external_symbolizer(), "pin": pin,
-           "model": {"path": str(model), "sha256": sha256_file(model)},
-           "audio": {"path": str(audio), "sha256": sha256_file(audio)},
-           "sides": meta}
-    refs = [ctx.write_json("sanitizer", doc)]
+        sides[side] = SanitizerSide(available=True, binary=str(bins[side]),
+                                    binary_sha256=shas[side], build=build_of[side],
+                                    runs=tuple(rows))
+    doc = SanitizerEvidence(
+        runs_per_side=_sanitizer.RUNS_PER_SIDE, timeout_s=timeout,
+        trigger=tuple(contracts.lifecycle_trigger_args(preset)),
+        asan_options=_sanitizer.ASAN_OPTIONS,
+        external_symbolizer=_sanitizer.external_symbolizer(), pin=pin,
+        model=FileRef(path=str(model), sha256=sha256_file(model)),
+        audio=FileRef(path=str(audio), sha256=sha256_file(audio)),
+        sides=SanitizerSides(unpatched=sides["unpatched"], patched=sides["patched"]))
+    refs = [ctx.write_json("sanitizer", doc.to_json())]
     refs += [ctx.write_bytes(asan_stream_name(sha), data, f"{asan_stream_name(sha)}.txt")
              for sha, data in sorted(streams.items())]
-    ids = {_sanitizer.SIDES[side][1]: meta[side]["binary_sha256"] for side in bins}
+    ids = {_sanitizer.SIDES[side][1]: shas[side] for side in bins}
     _result(ctx).sanitizer = SanitizerSummary.from_evidence(doc)
     return refs, ids
 
@@ -311,11 +327,12 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
         shutil.rmtree(scratch, ignore_errors=True)
     rec = run_record(res)
     c = contracts.classify_negative(rec, res.stderr, res.stdout)
-    doc = {"schema": NEGATIVE_SCHEMA, "binary": str(binary), "binary_sha256": binary_sha256,
-           "model_sha256": model_sha, "model_arg": model_arg, "scratch_listing": listing,
-           "derived_mlmodelc": contracts.coreml_encoder_path(model_arg), "attempts": 1,
-           "timeout_s": timeout, "run": rec, "outcome": c.outcome}
-    refs = [ctx.write_json("negative", doc),
+    doc = NegativeEvidence(
+        binary=str(binary), binary_sha256=binary_sha256, model_sha256=model_sha,
+        model_arg=model_arg, scratch_listing=tuple(listing),
+        derived_mlmodelc=contracts.coreml_encoder_path(model_arg), attempts=1,
+        timeout_s=timeout, run=RunRecord.from_json(rec, "run"), outcome=c.outcome)
+    refs = [ctx.write_json("negative", doc.to_json()),
             ctx.write_bytes("negative_stderr", res.stderr, "negative.stderr.txt"),
             ctx.write_bytes("negative_stdout", res.stdout, "negative.stdout.txt")]
     _result(ctx).negative = NegativeControl.from_evidence(doc, res.stderr, res.stdout)
@@ -356,14 +373,15 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
         rec["encode_time_ms"], rec["encode_runs"] = enc if enc else (None, None)
         recs[name] = rec
     c = contracts.classify_positive(recs["measured"], measured.stderr, measured.stdout)
-    doc = {"schema": POSITIVE_SCHEMA, "binary": str(binary), "binary_sha256": binary_sha256,
-           "model_arg": model_arg,
-           "mlmodelc": {"path": str(mlmodelc), "tree_digest_before": before,
-                        "tree_digest_after": after},
-           "timeouts_s": {"warmup": first_timeout, "measured": timeout},
-           "warmup": recs["warmup"], "measured": recs["measured"], "outcome": c.outcome,
-           "transcript_chars": len(measured.stdout_text.strip())}
-    refs = [ctx.write_json("positive", doc),
+    doc = PositiveEvidence(
+        binary=str(binary), binary_sha256=binary_sha256, model_arg=model_arg,
+        mlmodelc=CoremlDigests(path=str(mlmodelc), tree_digest_before=before,
+                               tree_digest_after=after),
+        timeouts_s=PositiveTimeouts(warmup=first_timeout, measured=timeout),
+        warmup=PositiveRun.from_json(recs["warmup"], "warmup"),
+        measured=PositiveRun.from_json(recs["measured"], "measured"), outcome=c.outcome,
+        transcript_chars=len(measured.stdout_text.strip()))
+    refs = [ctx.write_json("positive", doc.to_json()),
             ctx.write_bytes("measured_stderr", measured.stderr, "positive-measured.stderr.txt"),
             ctx.write_bytes("measured_stdout", measured.stdout, "positive-measured.stdout.txt"),
             ctx.write_bytes("warmup_stderr", warm.stderr, "positive-warmup.stderr.txt"),

@@ -1,12 +1,12 @@
 """Stage plumbing: run directories, prerequisite checks, and gate recording.
 
 A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.begin` for
-each gate it implements, gathers evidence, and lets the gate's rule (:mod:`verifylib.evidence.rules.registry`)
-judge it. When the stage finishes, a gate the registry declares unimplemented is recorded
-NOT_RUN(not-implemented); an implemented gate the stage never judged is an ERROR, so a gate
-cannot silently disappear or pass by default. Every ERROR cites a stored traceback file;
-its reason kind is ``prerequisite-broken`` when the gate raised
-:class:`verifylib.errors.PrerequisiteBroken`, and ``exception`` otherwise.
+each gate it implements, gathers evidence, and lets the gate's rule
+(:mod:`verifylib.evidence.rules.registry`) judge it. When the stage finishes, a gate the
+registry declares unimplemented is recorded NOT_RUN(not-implemented); an implemented gate
+the stage never judged is an ERROR, so a gate cannot silently disappear or pass by default.
+Every ERROR cites a stored traceback file; its reason kind is ``prerequisite-broken`` when
+the gate raised :class:`verifylib.errors.PrerequisiteBroken`, and ``exception`` otherwise.
 """
 
 from __future__ import annotations
@@ -49,7 +49,19 @@ from verifylib.runtime.capabilities import detect
 
 
 class GateRun:
-    """One gate being evaluated; created by :meth:`StageContext.begin`."""
+    """One gate being evaluated; created by :meth:`StageContext.begin`.
+
+    Used as a context manager: leaving it without :meth:`judge` records ERROR, and an
+    exception inside it (other than KeyboardInterrupt and SystemExit) is recorded as ERROR
+    and swallowed, so the stage goes on.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The stage the gate belongs to.
+    g : Gate
+        The gate.
+    """
 
     def __init__(self, ctx: "StageContext", g: Gate):
         self.ctx = ctx
@@ -71,6 +83,12 @@ class GateRun:
         Returns
         -------
         GateRecord
+            The recorded outcome (the rule's status and detail, the evidence, identities).
+
+        Raises
+        ------
+        RuntimeError
+            If the rule passed the gate without reading every file it cites.
         """
         refs = tuple(evidence)
         ids = dict(identities or {})
@@ -101,7 +119,8 @@ class GateRun:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         # What the gate stood on changed under it (the environment, not the harness): the
         # record says so, so a reader does not go looking for a bug in verifylib.
-        kind = ERROR_PREREQUISITE_BROKEN if isinstance(exc, PrerequisiteBroken) else ERROR_EXCEPTION
+        kind = (ERROR_PREREQUISITE_BROKEN if isinstance(exc, PrerequisiteBroken)
+                else ERROR_EXCEPTION)
         self.ctx.record_error(self.gate.id, text, ledger.since(self._ledger_mark),
                               self.ctx.written[self._written_mark:], kind=kind)
         self.done = True
@@ -148,7 +167,27 @@ class StageContext:
 
     # -- evidence -------------------------------------------------------------
     def write_json(self, name: str, value: Any, filename: str | None = None) -> EvidenceRef:
-        """Write a canonical JSON evidence sidecar and return its reference."""
+        """Write a canonical JSON evidence sidecar and return its reference.
+
+        Parameters
+        ----------
+        name : str
+            The evidence name a rule reads it by.
+        value : Any
+            The JSON-able content.
+        filename : str, optional
+            File name in the stage's evidence folder; ``<name>.json`` by default.
+
+        Returns
+        -------
+        EvidenceRef
+            The name, the path relative to the run directory and the SHA-256.
+
+        Raises
+        ------
+        verifylib.errors.StageRefusal
+            If the file exists already (evidence is never replaced).
+        """
         path = self.evidence_dir / (filename or f"{name}.json")
         if path.exists():
             raise StageRefusal(f"evidence {path} exists already; evidence is never replaced")
@@ -158,7 +197,27 @@ class StageContext:
         return ref
 
     def write_bytes(self, name: str, data: bytes, filename: str) -> EvidenceRef:
-        """Write raw evidence bytes (a log stream, say) and return the reference."""
+        """Write raw evidence bytes (a log stream, say) and return the reference.
+
+        Parameters
+        ----------
+        name : str
+            The evidence name a rule reads it by.
+        data : bytes
+            The content.
+        filename : str
+            File name in the stage's evidence folder.
+
+        Returns
+        -------
+        EvidenceRef
+            The name, the path relative to the run directory and the SHA-256.
+
+        Raises
+        ------
+        verifylib.errors.StageRefusal
+            If the file exists already (evidence is never replaced).
+        """
         path = self.evidence_dir / filename
         if path.exists():
             raise StageRefusal(f"evidence {path} exists already; evidence is never replaced")
@@ -169,13 +228,31 @@ class StageContext:
 
     # -- gates ----------------------------------------------------------------
     def prior(self) -> dict[str, GateRecord]:
-        """Gate records of this run so far (other stages' files plus this stage's)."""
+        """Collect the gate records of this run so far (other stages' files plus this stage's).
+
+        Returns
+        -------
+        dict
+            Gate id -> :class:`~verifylib.evidence.records.GateRecord`.
+        """
         out = recorded_gates(self.run_dir)
         out.update(self.records)
         return out
 
     def evidence_of(self, gate_id: str, name: str) -> Any:
         """Read evidence ``name`` of an earlier gate that PASSed, verifying its digest.
+
+        Parameters
+        ----------
+        gate_id : str
+            The earlier gate.
+        name : str
+            The evidence name among the files it cites.
+
+        Returns
+        -------
+        Any
+            The decoded JSON content.
 
         Raises
         ------
@@ -188,7 +265,18 @@ class StageContext:
         return EvidenceView(self.run_dir, rec.evidence).json(name)
 
     def artifact_path(self, *parts: str) -> Path:
-        """A path for a published artifact inside the run directory (e.g. ``fp32/...``)."""
+        """Return a path for a published artifact inside the run directory (``fp32/...``).
+
+        Parameters
+        ----------
+        *parts : str
+            Path components below the run directory.
+
+        Returns
+        -------
+        Path
+            The path; its parent folder is created.
+        """
         p = self.run_dir.joinpath(*parts)
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
@@ -197,12 +285,25 @@ class StageContext:
         """Return why ``gate_id`` cannot run now, or None if it can.
 
         Order: disabled parameter, missing platform capability, unmet prerequisite.
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate.
+        disabled_by : str, optional
+            The parameter key that switches the gate off, when one does.
+
+        Returns
+        -------
+        Reason or None
+            A NOT_RUN reason (``disabled``, ``platform`` or ``prerequisite``), or None.
         """
         g = gates.gate(gate_id)
         if disabled_by:
             value = dict(g.disabled_by).get(disabled_by)
             return Reason(NotRunKind.DISABLED.value,
-                          f"disabled by parameter {disabled_by} = {canonical.dumps(value).decode().strip()}")
+                          f"disabled by parameter {disabled_by} = "
+                          f"{canonical.dumps(value).decode().strip()}")
         missing = detect().missing(g.capability)
         if missing:
             return Reason(NotRunKind.PLATFORM.value, missing)
@@ -230,6 +331,17 @@ class StageContext:
         disabled_by : str, optional
             The parameter key the caller found switching the gate off; it must agree with
             the registry's ``disabled_by`` (the validator judges NOT_RUN(disabled) by it).
+
+        Returns
+        -------
+        GateRun or None
+            The gate run, or None when NOT_RUN was recorded.
+
+        Raises
+        ------
+        ValueError
+            If the gate belongs to another stage, or ``disabled_by`` disagrees with the
+            registry and the parameters (a bug in the calling stage).
         """
         g = gates.gate(gate_id)
         # Both refusals below catch a stage calling begin wrongly, a bug in verifylib, so
@@ -247,7 +359,20 @@ class StageContext:
         return GateRun(self, g)
 
     def identity(self, key: str, value: Any) -> None:
-        """Record an identity of this run (e.g. ``runtime.tree``)."""
+        """Record an identity of this run (e.g. ``runtime.tree``).
+
+        Parameters
+        ----------
+        key : str
+            The identity key.
+        value : Any
+            Its JSON-able value.
+
+        Raises
+        ------
+        ValueError
+            If the key was recorded before with another value.
+        """
         old = self.identities.get(key)
         if old is not None and old != value:
             raise ValueError(f"identity {key} recorded twice with different values")
@@ -274,6 +399,11 @@ class StageContext:
             The reason kind, one of :data:`verifylib.evidence.records.ERROR_KINDS`:
             ``"exception"`` (a harness bug, the default) or ``"prerequisite-broken"``
             (:class:`verifylib.errors.PrerequisiteBroken` was raised).
+
+        Returns
+        -------
+        GateRecord
+            The ERROR record, citing the traceback file and the partial evidence.
 
         Raises
         ------
@@ -316,6 +446,12 @@ class StageContext:
 
         A gate never begun becomes NOT_RUN(not-implemented) if the registry declares it
         unimplemented, and ERROR otherwise (the stage skipped a gate it owns).
+
+        Returns
+        -------
+        StageReport
+            Every gate's record in the table's order, the identities, the seconds, the
+            facts and the stage's result.
         """
         for g in self.gates:
             if g.id not in self.records:
@@ -335,7 +471,13 @@ class StageContext:
 
 
 def package_versions() -> dict[str, str]:
-    """Versions of the packages whose behaviour the evidence depends on."""
+    """Collect the versions of the packages whose behaviour the evidence depends on.
+
+    Returns
+    -------
+    dict
+        Package name -> installed version, or ``"absent"``.
+    """
     from importlib import metadata
     out = {}
     for name in ("verifylib", "coremltools", "torch", "transformers", "numpy", "jiwer",
@@ -361,8 +503,8 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
         Id to record; defaults to the folder name.
     executor : dict, optional
         How and where ``verifylib run`` executed the audit (``kind``, ``node``, ...), as
-        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook run
-        by hand records none. Covered by the receipt like the rest of ``run.json``.
+        :mod:`verifylib.batch.local` describes it; recorded as ``executor``. A notebook
+        run by hand records none. Covered by the receipt like the rest of ``run.json``.
 
     Returns
     -------

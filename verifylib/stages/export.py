@@ -22,11 +22,19 @@ from __future__ import annotations
 import os
 import shutil
 
+from verifylib import canonical
 from verifylib.canonical import sha256_file
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import export_facts_from_evidence
+from verifylib.evidence.schemas.build import RunRecord
+from verifylib.evidence.schemas.export import (
+    CompileEvidence,
+    ContractEvidence,
+    GgmlModelEvidence,
+    ModelIntake,
+)
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory
@@ -34,19 +42,43 @@ from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import run_record, run_whisper_cli
-from verifylib.stages.artifacts import (ENCODER_PACKAGE, GGML_MODEL, export_variants, ggml_binary,
-                                        model_language, model_source, runtime_tree)
+from verifylib.stages.artifacts import (
+    ENCODER_PACKAGE,
+    GGML_MODEL,
+    export_variants,
+    ggml_binary,
+    model_language,
+    model_source,
+    runtime_tree,
+)
 from verifylib.stages.context import StageContext
 
 STAGE = "02_export"
 LOAD_PROBE_MS = "2000"
 
 
+def _through_schema(schema, doc: dict) -> dict:
+    """Return ``doc`` as its schema reads it back from its canonical JSON.
+
+    The canonical JSON of the result is byte for byte that of ``doc`` (``to_json`` gives
+    back exactly what ``from_json`` read); a document the judge could not parse fails here,
+    when it is written, not later when it is judged.
+    """
+    return schema.from_json(canonical.loads(canonical.dumps(doc))).to_json()
+
+
 def _export_contract(ctx: StageContext) -> None:
-    from verifylib.models.coreml_export import (build_facts, contract_of, convert_traced,
-                                                discard_staged, link_or_copy, publish_staged,
-                                                release_conversion, stage_mlpackage,
-                                                trace_encoder)
+    from verifylib.models.coreml_export import (
+        build_facts,
+        contract_of,
+        convert_traced,
+        discard_staged,
+        link_or_copy,
+        publish_staged,
+        release_conversion,
+        stage_mlpackage,
+        trace_encoder,
+    )
     from verifylib.models.hf import load_hf_encoder
 
     g = ctx.begin("export.contract")
@@ -105,9 +137,9 @@ def _export_contract(ctx: StageContext) -> None:
                                    "seconds": round(convs[s.precision].seconds, 3)}}
                    for s in staged]
         facts["trace_seconds"] = round(trace_s, 3)
-        refs.append(ctx.write_json("contract", {
+        refs.append(ctx.write_json("contract", _through_schema(ContractEvidence, {
             "model": src, "config": contract.values(), "contract": contract.as_dict(),
-            "variants": records, "build": facts, "model_copies": copies}))
+            "variants": records, "build": facts, "model_copies": copies})))
         ids = {identities.MODEL_SOURCE_DIGEST: src["source_digest"]}
         for s in staged:
             if s.tree_digest:
@@ -149,7 +181,8 @@ def _export_compile(ctx: StageContext) -> None:
                             "stderr_sha256": res.run.stderr_sha256}})
             ids[f"artifact.{prec}.mlmodelc.tree_digest"] = res.tree_digest
         from verifylib.runtime.capabilities import detect
-        refs.append(ctx.write_json("compile", {"variants": entries, "coremlc": detect().coremlc}))
+        refs.append(ctx.write_json("compile", _through_schema(
+            CompileEvidence, {"variants": entries, "coremlc": detect().coremlc})))
         g.judge(refs, ids)
 
 
@@ -171,10 +204,11 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     g = ctx.begin("export.ggml_model")
     if g:
         with g:
-            info = obtain_model(params.model.spec, cache_dir(), log=print, base_dir=params.base_dir)
-            model_ref = ctx.write_json("model", {
-                "kind": info.kind, "source_digest": info.source_digest, "origin": info.origin,
-                "hf_dir": str(info.hf_dir), "language": info.language, "cached": info.cached})
+            info = obtain_model(params.model.spec, cache_dir(), log=print,
+                                base_dir=params.base_dir)
+            model_ref = ctx.write_json("model", ModelIntake(
+                kind=info.kind, source_digest=info.source_digest, origin=dict(info.origin),
+                hf_dir=str(info.hf_dir), language=info.language, cached=info.cached).to_json())
             out = ctx.artifact_path(*GGML_MODEL)
             written = write_ggml_model(info.hf_dir, out)
             binary, binary_sha = ggml_binary(ctx)
@@ -188,12 +222,11 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             refs = [model_ref,
                     ctx.write_bytes("load_stderr", res.stderr, "load.stderr.txt"),
                     ctx.write_bytes("load_stdout", res.stdout, "load.stdout.txt")]
-            refs.append(ctx.write_json("ggml", {
-                "path": "/".join(GGML_MODEL), "model_arg": model_arg,
-                "sha256": written.sha256, "bytes": written.bytes,
-                "hparams": written.hparams, "n_tensors": written.n_tensors,
-                "lossless": written.lossless, "binary_sha256": binary_sha,
-                "probe": run_record(res)}))
+            refs.append(ctx.write_json("ggml", GgmlModelEvidence(
+                path="/".join(GGML_MODEL), model_arg=model_arg, sha256=written.sha256,
+                bytes=written.bytes, hparams=dict(written.hparams),
+                n_tensors=written.n_tensors, lossless=written.lossless,
+                binary_sha256=binary_sha, probe=RunRecord.from_json(run_record(res))).to_json()))
             g.judge(refs, {identities.MODEL_SOURCE_DIGEST: info.source_digest,
                            identities.MODEL_GGML: written.sha256,
                            identities.BINARY_GGML: binary_sha})

@@ -30,19 +30,37 @@ from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import (ATTRIBUTION, CANDIDATE_ARRAYS, REFERENCE_ARRAYS,
-                                        parity_result_from_evidence)
+from verifylib.evidence.results import (
+    ATTRIBUTION,
+    CANDIDATE_ARRAYS,
+    REFERENCE_ARRAYS,
+    parity_result_from_evidence,
+)
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
-from verifylib.numerics.parity import (POLICY_OF_VARIANT, compare, error_histogram, frame_snr_db,
-                                       policy_record)
-from verifylib.numerics.reference import (RANDOM_SEED, ReferenceRun, fixture_logmel,
-                                          random_logmel, reference_encode)
+from verifylib.numerics.parity import (
+    POLICY_OF_VARIANT,
+    compare,
+    error_histogram,
+    frame_snr_db,
+    policy_record,
+)
+from verifylib.numerics.reference import (
+    RANDOM_SEED,
+    ReferenceRun,
+    fixture_logmel,
+    random_logmel,
+    reference_encode,
+)
 from verifylib.numerics.scoring import load_policy
 from verifylib.params import Params
 from verifylib.runtime.audio import audio_sha256, read_wav_16k
-from verifylib.stages.artifacts import (compiled_variant, exported_variant, fixture_audio,
-                                        model_source)
+from verifylib.stages.artifacts import (
+    compiled_variant,
+    exported_variant,
+    fixture_audio,
+    model_source,
+)
 from verifylib.stages.context import StageContext
 
 STAGE = "04_parity"
@@ -60,7 +78,26 @@ RUNTIME_EXECUTION = "coreml-all"
 # ----------------------------------------------------------------------------- reference
 
 def reference_run(ctx: StageContext) -> ReferenceRun:
-    """Load the reference model and encode the fixture and the random log-mel."""
+    """Load the reference model and encode the fixture and the random log-mel.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 04's context (the model source, the exported contract, the fixtures).
+
+    Returns
+    -------
+    ReferenceRun
+        Inputs, their records, the encoder's outputs, the fixture's per-block residual
+        stream, timings, the speech frames and the encoder itself.
+
+    Raises
+    ------
+    verifylib.errors.PrerequisiteBroken
+        If the reference model's contract differs from the exported one.
+    verifylib.errors.ParametersInvalid
+        If the parameters name no fixture.
+    """
     from importlib import metadata
 
     import torch
@@ -119,16 +156,29 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
                     variant: str | None = None) -> tuple[list, dict, dict, Any]:
     """Execute a saved package's ML program on both inputs in both compute modes.
 
+    Parameters
+    ----------
+    package : path-like
+        The saved ``.mlpackage``.
+    ref : ReferenceRun
+        The reference side (:func:`reference_run`).
+    variant : str, optional
+        ``fp32`` or ``fp16``, recorded in the attribution.
+
     Returns
     -------
-    (measurements, drift, arrays, attribution)
-        ``measurements``: ``[{input, execution, metrics, seconds}]`` (the gated one is
-        fixture/float32); ``drift``: SNR per layer, per frame and the error histogram of
-        the fixture input, plus the op counts and executor timings; ``arrays``: the
-        float32 outputs (``fixture``, ``random``) and ``layer_frame_snr_db`` (SNR per
-        frame at each residual-stream point, float32 execution); ``attribution``: the
-        op-level attribution on the fixture (:func:`verifylib.numerics.drift.attribute`, float32),
-        None when the reference model is not at hand.
+    measurements : list of dict
+        ``[{input, execution, metrics, seconds}]`` (the gated one is fixture/float32).
+    drift : dict
+        SNR per layer, per frame and the error histogram of the fixture input, plus the
+        op counts and executor timings.
+    arrays : dict
+        The float32 outputs (``fixture``, ``random``) and ``layer_frame_snr_db`` (SNR per
+        frame at each residual-stream point, float32 execution).
+    attribution : Attribution or None
+        The op-level attribution on the fixture
+        (:func:`verifylib.numerics.drift.attribute`, float32), None when the reference
+        model is not at hand.
     """
     import numpy as np
 
@@ -206,10 +256,24 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
                     loader=None) -> tuple[list, dict, dict]:
     """Predict with ``CompiledMLModel(mlmodelc, ComputeUnit.ALL)`` on both inputs (macOS).
 
+    Parameters
+    ----------
+    mlmodelc : path-like
+        The compiled model.
+    ref : ReferenceRun
+        The reference side (:func:`reference_run`).
+    loader : callable, optional
+        Passed to :func:`verifylib.models.coreml_export.load_compiled` (tests pass a fake).
+
     Returns
     -------
-    (measurements, drift, arrays)
-        As :func:`measure_program`, without per-layer figures or attribution.
+    measurements : list of dict
+        As :func:`measure_program`, one per input (execution ``coreml-all``).
+    drift : dict
+        Per-frame SNR and the error histogram of the fixture, load and predict timings;
+        no per-layer figures.
+    arrays : dict
+        The float32 outputs (``fixture``, ``random``).
     """
     import numpy as np
 
@@ -254,8 +318,9 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
     Returns
     -------
     StageReport
-        ``result`` (:class:`verifylib.evidence.results.ParityResult`) holds, per gate that ran, the
-        measurements and drift that :func:`verifylib.views.parity.show` tables and plots.
+        ``result`` (:class:`verifylib.evidence.results.ParityResult`) holds, per gate that
+        ran, the measurements and drift that :func:`verifylib.views.parity.show` tables
+        and plots.
     """
     ctx = StageContext(STAGE, params, run_dir)
     ref: ReferenceRun | None = None
@@ -313,7 +378,8 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                 refs.append(ctx.write_json(ATTRIBUTION, attribution.as_dict(),
                                            f"{short}-attribution.json"))
             pol = POLICY_OF_VARIANT[variant].split("-")[0]
-            ids = {identities.policy_id(pol): policy.id, identities.policy_sha256(pol): policy.sha256,
+            ids = {identities.policy_id(pol): policy.id,
+                   identities.policy_sha256(pol): policy.sha256,
                    f"fixture.{ref.input_records['fixture']['id']}.sha256":
                        ref.input_records["fixture"]["audio_sha256"],
                    identities.MODEL_SOURCE_DIGEST: ref.description["model_source_digest"]}

@@ -32,8 +32,14 @@ from verifylib.params import Fixture, Params, fixture_text
 from verifylib.runtime import contracts
 from verifylib.runtime.audio import audio_sha256, read_wav_16k
 from verifylib.runtime.runner import run_record, run_whisper_cli
-from verifylib.stages.artifacts import (GGML_MODEL, coreml_binary, fixture_audio, ggml_binary,
-                                        model_language, published_model)
+from verifylib.stages.artifacts import (
+    GGML_MODEL,
+    coreml_binary,
+    fixture_audio,
+    ggml_binary,
+    model_language,
+    published_model,
+)
 from verifylib.stages.context import StageContext
 
 STAGE = "05_wer"
@@ -59,6 +65,19 @@ def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
                    timeout: float = 600.0):
     """Transcribe one clip with whisper-cli under the pinned greedy decoding.
 
+    Parameters
+    ----------
+    binary : Path
+        The whisper-cli.
+    model_arg : str
+        The ``-m`` string, passed verbatim.
+    audio : Path
+        The clip.
+    language : str
+        The decoding language.
+    timeout : float
+        Seconds before the run is killed.
+
     Returns
     -------
     (str, RunResult)
@@ -73,9 +92,27 @@ def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
 def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[ClipText]]:
     """Transcribe every fixture with HF and GGML and write ``wer.ggml_vs_source`` evidence.
 
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 05's context.
+    params : Params
+        The run's parameters (fixtures, language).
+
     Returns
     -------
-    (refs, identities, texts)
+    refs : list of EvidenceRef
+        The policy, every clip's stderr evidence (and stdout for public fixtures) and
+        the ``wer`` record.
+    identities : dict
+        Policy, normalizer, model and binary digests, and each fixture's audio digest.
+    texts : list of ClipText
+        The normalized and raw texts of every clip, for the hybrid gate and the display.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If the parameters name no fixture.
     """
     from verifylib.models.hf import load_hf
 
@@ -199,7 +236,8 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
                 "hybrid_empty": not text.strip()}
         # stderr carries logs only (the transcript is on stdout), so it is kept for every
         # clip: the validator re-checks the four load conditions on it.
-        refs.append(ctx.write_bytes(f"hybrid_stderr_{t.id}", res.stderr, f"hybrid-{t.id}.stderr.txt"))
+        refs.append(ctx.write_bytes(f"hybrid_stderr_{t.id}", res.stderr,
+                                    f"hybrid-{t.id}.stderr.txt"))
         if t.public:
             refs.append(ctx.write_bytes(f"hybrid_stdout_{t.id}", res.stdout,
                                         f"hybrid-{t.id}.stdout.txt"))
@@ -209,7 +247,8 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     refs.append(ctx.write_json("hybrid", {"policy": policy.rules, "policy_sha256": policy.sha256,
                                           "binary_sha256": binary_sha256, "model_arg": model_arg,
                                           "clips": clips}))
-    return refs, {identities.BINARY_COREML: binary_sha256, identities.POLICY_WER_SHA256: policy.sha256}, shown
+    return refs, {identities.BINARY_COREML: binary_sha256,
+                  identities.POLICY_WER_SHA256: policy.sha256}, shown
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:

@@ -6,10 +6,31 @@ One stylesheet, ``verifylib.css``, serves the notebooks (as a ``<style>`` block 
 once by each displayed output), the audit report (included by the nbconvert template) and
 the batch index page.
 
-Each stage has its own view module with a ``show(report)`` function::
+Each stage has its own view module (``build``, ``export``, ``canary``, ``parity``, ``wer``,
+``placement``), and the cross-run comparison has ``compare``::
 
     from verifylib.views import parity as view
     view.show(report)
+
+The view contract, the same in every module:
+
+- ``show(result, ...)`` displays the result in the running notebook, its HTML through
+  ``IPython.display`` and its charts through matplotlib, and returns None, whatever the
+  result holds (a stage whose gates did not run is displayed as a note saying why). A
+  notebook cell ends with ``view.show(report)``, and nothing is echoed a second time as the
+  cell's value. The other functions that display (``parity.attribution``,
+  ``compare.show_figure``) display and return None as well.
+- A caller that needs the HTML itself, as text (the audit report, ``verifylib compare``, a
+  test), calls the module function that returns it as a ``str``: ``build.html`` and
+  ``export.html`` (what their ``show`` displays), ``gates.stage_table`` and
+  ``gates.receipt_summary``, ``compare.fragment`` and ``compare.page``, ``index.page``.
+- ``*_plot(...)`` functions return the matplotlib figure they drew (None when there is
+  nothing to draw): ``compare``'s draw off-screen for its page (``compare.show_figure``
+  displays one), ``parity``'s draw with pyplot and are shown as they are drawn.
+
+Numbers shared by the comparison's sentences and its page are formatted by
+:mod:`verifylib.views.formats`. ``tests/unit/test_views.py`` checks the contract on every
+view module.
 """
 
 from __future__ import annotations
@@ -118,13 +139,26 @@ def strip_style(fragment: str) -> str:
     return fragment.replace(style_block(), "")
 
 
-def display_html(name: str, **context: Any) -> None:
-    """Render a template and display it as HTML in the running notebook."""
+def show_html(fragment: str) -> None:
+    """Display an HTML string in the running notebook.
+
+    Parameters
+    ----------
+    fragment : str
+        HTML rendered by :func:`render` (escaped).
+    """
     from IPython.display import HTML, display
-    display(HTML(render(name, **context)))
+    display(HTML(fragment))
 
 
-def html_object(name: str, **context: Any):
-    """Render a template into an ``IPython.display.HTML`` object (for a cell's result)."""
-    from IPython.display import HTML
-    return HTML(render(name, **context))
+def display_html(name: str, **context: Any) -> None:
+    """Render a template and display it as HTML in the running notebook.
+
+    Parameters
+    ----------
+    name : str
+        Template file name inside :data:`TEMPLATES`.
+    **context
+        Template variables, as for :func:`render`.
+    """
+    show_html(render(name, **context))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from verifylib.views import html_object
+from verifylib.views import render, show_html
 
 
-def show(report):
-    """Display the build facts of a stage report as an escaped HTML table.
+def html(report) -> str:
+    """Render the build facts of a stage report as an escaped HTML table.
 
     Parameters
     ----------
@@ -15,7 +15,19 @@ def show(report):
 
     Returns
     -------
-    IPython.display.HTML
-        The facts table, or a note that the build gates did not run.
+    str
+        The facts table, or a note that the build gates did not run, opening with the
+        shared stylesheet.
     """
-    return html_object("build.html.j2", style=True, facts=report.facts)
+    return render("build.html.j2", style=True, facts=report.facts)
+
+
+def show(report) -> None:
+    """Display the build facts of a stage report (:func:`html`) in the running notebook.
+
+    Parameters
+    ----------
+    report : StageReport
+        The result of :func:`verifylib.stages.build.run`.
+    """
+    show_html(html(report))

@@ -15,8 +15,9 @@ SANITIZER_GATE = "canary.sanitizer"
 
 
 def show(report) -> None:
-    """Show the A/B outcome table and chart, the sanitizer runs and the Core ML runs (or why
-    each did not run).
+    """Display the A/B outcome table and chart, the sanitizer runs and the Core ML runs.
+
+    Each part that did not run is displayed as a note saying why.
 
     Parameters
     ----------

@@ -10,8 +10,9 @@ and embedded as base64 PNG, so the page is one self-contained file; all HTML com
 ``compare*.html.j2`` with autoescaping.
 
 This module takes the :class:`~verifylib.compare.model.Comparison` it is given and never reads a
-run itself (views reach no runner, ledger or rules, and :mod:`verifylib.compare.model` reads
-runs through :mod:`verifylib.evidence.runs`, which verifies with the rules).
+run itself (views reach no runner, ledger or rules, and :mod:`verifylib.compare.runs` reads
+runs through :mod:`verifylib.evidence.runs`, which verifies with the rules). Its numbers are
+written by :mod:`verifylib.views.formats`, like the comparison's summary lines.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verifylib.views import display_html, render
+from verifylib.views import render, show_html
+from verifylib.views.formats import snr_cell, wer_pct
 from verifylib.views.parity import SNR_CAP_DB
 
 PAGE = "compare.html"
@@ -35,42 +37,7 @@ PAGE = "compare.html"
 _MODE_STYLES = ("-", "--", ":", "-.")
 
 
-# ----------------------------------------------------------------------------- formatting
-
-def db(value: Any) -> str:
-    """An SNR for a table cell: ``inf`` for exact, two decimals, a dash for nothing.
-
-    Parameters
-    ----------
-    value : float or None
-
-    Returns
-    -------
-    str
-    """
-    if value is None:
-        return "—"
-    v = float(value)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return f"{v:.2f}"
-
-
-def pct(value: Any) -> str:
-    """A WER as a percentage with one decimal, a dash for nothing.
-
-    Parameters
-    ----------
-    value : float or None
-
-    Returns
-    -------
-    str
-    """
-    return "—" if value is None else f"{100 * float(value):.1f}%"
-
+# ----------------------------------------------------------------------------- plot values
 
 def _drawn(values: Iterable[Any]) -> tuple[list[float], bool]:
     """Values for a plot: None/NaN as gaps, +inf at :data:`SNR_CAP_DB` (and whether any was)."""
@@ -281,7 +248,7 @@ def _images(comparison) -> dict[str, str | None]:
 # ----------------------------------------------------------------------------- HTML
 
 def _context(comparison) -> dict[str, Any]:
-    return {"cmp": comparison, "images": _images(comparison), "db": db, "pct": pct,
+    return {"cmp": comparison, "images": _images(comparison), "db": snr_cell, "pct": wer_pct,
             "labels": comparison.labels}
 
 
@@ -337,13 +304,13 @@ def write(comparison, out_dir: str | os.PathLike) -> Path:
 
 
 def show(comparison) -> None:
-    """Display the comparison in the running notebook (the page's body, plots included).
+    """Display the comparison in the running notebook: :func:`fragment`, plots included.
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
     """
-    display_html("compare_body.html.j2", style=True, **_context(comparison))
+    show_html(fragment(comparison))
 
 
 def show_figure(fig) -> None:

@@ -5,31 +5,29 @@ from __future__ import annotations
 import numpy as np
 
 from verifylib.numerics.parity import snr_series
-from verifylib.views import display_html, html_object
+from verifylib.views import display_html
 
 SNR_CAP_DB = 160.0
 """Where an exact (infinite-SNR) point is drawn; labelled as such in the legend."""
 
 
-def show(report):
-    """Show the policies, every measurement (escaped tables) and the drift plots.
+def show(report) -> None:
+    """Display the policies, every measurement (escaped tables) and the drift plots.
 
-    The plots are the error histogram, SNR along time frames and SNR per layer.
+    The plots are the error histogram, SNR along time frames and SNR per layer, then each
+    program candidate's op-level attribution (:func:`attribution`).
 
     Parameters
     ----------
     report : StageReport
-        The result of :func:`verifylib.stages.parity.run`.
-
-    Returns
-    -------
-    IPython.display.HTML or None
-        A note when the parity gates did not run; otherwise everything is displayed.
+        The result of :func:`verifylib.stages.parity.run`; a note is displayed when the
+        parity gates did not run.
     """
     result = report.result
     cands = result.candidates if result is not None else {}
     if not cands:
-        return html_object("parity.html.j2", style=True, candidates={})
+        display_html("parity.html.j2", style=True, candidates={})
+        return
     policies = {c.policy["id"]: c.policy for c in cands.values()}
     display_html("parity.html.j2", style=True, candidates=cands,
                  policies=sorted(policies.items()),
@@ -39,7 +37,6 @@ def show(report):
     for c in cands.values():
         if c.attribution is not None:
             attribution(c)
-    return None
 
 
 def _label(ax, x: str, y: str, title: str, legend: str) -> None:
@@ -121,29 +118,24 @@ def _plots(cands: dict) -> None:
 
 # ----------------------------------------------------------------------------- attribution
 
-def attribution(candidate, *, plots: bool = True):
-    """Show one program candidate's op-level attribution: tables, then its two plots.
+def attribution(candidate, *, plots: bool = True) -> None:
+    """Display one program candidate's op-level attribution: tables, then its two plots.
 
     Parameters
     ----------
     candidate : verifylib.evidence.results.ParityCandidate
-        A program candidate (``parity.program`` or ``parity.program_fp16``).
+        A program candidate (``parity.program`` or ``parity.program_fp16``); nothing is
+        displayed when it has no attribution.
     plots : bool
         Also draw :func:`program_snr_plot` and :func:`worst_ops_plot`.
-
-    Returns
-    -------
-    IPython.display.HTML or None
-        A note when the candidate has no attribution; otherwise everything is displayed.
     """
     att = candidate.attribution
     if att is None:
-        return html_object("fragment.html.j2", style=False)
+        return
     display_html("parity_attribution.html.j2", style=False, att=att, gate=candidate.gate)
     if plots:
         program_snr_plot(att)
         worst_ops_plot(att)
-    return None
 
 
 def _op_colors(types) -> dict:

@@ -15,7 +15,6 @@ no receipt to list it by.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -23,11 +22,11 @@ from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 
 from verifylib import canonical, views
-from verifylib.errors import EvidenceInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.layout import RECEIPT_FILE
 from verifylib.views import gates as gate_views
 from verifylib.views import index as index_view
+from verifylib.evidence.failures import FailureRecord, read_failures
 
 REPORT = "report.html"
 REPORT_FULL = "report-full.html"
@@ -139,173 +138,9 @@ INDEX = "index.html"
 INDEX_LOCKS = ".locks"
 """Folder of the reports folder's lock files (the index page's lock)."""
 
-FAILED = ".failed"
-"""Folder of a model's failure records: ``<reports>/<name>/.failed/<id>.json``."""
 
-FAILURE_FORMAT = "verifylib-failed-audit/1"
-"""The ``format`` of a failure record."""
-
-MAX_REASON_CHARS = 2000
 # A reason is one human-readable account (a worker's last stderr lines, a refusal); the
 # whole log belongs in the terminal, not in a record every index rebuild reads.
-
-
-@dataclass(frozen=True)
-class FailureRecord:
-    """An audit that ended ERROR without publishing a run: what the index lists for it.
-
-    Written once by the batch that saw the failure, into
-    ``<reports>/<name>/.failed/<id>.json`` (canonical JSON), and never rewritten; a
-    later run of the model does not remove it.
-
-    Attributes
-    ----------
-    id : str
-        ``<UTC second>-<8 hex>`` as a run id (sorts by time), also the file name.
-    name : str
-        Model name.
-    parameters : str
-        The parameter file the model came from (``Params.origin``).
-    reason : str
-        Why no run was published (the worker's exit, the task's exception, the refused
-        run's problems).
-    executor : dict
-        How it ran: ``kind`` (``local`` or ``ray``), ``node`` (host name, None when
-        unknown), and what else the executor knew (``jobs``, ``ray_node_id``).
-    time : str
-        When the failure was recorded, ISO 8601 UTC (``2026-12-01T08:31:18Z``).
-    status : str
-        Always ``ERROR``.
-    """
-
-    id: str
-    name: str
-    parameters: str
-    reason: str
-    executor: dict
-    time: str
-    status: str = "ERROR"
-
-    def to_json(self) -> dict:
-        """The record as stored (with its ``format``).
-
-        Returns
-        -------
-        dict
-        """
-        return {"format": FAILURE_FORMAT, "id": self.id, "name": self.name,
-                "parameters": self.parameters, "status": self.status, "reason": self.reason,
-                "executor": dict(self.executor), "time": self.time}
-
-    @classmethod
-    def from_json(cls, data) -> "FailureRecord":
-        """Read a stored record, checking every field's type.
-
-        Parameters
-        ----------
-        data : any
-            The parsed JSON.
-
-        Returns
-        -------
-        FailureRecord
-
-        Raises
-        ------
-        verifylib.errors.EvidenceInvalid
-            A ``ValueError``, for a record of another format or with a missing or mistyped
-            field (named); :func:`read_failures` pairs the message with the record's file.
-        """
-        if not isinstance(data, dict) or data.get("format") != FAILURE_FORMAT:
-            raise EvidenceInvalid(f"not a {FAILURE_FORMAT} record")
-        for key in ("id", "name", "parameters", "status", "reason", "time"):
-            if not isinstance(data.get(key), str):
-                raise EvidenceInvalid(f"field {key!r} is missing or not a string")
-        if data["status"] != "ERROR":
-            raise EvidenceInvalid(f"status {data['status']!r} is not ERROR")
-        if not isinstance(data.get("executor"), dict):
-            raise EvidenceInvalid("field 'executor' is missing or not an object")
-        return cls(data["id"], data["name"], data["parameters"], data["reason"],
-                   dict(data["executor"]), data["time"], data["status"])
-
-
-def publish_failure(reports_root: str | Path, *, name: str, parameters: str, reason: str,
-                    executor: dict) -> Path:
-    """Record that a model's audit ended ERROR without publishing a run.
-
-    The record (:class:`FailureRecord`) is written to a staging file in
-    ``<reports>/<name>/.failed/`` and linked to ``<id>.json`` once complete: a reader
-    (the index rebuild of another process) never sees half a record, and an existing
-    record is never replaced (a clash of ids draws another).
-
-    Parameters
-    ----------
-    reports_root : path-like
-        The reports folder.
-    name : str
-        Model name.
-    parameters : str
-        The model's parameter file.
-    reason : str
-        Why no run was published (cut to :data:`MAX_REASON_CHARS`).
-    executor : dict
-        How and where it ran (see :attr:`FailureRecord.executor`).
-
-    Returns
-    -------
-    Path
-        The published record.
-    """
-    import datetime as dt
-
-    from verifylib.evidence.layout import new_run_id
-
-    folder = Path(reports_root) / name / FAILED
-    folder.mkdir(parents=True, exist_ok=True)
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[:MAX_REASON_CHARS - 1] + "…"
-    for _ in range(100):
-        record_id = new_run_id()
-        stamp = dt.datetime.strptime(record_id.split("-")[0], "%Y%m%dT%H%M%SZ")
-        rec = FailureRecord(record_id, name, parameters, reason, dict(executor),
-                            stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        path = folder / f"{record_id}.json"
-        try:
-            canonical.atomic_write_bytes(path, canonical.dumps(rec.to_json()), replace=False)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"no free failure record id in {folder} after 100 draws")
-
-
-def read_failures(reports_root: str | Path) -> list[tuple[Path, FailureRecord | str]]:
-    """Every failure record in the reports folder, oldest first within each model.
-
-    Parameters
-    ----------
-    reports_root : path-like
-        The reports folder.
-
-    Returns
-    -------
-    list of (Path, FailureRecord or str)
-        Each record file with its record, or with why it cannot be read (an unreadable
-        record is reported, never skipped: it stands for a failure all the same).
-    """
-    out: list[tuple[Path, FailureRecord | str]] = []
-    for path in sorted(Path(reports_root).glob(f"*/{FAILED}/*.json")):
-        if path.name.startswith(".") or path.parent.parent.name.startswith("."):
-            continue  # a record still being written, or not a model's folder
-        try:
-            rec = FailureRecord.from_json(canonical.read_json(path))
-        except (OSError, ValueError) as exc:
-            out.append((path, f"unreadable failure record: {exc}"))
-            continue
-        if rec.name != path.parent.parent.name or f"{rec.id}.json" != path.name:
-            out.append((path, f"failure record of {rec.name!r} ({rec.id}) misplaced"))
-            continue
-        out.append((path, rec))
-    return out
 
 
 def _index_row(root: Path, name: str, run_dir: Path) -> dict:

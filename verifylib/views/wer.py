@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 from verifylib.numerics.scoring import WordCounts, corpus_wer
-from verifylib.views import display_html, html_object
+from verifylib.views import display_html
 
 SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
 
 
-def show(report):
-    """Show the transcripts side by side (escaped), per-clip and corpus WER, and a chart.
+def show(report) -> None:
+    """Display the transcripts side by side (escaped), per-clip and corpus WER, and a chart.
 
     Parameters
     ----------
     report : StageReport
-        The result of :func:`verifylib.stages.wer.run`.
-
-    Returns
-    -------
-    IPython.display.HTML or None
-        A note when the WER gates did not run; otherwise everything is displayed.
+        The result of :func:`verifylib.stages.wer.run`; a note is displayed when the WER
+        gates did not run.
     """
     clips = report.result.clips if report.result is not None else []
     if not clips:
-        return html_object("wer_transcripts.html.j2", style=True, clips=[])
+        display_html("wer_transcripts.html.j2", style=True, clips=[])
+        return
     corpus = report.result.corpus
     has_hybrid = any(c.hybrid is not None for c in clips)
     no_worse = sum(1 for c in clips if c.wer_ggml <= c.wer_source)
@@ -31,7 +28,6 @@ def show(report):
                  has_hybrid=has_hybrid, no_worse=no_worse)
     display_html("wer_counts.html.j2", **counts_table(clips, has_hybrid))
     _wer_chart(clips, has_hybrid)
-    return None
 
 
 def counts_table(clips: list, has_hybrid: bool) -> dict:

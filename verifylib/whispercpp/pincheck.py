@@ -1,10 +1,10 @@
-"""``verifylib pin-check``: may a proposed pin bump drop the compatibility patch?
+"""``verifylib pin-check``: whether a proposed pin bump may drop the compatibility patch.
 
 docs/runtime-contract.md §6.4: keep the patch until a proposed pin is inspected and
-physically tested; delete it only when the new upstream source initializes ``whisper_batch`` safely
-on every early-return path, the *unpatched* candidate passes the repeated negative control
-without a crash, the ordinary GGML and the Core ML positive paths still pass, and the
-manifests and cache identity are migrated deliberately.
+physically tested; delete it only when the new upstream source initializes
+``whisper_batch`` safely on every early-return path, the *unpatched* candidate passes the
+repeated negative control without a crash, the ordinary GGML and the Core ML positive
+paths still pass, and the manifests and cache identity are migrated deliberately.
 
 :func:`assess` reports those conditions for one candidate source (a git commit, an
 archive, or a folder, identified by its git tree id) as a table:
@@ -16,8 +16,8 @@ archive, or a folder, identified by its git tree id) as a table:
    Core ML, docs/runtime-contract.md §6.2);
 4. the ordinary GGML positive path of the unpatched candidate: exit 0, ``COREML = 0`` and
    a non-empty transcript of the tree's sample with a real model (``--model``, default: the
-   default parameter file's model written by :mod:`verifylib.models.ggml_writer`; the tree's own
-   test model has no tensors and transcribes nothing);
+   default parameter file's model written by :mod:`verifylib.models.ggml_writer`; the
+   tree's own test model has no tensors and transcribes nothing);
    beside it, informational: what AddressSanitizer prints for an ASan build of the
    unpatched candidate under the same trigger (supporting evidence for row 2, never a
    deletion condition of its own);
@@ -166,10 +166,27 @@ def resolve_candidate(candidate: str, *, url: str, subdir: str | None, cache_dir
     extracted into a private scratch cache (so a shared cache entry is never replaced);
     a folder is used in place, read-only.
 
+    Parameters
+    ----------
+    candidate : str
+        A 40-hex commit id, a source archive or a source folder.
+    url : str
+        Repository for a commit id.
+    subdir : str or None
+        The whisper.cpp root inside the archive or folder.
+    cache_dir : Path
+        The shared source cache (for a commit).
+    scratch : Path
+        A private cache (for an archive).
+    log : callable
+        Receives progress lines.
+
     Returns
     -------
-    (Path, str)
-        The source folder and a description of where it came from.
+    folder : Path
+        The source folder.
+    origin : str
+        A description of where it came from.
 
     Raises
     ------
@@ -215,8 +232,9 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
            timeout: float = 120.0, jobs: int = 2, options: dict | None = None,
            model: str | Path | None = None, cache_dir: Path | None = None,
            log: Callable[[str], None] = print) -> Assessment:
-    """Assess a candidate source against the patch-deletion conditions
-    (docs/runtime-contract.md §6.4).
+    """Assess a candidate source against the patch-deletion conditions.
+
+    The conditions are those of docs/runtime-contract.md §6.4 (see the module docstring).
 
     Parameters
     ----------
@@ -250,6 +268,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     Returns
     -------
     Assessment
+        The candidate, its source and tree id, the known pin, one row per condition and
+        the conclusion.
 
     Raises
     ------
@@ -331,7 +351,7 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
 
 
 def _default_model(scratch: Path, cache: Path, log) -> Path:
-    """The default parameter file's model as a ggml file, written by our own writer."""
+    """Write the default parameter file's model as a ggml file, with our own writer."""
     from verifylib.models.ggml_writer import write_ggml_model
     from verifylib.models.intake import obtain_model
     from verifylib.params import DEFAULT_PARAMETERS, load
@@ -388,19 +408,39 @@ SANITIZER_CHECK = ("unpatched AddressSanitizer run (supporting evidence for row 
 def sanitizer_row(src: Path, tree: str, model: Path, audio: Path, *, timeout: float,
                   jobs: int, options: dict | None, cache: Path,
                   log: Callable[[str], None]) -> Condition:
-    """What AddressSanitizer prints for the unpatched candidate under the lifecycle trigger.
+    """Report what AddressSanitizer prints for the unpatched candidate under the trigger.
 
     Builds (or reuses) the candidate's ``ggml-unpatched-asan`` whisper-cli with the GGML
-    build's options, outside the candidate folder, and runs the trigger
+    build's options, outside the candidate folder, and runs the lifecycle trigger
     :data:`verifylib.runtime.sanitizer.RUNS_PER_SIDE` times with
-    :data:`verifylib.runtime.sanitizer.ASAN_OPTIONS`, as ``canary.sanitizer`` does. The row is
-    informational (``n/a`` toward deleting the patch): a report says the early-return path
-    still frees garbage; its absence is consistent with a safely initialized member but
-    proves nothing alone, which is why rows 2 and 3 decide.
+    :data:`verifylib.runtime.sanitizer.ASAN_OPTIONS`, as ``canary.sanitizer`` does. The
+    row is informational (``n/a`` toward deleting the patch): a report says the
+    early-return path still frees garbage; its absence is consistent with a safely
+    initialized member but proves nothing alone, which is why rows 2 and 3 decide.
+
+    Parameters
+    ----------
+    src : Path
+        The candidate's source folder.
+    tree : str
+        Its git tree id (checked again after the build).
+    model, audio : Path
+        The tree's test model and sample audio for the trigger.
+    timeout : float
+        Seconds per whisper-cli run.
+    jobs : int
+        Parallel compile jobs.
+    options : dict or None
+        CMake options of the GGML build (``GGML_NATIVE=ON`` when None).
+    cache : Path
+        The shared cache.
+    log : callable
+        Receives progress lines.
 
     Returns
     -------
     Condition
+        The informational row (a failed ASan build is reported in it, not raised).
 
     Raises
     ------
@@ -459,7 +499,19 @@ def _conclude(a: Assessment) -> str:
 
 
 def format_table(a: Assessment) -> str:
-    """The assessment as plain text: header lines, the condition table, the conclusion."""
+    """Format the assessment as plain text: header lines, the condition table, the conclusion.
+
+    Parameters
+    ----------
+    a : Assessment
+        From :func:`assess`.
+
+    Returns
+    -------
+    str
+        The candidate, source and tree id lines, the wrapped condition table and the
+        conclusion.
+    """
     lines = [f"candidate: {a.candidate}", f"source:    {a.source}", f"tree id:   {a.tree_id}"
              + (f" (= pin {a.known_pin})" if a.known_pin else " (no pin in the manifest)"), ""]
     import textwrap
@@ -478,7 +530,19 @@ def format_table(a: Assessment) -> str:
 
 
 def cli_main(args) -> int:
-    """Handler of ``verifylib pin-check`` (argparse namespace in, exit code out)."""
+    """Run ``verifylib pin-check`` (argparse namespace in, exit code out).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``candidate``, ``pin``, ``url``, ``subdir``, ``runs``, ``no_build``, ``jobs`` and
+        ``model``.
+
+    Returns
+    -------
+    int
+        0 after printing the table, 2 when the candidate or the pin is unusable.
+    """
     import sys
     try:
         a = assess(args.candidate, pin_name=args.pin, url=args.url, subdir=args.subdir,

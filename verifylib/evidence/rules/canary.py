@@ -9,46 +9,60 @@ from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.gates import Judgement
+from verifylib.evidence.schemas.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
+                                               SANITIZER_SCHEMA, SIDES, LifecycleEvidence,
+                                               NegativeEvidence, PositiveEvidence, RunRecord,
+                                               SanitizerEvidence, SanitizerSide, SchemaError,
+                                               SchemaMismatch, SidesIncomplete)
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
 
-SIDES = ("unpatched", "patched")
-
-
-LIFECYCLE_SCHEMA = "verifylib-lifecycle-ab/1"
-
-
-NEGATIVE_SCHEMA = "verifylib-coreml-negative/1"
-
-
-POSITIVE_SCHEMA = "verifylib-coreml-positive/1"
+__all__ = ["SIDES", "LIFECYCLE_SCHEMA", "SANITIZER_SCHEMA", "NEGATIVE_SCHEMA", "POSITIVE_SCHEMA",
+           "stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
+           "judge_negative", "judge_positive", "RULES"]
 
 
 def stream_name(sha: str) -> str:
+    """Evidence name of a stored ``canary.lifecycle_ab`` stream."""
     return f"stream-{sha}"
+
+
+def _refusal(exc: SchemaError, schema: str) -> Judgement:
+    """Return the FAIL of a document that does not parse as ``schema``, naming the problem."""
+    if isinstance(exc, SchemaMismatch):
+        return Judgement.failed(f"not a {schema} document")
+    if isinstance(exc, SidesIncomplete):
+        return Judgement.failed(exc.problem)
+    return Judgement.failed(f"malformed {schema} document: {exc}")
+
+
+def _is_trigger(trigger: tuple[str, ...]) -> bool:
+    """Tell whether a recorded trigger is the lifecycle trigger of its preset."""
+    return len(trigger) == 3 and list(trigger) == contracts.lifecycle_trigger_args(trigger[2])
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:12]
 
 
 def _summary(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n}x {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def _run_streams(side: str, i: int, rec: Any, stream: Callable[[str], bytes | None],
+def _run_streams(side: str, i: int, rec: RunRecord, stream: Callable[[str], bytes | None],
                  problems: list[str]) -> tuple[bytes, bytes] | None:
     """The stored stderr and stdout of one recorded run, or None with the problem noted."""
-    if not isinstance(rec, Mapping):
-        problems.append(f"{side} run {i}: malformed record")
-        return None
-    err = stream(rec.get("stderr_sha256")) if is_sha256(rec.get("stderr_sha256")) else None
-    out = stream(rec.get("stdout_sha256")) if is_sha256(rec.get("stdout_sha256")) else None
+    err = stream(rec.stderr_sha256) if is_sha256(rec.stderr_sha256) else None
+    out = stream(rec.stdout_sha256) if is_sha256(rec.stdout_sha256) else None
     if err is None or out is None:
         problems.append(f"{side} run {i}: stream not stored")
         return None
     return err, out
 
 
-def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> Judgement:
+def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgement:
     """The rule of ``canary.lifecycle_ab`` on stored evidence.
 
     Every run of both sides is re-classified from its recorded exit status and its stored
@@ -61,82 +75,77 @@ def judge_lifecycle(doc, stream: Callable[[str], bytes | None]) -> Judgement:
     Parameters
     ----------
     doc : mapping
-        The ``lifecycle`` document.
+        The ``lifecycle`` document, read by
+        :meth:`verifylib.evidence.schemas.canary.LifecycleEvidence.from_json` (a document
+        that does not parse is a FAIL naming the field).
     stream : callable
         Digest to stored bytes, or None when no such stream is stored.
     """
-    if not isinstance(doc, Mapping) or doc.get("schema") != LIFECYCLE_SCHEMA:
-        return Judgement.failed(f"not a {LIFECYCLE_SCHEMA} document")
-    n = doc.get("runs_per_side")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    try:
+        ev = LifecycleEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, LIFECYCLE_SCHEMA)
+    n = ev.runs_per_side
+    if n < 1:
         return Judgement.failed(f"malformed runs_per_side {n!r}")
-    trig = doc.get("trigger")
-    if not (isinstance(trig, list) and len(trig) == 3 and isinstance(trig[2], str)
-            and trig == contracts.lifecycle_trigger_args(trig[2])):
-        return Judgement.failed(f"malformed trigger {trig!r}")
-    sides = doc.get("sides")
-    if not isinstance(sides, Mapping) or set(sides) != set(SIDES):
-        return Judgement.failed("evidence must record both sides (unpatched and patched)")
+    if not _is_trigger(ev.trigger):
+        return Judgement.failed(f"malformed trigger {list(ev.trigger)!r}")
+    sides = ev.sides
     problems: list[str] = []
-    results: dict[str, list] = {}
+    results: dict[str, list[tuple[int, contracts.Classification]]] = {}
     for side in SIDES:
         s = sides[side]
-        if not isinstance(s, Mapping) or not isinstance(s.get("available"), bool):
-            problems.append(f"{side}: malformed side record")
-            continue
-        if not s["available"]:
+        if not s.available:
             if side == "patched":
                 problems.append("patched: no runs recorded")
             continue
-        if not is_sha256(s.get("binary_sha256")):
-            problems.append(f"{side}: malformed binary digest {s.get('binary_sha256')!r}")
-        runs = s.get("runs")
-        if not isinstance(runs, list):
-            problems.append(f"{side}: runs missing")
-            continue
+        if not is_sha256(s.binary_sha256):
+            problems.append(f"{side}: malformed binary digest {s.binary_sha256!r}")
         classified = []
-        for i, rec in enumerate(runs):
+        for i, rec in enumerate(s.runs):
             streams = _run_streams(side, i, rec, stream, problems)
             if streams is None:
                 continue
             err, out = streams
-            c = contracts.classify_lifecycle(dict(rec), err, out)
-            bad = contracts.record_problems(dict(rec), err, out)
-            argv = rec.get("argv")
-            if isinstance(argv, list) and argv and argv[0] != s.get("binary"):
-                bad.append(f"argv[0] {argv[0]!r} is not the {side} binary")
+            record = rec.to_json()
+            c = contracts.classify_lifecycle(record, err, out)
+            bad = contracts.record_problems(record, err, out)
+            if rec.argv and rec.argv[0] != s.binary:
+                bad.append(f"argv[0] {rec.argv[0]!r} is not the {side} binary")
             if bad:
                 problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
-            if rec.get("outcome") != c.outcome:
-                problems.append(f"{side} run {i}: recorded outcome {rec.get('outcome')!r}, but the "
+            if rec.outcome != c.outcome:
+                problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but the "
                                 f"stored exit status and stream give {c.outcome!r}")
             classified.append((i, c))
         counts = dict(sorted(Counter(c.outcome for _, c in classified).items()))
-        if s.get("counts") != counts:
-            problems.append(f"{side}: recorded counts {s.get('counts')!r} differ from the runs' "
+        if s.counts != counts:
+            problems.append(f"{side}: recorded counts {s.counts!r} differ from the runs' "
                             f"{counts!r}")
         results[side] = classified
-    if (sides.get("unpatched") or {}).get("binary_sha256") is not None and \
-            sides["unpatched"].get("binary_sha256") == (sides.get("patched") or {}).get("binary_sha256"):
+    unpatched, patched_side = sides.unpatched, sides.patched
+    if unpatched.binary_sha256 is not None and \
+            unpatched.binary_sha256 == patched_side.binary_sha256:
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
         return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
-    patched = results.get("patched", [])
+    patched = results["patched"]  # no problems: the patched side was available and read
     if len(patched) != n:
         return Judgement.failed(f"patched: {len(patched)} runs recorded, expected {n}")
     bad_runs = [(i, c) for i, c in patched if not c.ok]
     p_counts = _summary(Counter(c.outcome for _, c in patched))
     if "unpatched" in results:
         u = results["unpatched"]
-        a_side = (f"unpatched {sides['unpatched']['binary_sha256'][:12]}...: "
+        a_side = (f"unpatched {_short(unpatched.binary_sha256)}...: "
                   f"{_summary(Counter(c.outcome for _, c in u))} (recorded, not gated)")
     else:
-        a_side = f"unpatched build not available ({sides['unpatched'].get('reason', '')})"
+        a_side = f"unpatched build not available ({unpatched.reason or ''})"
+    p_sha = _short(patched_side.binary_sha256)
     if bad_runs:
         i, c = bad_runs[0]
-        return Judgement.failed(f"patched {sides['patched']['binary_sha256'][:12]}...: {len(bad_runs)}/{n} "
-                                f"runs not clean ({p_counts}); first, run {i}: {c.detail}. {a_side}")
-    return Judgement.passed(f"patched {sides['patched']['binary_sha256'][:12]}...: {n}/{n} runs exit 3 with "
+        return Judgement.failed(f"patched {p_sha}...: {len(bad_runs)}/{n} runs not clean "
+                                f"({p_counts}); first, run {i}: {c.detail}. {a_side}")
+    return Judgement.passed(f"patched {p_sha}...: {n}/{n} runs exit 3 with "
                             f"both markers, no signal; {a_side}")
 
 
@@ -147,48 +156,43 @@ def _rule_lifecycle(ev) -> Judgement:
     return judge_lifecycle(ev.json("lifecycle"), stream)
 
 
-SANITIZER_SCHEMA = "verifylib-sanitizer/1"
-
-
 def asan_stream_name(sha: str) -> str:
     """Evidence name of a stored ``canary.sanitizer`` stream (apart from the A/B's, whose
     empty stdout would otherwise share a file name with it)."""
     return f"asan-stream-{sha}"
 
 
-def _asan_build_problems(side: str, s: Mapping, pin: Any) -> list[str]:
+def _asan_build_problems(side: str, s: SanitizerSide, pin: Any) -> list[str]:
     """A side's recorded build must be its ASan variant of the pin, static, instrumented."""
     variant, _ = _sanitizer.SIDES[side]
-    b = s.get("build")
-    if not isinstance(b, Mapping):
+    b = s.build
+    if b is None:
         return [f"{side}: build record missing"]
     out = []
-    if b.get("variant") != variant:
-        out.append(f"{side}: built variant {b.get('variant')!r}, not {variant!r}")
-    opts = b.get("options") if isinstance(b.get("options"), Mapping) else {}
+    if b.variant != variant:
+        out.append(f"{side}: built variant {b.variant!r}, not {variant!r}")
+    opts = b.options or {}
     wrong = sorted(k for k, v in _build.forced_options(variant).items() if opts.get(k) != v)
     if wrong:
         out.append(f"{side}: CMake options {wrong} are not the {variant} build's")
-    libs = b.get("needed_libs")
-    if not isinstance(libs, list) or b.get("static") is not True or any(
-            Path(str(x)).name.startswith(("libwhisper", "libggml")) for x in libs):
+    libs = None if b.needed_libs is None else list(b.needed_libs)
+    if libs is None or b.static is not True or any(
+            Path(x).name.startswith(("libwhisper", "libggml")) for x in libs):
         out.append(f"{side}: not static: needs {libs!r}")
     elif not _sanitizer.links_asan_runtime(libs):
         out.append(f"{side}: links no AddressSanitizer runtime ({libs!r})")
-    binary = s.get("binary")
-    if not isinstance(binary, str) or not is_sha256(b.get("key")) or \
-            Path(binary).parent.name != b.get("key"):
+    if s.binary is None or not is_sha256(b.key) or Path(s.binary).parent.name != b.key:
         out.append(f"{side}: the binary does not sit in the folder of its build key")
     if pin is not None:
         want_patch = None if side == "unpatched" else pin.patch_sha256
-        if b.get("tree_id") != pin.tree or b.get("patch_sha256") != want_patch:
-            out.append(f"{side}: built from tree {b.get('tree_id')!r} with patch "
-                       f"{b.get('patch_sha256')!r}, not pin {pin.name}'s tree with "
+        if b.tree_id != pin.tree or b.patch_sha256 != want_patch:
+            out.append(f"{side}: built from tree {b.tree_id!r} with patch "
+                       f"{b.patch_sha256!r}, not pin {pin.name}'s tree with "
                        f"{'no patch' if want_patch is None else 'its patch'}")
     return out
 
 
-def judge_sanitizer(doc, stream: Callable[[str], bytes | None],
+def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
                     identities: Mapping[str, Any] | None = None) -> Judgement:
     """The rule of ``canary.sanitizer`` on stored evidence (informational gate).
 
@@ -205,84 +209,79 @@ def judge_sanitizer(doc, stream: Callable[[str], bytes | None],
     Parameters
     ----------
     doc : mapping
-        The ``sanitizer`` document.
+        The ``sanitizer`` document, read by
+        :meth:`verifylib.evidence.schemas.canary.SanitizerEvidence.from_json` (a document
+        that does not parse is a FAIL naming the field).
     stream : callable
         Digest to stored bytes, or None when no such stream is stored.
     identities : mapping, optional
         The gate's identities; each side's binary digest must be bound there.
     """
-    if not isinstance(doc, Mapping) or doc.get("schema") != SANITIZER_SCHEMA:
-        return Judgement.failed(f"not a {SANITIZER_SCHEMA} document")
+    try:
+        ev = SanitizerEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, SANITIZER_SCHEMA)
     n = _sanitizer.RUNS_PER_SIDE
     problems: list[str] = []
-    if doc.get("runs_per_side") != n:
-        problems.append(f"runs_per_side {doc.get('runs_per_side')!r}, this version runs {n}")
-    trig = doc.get("trigger")
-    if not (isinstance(trig, list) and len(trig) == 3 and isinstance(trig[2], str)
-            and trig == contracts.lifecycle_trigger_args(trig[2])):
-        problems.append(f"malformed trigger {trig!r}")
-    if doc.get("asan_options") != _sanitizer.ASAN_OPTIONS:
-        problems.append(f"ASAN_OPTIONS {doc.get('asan_options')!r} are not this version's "
+    if ev.runs_per_side != n:
+        problems.append(f"runs_per_side {ev.runs_per_side!r}, this version runs {n}")
+    if not _is_trigger(ev.trigger):
+        problems.append(f"malformed trigger {list(ev.trigger)!r}")
+    if ev.asan_options != _sanitizer.ASAN_OPTIONS:
+        problems.append(f"ASAN_OPTIONS {ev.asan_options!r} are not this version's "
                         f"{_sanitizer.ASAN_OPTIONS!r}")
-    pin = _source.load_pins().get(doc.get("pin")) if isinstance(doc.get("pin"), str) else None
+    pin = _source.load_pins().get(ev.pin)
     if pin is None:
-        problems.append(f"pin {doc.get('pin')!r} is not in the shipped manifest")
-    sides = doc.get("sides")
-    if not isinstance(sides, Mapping) or set(sides) != set(SIDES):
-        return Judgement.failed("evidence must record both sides (unpatched and patched)")
+        problems.append(f"pin {ev.pin!r} is not in the shipped manifest")
+    sides = ev.sides
     runs_of: dict[str, list] = {}
     for side in SIDES:
         s = sides[side]
-        if not isinstance(s, Mapping) or not isinstance(s.get("available"), bool):
-            problems.append(f"{side}: malformed side record")
+        if not s.available:
+            problems.append(f"{side}: AddressSanitizer build not available ({s.reason or ''})")
             continue
-        if not s["available"]:
-            problems.append(f"{side}: AddressSanitizer build not available ({s.get('reason', '')})")
-            continue
-        sha = s.get("binary_sha256")
-        if not is_sha256(sha):
+        sha = s.binary_sha256
+        if sha is None or not is_sha256(sha):
             problems.append(f"{side}: malformed binary digest {sha!r}")
         elif identities is not None and identities.get(_sanitizer.SIDES[side][1]) != sha:
             problems.append(f"{side}: binary {sha[:12]}... is not bound to the gate's "
                             f"{_sanitizer.SIDES[side][1]}")
         problems += _asan_build_problems(side, s, pin)
-        runs = s.get("runs")
-        if not isinstance(runs, list):
-            problems.append(f"{side}: runs missing")
-            continue
-        if len(runs) != n:
-            problems.append(f"{side}: {len(runs)} runs recorded, expected {n}")
+        if len(s.runs) != n:
+            problems.append(f"{side}: {len(s.runs)} runs recorded, expected {n}")
         seen = []
-        for i, rec in enumerate(runs):
+        for i, rec in enumerate(s.runs):
             streams = _run_streams(side, i, rec, stream, problems)
             if streams is None:
                 continue
             err, out = streams
-            bad = contracts.record_problems(dict(rec), err, out)
-            argv = rec.get("argv")
-            if not isinstance(argv, list) or not argv or argv[0] != s.get("binary"):
+            record = rec.to_json()
+            bad = contracts.record_problems(record, err, out)
+            argv = list(rec.argv)
+            if not argv or argv[0] != s.binary:
                 bad.append(f"argv[0] is not the {side} binary")
             elif not contracts.has_lifecycle_trigger(argv):
                 bad.append("argv lacks the lifecycle trigger")
             if bad:
                 problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
-            c = contracts.classify_lifecycle(dict(rec), err, out)
+            c = contracts.classify_lifecycle(record, err, out)
             report = _sanitizer.parse_report(err)
-            if rec.get("outcome") != c.outcome:
-                problems.append(f"{side} run {i}: recorded outcome {rec.get('outcome')!r}, but "
+            if rec.outcome != c.outcome:
+                problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but "
                                 f"the stored exit status and stream give {c.outcome!r}")
-            if rec.get("report") != (None if report is None else report.to_evidence()):
+            recorded = None if rec.report is None else rec.report.to_json()
+            if recorded != (None if report is None else report.to_evidence()):
                 problems.append(f"{side} run {i}: the recorded sanitizer report is not the "
                                 f"one the stored stderr holds")
             seen.append((i, c, report, _sanitizer.parse_report(out)))
         runs_of[side] = seen
-    if is_sha256((sides.get("unpatched") or {}).get("binary_sha256")) and \
-            sides["unpatched"].get("binary_sha256") == (sides.get("patched") or {}).get("binary_sha256"):
+    if is_sha256(sides.unpatched.binary_sha256) and \
+            sides.unpatched.binary_sha256 == sides.patched.binary_sha256:
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
         return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
-    u_sha = sides["unpatched"]["binary_sha256"][:12]
-    p_sha = sides["patched"]["binary_sha256"][:12]
+    u_sha = _short(sides.unpatched.binary_sha256)
+    p_sha = _short(sides.patched.binary_sha256)
     failures = []
     u_quiet = [(i, c) for i, c, rep, _ in runs_of["unpatched"] if rep is None]
     kinds = _summary(Counter(rep.describe() for _, _, rep, _ in runs_of["unpatched"] if rep))
@@ -317,44 +316,44 @@ def _rule_sanitizer(ev) -> Judgement:
     return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities)
 
 
-def judge_negative(doc, stderr: bytes, stdout: bytes) -> Judgement:
+def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
     """The rule of ``canary.coreml_negative``: one run only, in a scratch folder holding
     only the ``ggml-*.bin``, classified by :func:`verifylib.runtime.contracts.classify_negative`."""
-    if not isinstance(doc, Mapping) or doc.get("schema") != NEGATIVE_SCHEMA:
-        return Judgement.failed(f"not a {NEGATIVE_SCHEMA} document")
+    try:
+        ev = NegativeEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, NEGATIVE_SCHEMA)
     problems = []
-    if doc.get("attempts") != 1 or "warmup" in doc:
+    # A warm-up has no place in this format; a document that records one is refused.
+    if ev.attempts != 1 or "warmup" in doc:
         problems.append(f"the negative control must be the first and only run "
-                        f"(attempts {doc.get('attempts')!r})")
-    if not is_sha256(doc.get("binary_sha256")):
+                        f"(attempts {ev.attempts!r})")
+    if not is_sha256(ev.binary_sha256):
         problems.append("malformed binary digest")
-    run = doc.get("run")
-    if not isinstance(run, Mapping):
-        return Judgement.failed("; ".join(problems + ["run record missing"]))
-    argv = run.get("argv") if isinstance(run.get("argv"), list) else []
-    model_arg = doc.get("model_arg")
-    if not argv or argv[0] != doc.get("binary"):
+    argv = list(ev.run.argv)
+    model_arg = ev.model_arg
+    if not argv or argv[0] != ev.binary:
         problems.append("the run did not launch the recorded binary")
-    if contracts.model_arg_of(argv) != model_arg or not isinstance(model_arg, str):
+    if contracts.model_arg_of(argv) != model_arg:
         problems.append("the run's -m is not the scratch model")
     else:
         base = Path(model_arg).name
         derived = contracts.coreml_encoder_path(model_arg)
-        listing = doc.get("scratch_listing")
+        listing = list(ev.scratch_listing)
         if listing != [base] or not (base.startswith("ggml-") and base.endswith(".bin")):
             problems.append(f"the scratch folder held {listing!r}, not only the ggml-*.bin")
-        if doc.get("derived_mlmodelc") != derived:
+        if ev.derived_mlmodelc != derived:
             problems.append("recorded derived path is not coreml_encoder_path(-m)")
-    c = contracts.classify_negative(dict(run), stderr, stdout)
-    if doc.get("outcome") != c.outcome:
-        problems.append(f"recorded outcome {doc.get('outcome')!r}, but the stored exit status "
+    c = contracts.classify_negative(ev.run.to_json(), stderr, stdout)
+    if ev.outcome != c.outcome:
+        problems.append(f"recorded outcome {ev.outcome!r}, but the stored exit status "
                         f"and stream give {c.outcome!r}")
     problems += list(c.problems)
     if problems:
         return Judgement.failed("; ".join(problems))
-    return Judgement.passed(f"first and only run of whisper-cli {doc['binary_sha256'][:12]}... with only "
-                            f"{Path(model_arg).name} in a scratch folder: exit 3, load-failure and "
-                            f"init-failure lines, no signal")
+    return Judgement.passed(f"first and only run of whisper-cli {ev.binary_sha256[:12]}... "
+                            f"with only {Path(model_arg).name} in a scratch folder: exit 3, "
+                            f"load-failure and init-failure lines, no signal")
 
 
 def _rule_negative(ev) -> Judgement:
@@ -362,7 +361,7 @@ def _rule_negative(ev) -> Judgement:
                           ev.bytes("negative_stdout"))
 
 
-def judge_positive(doc, stderr: bytes, stdout: bytes,
+def judge_positive(doc: Any, stderr: bytes, stdout: bytes,
                    warmup: tuple[bytes, bytes] | None = None) -> Judgement:
     """The rule of ``canary.coreml_positive``.
 
@@ -371,47 +370,47 @@ def judge_positive(doc, stderr: bytes, stdout: bytes,
     (its stderr and stdout in ``warmup``) must end cleanly by
     :func:`verifylib.runtime.contracts.warmup_problems` -- a crash, timeout, non-zero exit or
     fallback line in it is a FAIL, never something a second run makes good."""
-    if not isinstance(doc, Mapping) or doc.get("schema") != POSITIVE_SCHEMA:
-        return Judgement.failed(f"not a {POSITIVE_SCHEMA} document")
+    try:
+        ev = PositiveEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, POSITIVE_SCHEMA)
     problems = []
-    if not is_sha256(doc.get("binary_sha256")):
+    if not is_sha256(ev.binary_sha256):
         problems.append("malformed binary digest")
-    run, warm = doc.get("measured"), doc.get("warmup")
-    if not isinstance(run, Mapping) or not isinstance(warm, Mapping):
-        return Judgement.failed("; ".join(problems + ["measured or warm-up record missing"]))
-    argv = run.get("argv") if isinstance(run.get("argv"), list) else []
-    model_arg = doc.get("model_arg")
-    if not argv or argv[0] != doc.get("binary"):
+    run, warm = ev.measured, ev.warmup
+    argv = list(run.argv)
+    model_arg = ev.model_arg
+    if not argv or argv[0] != ev.binary:
         problems.append("the measured run did not launch the recorded binary")
-    if warm.get("argv") != argv:
+    if warm.argv != run.argv:
         problems.append("the warm-up ran another command line than the measured run")
-    if not isinstance(model_arg, str) or contracts.model_arg_of(argv) != model_arg:
+    if contracts.model_arg_of(argv) != model_arg:
         problems.append("the measured run's -m is not the recorded model argument")
     else:
-        ml = doc.get("mlmodelc") or {}
-        if ml.get("path") != contracts.coreml_encoder_path(model_arg):
+        ml = ev.mlmodelc
+        if ml.path != contracts.coreml_encoder_path(model_arg):
             problems.append("recorded .mlmodelc path is not coreml_encoder_path(-m)")
-        b, a = ml.get("tree_digest_before"), ml.get("tree_digest_after")
+        b, a = ml.tree_digest_before, ml.tree_digest_after
         if not is_sha256(b):
-            problems.append(f"no .mlmodelc at {ml.get('path')!r} before the runs")
+            problems.append(f"no .mlmodelc at {ml.path!r} before the runs")
         elif a != b:
             problems.append("the .mlmodelc changed between the warm-up and the measured run")
-    c = contracts.classify_positive(dict(run), stderr, stdout)
-    if doc.get("outcome") != c.outcome:
-        problems.append(f"recorded outcome {doc.get('outcome')!r}, but the stored exit status "
+    c = contracts.classify_positive(run.to_json(), stderr, stdout)
+    if ev.outcome != c.outcome:
+        problems.append(f"recorded outcome {ev.outcome!r}, but the stored exit status "
                         f"and stream give {c.outcome!r}")
     problems += list(c.problems)
     if warmup is not None:
-        problems += [f"warm-up: {p}" for p in contracts.warmup_problems(dict(warm), *warmup)]
+        problems += [f"warm-up: {p}" for p in contracts.warmup_problems(warm.to_json(), *warmup)]
     else:
         problems.append("warm-up streams not stored: the warm-up cannot be judged")
     if problems:
         return Judgement.failed("; ".join(problems))
-    enc = run.get("encode_time_ms")
-    return Judgement.passed(f"measured run of whisper-cli {doc['binary_sha256'][:12]}...: exit 0, "
-                            f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} line for "
-                            f"{Path(model_arg).name}, no load failure (wall {run.get('wall_s')} s, encode "
-                            f"{enc} ms; warm-up wall {warm.get('wall_s')} s)")
+    return Judgement.passed(f"measured run of whisper-cli {ev.binary_sha256[:12]}...: exit 0, "
+                            f"{contracts.COREML_ON!r}, one {contracts.COREML_LOAD_MARKER!r} "
+                            f"line for {Path(model_arg).name}, no load failure (wall "
+                            f"{run.wall_s} s, encode {run.encode_time_ms} ms; warm-up wall "
+                            f"{warm.wall_s} s)")
 
 
 def _rule_positive(ev) -> Judgement:

@@ -11,16 +11,28 @@ from verifylib.whispercpp import source as _source
 
 
 def pin_problems(doc: Any) -> list[str]:
-    """The pin fields of a build sidecar against the pin manifest this version ships."""
+    """Check the pin fields of a build sidecar against the pin manifest this version ships.
+
+    Parameters
+    ----------
+    doc : object
+        The sidecar document (``source``, ``patch`` or a build record).
+
+    Returns
+    -------
+    list of str
+        One problem per field that is not the manifest's; empty when the pin is known and
+        every pin field it states agrees.
+    """
     if not isinstance(doc, Mapping):
         return ["evidence is not a mapping"]
-    pins = _source.load_pins()
-    pin = pins.get(doc.get("pin"))
+    name = doc["pin"] if "pin" in doc else None
+    pin = _source.load_pins().get(name) if isinstance(name, str) else None
     if pin is None:
-        return [f"pin {doc.get('pin')!r} is not in the shipped manifest"]
+        return [f"pin {name!r} is not in the shipped manifest"]
     shipped = _source.pin_fields(pin)
-    return [f"{k} {doc.get(k)!r} is not the manifest's {v!r} for pin {pin.name}"
-            for k, v in shipped.items() if k in doc and doc.get(k) != v]
+    return [f"{k} {doc[k]!r} is not the manifest's {v!r} for pin {pin.name}"
+            for k, v in shipped.items() if k in doc and doc[k] != v]
 
 
 def stream_problems(ev, record: Any, names: Mapping[str, str]) -> list[str]:

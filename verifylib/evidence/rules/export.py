@@ -3,59 +3,83 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import stream_problems
+from verifylib.evidence.schemas.export import (
+    CompileEvidence,
+    ContractEvidence,
+    GgmlModelEvidence,
+    ModelIntake,
+    SchemaError,
+)
 from verifylib.runtime import contracts
 
 
+def _malformed(name: str, exc: SchemaError) -> Judgement:
+    return Judgement(Status.FAIL, f"malformed {name} evidence: {exc}")
+
+
 def _rule_ggml_model(ev) -> Judgement:
-    g = ev.json("ggml")
-    model = ev.json("model")
+    try:
+        g = GgmlModelEvidence.from_json(ev.json("ggml"))
+    except SchemaError as exc:
+        return _malformed("ggml", exc)
     stderr = ev.text("load_stderr")
-    probe = g["probe"]
-    bound = stream_problems(ev, probe, {"stderr_sha256": "load_stderr",
-                                         "stdout_sha256": "load_stdout"})
-    if not isinstance(model, Mapping) or not is_sha256(model.get("source_digest")):
-        bound.append("the model intake record has no source digest")
+    probe = g.probe
+    bound = stream_problems(ev, probe.to_json(), {"stderr_sha256": "load_stderr",
+                                                  "stdout_sha256": "load_stdout"})
+    try:
+        model = ModelIntake.from_json(ev.json("model"))
+    except SchemaError as exc:
+        bound.append(f"the model intake record is malformed: {exc}")
+    else:
+        if not is_sha256(model.source_digest):
+            bound.append("the model intake record has no source digest")
     if bound:
         return Judgement(Status.FAIL, "; ".join(bound))
-    if not is_sha256(g.get("sha256")) or not is_sha256(g.get("binary_sha256")):
+    if not is_sha256(g.sha256) or not is_sha256(g.binary_sha256):
         return Judgement(Status.FAIL, "malformed digest in the export evidence")
-    if probe["timed_out"] or probe["signal"] or probe["returncode"] != 0:
-        how = "timed out" if probe["timed_out"] else (probe["signal"] or f"exit {probe['returncode']}")
+    if probe.timed_out or probe.signal or probe.returncode != 0:
+        how = "timed out" if probe.timed_out else (probe.signal or f"exit {probe.returncode}")
         return Judgement(Status.FAIL, f"whisper-cli did not load the model cleanly ({how})")
-    if g["model_arg"] not in probe["argv"]:
+    if g.model_arg not in probe.argv:
         return Judgement(Status.FAIL, "the probe did not load the written model file")
     if contracts.MODEL_LOAD_FAILURE in stderr:
         return Judgement(Status.FAIL, "the loader logged a model load failure")
     loaded = contracts.parse_loaded_hparams(stderr)
-    wrote = {k: g["hparams"][k] for k in contracts.MODEL_LOAD_HPARAMS}
+    missing = [k for k in contracts.MODEL_LOAD_HPARAMS if k not in g.hparams]
+    if missing:
+        return Judgement(Status.FAIL, f"malformed ggml evidence: hparams.{missing[0]} is missing")
+    wrote = {k: g.hparams[k] for k in contracts.MODEL_LOAD_HPARAMS}
     if loaded != wrote:
-        diff = {k: (wrote.get(k), loaded.get(k)) for k in contracts.MODEL_LOAD_HPARAMS
-                if wrote.get(k) != loaded.get(k)}
+        diff = {k: (wrote[k], loaded[k] if k in loaded else None)
+                for k in contracts.MODEL_LOAD_HPARAMS if k not in loaded or wrote[k] != loaded[k]}
         return Judgement(Status.FAIL, f"loader's hyper-parameters differ from the written ones "
                                       f"(written, loaded): {diff}")
-    return Judgement(Status.PASS, f"ggml-model.bin sha256 {g['sha256']} ({g['bytes']} bytes, "
-                                  f"{g['n_tensors']} tensors) loaded by whisper-cli "
-                                  f"{g['binary_sha256'][:12]}…; the loader printed the written "
+    return Judgement(Status.PASS, f"ggml-model.bin sha256 {g.sha256} ({g.bytes} bytes, "
+                                  f"{g.n_tensors} tensors) loaded by whisper-cli "
+                                  f"{g.binary_sha256[:12]}…; the loader printed the written "
                                   f"hyper-parameters {wrote}")
 
 
 def _rule_contract(ev) -> Judgement:
     from verifylib.models.coreml_export import PRECISIONS, EncoderContract, contract_problems
-    d = ev.json("contract")
     try:
-        c = EncoderContract(**d["config"])
+        d = ContractEvidence.from_json(ev.json("contract"))
+    except SchemaError as exc:
+        return _malformed("contract", exc)
+    try:
+        c = EncoderContract(**d.config)
     except (TypeError, ValueError) as exc:
         return Judgement(Status.FAIL, f"malformed model values in the evidence: {exc}")
-    if c.as_dict() != d["contract"]:
+    if c.as_dict() != d.contract:
         return Judgement(Status.FAIL, "the stored contract is not the one the stored model "
                                       "values give")
-    variants = {v["precision"]: v for v in d["variants"]}
-    if len(variants) != len(d["variants"]) or not set(variants) <= set(PRECISIONS):
+    variants = {v.precision: v for v in d.variants}
+    if len(variants) != len(d.variants) or not set(variants) <= set(PRECISIONS):
         return Judgement(Status.FAIL, f"malformed variant list {sorted(variants)}")
     if "fp32" not in variants:
         return Judgement(Status.FAIL, "no fp32 variant was exported")
@@ -68,34 +92,32 @@ def _rule_contract(ev) -> Judgement:
     for v in sorted(logs):
         if not ev.bytes(f"convert_log_{v}").strip():
             return Judgement(Status.FAIL, f"{v}: the conversion log is empty")
-    build = d.get("build") or {}
-    for key in ("coremltools", "torch", "torch_max_tested_by_coremltools",
-                "torch_version_warning"):
-        if key not in build:
-            return Judgement(Status.FAIL, f"build fact {key!r} was not recorded")
-    if build.get("torch_above_tested") and not build["torch_version_warning"]:
+    # The build facts (coremltools, torch, the tested maximum, the warning) are required
+    # fields of the schema: a document without one did not parse.
+    build = d.build
+    if build.torch_above_tested and not build.torch_version_warning:
         return Judgement(Status.FAIL, "torch is above coremltools' tested version but the "
                                       "warning was not recorded")
     problems, shown = [], []
     for prec in PRECISIONS:
-        v = variants.get(prec)
-        if v is None:
+        if prec not in variants:
             continue
-        again = contract_problems(v["description"], c, prec)
-        if again != v["problems"]:
+        v = variants[prec]
+        again = contract_problems(v.description, c, prec)
+        if again != list(v.problems):
             return Judgement(Status.FAIL, f"{prec}: stored contract problems disagree with the "
                                           f"stored description")
         if again:
             problems += [f"{prec}: {p}" for p in again]
-            if v["placed"]:
+            if v.placed:
                 return Judgement(Status.FAIL, f"{prec}: placed although it breaks the contract")
             continue
-        if not v["placed"] or not is_sha256(v.get("tree_digest")):
+        if not v.placed or v.tree_digest is None or not is_sha256(v.tree_digest):
             problems.append(f"{prec}: not placed (another variant broke the contract)"
-                            if not v["placed"] else f"{prec}: malformed tree digest")
+                            if not v.placed else f"{prec}: malformed tree digest")
             continue
-        desc = v["description"]
-        shown.append(f"{v['path']} (tree {v['tree_digest'][:12]}…): "
+        desc = v.description
+        shown.append(f"{v.path} (tree {v.tree_digest[:12]}…): "
                      f"{desc['inputs'][0]['name']} {desc['inputs'][0]['dtype']} "
                      f"{desc['inputs'][0]['shape']} -> {desc['outputs'][0]['name']} "
                      f"{desc['outputs'][0]['dtype']} {desc['outputs'][0]['shape']}, computes "
@@ -103,42 +125,45 @@ def _rule_contract(ev) -> Judgement:
     if problems:
         return Judgement(Status.FAIL, "refused before placement, nothing placed: "
                                       + "; ".join(problems))
-    warn = (f"torch {build['torch']} above coremltools' tested "
-            f"{build['torch_max_tested_by_coremltools']} (warning recorded)"
-            if build.get("torch_above_tested") else f"torch {build['torch']}")
+    warn = (f"torch {build.torch} above coremltools' tested "
+            f"{build.torch_max_tested_by_coremltools} (warning recorded)"
+            if build.torch_above_tested else f"torch {build.torch}")
     return Judgement(Status.PASS, f"contract from the config {c.values()}: " + "; ".join(shown)
-                     + f"; coremltools {build['coremltools']}, {warn}")
+                     + f"; coremltools {build.coremltools}, {warn}")
 
 
 def _rule_compile(ev) -> Judgement:
-    d = ev.json("compile")
-    variants = {v["precision"]: v for v in d["variants"]}
+    try:
+        d = CompileEvidence.from_json(ev.json("compile"))
+    except SchemaError as exc:
+        return _malformed("compile", exc)
+    variants = {v.precision: v for v in d.variants}
     if "fp32" not in variants:
         return Judgement(Status.FAIL, "the fp32 package was not compiled")
     problems, shown = [], []
     for prec, v in sorted(variants.items()):
-        r = v["coremlc"]
-        if r["timed_out"] or r["signal"] or r["returncode"] != 0:
-            problems.append(f"{prec}: coremlc did not succeed ({r})")
+        r = v.coremlc
+        if r.timed_out or r.signal or r.returncode != 0:
+            problems.append(f"{prec}: coremlc did not succeed ({r.to_json()})")
             continue
-        if ev.has(f"coremlc_stderr_{prec}") and "stderr_sha256" in r:
+        if ev.has(f"coremlc_stderr_{prec}") and r.stderr_sha256 is not None:
             problems += [f"{prec}: {p}" for p in stream_problems(
-                ev, r, {"stderr_sha256": f"coremlc_stderr_{prec}"})]
+                ev, r.to_json(), {"stderr_sha256": f"coremlc_stderr_{prec}"})]
         elif ev.has(f"coremlc_stderr_{prec}"):
             ev.bytes(f"coremlc_stderr_{prec}")
             problems.append(f"{prec}: coremlc's stored stderr is not bound to its run record")
         # The validator derives the path itself: the stored derived_path is only shown.
-        derived = contracts.coreml_encoder_path(v["model_arg"])
-        if derived != v["placed_path"]:
-            problems.append(f"{prec}: coreml_encoder_path({v['model_arg']!r}) is "
+        derived = contracts.coreml_encoder_path(v.model_arg)
+        if derived != v.placed_path:
+            problems.append(f"{prec}: coreml_encoder_path({v.model_arg!r}) is "
                             f"{derived!r}, but the .mlmodelc was placed at "
-                            f"{v['placed_path']!r}")
+                            f"{v.placed_path!r}")
             continue
-        if not is_sha256(v.get("tree_digest")):
+        if v.tree_digest is None or not is_sha256(v.tree_digest):
             problems.append(f"{prec}: malformed tree digest")
             continue
-        shown.append(f"{prec}: {v['placed_path']} (tree {v['tree_digest'][:12]}…) is what "
-                     f"-m {v['model_arg']} derives")
+        shown.append(f"{prec}: {v.placed_path} (tree {v.tree_digest[:12]}…) is what "
+                     f"-m {v.model_arg} derives")
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     return Judgement(Status.PASS, "; ".join(shown))

@@ -10,6 +10,7 @@ from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.results import ATTRIBUTION
 from verifylib.evidence.rules.common import policy_file_problems
+from verifylib.evidence.schemas.parity import Measurement, ParityEvidence, SchemaError
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (POLICY_OF_VARIANT, as_float, compare, cosine_from_sums,
                                        snr_from_energies)
@@ -24,13 +25,18 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
         for name in ev.names():
             if name.startswith("policy_"):
                 problems += policy_file_problems(ev, name, policy_id)
-        doc = ev.json("parity")
+        try:
+            doc: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
+        except SchemaError as exc:
+            doc = None
+            problems.append(_refusal(exc))
         if ev.has("drift") and not isinstance(ev.json("drift"), Mapping):
             problems.append("the drift record is not a mapping")
-        problems += stored_outputs_problems(doc, ev)
+        if doc is not None:
+            problems += stored_outputs_problems(doc, ev)
         if ev.has(ATTRIBUTION):
             problems += [f"attribution: {p}" for p in check_document(ev.json(ATTRIBUTION))]
-        if problems:
+        if problems or doc is None:
             return Judgement(Status.FAIL, "; ".join(problems))
         return judge_parity(doc, policy_id, kind)
     return judge
@@ -45,6 +51,14 @@ RULES: dict[str, Callable[[Any], Judgement]] = {
 """Gate id to judge, for the gates of stage 04."""
 
 
+def _refusal(exc: SchemaError) -> str:
+    return f"the parity record does not parse: {exc}"
+
+
+def _parsed(doc: ParityEvidence | Mapping[str, Any]) -> ParityEvidence:
+    return doc if isinstance(doc, ParityEvidence) else ParityEvidence.from_json(doc)
+
+
 def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
@@ -53,36 +67,51 @@ def _fmt_db(v: float) -> str:
     return "inf" if v == math.inf else ("-inf" if v == -math.inf else f"{v:.2f}")
 
 
-def recheck_measurement(m: Mapping[str, Any]) -> tuple[float, float, list[str]]:
+def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, float, list[str]]:
     """Recompute SNR and cosine of one stored measurement from its sums.
+
+    Parameters
+    ----------
+    m : Measurement or mapping
+        The measurement (a mapping is read with :meth:`Measurement.from_json`).
 
     Returns
     -------
     (snr_db, cosine, problems)
         ``problems`` names any stored figure that disagrees with its sums.
+
+    Raises
+    ------
+    verifylib.evidence.schemas.parity.SchemaError
+        If ``m`` is a mapping that does not parse.
     """
-    met = m["metrics"]
-    snr = snr_from_energies(as_float(met["signal_energy"]), as_float(met["noise_energy"]))
-    cos = cosine_from_sums(as_float(met["dot"]), as_float(met["signal_energy"]),
-                           as_float(met["candidate_energy"]))
+    if not isinstance(m, Measurement):
+        m = Measurement.from_json(m)
+    met = m.metrics
+    snr = snr_from_energies(met.signal_energy, met.noise_energy)
+    cos = cosine_from_sums(met.dot, met.signal_energy, met.candidate_energy)
     problems = []
-    label = f"{m.get('input')}/{m.get('execution')}"
-    if not _same(snr, as_float(met["snr_db"])):
-        problems.append(f"{label}: stored SNR {met['snr_db']} disagrees with its sums ({snr})")
-    if not _same(cos, as_float(met["cosine"])):
-        problems.append(f"{label}: stored cosine {met['cosine']} disagrees with its sums ({cos})")
+    if not _same(snr, met.snr_db):
+        problems.append(f"{m.label}: stored SNR {met.snr_db} disagrees with its sums "
+                        f"({snr})")
+    if not _same(cos, met.cosine):
+        problems.append(f"{m.label}: stored cosine {met.cosine} disagrees with its sums "
+                        f"({cos})")
     return snr, cos, problems
 
 
-def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judgement:
+def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
+                 kind: str) -> Judgement:
     """The fp32-v1 / fp16-v1 rule on a stored parity record.
 
     Parameters
     ----------
-    evidence : mapping
+    evidence : ParityEvidence or mapping
         ``policy`` (id, sha256, rules), ``variant``, ``artifact`` (``tree_digest`` measured
         and ``exported_tree_digest`` bound by the export stage) and ``measurements``: a
-        list of ``{input, execution, metrics}`` whose metrics hold the float64 sums.
+        list of ``{input, execution, metrics}`` whose metrics hold the float64 sums. A
+        mapping is read with :meth:`ParityEvidence.from_json`; one that does not parse is
+        a FAIL naming the field.
     policy_id : str
         The policy the gate must be judged under (``fp32-v1`` or ``fp16-v1``).
     kind : str
@@ -97,44 +126,45 @@ def judge_parity(evidence: Mapping[str, Any], policy_id: str, kind: str) -> Judg
         packaged = load_policy(policy_id)
     except PolicyInvalid as exc:
         return Judgement.failed(str(exc))
-    pol = evidence.get("policy") or {}
-    if pol.get("id") != policy_id:
-        return Judgement.failed(f"evidence was measured under policy {pol.get('id')!r}, not {policy_id}")
-    if pol.get("sha256") != packaged.sha256 or pol.get("rules") != packaged.rules:
+    try:
+        doc = _parsed(evidence)
+    except SchemaError as exc:
+        return Judgement.failed(_refusal(exc))
+    pol = doc.policy
+    if pol.id != policy_id:
+        return Judgement.failed(f"evidence was measured under policy {pol.id!r}, not {policy_id}")
+    if pol.sha256 != packaged.sha256 or pol.rules != packaged.rules:
         return Judgement.failed(f"the stored {policy_id} record differs from the packaged resource "
-                                f"(sha256 {pol.get('sha256')} vs {packaged.sha256})")
+                                f"(sha256 {pol.sha256} vs {packaged.sha256})")
     rules = packaged.rules
-    if evidence.get("variant") != rules["variant"]:
-        return Judgement.failed(f"variant {evidence.get('variant')!r} is not {rules['variant']!r}")
+    if doc.variant != rules["variant"]:
+        return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
     want_input = rules["gated"]["input"]
     want_exec = rules["gated"][f"{kind}_execution"]
     problems: list[str] = []
-    art = evidence.get("artifact") or {}
-    if not art.get("tree_digest") or art.get("tree_digest") != art.get("exported_tree_digest"):
-        problems.append(f"the measured artifact (tree digest {art.get('tree_digest')}) is not "
-                        f"the exported one ({art.get('exported_tree_digest')})")
-    gated = [m for m in evidence.get("measurements", [])
-             if m.get("input") == want_input and m.get("execution") == want_exec]
+    art = doc.artifact
+    if not art.tree_digest or art.tree_digest != art.exported_tree_digest:
+        problems.append(f"the measured artifact (tree digest {art.tree_digest}) is not "
+                        f"the exported one ({art.exported_tree_digest})")
+    gated = [m for m in doc.measured() if m.input == want_input and m.execution == want_exec]
     if len(gated) != 1:
         return Judgement.failed(f"expected exactly one {want_input}/{want_exec} measurement, found "
                                 f"{len(gated)}")
     extra = []
-    for m in evidence["measurements"]:
+    for m in doc.measured():
         snr, cos, probs = recheck_measurement(m)
         problems += probs
         if m is not gated[0]:
-            extra.append(f"{m['input']}/{m['execution']}: SNR {_fmt_db(snr)} dB, "
-                         f"cosine {cos:.9f}")
+            extra.append(f"{m.label}: SNR {_fmt_db(snr)} dB, cosine {cos:.9f}")
     snr, cos, _ = recheck_measurement(gated[0])
     smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
-    met = gated[0]["metrics"]
+    met = gated[0].metrics
     figures = (f"{policy_id}, {want_input}/{want_exec}: SNR {_fmt_db(snr)} dB (min {smin:g}), "
                f"cosine {cos:.9f} (min {cmin:g}), max |err| "
-               f"{as_float(met['max_abs_error']):.3g}, mean |err| "
-               f"{as_float(met['mean_abs_error']):.3g}")
+               f"{met.max_abs_error:.3g}, mean |err| {met.mean_abs_error:.3g}")
     if extra:
         figures += "; beside it: " + "; ".join(extra)
-    if not met.get("finite", False):
+    if not met.finite:
         problems.append("the candidate output holds non-finite values")
     if not snr >= smin:
         problems.append(f"SNR {_fmt_db(snr)} dB below {smin:g} dB")
@@ -156,7 +186,7 @@ def _agree(a: Any, b: float) -> bool:
     return abs(x - b) <= 1e-9 * max(abs(x), abs(b)) + 1e-300
 
 
-def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
+def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any], ev) -> list[str]:
     """Check the stored output arrays against the measurements that cite them.
 
     When a parity gate cites its candidate's outputs and the reference's outputs
@@ -166,8 +196,9 @@ def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
 
     Parameters
     ----------
-    doc : mapping
-        The parity record (``measurements``, ``kind``).
+    doc : ParityEvidence or mapping
+        The parity record (``measurements``, ``kind``); a mapping is read with
+        :meth:`ParityEvidence.from_json` (one that does not parse is a problem).
     ev : verifylib.evidence.records.EvidenceView
         The gate's evidence.
 
@@ -181,14 +212,18 @@ def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
         return []
     if has_out != has_ref:
         return ["the gate cites only one of its candidate's and the reference's outputs"]
+    try:
+        parsed = _parsed(doc)
+    except SchemaError as exc:
+        return [_refusal(exc)]
     out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
-    execution = "float32" if doc.get("kind") == "program" else "coreml-all"
+    execution = "float32" if parsed.kind == "program" else "coreml-all"
     problems = []
     seen = 0
-    for m in doc.get("measurements", []):
-        if m.get("execution") != execution:
+    for m in parsed.measured():
+        if m.execution != execution:
             continue
-        kind = m.get("input")
+        kind = m.input
         if kind not in out or kind not in ref:
             problems.append(f"no stored {kind} output for the {kind}/{execution} measurement")
             continue
@@ -198,10 +233,10 @@ def stored_outputs_problems(doc: Mapping[str, Any], ev) -> list[str]:
         except ContractBroken as exc:
             problems.append(f"stored {kind} outputs: {exc}")
             continue
-        met = m.get("metrics") or {}
         for key in ("signal_energy", "noise_energy", "dot", "candidate_energy"):
-            if not _agree(met.get(key), getattr(again, key)):
-                problems.append(f"{kind}/{execution}: stored {key} {met.get(key)} is not what "
+            stored = getattr(m.metrics, key)
+            if not _agree(stored, getattr(again, key)):
+                problems.append(f"{kind}/{execution}: stored {key} {stored} is not what "
                                 f"the stored outputs give ({getattr(again, key)!r})")
                 break
     if not seen:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from fractions import Fraction
 from typing import Any, Callable, Mapping
 
 from verifylib.evidence.gates import Judgement
+from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence, SchemaError
 from verifylib.models.compute_plan import COST_SUM_TOLERANCE
 
 
@@ -27,40 +29,60 @@ RULES: dict[str, Callable[[Any], Judgement]] = {
 """Gate id to judge, for the gate of stage 06."""
 
 
-def judge_plan(evidence: Mapping[str, Any]) -> Judgement:
+_NOT_FINITE = "{} operation(s) with a cost that is not a finite number"
+
+
+def judge_plan(evidence: PlanEvidence | Mapping[str, Any]) -> Judgement:
     """The ``placement.plan`` rule on stored evidence.
 
     PASS iff the plan lists operations, every operation that carries a cost names a
     preferred device, every cost is a finite number, and the cost shares sum to
     1 +/- 0.01 (limits included).
+
+    Parameters
+    ----------
+    evidence : PlanEvidence or mapping
+        A mapping is read with :meth:`PlanEvidence.from_json`; one that does not parse is
+        a FAIL naming the field (a cost that is not a number is counted as such).
+
+    Returns
+    -------
+    Judgement
     """
-    ops = evidence.get("ops") or []
+    try:
+        plan = evidence if isinstance(evidence, PlanEvidence) else PlanEvidence.from_json(evidence)
+    except CostNotANumber as exc:
+        return Judgement.failed(_NOT_FINITE.format(len(exc.paths)))
+    except SchemaError as exc:
+        return Judgement.failed(f"the plan does not parse: {exc}")
+    ops = plan.ops
     if not ops:
         return Judgement.failed("the plan lists no operations")
-    costed = [o for o in ops if o.get("cost") is not None]
+    costed = plan.costed()
     if not costed:
         return Judgement.failed("the plan gives no cost for any operation")
-    missing = [o["operator"] for o in costed if not o.get("preferred")]
+    missing = [o.operator for o in costed if not o.preferred]
     if missing:
         return Judgement.failed(f"{len(missing)} costed operation(s) without a preferred device")
     # A NaN share would make every comparison below false, i.e. pass the sum check.
-    nonfinite = [o["operator"] for o in costed if isinstance(o["cost"], bool)
-                 or not isinstance(o["cost"], (int, float)) or not math.isfinite(o["cost"])]
+    costs = [(o, o.cost) for o in costed if o.cost is not None]
+    nonfinite = [o.operator for o, c in costs if not math.isfinite(c)]
     if nonfinite:
-        return Judgement.failed(f"{len(nonfinite)} operation(s) with a cost that is not a finite number")
-    total = sum(o["cost"] for o in costed)
+        return Judgement.failed(_NOT_FINITE.format(len(nonfinite)))
+    total = sum(c for _, c in costs)
     # Decided on the exact sum of the decimals the evidence stores, not on the float sum
     # shown: in floats |(0.5 + 0.51) - 1| > 0.01, so a plan exactly at the tolerance would fail.
-    exact = sum(Fraction(str(o["cost"])) for o in costed)
+    exact = sum((Fraction(str(c)) for _, c in costs), Fraction(0))
     if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
         return Judgement.failed(f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}")
     # The shares shown are recomputed from the per-op rows; the stored summary must agree.
-    by_device: dict[str, float] = {}
-    for o in costed:
-        by_device[o["preferred"]] = by_device.get(o["preferred"], 0.0) + o["cost"]
-    stored = evidence.get("cost_by_device")
-    if not isinstance(stored, Mapping) or set(stored) != set(by_device) or any(
-            not isinstance(stored[k], (int, float)) or not math.isclose(
+    acc: defaultdict[str, float] = defaultdict(float)
+    for o, c in costs:
+        acc[o.preferred or "unplanned"] += c  # every costed op names one (checked above)
+    by_device = dict(acc)
+    stored = plan.cost_by_device
+    if stored is None or set(stored) != set(by_device) or any(
+            not math.isclose(
                 stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
         return Judgement.failed(f"stored cost by device {stored!r} is not what the per-op rows give "
                                 f"{by_device!r}")

@@ -10,6 +10,8 @@ from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import policy_file_problems
+from verifylib.evidence.schemas.wer import (Counts, HybridClip, HybridEvidence, SchemaError,
+                                            WerClip, WerEvidence)
 from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
                                         load_policy, policy_fraction)
 from verifylib.runtime import contracts
@@ -17,43 +19,83 @@ from verifylib.runtime import contracts
 WER_POLICY_ID = "wer-v1"
 
 
-def ggml_run_problems(doc: dict, stderr_of) -> list[str]:
+def _wer_doc(doc: WerEvidence | Mapping[str, Any]) -> WerEvidence:
+    return doc if isinstance(doc, WerEvidence) else WerEvidence.from_json(doc)
+
+
+def _hybrid_doc(doc: HybridEvidence | Mapping[str, Any]) -> HybridEvidence:
+    return doc if isinstance(doc, HybridEvidence) else HybridEvidence.from_json(doc)
+
+
+def _refusal(exc: SchemaError, name: str) -> str:
+    return f"the {name} record does not parse: {exc}"
+
+
+def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[str]:
     """Problems with the GGML runs behind ``wer.ggml_vs_source`` (re-derived from streams).
 
     Every run must come from a build without Core ML (``COREML = 0`` on its own stderr),
     exit 0 without a signal, and have used a model path with no ``.mlmodelc`` beside it.
+
+    Parameters
+    ----------
+    doc : WerEvidence or mapping
+        The ``wer`` document (a mapping is read with :meth:`WerEvidence.from_json`; one
+        that does not parse is the one problem returned).
+    stderr_of : callable
+        Clip id -> the stored stderr bytes of its GGML run.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when every run is a clean GGML run).
     """
+    try:
+        wer = _wer_doc(doc)
+    except SchemaError as exc:
+        return [_refusal(exc, "wer")]
     problems = []
-    if doc.get("mlmodelc_beside") is not False:
+    if wer.mlmodelc_beside is not False:
         problems.append("the GGML runs' model had a .mlmodelc beside it (or it was not checked)")
-    for c in doc["clips"]:
-        run = c["ggml_run"]
-        stderr = stderr_of(c["id"])
-        if canonical_sha(stderr) != run["stderr_sha256"]:
-            problems.append(f"{c['id']}: stored GGML stderr is not the run's stream")
+    for c in wer.clips:
+        run = c.ggml_run
+        if run is None:
+            problems.append(f"{c.id}: no GGML run is recorded")
             continue
-        if run["returncode"] != 0 or run["signal"]:
-            problems.append(f"{c['id']}: GGML run ended {run['signal'] or 'exit ' + str(run['returncode'])}")
+        stderr = stderr_of(c.id)
+        if canonical_sha(stderr) != run.stderr_sha256:
+            problems.append(f"{c.id}: stored GGML stderr is not the run's stream")
+            continue
+        if run.returncode != 0 or run.signal:
+            problems.append(f"{c.id}: GGML run ended {run.signal or 'exit ' + str(run.returncode)}")
         coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
         if coreml != 0:
-            problems.append(f"{c['id']}: GGML run's system_info does not show "
+            problems.append(f"{c.id}: GGML run's system_info does not show "
                             f"{contracts.COREML_OFF} (found {coreml})")
     return problems
 
 
-def _wer_policy_problems(doc: Any) -> list[str]:
+def _wer_policy_problems(doc: WerEvidence | HybridEvidence) -> list[str]:
     # The evidence's copy of wer-v1 is only shown; the thresholds come from the package.
     packaged = load_policy(WER_POLICY_ID)
-    if not isinstance(doc, Mapping):
-        return ["evidence is not a mapping"]
-    if doc.get("policy") != packaged.rules or doc.get("policy_sha256") != packaged.sha256:
+    if doc.policy.to_json() != packaged.rules or doc.policy_sha256 != packaged.sha256:
         return [f"the stored {WER_POLICY_ID} policy is not the packaged resource (sha256 "
-                f"{doc.get('policy_sha256')} vs {packaged.sha256})"]
+                f"{doc.policy_sha256} vs {packaged.sha256})"]
     return []
 
 
+def _parse_failure(raw: Any, exc: SchemaError, name: str) -> Judgement:
+    if not isinstance(raw, Mapping):
+        return Judgement(Status.FAIL, "evidence is not a mapping")
+    return Judgement(Status.FAIL, _refusal(exc, name))
+
+
 def _rule_ggml_vs_source(ev) -> Judgement:
-    doc = ev.json("wer")
+    raw = ev.json("wer")
+    try:
+        doc = WerEvidence.from_json(raw)
+    except SchemaError as exc:
+        return _parse_failure(raw, exc, "wer")
     problems = _wer_policy_problems(doc)
     if ev.has("policy"):
         problems += policy_file_problems(ev, "policy", WER_POLICY_ID)
@@ -68,37 +110,62 @@ def _rule_ggml_vs_source(ev) -> Judgement:
 
 
 def _classifier(ev):
-    def classify(clip):
-        stdout = ev.bytes(f"hybrid_stdout_{clip['id']}") if clip["public"] else None
-        c = contracts.classify_positive(clip["run"], ev.bytes(f"hybrid_stderr_{clip['id']}"),
-                                        stdout)
-        return Judgement.of(c.ok, c.detail)
+    def classify(clip: HybridClip | Mapping[str, Any]) -> Judgement:
+        try:
+            c = clip if isinstance(clip, HybridClip) else HybridClip.from_json(clip)
+        except SchemaError as exc:
+            return Judgement.failed(_refusal(exc, "hybrid clip"))
+        if c.run is None:
+            return Judgement.failed("no hybrid run is recorded")
+        stdout = ev.bytes(f"hybrid_stdout_{c.id}") if c.public else None
+        got = contracts.classify_positive(c.run.to_json(), ev.bytes(f"hybrid_stderr_{c.id}"),
+                                          stdout)
+        return Judgement.of(got.ok, got.detail)
     return classify
 
 
-def hybrid_binding_problems(doc: Any, coreml_sha256: Any) -> list[str]:
+def hybrid_binding_problems(doc: HybridEvidence | Any, coreml_sha256: Any) -> list[str]:
     """The hybrid runs must be launches of the Core ML binary that passed ``build.coreml``.
 
     ``coreml_sha256`` is the gate's bound identity ``binary.coreml.sha256`` (which the
     validator checks against the build's); each clip's run must cite a ledger launch of a
     binary with that digest.
+
+    Parameters
+    ----------
+    doc : HybridEvidence or mapping
+        The ``hybrid`` document (a mapping is read with :meth:`HybridEvidence.from_json`).
+    coreml_sha256 : Any
+        The bound identity.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when every run is a recorded launch of that binary).
     """
-    if not isinstance(doc, Mapping):
+    if not isinstance(doc, (HybridEvidence, Mapping)):
         return ["evidence is not a mapping"]
-    if not is_sha256(coreml_sha256) or doc.get("binary_sha256") != coreml_sha256:
-        return [f"hybrid runs bound to binary {doc.get('binary_sha256')!r}, not the Core ML "
+    try:
+        hyb = _hybrid_doc(doc)
+    except SchemaError as exc:
+        return [_refusal(exc, "hybrid")]
+    if not is_sha256(coreml_sha256) or hyb.binary_sha256 != coreml_sha256:
+        return [f"hybrid runs bound to binary {hyb.binary_sha256!r}, not the Core ML "
                 f"build's {coreml_sha256!r}"]
     out = []
-    for c in doc.get("clips") or []:
-        launch = (c.get("run") or {}).get("launch") if isinstance(c, Mapping) else None
-        if not isinstance(launch, Mapping) or launch.get("binary_sha256") != coreml_sha256:
-            out.append(f"{c.get('id') if isinstance(c, Mapping) else c}: the run is not a "
-                       f"recorded launch of the Core ML binary")
+    for c in hyb.clips:
+        launch = c.run.launch if c.run is not None else None
+        if launch is None or launch.binary_sha256 != coreml_sha256:
+            out.append(f"{c.id}: the run is not a recorded launch of the Core ML binary")
     return out
 
 
 def _rule_hybrid(ev) -> Judgement:
-    doc = ev.json("hybrid")
+    raw = ev.json("hybrid")
+    try:
+        doc = HybridEvidence.from_json(raw)
+    except SchemaError as exc:
+        return _parse_failure(raw, exc, "hybrid")
     problems = _wer_policy_problems(doc)
     problems += hybrid_binding_problems(doc, ev.identities.get(identities.BINARY_COREML))
     if problems:
@@ -113,37 +180,47 @@ RULES: dict[str, Callable[[Any], Judgement]] = {
 """Gate id to judge, for the gates of stage 05."""
 
 
-def _wer_v1_section(evidence: Mapping[str, Any], section: str):
-    """The wer-v1 rules of one gate and the clips, or why the evidence cannot be judged."""
-    policy = evidence["policy"]
-    if policy.get("id") != "wer-v1":
-        return None, None, f"unexpected policy {policy.get('id')!r}"
-    if not evidence["clips"]:
-        return None, None, "no fixture was transcribed"
-    return policy[section], evidence["clips"], None
+def _section_refusal(evidence: WerEvidence | HybridEvidence) -> str | None:
+    """Why the evidence cannot be judged under wer-v1 at all, or None."""
+    if evidence.policy.id != "wer-v1":
+        return f"unexpected policy {evidence.policy.id!r}"
+    if not evidence.clips:
+        return "no fixture was transcribed"
+    return None
 
 
-def _stored_count_problems(clip: Mapping[str, Any], counts: Mapping[str, tuple[str, str]],
+def _counts(clips, attr: str) -> list[dict[str, int]]:
+    return [getattr(c, attr).to_json() for c in clips]
+
+
+def _stored_count_problems(clip: WerClip | HybridClip, counts: Mapping[str, tuple[str, str]],
                            empties: Mapping[str, str]) -> list[str]:
     # A public clip stores its normalized texts: its counts and empty flags are recomputed
     # from them, so an edited count or flag cannot pass.
     out = []
     for key, (ref, hyp) in counts.items():
-        if count_words(clip[ref], clip[hyp]).as_dict() != clip[key]:
-            out.append(f"{clip['id']}: stored {key} counts do not match its texts")
+        ref_text, hyp_text = getattr(clip, ref), getattr(clip, hyp)
+        if ref_text is None or hyp_text is None:
+            out.append(f"{clip.id}: stored {key} counts have no texts to be checked against")
+            continue
+        stored: Counts = getattr(clip, key)
+        if count_words(ref_text, hyp_text).as_dict() != stored.to_json():
+            out.append(f"{clip.id}: stored {key} counts do not match its texts")
     for flag, text in empties.items():
-        if (clip[text].strip() == "") != bool(clip[flag]):
-            out.append(f"{clip['id']}: stored {flag} flag contradicts the text")
+        value = getattr(clip, text)
+        if value is not None and (value.strip() == "") != bool(getattr(clip, flag)):
+            out.append(f"{clip.id}: stored {flag} flag contradicts the text")
     return out
 
 
-def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> Judgement:
+def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement:
     """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
 
     Parameters
     ----------
-    evidence : mapping
-        ``policy`` (the wer-v1 resource), ``clips``: per clip ``source`` and ``ggml`` counts
+    evidence : WerEvidence or mapping
+        A mapping is read with :meth:`WerEvidence.from_json` (one that does not parse is
+        a FAIL naming the field). ``policy`` (the wer-v1 resource), ``clips``: per clip ``source`` and ``ggml`` counts
         against the reference, ``source_empty`` and ``ggml_empty`` flags, and for public
         clips the normalized ``reference``, ``source_text`` and ``ggml_text`` (their counts
         are recomputed and must agree).
@@ -153,49 +230,56 @@ def judge_ggml_vs_source(evidence: Mapping[str, Any]) -> Judgement:
     Judgement
         PASS or FAIL, with the figures behind the decision.
     """
-    rules, clips, refusal = _wer_v1_section(evidence, "ggml_vs_source")
+    try:
+        doc = _wer_doc(evidence)
+    except SchemaError as exc:
+        return Judgement.failed(_refusal(exc, "wer"))
+    refusal = _section_refusal(doc)
     if refusal:
         return Judgement.failed(refusal)
+    rules, clips = doc.policy.ggml_vs_source, doc.clips
     problems = []
     for c in clips:
-        if "reference" in c:
+        if c.reference is not None:
             problems += _stored_count_problems(c, {"source": ("reference", "source_text"),
                                                    "ggml": ("reference", "ggml_text")},
                                                {"source_empty": "source_text",
                                                 "ggml_empty": "ggml_text"})
     if problems:
         return Judgement.failed("; ".join(problems))
-    src = corpus_wer([c["source"] for c in clips])
-    ggml = corpus_wer([c["ggml"] for c in clips])
-    limit = src + rules["max_corpus_wer_delta"]
-    empties = [c["id"] for c in clips if c["ggml_empty"] and not c["source_empty"]]
+    src = corpus_wer(_counts(clips, "source"))
+    ggml = corpus_wer(_counts(clips, "ggml"))
+    limit = src + rules.max_corpus_wer_delta
+    empties = [c.id for c in clips if c.ggml_empty and not c.source_empty]
     figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
                f"(limit {limit:.4f}) over {len(clips)} clip(s)")
-    if rules.get("no_empty_where_source_nonempty") and empties:
+    if rules.no_empty_where_source_nonempty and empties:
         return Judgement.failed(f"GGML transcript empty where the source's is not: {empties}; {figures}")
     # Decided on exact rationals, not on the floats shown: in binary floating point
     # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
-    exact_limit = (exact_corpus_wer([c["source"] for c in clips])
-                   + policy_fraction(rules["max_corpus_wer_delta"]))
-    if not exact_corpus_wer([c["ggml"] for c in clips]) <= exact_limit:
+    exact_limit = (exact_corpus_wer(_counts(clips, "source"))
+                   + policy_fraction(rules.max_corpus_wer_delta))
+    if not exact_corpus_wer(_counts(clips, "ggml")) <= exact_limit:
         return Judgement.failed(f"GGML corpus WER above the limit; {figures}")
     return Judgement.passed(figures)
 
 
-def judge_hybrid(evidence: Mapping[str, Any],
+def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
                  classify: Callable[[Mapping[str, Any]], Judgement]) -> Judgement:
     """The wer-v1 rule for ``wer.hybrid`` (Core ML encoder inside whisper-cli).
 
     Parameters
     ----------
-    evidence : mapping
-        ``policy`` (wer-v1) and ``clips``: per clip the ``source``, ``ggml`` and ``hybrid``
+    evidence : HybridEvidence or mapping
+        A mapping is read with :meth:`HybridEvidence.from_json` (one that does not parse
+        is a FAIL naming the field). ``policy`` (wer-v1) and ``clips``: per clip the ``source``, ``ggml`` and ``hybrid``
         counts against the reference, ``hybrid_vs_ggml`` counts, ``hybrid_empty``, and for
         public clips the normalized texts (``reference``, ``ggml_text``, ``hybrid_text``),
         whose counts are recomputed.
     classify : callable
         Re-judges one clip's hybrid run from its stored streams (the four load conditions
-        of docs/runtime-contract.md §2.3); returns a :class:`~verifylib.evidence.gates.Judgement`.
+        of docs/runtime-contract.md §2.3); it is handed the clip as stored
+        (:meth:`HybridClip.to_json`) and returns a :class:`~verifylib.evidence.gates.Judgement`.
 
     Returns
     -------
@@ -204,40 +288,45 @@ def judge_hybrid(evidence: Mapping[str, Any],
         the hybrid corpus WER is at most min(GGML, source) + 0.05, and no clip's
         hybrid-vs-GGML WER exceeds 0.5 (the detector for a silent nil prediction).
     """
-    rules, clips, refusal = _wer_v1_section(evidence, "hybrid")
+    try:
+        doc = _hybrid_doc(evidence)
+    except SchemaError as exc:
+        return Judgement.failed(_refusal(exc, "hybrid"))
+    refusal = _section_refusal(doc)
     if refusal:
         return Judgement.failed(refusal)
+    rules, clips = doc.policy.hybrid, doc.clips
     problems = []
     for c in clips:
-        if "reference" in c:
+        if c.reference is not None:
             problems += _stored_count_problems(
                 c, {"hybrid": ("reference", "hybrid_text"), "ggml": ("reference", "ggml_text"),
                     "hybrid_vs_ggml": ("ggml_text", "hybrid_text")},
                 {"hybrid_empty": "hybrid_text"})
-        if rules.get("four_load_conditions_every_run"):
-            load = classify(c)
+        if rules.four_load_conditions_every_run:
+            load = classify(c.to_json())
             if not load.ok:
-                problems.append(f"{c['id']}: hybrid run fails the load conditions: {load.detail}")
+                problems.append(f"{c.id}: hybrid run fails the load conditions: {load.detail}")
     if problems:
         return Judgement.failed("; ".join(problems))
-    empty = [c["id"] for c in clips if c["hybrid_empty"]]
-    if rules.get("all_nonempty") and empty:
+    empty = [c.id for c in clips if c.hybrid_empty]
+    if rules.all_nonempty and empty:
         return Judgement.failed(f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)")
-    hyb = corpus_wer([c["hybrid"] for c in clips])
-    ggml = corpus_wer([c["ggml"] for c in clips])
-    src = corpus_wer([c["source"] for c in clips])
-    limit = min(ggml, src) + rules["max_corpus_wer_delta_vs_best"]
+    hyb = corpus_wer(_counts(clips, "hybrid"))
+    ggml = corpus_wer(_counts(clips, "ggml"))
+    src = corpus_wer(_counts(clips, "source"))
+    limit = min(ggml, src) + rules.max_corpus_wer_delta_vs_best
     # Exact rationals decide (see judge_ggml_vs_source); the floats are only shown.
-    worst = max(clips, key=lambda c: exact_corpus_wer([c["hybrid_vs_ggml"]]))
-    worst_wer = WordCounts(**worst["hybrid_vs_ggml"]).wer
+    worst = max(clips, key=lambda c: exact_corpus_wer([c.hybrid_vs_ggml.to_json()]))
+    worst_wer = WordCounts(**worst.hybrid_vs_ggml.to_json()).wer
     figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
                f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
-               f"({worst['id']}) over {len(clips)} clip(s)")
-    if exact_corpus_wer([worst["hybrid_vs_ggml"]]) > policy_fraction(rules["max_clip_wer_vs_ggml"]):
-        return Judgement.failed(f"clip {worst['id']} diverges from GGML beyond {rules['max_clip_wer_vs_ggml']}; {figures}")
-    exact_limit = (min(exact_corpus_wer([c["ggml"] for c in clips]),
-                       exact_corpus_wer([c["source"] for c in clips]))
-                   + policy_fraction(rules["max_corpus_wer_delta_vs_best"]))
-    if not exact_corpus_wer([c["hybrid"] for c in clips]) <= exact_limit:
+               f"({worst.id}) over {len(clips)} clip(s)")
+    if exact_corpus_wer([worst.hybrid_vs_ggml.to_json()]) > policy_fraction(rules.max_clip_wer_vs_ggml):
+        return Judgement.failed(f"clip {worst.id} diverges from GGML beyond {rules.max_clip_wer_vs_ggml}; {figures}")
+    exact_limit = (min(exact_corpus_wer(_counts(clips, "ggml")),
+                       exact_corpus_wer(_counts(clips, "source")))
+                   + policy_fraction(rules.max_corpus_wer_delta_vs_best))
+    if not exact_corpus_wer(_counts(clips, "hybrid")) <= exact_limit:
         return Judgement.failed(f"hybrid corpus WER above the limit; {figures}")
     return Judgement.passed(figures)

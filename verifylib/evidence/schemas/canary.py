@@ -129,45 +129,45 @@ def _get(obj: Mapping[str, Any], key: str, path: str) -> Any:
     return obj[key]
 
 
-def _str(value: Any, path: str) -> str:
+def _str(value: Any, path: str, want: str = "a string") -> str:
     if not isinstance(value, str):
-        raise _wrong(path, "a string", value)
+        raise _wrong(path, want, value)
     return value
 
 
 def _opt_str(value: Any, path: str) -> str | None:
-    return None if value is None else _str(value, path)
+    return None if value is None else _str(value, path, "a string or null")
 
 
-def _int(value: Any, path: str) -> int:
+def _int(value: Any, path: str, want: str = "an integer") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong(path, "an integer", value)
+        raise _wrong(path, want, value)
     return value
 
 
 def _opt_int(value: Any, path: str) -> int | None:
-    return None if value is None else _int(value, path)
+    return None if value is None else _int(value, path, "an integer or null")
 
 
-def _num(value: Any, path: str) -> float:
+def _num(value: Any, path: str, want: str = "a number") -> float:
     # Kept as given (an int stays an int) so that to_json writes the same bytes.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _wrong(path, "a number", value)
+        raise _wrong(path, want, value)
     return value
 
 
 def _opt_num(value: Any, path: str) -> float | None:
-    return None if value is None else _num(value, path)
+    return None if value is None else _num(value, path, "a number or null")
 
 
-def _bool(value: Any, path: str) -> bool:
+def _bool(value: Any, path: str, want: str = "a boolean") -> bool:
     if not isinstance(value, bool):
-        raise _wrong(path, "a boolean", value)
+        raise _wrong(path, want, value)
     return value
 
 
 def _opt_bool(value: Any, path: str) -> bool | None:
-    return None if value is None else _bool(value, path)
+    return None if value is None else _bool(value, path, "a boolean or null")
 
 
 def _array(value: Any, path: str, item: Callable[[Any, str], _T]) -> tuple[_T, ...]:
@@ -713,7 +713,9 @@ class AsanFrame:
 
 @dataclass(frozen=True, kw_only=True)
 class AsanReport:
-    """A recorded sanitizer report (:meth:`verifylib.runtime.sanitizer.SanitizerReport.to_evidence`).
+    """A recorded sanitizer report.
+
+    What :meth:`verifylib.runtime.sanitizer.SanitizerReport.to_evidence` wrote.
 
     Attributes
     ----------
@@ -1419,7 +1421,8 @@ class PositiveEvidence:
         def f(key: str) -> tuple[Any, str]:
             return _get(obj, key, ""), key
         return cls(binary=_str(*f("binary")), binary_sha256=_str(*f("binary_sha256")),
-                   model_arg=_str(*f("model_arg")), mlmodelc=CoremlDigests.from_json(*f("mlmodelc")),
+                   model_arg=_str(*f("model_arg")),
+                   mlmodelc=CoremlDigests.from_json(*f("mlmodelc")),
                    timeouts_s=PositiveTimeouts.from_json(*f("timeouts_s")),
                    warmup=PositiveRun.from_json(*f("warmup")),
                    measured=PositiveRun.from_json(*f("measured")),

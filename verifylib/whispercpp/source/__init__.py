@@ -24,16 +24,27 @@ The judges of this evidence (source identity, exact patch) live with every other
 rule in :mod:`verifylib.evidence.rules.build`; they take plain JSON-able dicts, so
 ``verifylib verify`` can re-judge the stored evidence later without the source tree.
 
-The names below are re-exported so existing callers keep working
-(``from verifylib import source as _source; _source.git_tree_id(...)``).
+The package re-exports the names below, so a caller can write
+``from verifylib.whispercpp import source; source.git_tree_id(...)``.
 """
 
-from verifylib.whispercpp.source.fetch import (PYWHISPERCPP_V185, SourceError, SourceSpec,
-                                               SourceTree, git_tree_id, obtain_source,
-                                               source_evidence)
-from verifylib.whispercpp.source.patch import (PatchCheck, PatchedTree, PatchError,
-                                               check_patch_exact, patch_evidence,
-                                               prepare_patched_tree)
+from verifylib.whispercpp.source.fetch import (
+                                               PYWHISPERCPP_V185,
+                                               SourceError,
+                                               SourceSpec,
+                                               SourceTree,
+                                               git_tree_id,
+                                               obtain_source,
+                                               source_evidence,
+)
+from verifylib.whispercpp.source.patch import (
+                                               PatchCheck,
+                                               PatchedTree,
+                                               PatchError,
+                                               check_patch_exact,
+                                               patch_evidence,
+                                               prepare_patched_tree,
+)
 from verifylib.whispercpp.source.pins import Pin, load_pins, pin_fields
 
 __all__ = [
