@@ -2,7 +2,7 @@
 one description.
 
 Run ``python scripts/make_notebooks.py`` after changing the parameter schema or a stage's
-cells; tests/test_notebooks_static.py fails when the committed notebooks drift from this
+cells; tests/unit/test_notebooks_static.py fails when the committed notebooks drift from this
 output.
 
 Each notebook is: the parameters cell, ``vnb.setup``, the stage's one audit call
@@ -81,7 +81,7 @@ STAGES = {
         "Obtain the pinned whisper.cpp source, prove its git tree id, apply and verify the "
         "exact compatibility patch, build a static `whisper-cli` outside the source tree, "
         "hash it and read its `system_info` line from a real run.",
-        ["# The build facts above as a dict, and each gate's record (status, reason,\n"
+        ["# The build facts above, typed (facts.rows() is the table), and each gate's record (status, reason,\n"
          "# evidence files, identities) by gate id\n"
          "facts = report.facts\n"
          "records = {r.id: r for r in report.records}",
@@ -92,7 +92,7 @@ STAGES = {
         "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 mlprogram (and "
         "the fp16 variant), IO-contract validation of the saved package before placement, "
         "build facts, and (macOS + Xcode) compilation to `.mlmodelc` placed beside the model.",
-        ["# The export facts above as a dict, and each gate's record by gate id\n"
+        ["# The export facts above, typed (facts.rows() is the table), and each gate's record by gate id\n"
          "facts = report.facts\n"
          "records = {r.id: r for r in report.records}",
          "# The identities this stage bound: model digests, package and compiled-model trees\n"
@@ -126,7 +126,7 @@ STAGES = {
          "fp32 = candidates.get(\"parity.program\")\n"
          "fp16 = candidates.get(\"parity.program_fp16\")",
          "# Each candidate's gated metrics (fixture input): SNR dB, cosine, max abs error ...\n"
-         "{gid: [m[\"metrics\"] for m in c.measurements if m[\"input\"] == \"fixture\"]\n"
+         "{gid: [m.metrics for m in c.measurements if m.input == \"fixture\"]\n"
          " for gid, c in candidates.items()}",
          "# SNR (dB) along the residual stream of the fp32 program executed in float32\n"
          "# (try fp16, or the \"float64\" execution)\n"
@@ -259,7 +259,7 @@ def make_compare() -> nbformat.NotebookNode:
     cell.metadata["tags"] = ["parameters"]
     nb.cells.append(cell)
     nb.cells.append(nbformat.v4.new_code_cell(
-        "from verifylib.compare.model import compare_runs\n"
+        "from verifylib.compare import compare_runs\n"
         "from verifylib.views import compare as view\n\n"
         "comparison = compare_runs(runs, verify=verify, allow_simulated=allow_simulated)\n"
         "comparison.summary"))

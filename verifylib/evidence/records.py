@@ -222,8 +222,11 @@ class StageReport:
         Identities recorded by the stage.
     seconds : float
         Time spent inside the stage's verifylib work.
-    facts : dict
-        Labelled values worth showing (paths, timings, versions): a flat table.
+    facts : BuildFacts, ExportFacts or dict
+        Values worth showing (paths, timings, versions): for stages 01 and 02 the typed
+        :class:`~verifylib.evidence.results.BuildFacts` /
+        :class:`~verifylib.evidence.results.ExportFacts`, whose ``rows()`` are the table;
+        an empty dict for the other stages.
     result : object or None
         The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages
         whose results are more than a table.
@@ -233,7 +236,7 @@ class StageReport:
     records: list[GateRecord]
     identities: dict
     seconds: float
-    facts: dict = field(default_factory=dict)
+    facts: Any = field(default_factory=dict)
     result: Any = None
 
     def status(self, gate_id: str) -> Status:

@@ -124,7 +124,7 @@ class Run:
         self._record = self._read_run_record()
         self._stage_files: dict[str, dict | None] = {}
         self._results: dict[str, Any] = {}
-        self._facts: dict[str, dict] = {}
+        self._facts: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -332,9 +332,21 @@ class Run:
 
     # ------------------------------------------------------------------ typed results
 
-    def facts(self, stage: str) -> dict[str, Any]:
-        """A stage's facts table (stages 01 and 02; empty for the others), rebuilt from the
-        evidence its gates cite as the stage built it."""
+    def facts(self, stage: str) -> Any:
+        """Return a stage's facts, rebuilt from its gates' evidence as the stage built them.
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"01_build"``, ``"build"``, ...).
+
+        Returns
+        -------
+        BuildFacts, ExportFacts or dict
+            :class:`~verifylib.evidence.results.BuildFacts` for 01_build,
+            :class:`~verifylib.evidence.results.ExportFacts` for 02_export (frozen; their
+            ``rows()`` are the table the notebooks show), an empty dict for the others.
+        """
         stage = _stage_name(stage)
         if stage not in self._facts:
             from verifylib.evidence import results
@@ -347,7 +359,8 @@ class Run:
             else:
                 facts = {}
             self._facts[stage] = facts
-        return dict(self._facts[stage])
+        facts = self._facts[stage]
+        return facts if stage in ("01_build", "02_export") else dict(facts)
 
     def result(self, stage: str) -> Any:
         """A stage's typed result, rebuilt from the evidence its gates cite.
@@ -376,7 +389,7 @@ class Run:
         return self._results[stage]
 
     def _built(self, stage: str, builder, *extra):
-        from verifylib.evidence.schemas._fields import SchemaError
+        from verifylib.evidence.schemas.parity import SchemaError  # shared by wer, placement
         try:
             return builder(self.path, self._gates, *extra)
         except SchemaError as exc:  # a document of stages 04-06 without its schema's shape

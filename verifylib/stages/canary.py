@@ -46,12 +46,12 @@ from verifylib.evidence.results import (CanaryResult, LifecycleSummary, Negative
                                         PositiveControl, SanitizerSummary,
                                         canary_result_from_evidence)
 from verifylib.evidence.rules.canary import SIDES, asan_stream_name, stream_name
-from verifylib.evidence.schemas.canary import (AsanBuild, CoremlDigests, FileRef,
-                                               LifecycleEvidence, LifecycleRun, LifecycleSide,
-                                               LifecycleSides, NegativeEvidence,
+from verifylib.evidence.schemas.canary import (AsanBuild, CanarySchemaError, CoremlDigests,
+                                               FileRef, LifecycleEvidence, LifecycleRun,
+                                               LifecycleSide, LifecycleSides, NegativeEvidence,
                                                PositiveEvidence, PositiveRun, PositiveTimeouts,
                                                RunRecord, SanitizerEvidence, SanitizerRun,
-                                               SanitizerSide, SanitizerSides, SchemaError)
+                                               SanitizerSide, SanitizerSides)
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -247,7 +247,7 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         try:
             build_of[side] = AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS},
                                                  f"{side} build")
-        except SchemaError as exc:
+        except CanarySchemaError as exc:
             raise PrerequisiteBroken(f"stage 01's {side} AddressSanitizer build record is "
                                      f"malformed: {exc}") from None
         bins[side] = path

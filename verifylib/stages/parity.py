@@ -36,6 +36,13 @@ from verifylib.evidence.results import (
     REFERENCE_ARRAYS,
     parity_result_from_evidence,
 )
+from verifylib.evidence.schemas.parity import (
+    Artifact,
+    Measurement,
+    MeasurementMetrics,
+    ParityEvidence,
+    PolicyRecord,
+)
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (
@@ -216,8 +223,8 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
                           on_tap=on_tap)
             out = run.outputs[name_out]
             m = compare(ref.outputs[kind], out)
-            measurements.append({"input": kind, "execution": mode, "metrics": m.as_dict(),
-                                 "seconds": round(run.seconds, 4)})
+            measurements.append(Measurement(kind, mode, MeasurementMetrics(**m.as_dict()),
+                                            round(run.seconds, 4)).to_json())
             drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
             # A large encoder's freed float64 activations would otherwise stay resident
             # (glibc keeps them in its heap) and add to the next execution's peak.
@@ -290,8 +297,9 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
         out = predict_compiled(model, ref.inputs[kind], ref.contract)
         secs = time.perf_counter() - t0
         m = compare(ref.outputs[kind], out)
-        measurements.append({"input": kind, "execution": RUNTIME_EXECUTION,
-                             "metrics": m.as_dict(), "seconds": round(secs, 4)})
+        measurements.append(Measurement(kind, RUNTIME_EXECUTION,
+                                        MeasurementMetrics(**m.as_dict()),
+                                        round(secs, 4)).to_json())
         drift["predict_seconds"][kind] = round(secs, 4)
         arrays[kind] = np.asarray(out, dtype=np.float32)
         if kind == "fixture":
@@ -364,11 +372,13 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                              "compute_units": "ALL", "mlmodelc": comp["placed_path"]}
             rel = path.relative_to(ctx.run_dir).as_posix() if path.is_relative_to(ctx.run_dir) \
                 else str(path)
-            record = {"policy": policy_record(policy), "variant": variant, "kind": kind,
-                      "candidate": candidate, "reference": ref.description,
-                      "artifact": {"path": rel, "tree_digest": measured,
-                                   "exported_tree_digest": bound},
-                      "inputs": ref.input_records, "measurements": measurements}
+            record = ParityEvidence(
+                policy=PolicyRecord(**policy_record(policy)), variant=variant, kind=kind,
+                artifact=Artifact(tree_digest=measured, exported_tree_digest=bound, path=rel),
+                measurements=tuple(Measurement.from_json(m, f"measurements[{i}]")
+                                   for i, m in enumerate(measurements)),
+                candidate=candidate, reference=ref.description,
+                inputs=ref.input_records).to_json()
             refs.append(ctx.write_json("parity", record, f"{short}.json"))
             refs.append(ctx.write_json("drift", drift, f"{short}-drift.json"))
             refs.append(ref_outputs)

@@ -14,6 +14,7 @@ from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import placement_result_from_evidence
+from verifylib.evidence.schemas.placement import PlanEvidence
 from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
 from verifylib.params import Params
 from verifylib.stages.artifacts import published_mlmodelc
@@ -52,8 +53,11 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
                                                  "is published in the run directory")
                     continue
                 digest = tree_digest(path)
-                ev = placement_evidence(analyze_plan(plan_loader(path)), variant, digest)
-                refs.append(ctx.write_json(f"plan_{variant}", ev))
+                # Read through its schema before it is written (the domain module that
+                # builds it sits below the schemas): a malformed plan never becomes evidence.
+                ev = PlanEvidence.from_json(placement_evidence(analyze_plan(plan_loader(path)),
+                                                               variant, digest))
+                refs.append(ctx.write_json(f"plan_{variant}", ev.to_json()))
                 ids[f"artifact.{variant}.mlmodelc.tree_digest"] = digest
             g.judge(refs, ids)
     report = ctx.finish()

@@ -27,6 +27,15 @@ from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.results import wer_result_from_evidence
+from verifylib.evidence.schemas.wer import (
+    Counts,
+    HybridClip,
+    HybridEvidence,
+    RunRecord,
+    WerClip,
+    WerEvidence,
+    WerPolicy,
+)
 from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
 from verifylib.params import Fixture, Params, fixture_text
 from verifylib.runtime import contracts
@@ -130,7 +139,8 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     binary, binary_sha = ggml_binary(ctx)
     bundle = load_hf(model_ev["hf_dir"])
     lang = model_language(params)
-    clips, texts = [], []
+    clips: list[WerClip] = []
+    texts: list[ClipText] = []
     # The GGML runs read the model from a scratch folder with nothing beside it, so no
     # .mlmodelc can be near the model whatever the run directory holds.
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-ggml-"))
@@ -146,20 +156,21 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
                                     refs, texts))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    refs.append(ctx.write_json("wer", {
-        "policy": policy.rules, "policy_sha256": policy.sha256, "normalizer": norm.identity,
-        "model_ggml_sha256": ggml_ev["sha256"], "binary_sha256": binary_sha,
-        "mlmodelc_beside": mlmodelc_beside,
-        "decoding": contracts.greedy_decoding_args(lang), "clips": clips}))
+    refs.append(ctx.write_json("wer", WerEvidence(
+        policy=WerPolicy.from_json(policy.rules), clips=tuple(clips),
+        policy_sha256=policy.sha256, normalizer=norm.identity,
+        model_ggml_sha256=ggml_ev["sha256"], binary_sha256=binary_sha,
+        mlmodelc_beside=mlmodelc_beside,
+        decoding=tuple(contracts.greedy_decoding_args(lang))).to_json()))
     ids = {identities.POLICY_WER_ID: policy.id, identities.POLICY_WER_SHA256: policy.sha256,
            "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
            identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
-    ids.update({f"fixture.{c['id']}.sha256": c["audio_sha256"] for c in clips})
+    ids.update({f"fixture.{c.id}.sha256": str(c.audio_sha256) for c in clips})
     return refs, ids, texts
 
 
 def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: Path,
-               ggml_arg: str, lang: str, norm, refs: list, texts: list) -> dict:
+               ggml_arg: str, lang: str, norm, refs: list, texts: list) -> WerClip:
     """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
     from verifylib.models.hf import transcribe_hf
 
@@ -175,20 +186,20 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
                  norm(raw_ggml), raw_ref, raw_src, raw_ggml)
     texts.append(t)
     c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
-    clip = {"id": t.id, "public": t.public, "audio_sha256": audio_sha256(audio_path),
-            "reference_from": "text" if given else "source",
-            "source": c_src.as_dict(), "ggml": c_ggml.as_dict(),
-            "pairwise": count_words(t.source, t.ggml).as_dict(),
-            "source_empty": not t.source.strip(), "ggml_empty": not t.ggml.strip(),
-            # The full run record: the ledger check matches its argv, exit, signal and
-            # stream digests (digests only, never the text) against the launch it cites.
-            "ggml_run": run_record(res)}
-    if t.public:
-        # raw_reference: the text as given, which the stage's result shows beside the raw
-        # transcripts (the rule scores the normalized texts).
-        clip.update({"reference": t.reference, "source_text": t.source,
-                     "ggml_text": t.ggml, "raw_reference": raw_ref, "raw_source": raw_src,
-                     "raw_ggml": raw_ggml})
+    # raw_reference (public clips only, like every text): the text as given, which the
+    # stage's result shows beside the raw transcripts (the rule scores the normalized texts).
+    texts_of = ({"reference": t.reference, "source_text": t.source, "ggml_text": t.ggml,
+                 "raw_reference": raw_ref, "raw_source": raw_src, "raw_ggml": raw_ggml}
+                if t.public else {})
+    clip = WerClip(
+        id=t.id, public=t.public, audio_sha256=audio_sha256(audio_path),
+        reference_from="text" if given else "source",
+        source=Counts(**c_src.as_dict()), ggml=Counts(**c_ggml.as_dict()),
+        pairwise=Counts(**count_words(t.source, t.ggml).as_dict()),
+        source_empty=not t.source.strip(), ggml_empty=not t.ggml.strip(),
+        # The full run record: the ledger check matches its argv, exit, signal and
+        # stream digests (digests only, never the text) against the launch it cites.
+        ggml_run=RunRecord.from_json(run_record(res), "ggml_run"), **texts_of)
     # stderr holds logs only (the transcript is on stdout): kept for every clip so the
     # validator can re-check COREML = 0 on each run.
     refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
@@ -228,12 +239,7 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     for t in texts:
         raw, res = cli_transcribe(binary, model_arg, t.audio, language, timeout)
         text = norm(raw)
-        clip = {"id": t.id, "public": t.public, "run": run_record(res),
-                "source": count_words(t.reference, t.source).as_dict(),
-                "ggml": count_words(t.reference, t.ggml).as_dict(),
-                "hybrid": count_words(t.reference, text).as_dict(),
-                "hybrid_vs_ggml": count_words(t.ggml, text).as_dict(),
-                "hybrid_empty": not text.strip()}
+        texts_of: dict[str, str] = {}
         # stderr carries logs only (the transcript is on stdout), so it is kept for every
         # clip: the validator re-checks the four load conditions on it.
         refs.append(ctx.write_bytes(f"hybrid_stderr_{t.id}", res.stderr,
@@ -241,12 +247,19 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
         if t.public:
             refs.append(ctx.write_bytes(f"hybrid_stdout_{t.id}", res.stdout,
                                         f"hybrid-{t.id}.stdout.txt"))
-            clip.update({"reference": t.reference, "ggml_text": t.ggml, "hybrid_text": text})
+            texts_of = {"reference": t.reference, "ggml_text": t.ggml, "hybrid_text": text}
             shown[t.id] = raw
-        clips.append(clip)
-    refs.append(ctx.write_json("hybrid", {"policy": policy.rules, "policy_sha256": policy.sha256,
-                                          "binary_sha256": binary_sha256, "model_arg": model_arg,
-                                          "clips": clips}))
+        clips.append(HybridClip(
+            id=t.id, public=t.public, run=RunRecord.from_json(run_record(res), "run"),
+            source=Counts(**count_words(t.reference, t.source).as_dict()),
+            ggml=Counts(**count_words(t.reference, t.ggml).as_dict()),
+            hybrid=Counts(**count_words(t.reference, text).as_dict()),
+            hybrid_vs_ggml=Counts(**count_words(t.ggml, text).as_dict()),
+            hybrid_empty=not text.strip(), **texts_of))
+    refs.append(ctx.write_json("hybrid", HybridEvidence(
+        policy=WerPolicy.from_json(policy.rules), clips=tuple(clips),
+        policy_sha256=policy.sha256, binary_sha256=binary_sha256,
+        model_arg=model_arg).to_json()))
     return refs, {identities.BINARY_COREML: binary_sha256,
                   identities.POLICY_WER_SHA256: policy.sha256}, shown
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from verifylib.evidence.results import fact_rows
 from verifylib.views import render, show_html
 
 
@@ -19,7 +20,8 @@ def html(report) -> str:
         The facts table, or a note that the export gates did not run, opening with the
         shared stylesheet.
     """
-    return render("export.html.j2", style=True, facts=report.facts)
+    # The typed facts give their own rows, in the order the table has always shown them.
+    return render("export.html.j2", style=True, facts=dict(fact_rows(report.facts)))
 
 
 def show(report) -> None:

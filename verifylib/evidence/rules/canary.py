@@ -9,11 +9,12 @@ from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.gates import Judgement
-from verifylib.evidence.schemas.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA, POSITIVE_SCHEMA,
-                                               SANITIZER_SCHEMA, SIDES, LifecycleEvidence,
+from verifylib.evidence.schemas.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA,
+                                               POSITIVE_SCHEMA, SANITIZER_SCHEMA, SIDES,
+                                               CanarySchemaError, LifecycleEvidence,
                                                NegativeEvidence, PositiveEvidence, RunRecord,
-                                               SanitizerEvidence, SanitizerSide, SchemaError,
-                                               SchemaMismatch, SidesIncomplete)
+                                               SanitizerEvidence, SanitizerSide, SchemaMismatch,
+                                               SidesIncomplete)
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.whispercpp import build as _build
@@ -29,7 +30,7 @@ def stream_name(sha: str) -> str:
     return f"stream-{sha}"
 
 
-def _refusal(exc: SchemaError, schema: str) -> Judgement:
+def _refusal(exc: CanarySchemaError, schema: str) -> Judgement:
     """Return the FAIL of a document that does not parse as ``schema``, naming the problem."""
     if isinstance(exc, SchemaMismatch):
         return Judgement.failed(f"not a {schema} document")
@@ -83,7 +84,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
     """
     try:
         ev = LifecycleEvidence.from_json(doc)
-    except SchemaError as exc:
+    except CanarySchemaError as exc:
         return _refusal(exc, LIFECYCLE_SCHEMA)
     n = ev.runs_per_side
     if n < 1:
@@ -219,7 +220,7 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
     """
     try:
         ev = SanitizerEvidence.from_json(doc)
-    except SchemaError as exc:
+    except CanarySchemaError as exc:
         return _refusal(exc, SANITIZER_SCHEMA)
     n = _sanitizer.RUNS_PER_SIDE
     problems: list[str] = []
@@ -321,7 +322,7 @@ def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
     only the ``ggml-*.bin``, classified by :func:`verifylib.runtime.contracts.classify_negative`."""
     try:
         ev = NegativeEvidence.from_json(doc)
-    except SchemaError as exc:
+    except CanarySchemaError as exc:
         return _refusal(exc, NEGATIVE_SCHEMA)
     problems = []
     # A warm-up has no place in this format; a document that records one is refused.
@@ -372,7 +373,7 @@ def judge_positive(doc: Any, stderr: bytes, stdout: bytes,
     fallback line in it is a FAIL, never something a second run makes good."""
     try:
         ev = PositiveEvidence.from_json(doc)
-    except SchemaError as exc:
+    except CanarySchemaError as exc:
         return _refusal(exc, POSITIVE_SCHEMA)
     problems = []
     if not is_sha256(ev.binary_sha256):

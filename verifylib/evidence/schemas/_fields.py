@@ -1,4 +1,4 @@
-"""Strict field readers shared by the stage 04-06 schemas (:mod:`.parity`, :mod:`.wer`, :mod:`.placement`).
+"""Strict field readers shared by the stage 04-06 schemas (parity, wer, placement).
 
 Each reader takes the JSON value and the path it was found at, and either returns the
 value (as stored: an integer stays an integer, so ``to_json`` writes the same bytes) or
@@ -106,7 +106,7 @@ def integer(value: Any, path: str) -> int:
 
 
 def number(value: Any, path: str) -> float:
-    """A JSON number, kept as stored (an integer stays an integer)."""
+    """Read a JSON number, kept as stored (an integer stays an integer)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise wrong(path, "a number", value)
     return value
@@ -116,7 +116,7 @@ _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def real(value: Any, path: str) -> float:
-    """A number as the canonical JSON stores it: ``"inf"``, ``"-inf"``, ``"nan"`` too.
+    """Read a number as the canonical JSON stores it: ``"inf"``, ``"-inf"``, ``"nan"`` too.
 
     The strings come back as floats, which the canonical JSON writes as the same strings.
     """
@@ -151,7 +151,7 @@ def strings(value: Any, path: str) -> tuple[str, ...]:
 
 
 def mapping(value: Any, path: str) -> dict[str, Any]:
-    """An object kept as a plain dict (a nested document the schema does not type)."""
+    """Read an object, kept as a plain dict (a nested document the schema does not type)."""
     o = obj(value, path)
     for k in o:
         string(k, f"{path} key")

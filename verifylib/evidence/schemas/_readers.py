@@ -2,9 +2,11 @@
 
 Each reader takes a JSON object, a key and the path of the object, and either returns the
 value as stored (an integer stays an integer, so ``to_json`` writes the same bytes) or
-raises :class:`SchemaError` naming the field. The message puts the path next to the value
-(``probe.returncode True: expected an integer or null``), so a judge's reason shows both.
-It imports nothing from verifylib but :mod:`verifylib.errors`.
+raises :class:`~verifylib.evidence.schemas._fields.SchemaError` (the one schema error of
+every stage, an :class:`verifylib.errors.EvidenceInvalid`) naming the field. The problem
+names the field's key beside its value (``probe.returncode: returncode True is not an
+integer or null``), so a judge's reason shows both. It imports nothing from verifylib but
+the schema error.
 """
 
 from __future__ import annotations
@@ -12,107 +14,108 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Mapping, TypeVar
 
-from verifylib.errors import EvidenceInvalid
+from verifylib.evidence.schemas._fields import SchemaError
 
 __all__ = ["SchemaError"]
-
-
-class SchemaError(EvidenceInvalid):
-    """An evidence document of stage 01 or 02 does not have the shape of its schema.
-
-    Parameters
-    ----------
-    path : str
-        The offending field, e.g. ``probe.returncode``; ``""`` for the document itself.
-    problem : str
-        What is wrong with it.
-
-    Attributes
-    ----------
-    path, problem : str
-        As given; ``str(exc)`` is ``"<path> <problem>"`` (just the problem for the document).
-    """
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path} {problem}" if path else problem)
 
 
 _T = TypeVar("_T")
 
 
+def _leaf(path: str) -> str:
+    """Return the last key of ``path`` (``probe.returncode`` -> ``returncode``)."""
+    return path.rsplit(".", 1)[-1]
+
+
+def _wrong(path: str, value: Any, want: str) -> SchemaError:
+    return SchemaError(path, f"{_leaf(path)} {value!r} is not {want}")
+
+
 def join(path: str, key: str) -> str:
+    """Return the path of ``key`` inside the object at ``path``."""
     return f"{path}.{key}" if path else key
 
 
 def obj(value: Any, path: str) -> Mapping[str, Any]:
+    """Return ``value`` if it is a JSON object, else raise naming ``path``."""
     if not isinstance(value, Mapping):
-        raise SchemaError(path, f"{value!r}: expected an object" if path
-                          else "evidence is not a JSON object")
+        if not path:
+            raise SchemaError("", "evidence is not a JSON object")
+        raise _wrong(path, value, "an object")
     return value
 
 
 def get(doc: Mapping[str, Any], key: str, path: str) -> Any:
+    """Return ``doc[key]``; a missing key raises naming ``path.key``."""
     if key not in doc:
-        raise SchemaError(join(path, key), "is missing")
+        raise SchemaError(join(path, key), "missing")
     return doc[key]
 
 
 def check(doc: Mapping[str, Any], key: str, path: str, ok: Callable[[Any], bool],
-           want: str, nullable: bool) -> Any:
+          want: str, nullable: bool) -> Any:
+    """Return ``doc[key]`` if ``ok`` accepts it (or it is null and ``nullable``)."""
     value = get(doc, key, path)
     if (value is None and nullable) or (value is not None and ok(value)):
         return value
-    raise SchemaError(join(path, key), f"{value!r}: expected {want}"
-                      + (" or null" if nullable else ""))
+    raise _wrong(join(path, key), value, want + (" or null" if nullable else ""))
 
 
 def is_int(v: Any) -> bool:
+    """Tell whether ``v`` is a JSON integer (a boolean is not)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def is_num(v: Any) -> bool:
+    """Tell whether ``v`` is a JSON number (a boolean is not)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def string(doc: Mapping[str, Any], key: str, path: str, nullable: bool = False) -> Any:
+    """Read a string field."""
     return check(doc, key, path, lambda v: isinstance(v, str), "a string", nullable)
 
 
 def integer(doc: Mapping[str, Any], key: str, path: str, nullable: bool = False) -> Any:
+    """Read an integer field, kept as stored."""
     return check(doc, key, path, is_int, "an integer", nullable)
 
 
 def number(doc: Mapping[str, Any], key: str, path: str, nullable: bool = False) -> Any:
+    """Read a number field, kept as stored (an integer stays an integer)."""
     return check(doc, key, path, is_num, "a number", nullable)
 
 
 def boolean(doc: Mapping[str, Any], key: str, path: str, nullable: bool = False) -> Any:
+    """Read a boolean field."""
     return check(doc, key, path, lambda v: isinstance(v, bool), "a boolean", nullable)
 
 
 def strings(doc: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    """Read an array of strings as a tuple."""
     value = check(doc, key, path, lambda v: isinstance(v, list), "an array", False)
     for i, x in enumerate(value):
         if not isinstance(x, str):
-            raise SchemaError(f"{join(path, key)}[{i}]", f"{x!r}: expected a string")
+            raise _wrong(f"{join(path, key)}[{i}]", x, "a string")
     return tuple(value)
 
 
 def mapping(doc: Mapping[str, Any], key: str, path: str, nullable: bool = False) -> Any:
+    """Read an object the schema does not type, as a deep-copied plain dict."""
     value = check(doc, key, path, lambda v: isinstance(v, Mapping), "an object", nullable)
     return None if value is None else copy.deepcopy(dict(value))
 
 
 def array(doc: Mapping[str, Any], key: str, path: str,
           parse: Callable[[Any, str], _T]) -> tuple[_T, ...]:
+    """Read an array, each item with ``parse(item, "<path>[i]")``."""
     value = check(doc, key, path, lambda v: isinstance(v, list), "an array", False)
     return tuple(parse(x, f"{join(path, key)}[{i}]") for i, x in enumerate(value))
 
 
 def nested(doc: Mapping[str, Any], key: str, path: str, parse: Callable[[Any, str], _T],
-            nullable: bool = False) -> Any:
+           nullable: bool = False) -> Any:
+    """Read a nested document with ``parse(value, "<path>.<key>")`` (or null if allowed)."""
     value = get(doc, key, path)
     if value is None and nullable:
         return None
@@ -120,11 +123,13 @@ def nested(doc: Mapping[str, Any], key: str, path: str, parse: Callable[[Any, st
 
 
 def constant(doc: Mapping[str, Any], key: str, path: str, want: Any) -> Any:
+    """Read a field that must be exactly ``want`` (``built``: true or false)."""
     value = get(doc, key, path)
     if value is not want:
-        raise SchemaError(join(path, key), f"{value!r}: expected {want!r}")
+        raise _wrong(join(path, key), value, repr(want))
     return value
 
 
 def copy_json(value: Any) -> Any:
+    """Return a deep copy of a JSON value, for ``to_json``."""
     return copy.deepcopy(value)

@@ -8,9 +8,11 @@ Four documents, one class each: :class:`LifecycleEvidence` (``verifylib-lifecycl
 sides of the two A/B documents.
 
 ``from_json`` is strict and fails closed: a field that is missing or of the wrong JSON type
-raises :class:`SchemaError` (an :class:`verifylib.errors.EvidenceInvalid`) whose ``path``
+raises :class:`CanarySchemaError` (an :class:`verifylib.errors.EvidenceInvalid`) whose ``path``
 names it, e.g. ``sides.unpatched.runs[3].returncode``. Keys the format does not define are
-not read (the rules never look at them). ``to_json`` gives back exactly the dict the stage
+not read (the rules never look at them), except in a recorded sanitizer report and its
+frames, which the rule compares whole with the report the stored stderr gives: there an
+unknown key is refused too. ``to_json`` gives back exactly the dict the stage
 writes, key for key and with the same value types (an integer timeout stays an integer), so
 ``to_json(from_json(doc)) == doc`` for every document the stage writes and the canonical
 bytes on disk are the same either way.
@@ -30,7 +32,7 @@ from verifylib.errors import EvidenceInvalid
 
 __all__ = [
     "LIFECYCLE_SCHEMA", "SANITIZER_SCHEMA", "NEGATIVE_SCHEMA", "POSITIVE_SCHEMA", "SIDES",
-    "SchemaError", "SchemaMismatch", "SidesIncomplete",
+    "CanarySchemaError", "SchemaMismatch", "SidesIncomplete",
     "FileRef", "Launch", "RunRecord", "LifecycleRun", "LifecycleSide", "LifecycleSides",
     "LifecycleEvidence", "AsanFrame", "AsanReport", "AsanBuild", "SanitizerRun",
     "SanitizerSide", "SanitizerSides", "SanitizerEvidence", "NegativeEvidence",
@@ -55,7 +57,7 @@ SIDES = ("unpatched", "patched")
 
 # ----------------------------------------------------------------------------- errors
 
-class SchemaError(EvidenceInvalid):
+class CanarySchemaError(EvidenceInvalid):
     """A canary document does not have the shape of its schema.
 
     Parameters
@@ -77,11 +79,11 @@ class SchemaError(EvidenceInvalid):
         super().__init__(f"{path}: {problem}" if path else problem)
 
 
-class SchemaMismatch(SchemaError):
+class SchemaMismatch(CanarySchemaError):
     """The document is not an object, or its ``schema`` is not the expected one."""
 
 
-class SidesIncomplete(SchemaError):
+class SidesIncomplete(CanarySchemaError):
     """An A/B document's ``sides`` is not an object holding exactly both sides."""
 
 
@@ -113,8 +115,8 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _wrong(path: str, want: str, value: Any) -> SchemaError:
-    return SchemaError(path, f"expected {want}, got {_describe(value)}")
+def _wrong(path: str, want: str, value: Any) -> CanarySchemaError:
+    return CanarySchemaError(path, f"expected {want}, got {_describe(value)}")
 
 
 def _object(value: Any, path: str) -> Mapping[str, Any]:
@@ -125,8 +127,16 @@ def _object(value: Any, path: str) -> Mapping[str, Any]:
 
 def _get(obj: Mapping[str, Any], key: str, path: str) -> Any:
     if key not in obj:
-        raise SchemaError(_join(path, key), "missing")
+        raise CanarySchemaError(_join(path, key), "missing")
     return obj[key]
+
+
+def _exactly(obj: Mapping[str, Any], keys: tuple[str, ...], path: str) -> Mapping[str, Any]:
+    """Refuse keys beyond ``keys`` (for parts whose every byte a rule compares)."""
+    extra = sorted(str(k) for k in obj if k not in keys)
+    if extra:
+        raise CanarySchemaError(_join(path, extra[0]), "not a field of this record")
+    return obj
 
 
 def _str(value: Any, path: str, want: str = "a string") -> str:
@@ -241,7 +251,7 @@ class FileRef:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or not a string.
         """
         obj = _object(doc, path)
@@ -291,7 +301,7 @@ class Launch:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed.
         """
         obj = _object(doc, path)
@@ -376,7 +386,7 @@ class RunRecord:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed.
         """
         return cls(**cls._record_fields(_object(doc, path), path))
@@ -431,7 +441,7 @@ class LifecycleRun(RunRecord):
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed.
         """
         obj = _object(doc, path)
@@ -496,7 +506,7 @@ class LifecycleSide:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If ``available`` is missing or not a boolean, or a field of an available side
             is missing or wrongly typed.
         """
@@ -567,7 +577,7 @@ class LifecycleSides:
         ------
         SidesIncomplete
             If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        SchemaError
+        CanarySchemaError
             If a side does not parse.
         """
         sides = _sides({"sides": doc})
@@ -629,7 +639,7 @@ class LifecycleEvidence:
             If it is not an object with ``schema`` ``verifylib-lifecycle-ab/1``.
         SidesIncomplete
             If ``sides`` does not hold exactly both sides.
-        SchemaError
+        CanarySchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, LIFECYCLE_SCHEMA)
@@ -692,10 +702,10 @@ class AsanFrame:
 
         Raises
         ------
-        SchemaError
-            If a field is missing or wrongly typed.
+        CanarySchemaError
+            If a field is missing, wrongly typed, or not one of the record's.
         """
-        obj = _object(doc, path)
+        obj = _exactly(_object(doc, path), ("index", "function", "location"), path)
         return cls(index=_int(_get(obj, "index", path), _join(path, "index")),
                    function=_opt_str(_get(obj, "function", path), _join(path, "function")),
                    location=_opt_str(_get(obj, "location", path), _join(path, "location")))
@@ -752,10 +762,11 @@ class AsanReport:
 
         Raises
         ------
-        SchemaError
-            If a field is missing or wrongly typed.
+        CanarySchemaError
+            If a field is missing, wrongly typed, or not one of the record's.
         """
-        obj = _object(doc, path)
+        obj = _exactly(_object(doc, path), ("tool", "kind", "summary", "frames", "described"),
+                       path)
         return cls(tool=_str(_get(obj, "tool", path), _join(path, "tool")),
                    kind=_str(_get(obj, "kind", path), _join(path, "kind")),
                    summary=_opt_str(_get(obj, "summary", path), _join(path, "summary")),
@@ -823,7 +834,7 @@ class AsanBuild:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a key is missing or its value (when not null) wrongly typed.
         """
         obj = _object(doc, path)
@@ -879,7 +890,7 @@ class SanitizerRun(LifecycleRun):
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed (``report`` must be present; null
             when there was none).
         """
@@ -945,7 +956,7 @@ class SanitizerSide:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If ``available`` is missing or not a boolean, or a field of an available side
             is missing or wrongly typed.
         """
@@ -1016,7 +1027,7 @@ class SanitizerSides:
         ------
         SidesIncomplete
             If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        SchemaError
+        CanarySchemaError
             If a side does not parse.
         """
         sides = _sides({"sides": doc})
@@ -1085,7 +1096,7 @@ class SanitizerEvidence:
             If it is not an object with ``schema`` ``verifylib-sanitizer/1``.
         SidesIncomplete
             If ``sides`` does not hold exactly both sides.
-        SchemaError
+        CanarySchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, SANITIZER_SCHEMA)
@@ -1173,7 +1184,7 @@ class NegativeEvidence:
         ------
         SchemaMismatch
             If it is not an object with ``schema`` ``verifylib-coreml-negative/1``.
-        SchemaError
+        CanarySchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, NEGATIVE_SCHEMA)
@@ -1239,7 +1250,7 @@ class CoremlDigests:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed.
         """
         obj = _object(doc, path)
@@ -1291,7 +1302,7 @@ class PositiveTimeouts:
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or not a number.
         """
         obj = _object(doc, path)
@@ -1341,7 +1352,7 @@ class PositiveRun(RunRecord):
 
         Raises
         ------
-        SchemaError
+        CanarySchemaError
             If a field is missing or wrongly typed (both encode fields must be present,
             null when whisper.cpp printed no encode time).
         """
@@ -1413,7 +1424,7 @@ class PositiveEvidence:
         ------
         SchemaMismatch
             If it is not an object with ``schema`` ``verifylib-coreml-positive/1``.
-        SchemaError
+        CanarySchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, POSITIVE_SCHEMA)

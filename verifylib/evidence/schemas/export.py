@@ -8,7 +8,7 @@ One frozen dataclass per document: :class:`ModelIntake` (``model``) and
 and :class:`CoremlcRecord`).
 
 As in :mod:`verifylib.evidence.schemas.build`: ``from_json`` is strict and fails closed
-with a :class:`~verifylib.evidence.schemas.build.SchemaError` naming the field path,
+with a :class:`~verifylib.evidence.schemas._fields.SchemaError` naming the field path,
 ``to_json`` gives back exactly the dict the stage writes. Free-form records the judges
 re-check with their own pure functions (a package ``description`` from
 :func:`verifylib.models.coreml_export.describe_mlpackage`, the stored ``contract``, the

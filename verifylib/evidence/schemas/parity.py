@@ -1,4 +1,4 @@
-"""Schema of the stage 04 (parity) sidecar ``parity``: one candidate measured against the reference.
+"""Schema of the stage 04 (parity) sidecar ``parity``: one candidate against the reference.
 
 :class:`ParityEvidence` is the document :func:`verifylib.stages.parity.run` writes for each
 parity gate (``program.json``, ``runtime.json``, ...): the policy record, the variant and
@@ -24,10 +24,22 @@ policy is the packaged one, or the artifact the exported one is the rule's job
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from verifylib.evidence.schemas._fields import (SchemaError, array, boolean, integer, mapping,
-                                                nullable, obj, opt, put, real, req, string)
+from verifylib.evidence.schemas._fields import (
+    SchemaError,
+    array,
+    boolean,
+    integer,
+    mapping,
+    nullable,
+    obj,
+    opt,
+    put,
+    real,
+    req,
+    string,
+)
 
 __all__ = ["SchemaError", "PolicyRecord", "Artifact", "MeasurementMetrics", "Measurement",
            "ParityEvidence"]
@@ -35,7 +47,7 @@ __all__ = ["SchemaError", "PolicyRecord", "Artifact", "MeasurementMetrics", "Mea
 
 @dataclass(frozen=True)
 class PolicyRecord:
-    """The policy a parity record was measured under (:func:`verifylib.numerics.parity.policy_record`).
+    """The policy a parity record was measured under (as ``policy_record`` writes it).
 
     Attributes
     ----------
@@ -76,7 +88,7 @@ class PolicyRecord:
                    req(o, "rules", path, mapping))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as the stage writes it.
+        """Return the record as the stage writes it.
 
         Returns
         -------
@@ -129,7 +141,7 @@ class Artifact:
                    opt(o, "path", path, string))
 
     def to_json(self) -> dict[str, Any]:
-        """The artifact as the stage writes it.
+        """Return the artifact as the stage writes it.
 
         Returns
         -------
@@ -205,7 +217,7 @@ class MeasurementMetrics:
                    mean_abs_error=f["mean_abs_error"], finite=opt(o, "finite", path, boolean))
 
     def to_json(self) -> dict[str, Any]:
-        """The metrics as :meth:`verifylib.numerics.parity.Metrics.as_dict` writes them.
+        """Return the metrics as :meth:`verifylib.numerics.parity.Metrics.as_dict` writes them.
 
         Returns
         -------
@@ -269,7 +281,7 @@ class Measurement:
                    opt(o, "seconds", path, real))
 
     def to_json(self) -> dict[str, Any]:
-        """The entry as the stage writes it.
+        """Return the entry as the stage writes it.
 
         Returns
         -------
@@ -339,7 +351,7 @@ class ParityEvidence:
                    inputs=opt(o, "inputs", "", mapping))
 
     def measured(self) -> tuple[Measurement, ...]:
-        """The measurements (empty when the record holds none).
+        """Return the measurements (empty when the record holds none).
 
         Returns
         -------
@@ -348,7 +360,7 @@ class ParityEvidence:
         return self.measurements or ()
 
     def to_json(self) -> dict[str, Any]:
-        """The record as the stage writes it.
+        """Return the record as the stage writes it.
 
         Returns
         -------

@@ -1,4 +1,4 @@
-"""Schema of the stage 06 (placement) sidecars ``plan_fp32`` / ``plan_fp16``: one compiled model's compute plan.
+"""Schema of the stage 06 sidecars ``plan_fp32`` / ``plan_fp16``: a compiled model's compute plan.
 
 :class:`PlanEvidence` is the document :func:`verifylib.models.compute_plan.placement_evidence`
 builds and :func:`verifylib.stages.placement.run` writes: the variant, the digest of the
@@ -24,9 +24,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verifylib.evidence.schemas._fields import (SchemaError, array, integer, nullable,
-                                                number, number_map, obj, opt, put, req,
-                                                string, strings)
+from verifylib.evidence.schemas._fields import (
+    SchemaError,
+    array,
+    integer,
+    nullable,
+    number,
+    number_map,
+    obj,
+    opt,
+    put,
+    req,
+    string,
+    strings,
+)
 
 __all__ = ["SchemaError", "CostNotANumber", "PlanOp", "PlanEvidence"]
 
@@ -56,7 +67,7 @@ def _cost(value: Any, path: str) -> float | None:
 
 @dataclass(frozen=True)
 class PlanOp:
-    """One operation of the plan (a row of :attr:`verifylib.models.compute_plan.PlacementAnalysis.ops`).
+    """One operation of the plan (a row of ``PlacementAnalysis.ops``).
 
     Attributes
     ----------
@@ -115,7 +126,7 @@ class PlanOp:
                    supported=opt(o, "supported", path, strings))
 
     def to_json(self) -> dict[str, Any]:
-        """The row as :func:`verifylib.models.compute_plan.analyze_plan` writes it.
+        """Return the row as :func:`verifylib.models.compute_plan.analyze_plan` writes it.
 
         Returns
         -------
@@ -209,7 +220,7 @@ class PlanEvidence:
         return out
 
     def costed(self) -> tuple[PlanOp, ...]:
-        """The operations that carry a cost.
+        """Return the operations that carry a cost.
 
         Returns
         -------
@@ -218,7 +229,7 @@ class PlanEvidence:
         return tuple(o for o in self.ops if o.cost is not None)
 
     def to_json(self) -> dict[str, Any]:
-        """The document as :func:`verifylib.models.compute_plan.placement_evidence` builds it.
+        """Return the document as ``compute_plan.placement_evidence`` builds it.
 
         Returns
         -------

@@ -1,4 +1,4 @@
-"""Schemas of the stage 05 (WER) sidecars ``wer`` (``wer.ggml_vs_source``) and ``hybrid`` (``wer.hybrid``).
+"""Schemas of the stage 05 sidecars ``wer`` (gate ``wer.ggml_vs_source``) and ``hybrid``.
 
 :class:`WerEvidence` is the document :func:`verifylib.stages.wer.ggml_vs_source` writes:
 the wer-v1 policy copy (:class:`WerPolicy`), the normalizer, the digests of the GGML model
@@ -25,9 +25,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from verifylib.evidence.schemas._fields import (SchemaError, array, boolean, integer, mapping,
-                                                nullable, number, obj, opt, put, req, string,
-                                                strings)
+from verifylib.evidence.schemas._fields import (
+    SchemaError,
+    array,
+    boolean,
+    integer,
+    mapping,
+    nullable,
+    number,
+    obj,
+    opt,
+    put,
+    req,
+    string,
+    strings,
+)
 
 __all__ = ["SchemaError", "Counts", "GgmlVsSourceRules", "HybridRules", "WerPolicy", "Launch",
            "RunRecord", "WerClip", "WerEvidence", "HybridClip", "HybridEvidence"]
@@ -80,7 +92,7 @@ class Counts:
         return cls(*(req(o, k, path, integer) for k in _COUNT_KEYS))
 
     def to_json(self) -> dict[str, int]:
-        """The counts as stored (a mapping :func:`verifylib.numerics.scoring.corpus_wer` takes).
+        """Return the counts as stored (a mapping ``scoring.corpus_wer`` takes).
 
         Returns
         -------
@@ -111,7 +123,9 @@ class GgmlVsSourceRules:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
 
         Returns
         -------
@@ -127,7 +141,7 @@ class GgmlVsSourceRules:
                    req(o, "no_empty_where_source_nonempty", path, boolean))
 
     def to_json(self) -> dict[str, Any]:
-        """The section as stored.
+        """Return the section as stored.
 
         Returns
         -------
@@ -163,7 +177,9 @@ class HybridRules:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
 
         Returns
         -------
@@ -181,7 +197,7 @@ class HybridRules:
                    req(o, "max_clip_wer_vs_ggml", path, number))
 
     def to_json(self) -> dict[str, Any]:
-        """The section as stored.
+        """Return the section as stored.
 
         Returns
         -------
@@ -218,7 +234,9 @@ class WerPolicy:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
 
         Returns
         -------
@@ -236,7 +254,7 @@ class WerPolicy:
                    opt(o, "description", path, string))
 
     def to_json(self) -> dict[str, Any]:
-        """The policy as stored (equal to the packaged rules when untouched).
+        """Return the policy as stored (equal to the packaged rules when untouched).
 
         Returns
         -------
@@ -269,7 +287,9 @@ class Launch:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
 
         Returns
         -------
@@ -283,7 +303,7 @@ class Launch:
         return cls(req(o, "seq", path, integer), req(o, "binary_sha256", path, string))
 
     def to_json(self) -> dict[str, Any]:
-        """The citation as stored.
+        """Return the citation as stored.
 
         Returns
         -------
@@ -328,7 +348,9 @@ class RunRecord:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
             Where it sits, e.g. ``clips[0].ggml_run``.
 
         Returns
@@ -352,7 +374,7 @@ class RunRecord:
                    launch=opt(o, "launch", path, Launch.from_json))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as :func:`verifylib.runtime.runner.run_record` writes it.
+        """Return the record as :func:`verifylib.runtime.runner.run_record` writes it.
 
         Returns
         -------
@@ -420,7 +442,9 @@ class WerClip:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
             Where it sits, e.g. ``clips[2]``.
 
         Returns
@@ -444,7 +468,7 @@ class WerClip:
                    ggml_run=opt(o, "ggml_run", path, RunRecord.from_json), **texts)
 
     def to_json(self) -> dict[str, Any]:
-        """The clip as the stage writes it.
+        """Return the clip as the stage writes it.
 
         Returns
         -------
@@ -524,7 +548,7 @@ class WerEvidence:
                    decoding=opt(o, "decoding", "", strings))
 
     def to_json(self) -> dict[str, Any]:
-        """The document as the stage writes it.
+        """Return the document as the stage writes it.
 
         Returns
         -------
@@ -583,7 +607,9 @@ class HybridClip:
         Parameters
         ----------
         doc : Any
+            The stored value.
         path : str
+            Where it sits, for error messages.
             Where it sits, e.g. ``clips[0]``.
 
         Returns
@@ -605,7 +631,7 @@ class HybridClip:
                    run=opt(o, "run", path, RunRecord.from_json), **texts)
 
     def to_json(self) -> dict[str, Any]:
-        """The clip as the stage writes it.
+        """Return the clip as the stage writes it.
 
         Returns
         -------
@@ -669,7 +695,7 @@ class HybridEvidence:
                    model_arg=opt(o, "model_arg", "", string))
 
     def to_json(self) -> dict[str, Any]:
-        """The document as the stage writes it.
+        """Return the document as the stage writes it.
 
         Returns
         -------
