@@ -31,11 +31,12 @@ def main() -> None:
 
     from verifylib import resources
     from verifylib.whispercpp import source
-    from verifylib.stages.artifacts import cache_dir
+    from verifylib.resources import cache_dir
     from verifylib.runtime.audio import read_wav_16k
     from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
                                                 trace_encoder)
-    from verifylib.models.intake import load_hf, obtain_model
+    from verifylib.models.hf import load_hf
+    from verifylib.models.intake import obtain_model
     from verifylib.numerics.reference import (ReferenceRun, fixture_logmel, random_logmel,
                                               reference_encode)
     from verifylib.stages.parity import measure_program

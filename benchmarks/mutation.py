@@ -33,7 +33,7 @@ Usage::
     .venv/bin/pip install -e '.[mutation]'
     .venv/bin/python benchmarks/mutation.py                      # every module
     .venv/bin/python benchmarks/mutation.py --modules gates scoring
-    .venv/bin/python benchmarks/mutation.py --exclude-tests tests/test_boundaries.py
+    .venv/bin/python benchmarks/mutation.py --exclude-tests tests/unit/test_boundaries.py
 
 Prints, per module: mutants, killed, survived, timeout, no tests, score, then each
 surviving mutant (``file:line`` and its diff); last, one JSON line per module. The score is
@@ -95,47 +95,38 @@ class ModuleSpec:
     deselect: tuple[str, ...] = ()
 
 
-NEW_TESTS = ("tests/test_boundaries.py", "tests/test_mutants.py")
+NEW_TESTS = ("tests/unit/test_boundaries.py", "tests/unit/test_mutants.py")
 
 MODULES: dict[str, ModuleSpec] = {
     "contracts": ModuleSpec(
-        "verifylib/contracts.py",
+        "verifylib/runtime/contracts.py",
         ("classify_negative", "classify_positive", "classify_lifecycle", "classify_ggml_positive",
          "record_problems", "termination", "check_cli_argv", "decode_signal"),
-        ("tests/test_contracts.py", "tests/test_fake_runtime.py", *NEW_TESTS),
-        # These compare the contract with the upstream whisper.cpp sources (a 7 s tree
-        # extraction per run), not the classifiers' decisions.
-        deselect=("tests/test_contracts.py::test_every_core_ml_line_is_logged_by_whisper_init_state",
-                  "tests/test_contracts.py::test_load_marker_is_the_else_branch_and_fallback_off_fails_closed",
-                  "tests/test_contracts.py::test_both_early_returns_come_before_the_batch_is_initialized",
-                  "tests/test_contracts.py::test_batch_member_is_declared_uninitialized_and_the_patch_initializes_it",
-                  "tests/test_contracts.py::test_coreml_flag_of_system_info",
-                  "tests/test_contracts.py::test_other_library_lines",
-                  "tests/test_contracts.py::test_encode_time_parses_whisper_print_timings_own_format",
-                  "tests/test_contracts.py::test_exit_codes_are_those_of_cli_main",
-                  "tests/test_contracts.py::test_flags_are_whisper_cli_flags",
-                  "tests/test_contracts.py::test_the_lifecycle_preset_has_more_text_layers_than_the_tree_test_model",
-                  "tests/test_contracts.py::test_coreml_encoder_path_equals_whisper_cpp_own_function")),
+        # The checks of the contract against the upstream whisper.cpp sources (a 7 s tree
+        # extraction per run) are in tests/physical/test_contracts.py, not selected here.
+        ("tests/unit/test_contracts.py", "tests/fake/test_fake_runtime.py", *NEW_TESTS)),
     "gates": ModuleSpec(
-        "verifylib/gates.py", ("verdict", "worst", "exit_code"),
-        ("tests/test_gates.py", *NEW_TESTS)),
+        "verifylib/evidence/gates.py", ("verdict", "worst", "exit_code"),
+        ("tests/unit/test_gates.py", *NEW_TESTS)),
     "scoring": ModuleSpec(
-        "verifylib/scoring.py", ("judge_ggml_vs_source", "judge_hybrid"),
-        ("tests/test_scoring.py", *NEW_TESTS)),
+        "verifylib/evidence/rules/wer.py", ("judge_ggml_vs_source", "judge_hybrid"),
+        ("tests/unit/test_scoring.py", *NEW_TESTS)),
     "parity": ModuleSpec(
-        "verifylib/parity.py",
-        ("judge_parity", "recheck_measurement", "snr_from_energies", "cosine_from_sums"),
-        ("tests/test_parity.py", *NEW_TESTS),
-        # Not physical, but each loads the real tiny.en model or runs an export stage.
-        deselect=("tests/test_parity.py::test_runtime_measurement_with_a_fake_compiled_model",
-                  "tests/test_parity.py::test_export_rule_fails_closed_on_edited_evidence",
-                  "tests/test_parity.py::test_compile_rule_requires_the_derived_path")),
+        "verifylib/evidence/rules/parity.py", ("judge_parity", "recheck_measurement"),
+        ("tests/unit/test_parity.py", *NEW_TESTS),
+        # Each runs an export stage (the tests with the real tiny.en model are in
+        # tests/physical/test_parity.py, not selected here).
+        deselect=("tests/unit/test_parity.py::test_export_rule_fails_closed_on_edited_evidence",
+                  "tests/unit/test_parity.py::test_compile_rule_requires_the_derived_path")),
     "placement": ModuleSpec(
-        "verifylib/placement.py", ("judge_plan",), ("tests/test_placement.py", *NEW_TESTS)),
+        "verifylib/evidence/rules/placement.py", ("judge_plan",), ("tests/unit/test_placement.py", *NEW_TESTS)),
+    "parity_numbers": ModuleSpec(
+        "verifylib/numerics/parity.py", ("snr_from_energies", "cosine_from_sums"),
+        ("tests/unit/test_parity.py", *NEW_TESTS)),
     "receipt": ModuleSpec(
-        "verifylib/receipt.py", ("verify",),
-        ("tests/test_receipt.py", "tests/test_receipt_units.py",
-         "tests/test_receipt_golden.py", "tests/test_forgeries.py", *NEW_TESTS)),
+        "verifylib/evidence/receipt.py", ("verify",),
+        ("tests/unit/test_receipt.py", "tests/unit/test_receipt_units.py",
+         "tests/unit/test_receipt_golden.py", "tests/unit/test_forgeries.py", *NEW_TESTS)),
 }
 
 

@@ -33,9 +33,10 @@ def main() -> None:
     from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
                                                 trace_encoder)
     from verifylib.numerics.mil_exec import execute, load_program
-    from verifylib.models.intake import load_hf, obtain_model
+    from verifylib.models.hf import load_hf
+    from verifylib.models.intake import obtain_model
     from verifylib.numerics.parity import compare
-    from verifylib.stages.artifacts import cache_dir
+    from verifylib.resources import cache_dir
     from verifylib.numerics.reference import fixture_logmel
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5

@@ -151,7 +151,7 @@ def default_model_dir() -> Path:
     import yaml
 
     from verifylib import resources
-    from verifylib.stages.artifacts import cache_dir
+    from verifylib.resources import cache_dir
     from verifylib.models.intake import obtain_model
 
     spec = yaml.safe_load(resources.default_parameters().read_text())["model"]
@@ -417,7 +417,7 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
         report = stage.run(params, run_dir)
     elif step == "04_parity":
         import verifylib.stages.parity as stage
-        from verifylib.stages.context import EVIDENCE_DIR, GATES_DIR
+        from verifylib.evidence.layout import EVIDENCE_DIR, GATES_DIR
         if trace:
             _trace_parity(trace)
         # A stage never runs twice into one run directory: an earlier parity step's

@@ -1,8 +1,9 @@
 """Parameter files: one YAML per model, validated before any work starts.
 
-The shape is declared once as a JSON Schema and followed by the checks a schema cannot express: the pin exists in
-``patches/manifest.yaml``, local files exist, a git commit agrees with its pin. Every
-error names the file and the dotted key, and nothing is written before validation ends.
+The shape is declared once as a JSON Schema and followed by the checks a schema cannot
+express: the pin exists in ``patches/manifest.yaml``, local files exist, a git commit
+agrees with its pin. Every error names the file and the dotted key, and nothing is written
+before validation ends.
 
 Two maintained validators check the one schema: ``fastjsonschema`` accepts a valid file
 (it compiles the schema to plain Python and imports in milliseconds, which matters because
@@ -496,7 +497,20 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
 
 
 def fixture_text(params: "Params", fixture: Fixture) -> str | None:
-    """A fixture's reference text (inline ``text`` or the content of ``text_file``), or None."""
+    """Return a fixture's reference text, or None.
+
+    Parameters
+    ----------
+    params : Params
+        The parameters the fixture belongs to (``text_file`` is resolved against them).
+    fixture : Fixture
+        The fixture.
+
+    Returns
+    -------
+    str or None
+        The inline ``text``, else the stripped content of ``text_file``, else None.
+    """
     if fixture.text is not None:
         return fixture.text
     if fixture.text_file:

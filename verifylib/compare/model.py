@@ -74,8 +74,8 @@ class RunInfo:
     recorded_verdict : str or None
         The verdict the receipt records.
     verified_verdict : str or None
-        The verdict :meth:`verifylib.evidence.runs.Run.verify` recomputed (None when not verified or
-        not recomputable).
+        The verdict :meth:`verifylib.evidence.runs.Run.verify` recomputed (None when not
+        verified or not recomputable).
     verification : str
         ``verified`` (re-verified, no problem), ``failed`` (re-verified, problems found),
         ``skipped`` (verification not asked for) or ``unreadable`` (the receipt or
@@ -233,10 +233,10 @@ class OpRow:
 
 @dataclass(frozen=True)
 class ModuleRow:
-    """One region's attribution summary across runs (:class:`verifylib.numerics.drift.ModuleDrift`).
+    """One region's attribution summary across runs.
 
-    Each tuple holds one value per run, None where the run has no such region (or no
-    attribution).
+    The summary is a :class:`verifylib.numerics.drift.ModuleDrift` per run. Each tuple
+    holds one value per run, None where the run has no such region (or no attribution).
     """
 
     module: str
@@ -249,8 +249,11 @@ class ModuleRow:
 
 @dataclass(frozen=True)
 class WorstEntry:
-    """One ranked op of one run: name, type, where, ΔSNR, and whether it is *new* (not
-    among the baseline's ranked ops; always False for the baseline)."""
+    """One ranked op of one run.
+
+    Its name, type, where, ΔSNR, and whether it is *new* (not among the baseline's ranked
+    ops; always False for the baseline).
+    """
 
     name: str
     type: str
@@ -261,8 +264,10 @@ class WorstEntry:
 
 @dataclass(frozen=True)
 class WorstRow:
-    """Rank ``rank`` (1 = worst) of each run's ``top`` or ``precision_top``; None where a
-    run ranks fewer ops (or has no attribution)."""
+    """Rank ``rank`` (1 = worst) of each run's ``top`` or ``precision_top``.
+
+    None where a run ranks fewer ops (or has no attribution).
+    """
 
     rank: int
     entries: tuple[WorstEntry | None, ...]
@@ -341,8 +346,10 @@ class CandidateComparison:
 
 @dataclass(frozen=True)
 class ClipRow:
-    """One clip across the runs: per run the WER of each side (None where the run has no
-    such clip, or no such side)."""
+    """One clip across the runs.
+
+    Per run the WER of each side (None where the run has no such clip, or no such side).
+    """
 
     id: str
     words: tuple[int | None, ...]
@@ -358,8 +365,10 @@ class ClipRow:
 
 @dataclass(frozen=True)
 class CorpusRow:
-    """One run's corpus WER (summed edits over summed words) per side; ``hybrid`` None
-    unless every clip has a hybrid transcript."""
+    """One run's corpus WER (summed edits over summed words) per side.
+
+    ``hybrid`` is None unless every clip has a hybrid transcript.
+    """
 
     source: float
     ggml: float
@@ -369,8 +378,10 @@ class CorpusRow:
 
 @dataclass(frozen=True)
 class WerComparison:
-    """Per-clip and corpus WER across the runs; ``corpus`` holds None for a run without a
-    WER result."""
+    """Per-clip and corpus WER across the runs.
+
+    ``corpus`` holds None for a run without a WER result.
+    """
 
     clips: tuple[ClipRow, ...]
     corpus: tuple[CorpusRow | None, ...]
@@ -451,7 +462,7 @@ class Comparison:
         return "same in all runs: " + ", ".join(parts)
 
     def candidate(self, gate: str) -> CandidateComparison:
-        """The comparison of one parity gate.
+        """Return the comparison of one parity gate.
 
         Parameters
         ----------
@@ -473,7 +484,7 @@ class Comparison:
         raise KeyError(gate)
 
     def notes_on(self, topic: str) -> list[str]:
-        """The notes about one topic.
+        """Return the notes about one topic.
 
         Parameters
         ----------

@@ -47,18 +47,23 @@ __all__ = ["compare_runs", "CompareInputInvalid", "label_for", "default_output_d
 
 
 class CompareInputInvalid(ParametersInvalid):
-    """The runs cannot be compared at all: fewer than two, or a path that is not a
-    published run directory."""
+    """The runs cannot be compared at all.
+
+    Fewer than two were given, or a path is not a published run directory.
+    """
 
 
 # ----------------------------------------------------------------------------- helpers
 
 def label_for(i: int) -> str:
-    """The label of the ``i``-th run (0-based): ``A`` … ``Z``, then ``AA``, ``AB`` …
+    """Return the label of the ``i``-th run (0-based).
+
+    The labels run ``A`` … ``Z``, then ``AA``, ``AB`` …
 
     Parameters
     ----------
     i : int
+        The 0-based index of the run.
 
     Returns
     -------
@@ -73,7 +78,7 @@ def label_for(i: int) -> str:
 
 
 def _float(v: Any) -> float | None:
-    """A stored number (``"inf"`` strings included) as a float; None stays None."""
+    """Return a stored number (``"inf"`` strings included) as a float; None stays None."""
     if v is None:
         return None
     try:
@@ -124,7 +129,7 @@ def _open(label: str, path: Path, *, verify: bool, allow_simulated: bool) -> _Op
 
 
 def _result(op: _Opened, stage: str, notes: list[Note], topic: str):
-    """A run's typed stage result, or None with a note when it cannot be read."""
+    """Return a run's typed stage result, or None with a note when it cannot be read."""
     if op.run is None:
         return None
     try:
@@ -205,7 +210,7 @@ def _identity_rows(opened: Sequence[_Opened]) -> tuple[IdentityRow, ...]:
 # ----------------------------------------------------------------------------- parity
 
 def _gated(c) -> tuple[float | None, float | None]:
-    """The gated measurement of a candidate (the policy's input and execution)."""
+    """Return the gated measurement of a candidate (the policy's input and execution)."""
     gated = (c.policy or {}).get("gated") or {}
     want_input = gated.get("input", "fixture")
     want_exec = gated.get(f"{c.kind}_execution")
@@ -225,8 +230,10 @@ def _gated_mode(cands: Iterable[Any]) -> str | None:
 
 
 def _merge_labels(lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
-    """The union of label sequences, keeping each sequence's order (curves of different
-    lengths, e.g. 4 and 6 blocks, line up by label)."""
+    """Return the union of label sequences, keeping each sequence's order.
+
+    Curves of different lengths (e.g. 4 and 6 blocks) line up by label.
+    """
     out: list[str] = []
     for seq in lists:
         pos = 0
@@ -524,7 +531,7 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
 
 
 def _published_hint(limit: int = 6) -> str:
-    """Published runs under ``./reports`` to name when too few runs were given."""
+    """Name the published runs under ``./reports`` when too few runs were given."""
     from verifylib.evidence.runs import is_published
     from verifylib.resources import reports_dir
 
@@ -539,9 +546,10 @@ def _published_hint(limit: int = 6) -> str:
 
 
 def default_output_dir(now: datetime | None = None) -> Path:
-    """Where ``verifylib compare`` writes without ``-o``:
-    ``./reports/compare-<UTC time>/`` of the current directory (``-2``, ``-3`` … appended
-    when that folder exists).
+    """Return where ``verifylib compare`` writes without ``-o``.
+
+    That is ``./reports/compare-<UTC time>/`` of the current directory (``-2``, ``-3`` …
+    appended when that folder exists).
 
     Parameters
     ----------
@@ -563,7 +571,7 @@ def default_output_dir(now: datetime | None = None) -> Path:
 
 
 def inside_a_run(out_dir: str | os.PathLike, runs: Sequence[str | os.PathLike]) -> str | None:
-    """The run directory ``out_dir`` lies in, if any (compare never writes into a run).
+    """Return the run directory ``out_dir`` lies in, if any (compare never writes into a run).
 
     Parameters
     ----------

@@ -1,6 +1,10 @@
-"""Launch accounting for ``verifylib verify``: every launch in a run's ledger is cited by exactly one gate, and every citation matches its ledger line.
+"""Launch accounting for ``verifylib verify``.
 
-The ledger itself (appending, reading, parsing) is :mod:`verifylib.runtime.ledger`; this module is the validator's side of it, which needs the gate records.
+Every launch in a run's ledger is cited by exactly one gate, and every citation matches its
+ledger line.
+
+The ledger itself (appending, reading, parsing) is :mod:`verifylib.runtime.ledger`; this
+module is the validator's side of it, which needs the gate records.
 """
 
 from __future__ import annotations
@@ -14,8 +18,16 @@ from verifylib.errors import EvidenceInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceView, GateRecord
-from verifylib.runtime.ledger import (CITED_FIELDS, LEDGER_FILE, SINGLE_SHOT_GATES, argv_sha256,
-                                      is_int, same_value, scan, walk_citations)
+from verifylib.runtime.ledger import (
+    CITED_FIELDS,
+    LEDGER_FILE,
+    SINGLE_SHOT_GATES,
+    argv_sha256,
+    is_int,
+    same_value,
+    scan,
+    walk_citations,
+)
 
 
 def _gate_order(records: Mapping[str, GateRecord]) -> list[str]:

@@ -93,7 +93,13 @@ class Subject:
     kind: str
 
     def to_dict(self) -> dict:
-        """The subject as an in-toto ResourceDescriptor."""
+        """Return the subject as an in-toto ResourceDescriptor.
+
+        Returns
+        -------
+        dict
+            ``name``, ``digest`` (``sha256``) and ``annotations`` (the kind).
+        """
         return {"name": self.name, "digest": {"sha256": self.sha256},
                 "annotations": {KIND_ANNOTATION: self.kind}}
 
@@ -339,8 +345,9 @@ def _statement_bytes(statement: dict) -> bytes:
 # --- signing -------------------------------------------------------------------------------
 
 def attest(run_dir: str | os.PathLike, key: CryptoSigner | str | os.PathLike) -> AttestResult:
-    """Sign a published, verifying run and write ``attestation.intoto.jsonl`` beside its
-    receipt.
+    """Sign a published, verifying run and write ``attestation.intoto.jsonl``.
+
+    The attestation is written beside the run's receipt.
 
     Parameters
     ----------
@@ -596,12 +603,14 @@ def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | 
             check.problems.append(f"{ATTESTATION_FILE}: signed payload is not strict JSON: {exc}")
             continue
         if expected is not None:
-            check.problems += [f"attestation: {p}" for p in _compare_statement(statement, expected)]
+            check.problems += [f"attestation: {p}"
+                               for p in _compare_statement(statement, expected)]
         if isinstance(statement, dict) and isinstance(statement.get("subject"), list):
             for s in statement["subject"]:
                 try:
-                    check.subjects.append(Subject(s["name"], s["digest"]["sha256"],
-                                                  (s.get("annotations") or {}).get(KIND_ANNOTATION, "")))
+                    check.subjects.append(Subject(
+                        s["name"], s["digest"]["sha256"],
+                        (s.get("annotations") or {}).get(KIND_ANNOTATION, "")))
                 except (KeyError, TypeError):
                     pass
     check.ok = not check.problems

@@ -1,6 +1,10 @@
 """Failure records: what a reports folder keeps of an audit that published no run.
 
-A model whose audit ends ERROR without a run (its audit raised, its worker or Ray task died, its returned run did not verify) has no receipt to be listed by, so the batch writes ``<reports>/<name>/.failed/<id>.json`` (format ``verifylib-failed-audit/1``): written under a staging name and linked into place, never rewritten. The reports index lists these records beside the runs.
+A model whose audit ends ERROR without a run (its audit raised, its worker or Ray task
+died, its returned run did not verify) has no receipt to be listed by, so the batch writes
+``<reports>/<name>/.failed/<id>.json`` (format ``verifylib-failed-audit/1``): written
+under a staging name and linked into place, never rewritten. The reports index lists these
+records beside the runs.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class FailureRecord:
     status: Status = Status.ERROR
 
     def to_json(self) -> dict:
-        """The record as stored (with its ``format``).
+        """Return the record as stored (with its ``format``).
 
         Returns
         -------

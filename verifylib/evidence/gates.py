@@ -2,8 +2,8 @@
 
 Ids are stable API. Reports, the receipt, the verdict and the exit code are all derived
 from :data:`GATES`; nothing else in the package lists gates. The pass rule of each gate
-lives in :mod:`verifylib.evidence.rules.registry` (gate id -> pure judge), which judges the evidence at run
-time and again inside ``verifylib verify``.
+lives in :mod:`verifylib.evidence.rules.registry` (gate id -> pure judge), which judges
+the evidence at run time and again inside ``verifylib verify``.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def exit_code(v: Verdict | str, require_admissible: bool = False) -> int:
 
 
 def disabling_key(g: Gate, params: Mapping[str, Any]) -> str | None:
-    """The parameter key that switches ``g`` off in ``params``, or None.
+    """Return the parameter key that switches ``g`` off in ``params``, or None.
 
     Only the keys the registry lists for the gate count, so a NOT_RUN(disabled) can be
     re-justified from the bound parameters alone.

@@ -38,7 +38,7 @@ POLICY_WER_SHA256 = "policy.wer.sha256"
 
 
 def policy_id(policy: str) -> str:
-    """The identity key of a parity policy's id.
+    """Return the identity key of a parity policy's id.
 
     Parameters
     ----------
@@ -54,7 +54,7 @@ def policy_id(policy: str) -> str:
 
 
 def policy_sha256(policy: str) -> str:
-    """The identity key of a parity policy's digest.
+    """Return the identity key of a parity policy's digest.
 
     Parameters
     ----------

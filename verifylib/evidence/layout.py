@@ -1,7 +1,8 @@
-"""The run directory's names and its one run-id format: what every writer and reader of a run agrees on.
+"""The run directory's names and its one run-id format.
 
-A run directory holds ``run.json``, ``gates/<stage>.json``, ``evidence/<stage>/`` and ``receipt.json``;
-this module names them, creates ``run.json``, reads the stage files back and owns the run id
+This is what every writer and reader of a run agrees on. A run directory holds
+``run.json``, ``gates/<stage>.json``, ``evidence/<stage>/`` and ``receipt.json``; this
+module names them, creates ``run.json``, reads the stage files back and owns the run id
 (:func:`new_run_id` makes one, :data:`RUN_ID_RE` recognises one).
 """
 
@@ -35,7 +36,7 @@ TRACEBACK_EVIDENCE = "traceback"
 
 
 def error_document(gate_id: str, text: str, launches: list | None = None) -> dict:
-    """The stored traceback of an ERROR gate (with the launches made before it broke).
+    """Return the stored traceback of an ERROR gate (with the launches made before it broke).
 
     Parameters
     ----------

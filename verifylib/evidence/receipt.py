@@ -3,9 +3,10 @@
 ``receipt.json`` binds every gate's status, reason and evidence digests to one identity
 table and lists every file of the run with its SHA-256. :func:`verify` trusts none of it.
 It re-hashes every file and re-justifies every status with its own knowledge -- the gate
-registry (:mod:`verifylib.evidence.gates`), the rules registry (:mod:`verifylib.evidence.rules.registry`, never the
-stage modules), the packaged policies, the pin manifest, the runtime contract and the
-launch ledger -- never with what the evidence says about itself:
+registry (:mod:`verifylib.evidence.gates`), the rules registry
+(:mod:`verifylib.evidence.rules.registry`, never the stage modules), the packaged policies,
+the pin manifest, the runtime contract and the launch ledger -- never with what the
+evidence says about itself:
 
 - PASS/FAIL: the gate's rule re-judged on the stored evidence (and a PASS must have read
   every file it cites); an identity that disagrees with an earlier stage's makes it FAIL.
@@ -32,11 +33,26 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
 from verifylib.evidence import accounting, gates
 from verifylib.evidence.gates import NotRunKind, Status
-from verifylib.evidence.layout import (ERROR_SCHEMA, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
-                                       RUN_FILE, TRACEBACK_EVIDENCE, error_document,
-                                       error_filename, read_stage_file)
-from verifylib.evidence.records import (ERROR_EXCEPTION, ERROR_KINDS, ERROR_PREREQUISITE_BROKEN,
-                                        EvidenceRef, EvidenceView, GateRecord, Reason)
+from verifylib.evidence.layout import (
+    ERROR_SCHEMA,
+    EVIDENCE_DIR,
+    GATES_DIR,
+    RECEIPT_FILE,
+    RUN_FILE,
+    TRACEBACK_EVIDENCE,
+    error_document,
+    error_filename,
+    read_stage_file,
+)
+from verifylib.evidence.records import (
+    ERROR_EXCEPTION,
+    ERROR_KINDS,
+    ERROR_PREREQUISITE_BROKEN,
+    EvidenceRef,
+    EvidenceView,
+    GateRecord,
+    Reason,
+)
 from verifylib.evidence.rules import registry as rules
 from verifylib.evidence.schemas.receipt import SCHEMA, FileDigest, Receipt, ReceiptGate
 from verifylib.runtime import ledger
@@ -100,7 +116,8 @@ def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
                 carriers = [r["id"] for r in recs if isinstance(r.get("identities"), Mapping)
                             and key in r["identities"] and r["identities"][key] != table[key]]
                 if not carriers:
-                    carriers = [r["id"] for r in recs if r.get("status") in (Status.PASS, Status.FAIL)]
+                    carriers = [r["id"] for r in recs
+                                if r.get("status") in (Status.PASS, Status.FAIL)]
                 for gid in carriers:
                     conflicts.setdefault(gid, []).append(
                         f"{CONFLICT}: {key} is {value!r} here but stage {origin[key]} recorded "
@@ -128,7 +145,7 @@ _BROKEN = f"{PrerequisiteBroken.__module__}.{PrerequisiteBroken.__qualname__}"
 
 
 def _final_exception(text: str) -> str | None:
-    """The qualified class name of the exception a formatted traceback ends with, if any.
+    """Return the qualified class name of the exception a formatted traceback ends with.
 
     The last ``Traceback (most recent call last):`` block is the exception that escaped
     (earlier blocks are its causes); its frames are indented, and the first line after
@@ -491,7 +508,7 @@ class _Checker:
             if not unmet:
                 return [f"gate {g.id}: NOT_RUN(prerequisite) names no prerequisite that did "
                         f"not pass ({detail!r}; verified: "
-                        f"{ {p: getattr(self.verified.get(p), 'value', None) for p in g.prerequisites} })"]
+                        f"{ {p: getattr(self.verified.get(p), 'value', None) for p in g.prerequisites} })"]  # noqa: E501
         elif kind == NotRunKind.DISABLED.value:
             key = gates.disabling_key(g, run.get("params") or {})
             if key is None or key not in detail:
@@ -537,7 +554,8 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
     rows = chk.rows()
     files, broken = _read_stage_files(run_dir)
     for stage, text in broken.items():
-        chk.problems.append(f"{GATES_DIR}/{stage}.json: unreadable: {text.strip().splitlines()[-1]}")
+        chk.problems.append(f"{GATES_DIR}/{stage}.json: unreadable: "
+                            f"{text.strip().splitlines()[-1]}")
     sidecar = {rec["id"]: rec for data in files.values() if data for rec in data["gates"]}
     merged = merge_identities(files)
 

@@ -90,6 +90,18 @@ class EvidenceView:
         return sorted(self._refs)
 
     def has(self, name: str) -> bool:
+        """Tell whether the gate cites an evidence file named ``name``.
+
+        Parameters
+        ----------
+        name : str
+            The evidence name.
+
+        Returns
+        -------
+        bool
+            True if ``name`` is among the cited files.
+        """
         return name in self._refs
 
     def unread(self) -> list[str]:
@@ -126,7 +138,10 @@ class EvidenceView:
             raise EvidenceInvalid(f"evidence {name!r} is not strict JSON: {exc}") from None
 
     def arrays(self, name: str) -> dict:
-        """Return evidence ``name`` parsed as a numeric ``.npz`` (:mod:`verifylib.numerics.arrays`)."""
+        """Return evidence ``name`` parsed as a numeric ``.npz``.
+
+        The file is decoded by :mod:`verifylib.numerics.arrays`.
+        """
         from verifylib.numerics.arrays import decode
         try:
             return decode(self.bytes(name))
@@ -176,6 +191,14 @@ class GateRecord:
     identities: dict = field(default_factory=dict)
 
     def to_record(self) -> dict:
+        """Return the record as stored in ``gates/<stage>.json``.
+
+        Returns
+        -------
+        dict
+            ``id``, ``status``, ``reason`` (``kind``, ``detail``), ``evidence`` (name, path,
+            sha256 of each file) and ``identities``.
+        """
         return {"id": self.id, "status": self.status.value,
                 "reason": {"kind": self.reason.kind, "detail": self.reason.detail},
                 "evidence": [{"name": e.name, "path": e.path, "sha256": e.sha256}
@@ -240,6 +263,23 @@ class StageReport:
     result: Any = None
 
     def status(self, gate_id: str) -> Status:
+        """Return the status of one gate of the stage.
+
+        Parameters
+        ----------
+        gate_id : str
+            A gate id among :attr:`records`.
+
+        Returns
+        -------
+        Status
+            The gate's recorded status.
+
+        Raises
+        ------
+        StopIteration
+            If the stage has no record of ``gate_id``.
+        """
         return next(r.status for r in self.records if r.id == gate_id)
 
     def _repr_html_(self) -> str:

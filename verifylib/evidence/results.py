@@ -27,8 +27,8 @@ from verifylib.evidence.schemas.wer import HybridClip, HybridEvidence, WerClip, 
 
 __all__ = [
     "LifecycleSide", "LifecycleSummary", "SanitizerSide", "SanitizerSummary",
-    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate", "ParityResult",
-    "parity_result_from_evidence", "ClipResult", "CorpusWer",
+    "NegativeControl", "PositiveControl", "CanaryResult", "Drift", "ParityCandidate",
+    "ParityResult", "parity_result_from_evidence", "ClipResult", "CorpusWer",
     "WerResult", "PlacementResult", "PRIVATE", "WER_FIELDS", "PLAN_VARIANTS", "judged_evidence",
     "canary_result_from_evidence",
     "wer_result_from_evidence", "placement_result_from_evidence", "build_facts_from_evidence",
@@ -39,7 +39,7 @@ __all__ = [
 
 
 def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str):
-    """The verified evidence of ``gate_id`` if its rule judged it on a file named ``name``.
+    """Return the verified evidence of ``gate_id`` if its rule judged it on file ``name``.
 
     The ``*_from_evidence`` builders below read a stage's result through this one door:
     a gate contributes to the result exactly when its rule judged it (PASS or FAIL) and
@@ -144,7 +144,7 @@ class LifecycleSummary:
 
         Raises
         ------
-        verifylib.evidence.schemas.canary.CanarySchemaError
+        verifylib.evidence.schemas.fields.SchemaError
             If the document does not parse.
         """
         import statistics
@@ -227,8 +227,9 @@ class SanitizerSummary:
 
     @classmethod
     def from_evidence(cls, doc: Any) -> "SanitizerSummary":
-        """Build from the ``sanitizer`` evidence document of ``canary.sanitizer``: per side
-        what each run ended with, and the first report's kind and frames.
+        """Build from the ``sanitizer`` evidence document of ``canary.sanitizer``.
+
+        Per side: what each run ended with, and the first report's kind and frames.
 
         Parameters
         ----------
@@ -242,7 +243,7 @@ class SanitizerSummary:
 
         Raises
         ------
-        verifylib.evidence.schemas.canary.CanarySchemaError
+        verifylib.evidence.schemas.fields.SchemaError
             If the document does not parse.
         """
         import statistics
@@ -296,8 +297,10 @@ class NegativeControl:
 
     @classmethod
     def from_evidence(cls, doc: Any, stderr: bytes, stdout: bytes) -> "NegativeControl":
-        """Build from the ``negative`` document and the run's stored streams; the outcome
-        and its explanation are the runtime contract's classifier re-run on them.
+        """Build from the ``negative`` document and the run's stored streams.
+
+        The outcome and its explanation are the runtime contract's classifier re-run on
+        them.
 
         Parameters
         ----------
@@ -313,7 +316,7 @@ class NegativeControl:
 
         Raises
         ------
-        verifylib.evidence.schemas.canary.CanarySchemaError
+        verifylib.evidence.schemas.fields.SchemaError
             If the document does not parse.
         """
         from verifylib.evidence.schemas.canary import NegativeEvidence
@@ -357,8 +360,9 @@ class PositiveControl:
 
     @classmethod
     def from_evidence(cls, doc: Any, stderr: bytes, stdout: bytes) -> "PositiveControl":
-        """Build from the ``positive`` document and the measured run's stored streams; the
-        outcome is the four-condition classifier re-run on them.
+        """Build from the ``positive`` document and the measured run's stored streams.
+
+        The outcome is the four-condition classifier re-run on them.
 
         Parameters
         ----------
@@ -374,7 +378,7 @@ class PositiveControl:
 
         Raises
         ------
-        verifylib.evidence.schemas.canary.CanarySchemaError
+        verifylib.evidence.schemas.fields.SchemaError
             If the document does not parse.
         """
         from verifylib.evidence.schemas.canary import PositiveEvidence
@@ -734,7 +738,19 @@ class WerResult:
     corpus: CorpusWer | None = None
 
     def ranked(self, key: str = "wer_ggml", *, worst_first: bool = True) -> list[ClipResult]:
-        """The clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
+        """Return the clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
+
+        Parameters
+        ----------
+        key : str, default "wer_ggml"
+            The per-clip field to sort by, one of :data:`WER_FIELDS`.
+        worst_first : bool, default True
+            Sort from the highest value down (False: lowest first).
+
+        Returns
+        -------
+        list of ClipResult
+            The clips having a value for ``key`` in order, then those without it.
 
         Raises
         ------
@@ -859,7 +875,10 @@ def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> Place
 # ----------------------------------------------------------------------------- 01_build, 02_export
 
 def describe_run(record: Mapping[str, Any]) -> str:
-    """How a recorded run ended, in the words of :meth:`verifylib.runtime.runner.RunResult.describe`."""
+    """Describe how a recorded run ended.
+
+    The words are those of :meth:`verifylib.runtime.runner.RunResult.describe`.
+    """
     if record.get("timed_out"):
         return f"timed out after {record['wall_s']:.1f}s"
     if record.get("signal"):

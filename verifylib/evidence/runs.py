@@ -12,16 +12,17 @@ trusting what they read more than ``verifylib verify`` would. A :class:`Run` is 
   ``run.json`` (checked against the receipt's digest, its parameters against
   ``params_sha256``), nothing else. Each later read is checked against the digest that
   binds it: a stage file (``gates/<stage>.json``) and a sidecar against the receipt's file
-  list, an evidence file against its gate record (:class:`verifylib.evidence.records.EvidenceView`),
-  an array file on first access (:class:`verifylib.numerics.arrays.ArrayFile`). A changed file
-  raises :class:`verifylib.errors.EvidenceInvalid` naming it.
+  list, an evidence file against its gate record
+  (:class:`verifylib.evidence.records.EvidenceView`), an array file on first access
+  (:class:`verifylib.numerics.arrays.ArrayFile`). A changed file raises
+  :class:`verifylib.errors.EvidenceInvalid` naming it.
 - **One code path for results.** A stage's typed result (or facts table) is rebuilt from
   the evidence its gates cite by the same ``verifylib.evidence.results.*_from_evidence`` function
   the stage itself returned it with; nothing comes from a summary the stage wrote. This
   module never imports a stage module.
 - **Recorded versus verified.** :attr:`Run.verdict` is what the receipt records;
-  :meth:`Run.verify` re-judges every gate with :func:`verifylib.evidence.receipt.verify` and returns
-  the verified verdict. That is not done on open (about 0.2 s for a tiny.en run on two
+  :meth:`Run.verify` re-judges every gate with :func:`verifylib.evidence.receipt.verify` and
+  returns the verified verdict. That is not done on open (about 0.2 s for a tiny.en run on two
   cores, but a run made on the simulated Mac refuses it without ``allow_simulated``, and a
   run that does not verify is still worth reading); ``open_run(path, verify=True)`` opts in.
 - **Never writes.** Nothing here creates, changes or caches a file; results are kept in
@@ -40,11 +41,17 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Verdict
-from verifylib.evidence.layout import (ASAN_SIDECAR, EVIDENCE_DIR, GATES_DIR, RECEIPT_FILE,
-                                       RUN_FILE, UNPATCHED_SIDECAR)
+from verifylib.evidence.layout import (
+    ASAN_SIDECAR,
+    EVIDENCE_DIR,
+    GATES_DIR,
+    RECEIPT_FILE,
+    RUN_FILE,
+    UNPATCHED_SIDECAR,
+)
+from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
 from verifylib.evidence.schemas.receipt import SCHEMA as RECEIPT_SCHEMA
 from verifylib.evidence.schemas.receipt import Receipt, ReceiptInvalid
-from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
 from verifylib.params import PARAMETERS_DIR, Params
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
@@ -60,14 +67,17 @@ _BUILD_SIDECARS = {"unpatched": UNPATCHED_SIDECAR, "asan": ASAN_SIDECAR}
 
 
 class RunNotFound(ParametersInvalid):
-    """The path is not a published run directory: missing, not a folder, or without
-    ``receipt.json`` (an unpublished run)."""
+    """The path is not a published run directory.
+
+    It is missing, not a folder, or without ``receipt.json`` (an unpublished run).
+    """
 
 
 class RunInvalid(EvidenceInvalid):
-    """A published run cannot be read as recorded: its receipt, run record or a stage file
-    is malformed or changed, its evidence does not give a stage's result, or (with
-    ``open_run(..., verify=True)``) it does not verify.
+    """A published run cannot be read as recorded.
+
+    Its receipt, run record or a stage file is malformed or changed, its evidence does not
+    give a stage's result, or (with ``open_run(..., verify=True)``) it does not verify.
 
     Attributes
     ----------
@@ -129,7 +139,7 @@ class Run:
     # ------------------------------------------------------------------ reading
 
     def _covered_bytes(self, rel: str) -> bytes:
-        """The bytes of a file the receipt lists, checked against its digest."""
+        """Return the bytes of a file the receipt lists, checked against its digest."""
         sha = self._files.get(rel)
         if sha is None:
             raise RunInvalid(f"{rel}: not covered by {RECEIPT_FILE}")
@@ -179,8 +189,11 @@ class Run:
 
     @property
     def params(self) -> Params:
-        """The parameters the run was made with (as bound in ``run.json``; not re-validated,
-        so a run stays readable where its fixture files no longer exist)."""
+        """The parameters the run was made with, as bound in ``run.json``.
+
+        They are not re-validated, so a run stays readable where its fixture files no longer
+        exist.
+        """
         return Params(name=self._record.get("name"), data=copy.deepcopy(self._record["params"]),
                       origin=str(self.path / RUN_FILE), base_dir=PARAMETERS_DIR)
 
@@ -217,14 +230,19 @@ class Run:
 
     @property
     def gates(self) -> Mapping[str, GateRecord]:
-        """Gate id -> its record (status, reason, evidence references, identities), in the
-        order of the gate table (:data:`verifylib.evidence.gates.GATES`)."""
+        """Gate id -> its record (status, reason, evidence references, identities).
+
+        In the order of the gate table (:data:`verifylib.evidence.gates.GATES`).
+        """
         return MappingProxyType(dict(self._gates))
 
     @property
     def identities(self) -> Mapping[str, Any]:
-        """The receipt's identity table: identity key (``model.source_digest``,
-        ``binary.ggml.sha256``, ``runtime.pin`` …) -> value."""
+        """The receipt's identity table.
+
+        Identity key (``model.source_digest``, ``binary.ggml.sha256``, ``runtime.pin`` …)
+        -> value.
+        """
         return MappingProxyType(copy.deepcopy(self._identities))
 
     @property
@@ -260,7 +278,17 @@ class Run:
     # ------------------------------------------------------------------ gates and evidence
 
     def gate(self, gate_id: str) -> GateRecord:
-        """The record of one gate.
+        """Return the record of one gate.
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate id.
+
+        Returns
+        -------
+        GateRecord
+            Its status, reason, evidence references and identities.
 
         Raises
         ------
@@ -273,12 +301,33 @@ class Run:
             raise ParametersInvalid(f"{self.path}: no gate {gate_id!r} in the receipt") from None
 
     def stage_records(self, stage: str) -> list[GateRecord]:
-        """The records of one stage's gates, in table order (``"04_parity"`` or ``"parity"``)."""
+        """Return the records of one stage's gates, in table order.
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"04_parity"`` or ``"parity"``).
+
+        Returns
+        -------
+        list of GateRecord
+            The records the receipt holds for the stage's gates.
+        """
         stage = _stage_name(stage)
         return [self._gates[g.id] for g in gates.stage_gates(stage) if g.id in self._gates]
 
     def evidence(self, gate_id: str) -> EvidenceView:
-        """The verified evidence files a gate cites (each digest-checked on construction).
+        """Return the verified evidence files a gate cites (digest-checked on construction).
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate id.
+
+        Returns
+        -------
+        EvidenceView
+            The gate's cited files and identities.
 
         Raises
         ------
@@ -289,7 +338,25 @@ class Run:
         return EvidenceView(self.path, rec.evidence, rec.identities)
 
     def evidence_ref(self, gate_id: str, name: str) -> EvidenceRef:
-        """The reference (path and digest) of one evidence file a gate cites."""
+        """Return the reference (path and digest) of one evidence file a gate cites.
+
+        Parameters
+        ----------
+        gate_id : str
+            The gate id.
+        name : str
+            The evidence name.
+
+        Returns
+        -------
+        EvidenceRef
+            The cited file's name, path and digest.
+
+        Raises
+        ------
+        verifylib.errors.ParametersInvalid
+            If the gate cites no evidence named ``name`` (or there is no such gate).
+        """
         for ref in self.gate(gate_id).evidence:
             if ref.name == name:
                 return ref
@@ -309,8 +376,20 @@ class Run:
         return ArrayFile(self.path / ref.path, ref.sha256)
 
     def stage_file(self, stage: str) -> dict | None:
-        """A stage's ``gates/<stage>.json`` (its records, identities and seconds), checked
-        against the receipt's digest; None when the stage wrote none."""
+        """Return a stage's ``gates/<stage>.json`` (its records, identities and seconds).
+
+        The file is checked against the receipt's digest.
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"04_parity"`` or ``"parity"``).
+
+        Returns
+        -------
+        dict or None
+            A copy of the stage file; None when the stage wrote none.
+        """
         stage = _stage_name(stage)
         if stage not in self._stage_files:
             rel = f"{GATES_DIR}/{stage}.json"
@@ -318,8 +397,18 @@ class Run:
         return copy.deepcopy(self._stage_files[stage])
 
     def sidecars(self, stage: str) -> dict[str, EvidenceRef]:
-        """A stage's evidence files that no gate cites (stage 01's build sidecars), named by
-        file stem and bound to the receipt's digests."""
+        """Return a stage's evidence files that no gate cites (stage 01's build sidecars).
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"01_build"`` or ``"build"``).
+
+        Returns
+        -------
+        dict of str to EvidenceRef
+            The files named by file stem and bound to the receipt's digests.
+        """
         stage = _stage_name(stage)
         cited = {r.path for rec in self._gates.values() for r in rec.evidence}
         prefix = f"{EVIDENCE_DIR}/{stage}/"
@@ -363,13 +452,18 @@ class Run:
         return facts if stage in ("01_build", "02_export") else dict(facts)
 
     def result(self, stage: str) -> Any:
-        """A stage's typed result, rebuilt from the evidence its gates cite.
+        """Return a stage's typed result, rebuilt from the evidence its gates cite.
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"04_parity"`` or ``"parity"``).
 
         Returns
         -------
         CanaryResult, ParityResult, WerResult, PlacementResult or None
-            For 03_canary … 06_placement (:mod:`verifylib.evidence.results`); None for 01/02 (see
-            :meth:`facts`) and where the stage's builder gives None (WER and placement when
+            For 03_canary … 06_placement (:mod:`verifylib.evidence.results`); None for 01/02
+            (see :meth:`facts`) and where the stage's builder gives None (WER and placement when
             their gate did not run). Arrays inside load lazily, digest-checked.
 
         Raises
@@ -389,10 +483,10 @@ class Run:
         return self._results[stage]
 
     def _built(self, stage: str, builder, *extra):
-        from verifylib.evidence.schemas.parity import SchemaError  # shared by wer, placement
+        from verifylib.evidence.schemas.fields import SchemaError  # every stage's schemas
         try:
             return builder(self.path, self._gates, *extra)
-        except SchemaError as exc:  # a document of stages 04-06 without its schema's shape
+        except SchemaError as exc:  # a stage's document without its schema's shape
             raise RunInvalid(f"{self.path}: the evidence of stage {stage} does not give its "
                              f"result ({type(exc).__name__}: {exc})") from None
         except EvidenceInvalid:
@@ -402,8 +496,21 @@ class Run:
                              f"result ({type(exc).__name__}: {exc})") from None
 
     def report(self, stage: str) -> StageReport:
-        """The stage's report as its notebook shows it: records, identities, seconds,
-        facts and typed result, all read from the run (``view.show(report)`` works)."""
+        """Return the stage's report as its notebook shows it.
+
+        Records, identities, seconds, facts and typed result, all read from the run
+        (``view.show(report)`` works).
+
+        Parameters
+        ----------
+        stage : str
+            The stage (``"04_parity"`` or ``"parity"``).
+
+        Returns
+        -------
+        StageReport
+            The stage's report.
+        """
         stage = _stage_name(stage)
         data = self.stage_file(stage) or {}
         return StageReport(stage, self.stage_records(stage), dict(data.get("identities") or {}),

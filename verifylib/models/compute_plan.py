@@ -75,7 +75,18 @@ class PlacementAnalysis:
     cost_sum: float
 
     def top_ops(self, n: int = 10) -> list[dict]:
-        """The ``n`` operations with the largest estimated cost share."""
+        """Return the ``n`` operations with the largest estimated cost share.
+
+        Parameters
+        ----------
+        n : int, default 10
+            How many operations to return at most.
+
+        Returns
+        -------
+        list of dict
+            The costed operations, largest cost first.
+        """
         costed = [o for o in self.ops if o["cost"] is not None]
         return sorted(costed, key=lambda o: -o["cost"])[:n]
 

@@ -101,6 +101,13 @@ class Metrics:
     finite: bool
 
     def as_dict(self) -> dict:
+        """Return the metrics as a plain dict, one key per field.
+
+        Returns
+        -------
+        dict
+            Field name -> value, as stored in the evidence.
+        """
         return {"n": self.n, "signal_energy": self.signal_energy,
                 "noise_energy": self.noise_energy, "dot": self.dot,
                 "candidate_energy": self.candidate_energy, "snr_db": self.snr_db,
@@ -186,10 +193,32 @@ def error_histogram(reference, candidate, bins: int = 80, floor: float = 1e-12) 
 
 
 def policy_record(policy: Policy) -> dict:
-    """What the evidence stores about a policy: id, digest of the resource, its rules."""
+    """Return what the evidence stores about a policy: id, digest of the resource, its rules.
+
+    Parameters
+    ----------
+    policy : Policy
+        A loaded policy.
+
+    Returns
+    -------
+    dict
+        ``id``, ``sha256`` and ``rules``.
+    """
     return {"id": policy.id, "sha256": policy.sha256, "rules": policy.rules}
 
 
 def snr_series(values: Sequence[Any]) -> list[float]:
-    """Stored SNR values (possibly ``"inf"`` strings) as floats, for plotting."""
+    """Return stored SNR values (possibly ``"inf"`` strings) as floats, for plotting.
+
+    Parameters
+    ----------
+    values : sequence
+        The stored values.
+
+    Returns
+    -------
+    list of float
+        Each value through :func:`as_float`.
+    """
     return [as_float(v) for v in values]

@@ -77,6 +77,18 @@ class Normalizer:
     identity: dict
 
     def __call__(self, text: str) -> str:
+        """Return ``text`` normalized by :attr:`fn`.
+
+        Parameters
+        ----------
+        text : str
+            The text to normalize.
+
+        Returns
+        -------
+        str
+            The normalized text.
+        """
         return self.fn(text)
 
 
@@ -120,10 +132,12 @@ class WordCounts:
 
     @property
     def ref_words(self) -> int:
+        """Number of reference words: hits, substitutions and deletions."""
         return self.hits + self.substitutions + self.deletions
 
     @property
     def errors(self) -> int:
+        """Number of edits: substitutions, deletions and insertions."""
         return self.substitutions + self.deletions + self.insertions
 
     @property
@@ -134,6 +148,13 @@ class WordCounts:
         return self.errors / self.ref_words
 
     def as_dict(self) -> dict:
+        """Return the four counts as a plain dict.
+
+        Returns
+        -------
+        dict
+            ``hits``, ``substitutions``, ``deletions`` and ``insertions``.
+        """
         return {"hits": self.hits, "substitutions": self.substitutions,
                 "deletions": self.deletions, "insertions": self.insertions}
 
@@ -193,10 +214,25 @@ def exact_corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> Fracti
 
 
 def policy_fraction(value: int | float) -> Fraction:
-    """A policy threshold as the decimal its resource spells (``0.05`` is exactly 1/20).
+    """Return a policy threshold as the decimal its resource spells (``0.05`` is 1/20).
 
     ``Fraction(0.05)`` would be the binary double just above 1/20; ``str`` gives the
     shortest decimal that reads back as the same double, i.e. what the JSON file says.
+
+    Parameters
+    ----------
+    value : int or float
+        The threshold as read from the policy resource.
+
+    Returns
+    -------
+    Fraction
+        The exact rational the decimal spells.
+
+    Raises
+    ------
+    PolicyInvalid
+        If ``value`` is not a finite number (a bool counts as none).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PolicyInvalid(f"policy threshold {value!r} is not a finite number")

@@ -4,9 +4,9 @@
 GGML ``whisper-cli`` are each run N times (parameter ``canary.runs``) with the lifecycle
 trigger (docs/runtime-contract.md §6.2), ``-nfa -dtw large.v3`` on the tree's own test
 model, which makes ``whisper_init_state`` free its state before ``whisper_batch_init`` --
-the same early return as a Core ML load failure. PASS iff the patched build gives N/N exit 3 with the
-``aheads_masks_init()`` failure line and the init-failure line and no signal; the
-unpatched outcomes are recorded as evidence of the defect, not gated.
+the same early return as a Core ML load failure. PASS iff the patched build gives N/N exit
+3 with the ``aheads_masks_init()`` failure line and the init-failure line and no signal;
+the unpatched outcomes are recorded as evidence of the defect, not gated.
 
 ``canary.sanitizer`` (any OS, informational): the same trigger on the AddressSanitizer
 builds stage 01 left (unpatched and patched), a few runs each with fixed ``ASAN_OPTIONS``;
@@ -42,23 +42,49 @@ from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import EvidenceRef, StageReport
-from verifylib.evidence.results import (CanaryResult, LifecycleSummary, NegativeControl,
-                                        PositiveControl, SanitizerSummary,
-                                        canary_result_from_evidence)
-from verifylib.evidence.rules.canary import SIDES, asan_stream_name, stream_name
-from verifylib.evidence.schemas.canary import (AsanBuild, CanarySchemaError, CoremlDigests,
-                                               FileRef, LifecycleEvidence, LifecycleRun,
-                                               LifecycleSide, LifecycleSides, NegativeEvidence,
-                                               PositiveEvidence, PositiveRun, PositiveTimeouts,
-                                               RunRecord, SanitizerEvidence, SanitizerRun,
-                                               SanitizerSide, SanitizerSides)
+from verifylib.evidence.results import (
+    CanaryResult,
+    LifecycleSummary,
+    NegativeControl,
+    PositiveControl,
+    SanitizerSummary,
+    canary_result_from_evidence,
+)
+from verifylib.evidence.rules.canary import asan_stream_name, stream_name
+from verifylib.evidence.schemas.canary import (
+    SIDES,
+    AsanBuild,
+    CoremlDigests,
+    FileRef,
+    LifecycleEvidence,
+    LifecycleRun,
+    LifecycleSide,
+    LifecycleSides,
+    NegativeEvidence,
+    PositiveEvidence,
+    PositiveRun,
+    PositiveTimeouts,
+    RunRecord,
+    SanitizerEvidence,
+    SanitizerRun,
+    SanitizerSide,
+    SanitizerSides,
+)
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.runtime.contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
 from verifylib.runtime.runner import RunResult, run_record, run_whisper_cli
-from verifylib.stages.artifacts import (asan_build, coreml_binary, ggml_binary, model_language,
-                                        published_model, runtime_tree, unpatched_binary)
+from verifylib.stages.artifacts import (
+    asan_build,
+    coreml_binary,
+    ggml_binary,
+    model_language,
+    published_model,
+    runtime_tree,
+    unpatched_binary,
+)
 from verifylib.stages.context import StageContext
 
 STAGE = "03_canary"
@@ -85,6 +111,8 @@ def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int
         Seconds per run.
     progress : bool
         Show a plain-text tqdm bar (no widget: the report carries no JavaScript).
+    preset : str, default contracts.LIFECYCLE_DTW_PRESET
+        The ``-dtw`` alignment-heads preset of the trigger (one whose heads the model lacks).
     env_extra : mapping, optional
         Variables every run gets on top of the runner's environment (``ASAN_OPTIONS``).
     desc : str
@@ -139,6 +167,10 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
         Runs per side.
     timeout : float
         Seconds per run.
+    progress : bool
+        Show a plain-text progress bar (see :func:`run_lifecycle`).
+    preset : str, default contracts.LIFECYCLE_DTW_PRESET
+        The ``-dtw`` alignment-heads preset of the trigger (one whose heads the model lacks).
 
     Returns
     -------
@@ -224,6 +256,10 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         The tree's test model and sample.
     timeout : float
         Seconds per run.
+    progress : bool
+        Show a plain-text progress bar (see :func:`run_lifecycle`).
+    preset : str, default contracts.LIFECYCLE_DTW_PRESET
+        The ``-dtw`` alignment-heads preset of the trigger (one whose heads the model lacks).
 
     Returns
     -------
@@ -247,7 +283,7 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         try:
             build_of[side] = AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS},
                                                  f"{side} build")
-        except CanarySchemaError as exc:
+        except SchemaError as exc:
             raise PrerequisiteBroken(f"stage 01's {side} AddressSanitizer build record is "
                                      f"malformed: {exc}") from None
         bins[side] = path
@@ -291,12 +327,30 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
 def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, model_file: Path,
                     audio: Path, timeout: float, language: str,
                     scratch_parent: Path | None = None) -> tuple[list[EvidenceRef], dict]:
-    """The fail-closed negative control (docs/runtime-contract.md §2.4): one run, no
-    warm-up, no retry.
+    """Run the fail-closed negative control (docs/runtime-contract.md §2.4) and write it.
 
-    Only the ``ggml-*.bin`` is copied into a fresh scratch folder (its ``.mlmodelc`` is
-    deliberately left behind), and the Core ML build runs once on it. The first result is
-    the evidence.
+    One run, no warm-up, no retry. Only the ``ggml-*.bin`` is copied into a fresh scratch
+    folder (its ``.mlmodelc`` is deliberately left behind), and the Core ML build runs once
+    on it. The first result is the evidence.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Where the evidence goes.
+    binary : Path
+        The Core ML whisper-cli build.
+    binary_sha256 : str
+        Its recorded SHA-256 (re-hashed before use).
+    model_file : Path
+        The ``ggml-*.bin`` copied alone into the scratch folder.
+    audio : Path
+        The audio to transcribe.
+    timeout : float
+        Seconds for the one run.
+    language : str
+        The decoding language passed to whisper-cli.
+    scratch_parent : Path, optional
+        Where the scratch folder is made (default: the system temporary directory).
 
     Returns
     -------
@@ -344,19 +398,43 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
 def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
                     audio: Path, first_timeout: float, timeout: float,
                     language: str) -> tuple[list[EvidenceRef], dict]:
-    """The positive gate (docs/runtime-contract.md §2.3, §6.3): one warm-up, one measured
-    run.
+    """Run the positive gate (docs/runtime-contract.md §2.3, §6.3) and write its evidence.
 
-    The ``.mlmodelc`` must sit at ``coreml_encoder_path(model_arg)``. The warm-up gets the
-    generous first-run timeout (on-device compilation) and is recorded, not classified;
-    the measured run is classified alone. Both wall times and whisper.cpp's ``encode
-    time`` are recorded; the ``.mlmodelc`` tree digest is taken before and after.
+    One warm-up, one measured run. The ``.mlmodelc`` must sit at
+    ``coreml_encoder_path(model_arg)``. The warm-up gets the generous first-run timeout
+    (on-device compilation) and is recorded, not classified; the measured run is classified
+    alone. Both wall times and whisper.cpp's ``encode time`` are recorded; the ``.mlmodelc``
+    tree digest is taken before and after.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Where the evidence goes.
+    binary : Path
+        The Core ML whisper-cli build.
+    binary_sha256 : str
+        Its recorded SHA-256 (re-hashed before use).
+    model_arg : str
+        The model path passed to whisper-cli; the encoder is derived from it.
+    audio : Path
+        The audio to transcribe.
+    first_timeout : float
+        Seconds for the warm-up run (on-device compilation).
+    timeout : float
+        Seconds for the measured run.
+    language : str
+        The decoding language passed to whisper-cli.
 
     Returns
     -------
     (list of EvidenceRef, dict)
         The ``positive`` document with the measured run's streams (and the warm-up's),
         and the identities.
+
+    Raises
+    ------
+    verifylib.errors.PrerequisiteBroken
+        If ``binary`` no longer hashes to ``binary_sha256``.
     """
     if sha256_file(binary) != binary_sha256:
         raise PrerequisiteBroken(f"{binary} does not hash to {binary_sha256}")
@@ -429,7 +507,8 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 a_side = str(exc)
             refs, ids = lifecycle_ab(
                 ctx, patched=ggml_binary(ctx), unpatched=a_side,
-                model=tree / contracts.TEST_MODEL_IN_TREE, audio=tree / contracts.TEST_AUDIO_IN_TREE,
+                model=tree / contracts.TEST_MODEL_IN_TREE,
+                audio=tree / contracts.TEST_AUDIO_IN_TREE,
                 runs=cfg.runs, timeout=cfg.timeout_s, progress=progress)
             g.judge(refs, ids)
     g = ctx.begin("canary.coreml_negative", disabled)

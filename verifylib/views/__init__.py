@@ -111,12 +111,24 @@ def render(name: str, **context: Any) -> str:
 
 
 def stylesheet() -> str:
-    """The text of the shared stylesheet ``verifylib.css``."""
+    """Return the text of the shared stylesheet ``verifylib.css``.
+
+    Returns
+    -------
+    str
+        The stylesheet.
+    """
     return (TEMPLATES / STYLESHEET).read_text(encoding="utf-8")
 
 
 def style_block() -> str:
-    """The ``<style>`` block a notebook output opens with (exactly as the views emit it)."""
+    """Return the ``<style>`` block a notebook output opens with (as the views emit it).
+
+    Returns
+    -------
+    str
+        The rendered ``style.html.j2``.
+    """
     return render("style.html.j2")
 
 

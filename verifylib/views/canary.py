@@ -1,4 +1,7 @@
-"""Display of stage 03_canary: the batch-lifecycle A/B, its sanitizer runs, the Core ML controls."""
+"""Display of stage 03_canary.
+
+The batch-lifecycle A/B, its sanitizer runs, the Core ML controls.
+"""
 
 from __future__ import annotations
 

@@ -61,11 +61,12 @@ def _run_colors(labels: Sequence[str]) -> dict[str, str]:
 
 def layer_plot(comparison, gate: str = "parity.program", *, modes: Sequence[str] | None = None,
                labels: Sequence[str] | None = None):
-    """Every run's per-layer SNR curve of one program candidate on one plot.
+    """Plot every run's per-layer SNR curve of one program candidate on one plot.
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
     gate : str
         ``parity.program`` or ``parity.program_fp16``.
     modes : sequence of str, optional
@@ -112,12 +113,15 @@ def layer_plot(comparison, gate: str = "parity.program", *, modes: Sequence[str]
 
 def op_plot(comparison, gate: str = "parity.program", *, start: int = 0,
             stop: int | None = None):
-    """Every run's SNR along the program: precision drift (against float64) above,
-    conversion drift (mapped ops, against HF) below.
+    """Plot every run's SNR along the program.
+
+    Precision drift (against float64) above, conversion drift (mapped ops, against HF)
+    below.
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
     gate : str
         ``parity.program`` or ``parity.program_fp16``.
     start, stop : int, optional
@@ -171,11 +175,12 @@ def op_plot(comparison, gate: str = "parity.program", *, start: int = 0,
 
 
 def wer_plot(comparison):
-    """Per-clip WER of every run, one panel per side (GGML, hybrid, Hugging Face).
+    """Plot the per-clip WER of every run, one panel per side (GGML, hybrid, Hugging Face).
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
 
     Returns
     -------
@@ -215,15 +220,17 @@ def wer_plot(comparison):
 
 
 def png_base64(fig) -> str | None:
-    """A figure as base64 PNG text (for a ``data:`` URI); None for no figure.
+    """Return a figure as base64 PNG text (for a ``data:`` URI); None for no figure.
 
     Parameters
     ----------
     fig : matplotlib.figure.Figure or None
+        The figure to encode (rendered with Agg at 90 dpi).
 
     Returns
     -------
     str or None
+        The base64 text, or None when ``fig`` is None.
     """
     if fig is None:
         return None
@@ -253,11 +260,12 @@ def _context(comparison) -> dict[str, Any]:
 
 
 def fragment(comparison, *, style: bool = True) -> str:
-    """The comparison as an HTML fragment (a notebook output).
+    """Render the comparison as an HTML fragment (a notebook output).
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
     style : bool
         Open with the shared stylesheet's ``<style>`` block.
 
@@ -269,11 +277,12 @@ def fragment(comparison, *, style: bool = True) -> str:
 
 
 def page(comparison) -> str:
-    """The comparison as one self-contained HTML document (stylesheet and plots inline).
+    """Render the comparison as one self-contained HTML document (stylesheet, plots inline).
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
 
     Returns
     -------
@@ -283,13 +292,17 @@ def page(comparison) -> str:
 
 
 def write(comparison, out_dir: str | os.PathLike) -> Path:
-    """Write ``compare.html`` into ``out_dir`` (created if needed) through a staging file
-    renamed into place, so a reader never sees half a page.
+    """Write ``compare.html`` into ``out_dir`` (created if needed).
+
+    The page goes through a staging file renamed into place, so a reader never sees half a
+    page.
 
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
     out_dir : path-like
+        The folder to write the page into.
 
     Returns
     -------
@@ -309,6 +322,7 @@ def show(comparison) -> None:
     Parameters
     ----------
     comparison : verifylib.compare.model.Comparison
+        The runs' comparison (:func:`verifylib.compare.runs.compare_runs`).
     """
     show_html(fragment(comparison))
 

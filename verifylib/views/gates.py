@@ -1,4 +1,7 @@
-"""Gate tables: a stage's :class:`~verifylib.evidence.records.StageReport` and a receipt's summary."""
+"""Gate tables.
+
+A stage's :class:`~verifylib.evidence.records.StageReport` and a receipt's summary.
+"""
 
 from __future__ import annotations
 

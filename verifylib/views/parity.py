@@ -143,7 +143,7 @@ def _op_colors(types) -> dict:
 
 
 def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
-    """SNR of every op's output along the program, coloured by op type.
+    """Plot the SNR of every op's output along the program, coloured by op type.
 
     Two panels: precision drift (every op, against float64) and conversion drift (ops
     with a Hugging Face counterpart). ``start``/``stop`` zoom on a range of op indices.
@@ -151,6 +151,7 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
     Parameters
     ----------
     att : verifylib.numerics.drift.Attribution
+        The candidate's op-level attribution.
     start, stop : int, optional
         Op index range to draw.
 

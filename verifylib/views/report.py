@@ -23,10 +23,10 @@ from nbconvert.preprocessors.sanitize import SanitizeHTML
 
 from verifylib import canonical, views
 from verifylib.evidence import gates
+from verifylib.evidence.failures import FailureRecord, read_failures
 from verifylib.evidence.layout import RECEIPT_FILE
 from verifylib.views import gates as gate_views
 from verifylib.views import index as index_view
-from verifylib.evidence.failures import FailureRecord, read_failures
 
 REPORT = "report.html"
 REPORT_FULL = "report-full.html"
@@ -170,8 +170,11 @@ def _failure_row(root: Path, path: Path, rec: FailureRecord | str) -> dict:
 
 
 def _index_rows(root: Path, outcomes) -> list[dict]:
-    """One row per published run (``<name>/<run-id>/receipt.json``) and per failure
-    record (``<name>/.failed/<id>.json``) under ``root``, each model's rows by time."""
+    """Return one row per published run and per failure record under ``root``.
+
+    Runs are ``<name>/<run-id>/receipt.json``, failure records ``<name>/.failed/<id>.json``;
+    each model's rows are ordered by time.
+    """
     rows: dict[Path, dict] = {}
     # This invocation's runs must be listed; an unreadable receipt of theirs is an error.
     for o in outcomes:

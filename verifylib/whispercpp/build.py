@@ -3,14 +3,14 @@
 Why this is hand-written: the build-hygiene rules of docs/runtime-contract.md §3 (a
 separate build folder per variant, outside the source tree; the SHA-256 of the produced
 binary recorded; a binary whose digest covers the patched library code) are not what a
-generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everything that decides its bytes
-(source tree id, patch digest, variant, CMake options, compiler and host CPU), the binary
-is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with its
-``build.json`` through a staging folder, so a failed or interrupted build publishes
-nothing and a cached one is re-hashed before reuse. One process at a time builds a key
-(its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that wanted the same
-key waits, then reuses that publication once it re-hashes. Every subprocess goes through
-:func:`verifylib.runtime.runner.run`.
+generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everything that
+decides its bytes (source tree id, patch digest, variant, CMake options, compiler and host
+CPU), the binary is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and
+published with its ``build.json`` through a staging folder, so a failed or interrupted
+build publishes nothing and a cached one is re-hashed before reuse. One process at a time
+builds a key (its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that
+wanted the same key waits, then reuses that publication once it re-hashes. Every subprocess
+goes through :func:`verifylib.runtime.runner.run`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from verifylib.canonical import (dumps, is_sha256, publish_dir, read_json, sha256_bytes,
-                                 sha256_file, write_json)
+from verifylib.canonical import (
+    dumps,
+    is_sha256,
+    publish_dir,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+    write_json,
+)
 from verifylib.errors import BuildFailure, ParametersInvalid
 from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.runtime import contracts
-from verifylib.runtime.runner import (RunResult, run, run_record, run_whisper_binary,
-                                      run_whisper_cli)
+from verifylib.runtime.runner import (
+    RunResult,
+    run,
+    run_record,
+    run_whisper_binary,
+    run_whisper_cli,
+)
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
 
@@ -126,7 +138,8 @@ def _norm_value(name: str, value: Any) -> str:
         return str(value)
     if isinstance(value, str) and value and not any(c in value for c in "\n\r\0"):
         return value
-    raise ParametersInvalid(f"CMake option {name}: value {value!r} must be a bool, int or one-line string")
+    raise ParametersInvalid(f"CMake option {name}: value {value!r} must be a bool, int "
+                            f"or one-line string")
 
 
 def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -170,7 +183,7 @@ def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[s
 
 
 def forced_options(variant: str) -> dict[str, str]:
-    """The CMake options no caller can change for ``variant`` (fixed plus variant-forced).
+    """Return the CMake options no caller can change for ``variant`` (fixed, variant-forced).
 
     Parameters
     ----------
@@ -229,7 +242,8 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
         if patch_sha256 is not None:
             raise ParametersInvalid(f"variant {variant!r} takes patch_sha256=None")
     elif not is_sha256(patch_sha256):
-        raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, got {patch_sha256!r}")
+        raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, "
+                                f"got {patch_sha256!r}")
     payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
                "patch_sha256": patch_sha256, "variant": variant, "options": dict(options),
                "compiler": dict(compiler)}
@@ -278,11 +292,24 @@ def _inspect(argv: list[str]) -> RunResult:
             raise
         raise BuildError(f"cannot list shared libraries: {argv[0]} not found") from None
     if not res.ok:
-        raise BuildError(f"{' '.join(argv)} failed ({res.describe()}): {res.stderr_text.strip()[-500:]}")
+        raise BuildError(f"{' '.join(argv)} failed ({res.describe()}): "
+                         f"{res.stderr_text.strip()[-500:]}")
     return res
 
 
 def links_runtime_dynamically(libs: Any) -> bool:
+    """Tell whether a binary links whisper.cpp's own runtime as shared libraries.
+
+    Parameters
+    ----------
+    libs : iterable
+        The binary's linked libraries (paths or names).
+
+    Returns
+    -------
+    bool
+        True if any library's file name starts with ``libwhisper`` or ``libggml``.
+    """
     return any(Path(str(lib)).name.startswith(_SHARED_RUNTIME_PREFIXES) for lib in libs)
 
 
@@ -583,14 +610,22 @@ class SystemInfoProbe:
     coreml: int | None
 
     def to_evidence(self) -> dict[str, Any]:
-        """Return the run's record (:func:`verifylib.runtime.runner.run_record`, with its launch
-        citation when the launch was recorded) plus what the probe read, as a JSON-able
-        dict."""
+        """Return the run's record plus what the probe read, as a JSON-able dict.
+
+        The record is :func:`verifylib.runtime.runner.run_record`'s, with its launch citation
+        when the launch was recorded.
+
+        Returns
+        -------
+        dict
+            The run record with the probe's fields added.
+        """
         return dict(run_record(self.result), system_info_line=self.system_info_line,
                     coreml=self.coreml)
 
 
-def probe_system_info(binary: Path, model: Path, audio: Path, timeout: float = 120.0) -> SystemInfoProbe:
+def probe_system_info(binary: Path, model: Path, audio: Path,
+                      timeout: float = 120.0) -> SystemInfoProbe:
     """Run a published whisper-cli briefly to read its ``system_info`` line.
 
     whisper-cli prints the line only after the model has loaded and the audio has been
@@ -751,8 +786,33 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
 def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options: Mapping,
                          cache_dir: Path, jobs: int = 2,
                          log: Callable[[str], None] = print) -> tuple[BuildResult, BenchBuild]:
-    """Build the Core ML ``whisper-cli`` (variant ``coreml``: ``WHISPER_COREML=1``, fallback
-    OFF, static, own content-keyed folder) and a ``whisper-bench`` with its options."""
+    """Build the Core ML ``whisper-cli`` and a ``whisper-bench`` with its options.
+
+    The ``whisper-cli`` is variant ``coreml``: ``WHISPER_COREML=1``, fallback OFF, static,
+    own content-keyed folder.
+
+    Parameters
+    ----------
+    src : Path
+        The patched source folder.
+    tree_id : str
+        Its pristine tree id (keys the cache).
+    patch_sha256 : str
+        Digest of the applied patch.
+    options : mapping
+        Extra CMake options (see :func:`effective_options`).
+    cache_dir : Path
+        Cache root shared with :mod:`verifylib.whispercpp.source`.
+    jobs : int
+        Parallel compile jobs.
+    log : callable
+        Receives one-line progress messages.
+
+    Returns
+    -------
+    (BuildResult, BenchBuild)
+        The published ``whisper-cli`` and the ``whisper-bench`` built with its options.
+    """
     cli = build_whisper_cli(src, tree_id=tree_id, patch_sha256=patch_sha256,
                                    variant="coreml", options=options, cache_dir=cache_dir,
                                    jobs=jobs, log=log)

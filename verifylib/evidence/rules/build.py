@@ -1,5 +1,4 @@
-"""Pass rules of stage 01 (build): source identity, exact patch, the GGML and the Core ML builds.
-"""
+"""Pass rules of stage 01 (build): source identity, exact patch, the GGML and Core ML builds."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ def _rule_ggml(ev) -> Judgement:
 
 
 def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Judgement:
-    """The rule of ``build.coreml`` on stored evidence.
+    """Judge ``build.coreml`` on stored evidence.
 
     PASS iff the build exists with a well-formed SHA-256 equal to its recorded one, is the
     ``coreml`` variant with ``WHISPER_COREML=1``, ``WHISPER_COREML_ALLOW_FALLBACK=OFF`` and
@@ -140,8 +139,10 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
                         f"(found {contracts.COREML_FLAG}{coreml})")
     if problems:
         return Judgement.failed("; ".join(problems))
-    return Judgement.passed(f"static Core ML whisper-cli sha256 {sha} (WHISPER_COREML=1, fallback OFF) "
-                            f"in its own folder; {contracts.COREML_ON!r} read from whisper-bench built "
+    return Judgement.passed(f"static Core ML whisper-cli sha256 {sha} "
+                            f"(WHISPER_COREML=1, fallback OFF) "
+                            f"in its own folder; {contracts.COREML_ON!r} read from "
+                            f"whisper-bench built "
                             f"with the same options ({label})")
 
 
@@ -308,7 +309,8 @@ def judge_patch_exact(evidence: Any,
         return Judgement.failed("; ".join(problems))
     last = checks.phase(required[-1]) if required else None
     size = last.patch_file_bytes if last is not None else None
-    return Judgement.passed(f"{' and '.join(required)} the build: git diff equals the declared patch "
+    return Judgement.passed(f"{' and '.join(required)} the build: "
+                            f"git diff equals the declared patch "
                             f"(sha256 {doc.declared_patch_sha256}, {size} "
                             f"bytes) on pin tree {doc.pin_tree}; status exactly "
                             f"{expected_status(doc.touches)}, ignored files included")

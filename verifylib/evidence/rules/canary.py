@@ -1,4 +1,7 @@
-"""Pass rules of stage 03 (canary): the batch-lifecycle A/B, the AddressSanitizer runs, the Core ML negative control and positive gate.
+"""Pass rules of stage 03 (canary).
+
+The batch-lifecycle A/B, the AddressSanitizer runs, the Core ML negative control and
+positive gate.
 """
 
 from __future__ import annotations
@@ -9,19 +12,28 @@ from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.gates import Judgement
-from verifylib.evidence.schemas.canary import (LIFECYCLE_SCHEMA, NEGATIVE_SCHEMA,
-                                               POSITIVE_SCHEMA, SANITIZER_SCHEMA, SIDES,
-                                               CanarySchemaError, LifecycleEvidence,
-                                               NegativeEvidence, PositiveEvidence, RunRecord,
-                                               SanitizerEvidence, SanitizerSide, SchemaMismatch,
-                                               SidesIncomplete)
+from verifylib.evidence.schemas.canary import (
+    LIFECYCLE_SCHEMA,
+    NEGATIVE_SCHEMA,
+    POSITIVE_SCHEMA,
+    SANITIZER_SCHEMA,
+    SIDES,
+    LifecycleEvidence,
+    NegativeEvidence,
+    PositiveEvidence,
+    RunRecord,
+    SanitizerEvidence,
+    SanitizerSide,
+    SchemaMismatch,
+    SidesIncomplete,
+)
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
 
-__all__ = ["SIDES", "LIFECYCLE_SCHEMA", "SANITIZER_SCHEMA", "NEGATIVE_SCHEMA", "POSITIVE_SCHEMA",
-           "stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
+__all__ = ["stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
            "judge_negative", "judge_positive", "RULES"]
 
 
@@ -30,7 +42,7 @@ def stream_name(sha: str) -> str:
     return f"stream-{sha}"
 
 
-def _refusal(exc: CanarySchemaError, schema: str) -> Judgement:
+def _refusal(exc: SchemaError, schema: str) -> Judgement:
     """Return the FAIL of a document that does not parse as ``schema``, naming the problem."""
     if isinstance(exc, SchemaMismatch):
         return Judgement.failed(f"not a {schema} document")
@@ -54,7 +66,7 @@ def _summary(counts: Mapping[str, int]) -> str:
 
 def _run_streams(side: str, i: int, rec: RunRecord, stream: Callable[[str], bytes | None],
                  problems: list[str]) -> tuple[bytes, bytes] | None:
-    """The stored stderr and stdout of one recorded run, or None with the problem noted."""
+    """Return the stored stderr and stdout of one recorded run, or None with the problem noted."""
     err = stream(rec.stderr_sha256) if is_sha256(rec.stderr_sha256) else None
     out = stream(rec.stdout_sha256) if is_sha256(rec.stdout_sha256) else None
     if err is None or out is None:
@@ -64,7 +76,7 @@ def _run_streams(side: str, i: int, rec: RunRecord, stream: Callable[[str], byte
 
 
 def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgement:
-    """The rule of ``canary.lifecycle_ab`` on stored evidence.
+    """Judge ``canary.lifecycle_ab`` on stored evidence.
 
     Every run of both sides is re-classified from its recorded exit status and its stored
     stream (looked up by digest); a recorded outcome or count the streams do not support,
@@ -84,7 +96,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
     """
     try:
         ev = LifecycleEvidence.from_json(doc)
-    except CanarySchemaError as exc:
+    except SchemaError as exc:
         return _refusal(exc, LIFECYCLE_SCHEMA)
     n = ev.runs_per_side
     if n < 1:
@@ -129,7 +141,8 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
             unpatched.binary_sha256 == patched_side.binary_sha256:
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
-        return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
+        return Judgement.failed("evidence does not support the outcomes: "
+                                + " | ".join(problems[:5]))
     patched = results["patched"]  # no problems: the patched side was available and read
     if len(patched) != n:
         return Judgement.failed(f"patched: {len(patched)} runs recorded, expected {n}")
@@ -158,13 +171,25 @@ def _rule_lifecycle(ev) -> Judgement:
 
 
 def asan_stream_name(sha: str) -> str:
-    """Evidence name of a stored ``canary.sanitizer`` stream (apart from the A/B's, whose
-    empty stdout would otherwise share a file name with it)."""
+    """Return the evidence name of a stored ``canary.sanitizer`` stream.
+
+    It is apart from the A/B's, whose empty stdout would otherwise share a file name with it.
+
+    Parameters
+    ----------
+    sha : str
+        The stream's SHA-256.
+
+    Returns
+    -------
+    str
+        ``asan-stream-<sha>``.
+    """
     return f"asan-stream-{sha}"
 
 
 def _asan_build_problems(side: str, s: SanitizerSide, pin: Any) -> list[str]:
-    """A side's recorded build must be its ASan variant of the pin, static, instrumented."""
+    """List why a side's recorded build is not the pin's ASan variant, static, instrumented."""
     variant, _ = _sanitizer.SIDES[side]
     b = s.build
     if b is None:
@@ -195,7 +220,7 @@ def _asan_build_problems(side: str, s: SanitizerSide, pin: Any) -> list[str]:
 
 def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
                     identities: Mapping[str, Any] | None = None) -> Judgement:
-    """The rule of ``canary.sanitizer`` on stored evidence (informational gate).
+    """Judge ``canary.sanitizer`` on stored evidence (informational gate).
 
     The evidence must hold, for each side, the pin's AddressSanitizer build (variant,
     forced sanitizer flags, static, the ASan runtime linked, bound to the gate's identity
@@ -220,7 +245,7 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
     """
     try:
         ev = SanitizerEvidence.from_json(doc)
-    except CanarySchemaError as exc:
+    except SchemaError as exc:
         return _refusal(exc, SANITIZER_SCHEMA)
     n = _sanitizer.RUNS_PER_SIDE
     problems: list[str] = []
@@ -280,7 +305,8 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
             sides.unpatched.binary_sha256 == sides.patched.binary_sha256:
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
-        return Judgement.failed("evidence does not support the outcomes: " + " | ".join(problems[:5]))
+        return Judgement.failed("evidence does not support the outcomes: "
+                                + " | ".join(problems[:5]))
     u_sha = _short(sides.unpatched.binary_sha256)
     p_sha = _short(sides.patched.binary_sha256)
     failures = []
@@ -318,11 +344,14 @@ def _rule_sanitizer(ev) -> Judgement:
 
 
 def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
-    """The rule of ``canary.coreml_negative``: one run only, in a scratch folder holding
-    only the ``ggml-*.bin``, classified by :func:`verifylib.runtime.contracts.classify_negative`."""
+    """Judge ``canary.coreml_negative``.
+
+    One run only, in a scratch folder holding only the ``ggml-*.bin``, classified by
+    :func:`verifylib.runtime.contracts.classify_negative`.
+    """
     try:
         ev = NegativeEvidence.from_json(doc)
-    except CanarySchemaError as exc:
+    except SchemaError as exc:
         return _refusal(exc, NEGATIVE_SCHEMA)
     problems = []
     # A warm-up has no place in this format; a document that records one is refused.
@@ -364,16 +393,17 @@ def _rule_negative(ev) -> Judgement:
 
 def judge_positive(doc: Any, stderr: bytes, stdout: bytes,
                    warmup: tuple[bytes, bytes] | None = None) -> Judgement:
-    """The rule of ``canary.coreml_positive``.
+    """Judge ``canary.coreml_positive``.
 
-    The measured run is classified by :func:`verifylib.runtime.contracts.classify_positive`, with
-    the ``.mlmodelc`` at the derived path and unchanged across both runs; the warm-up
+    The measured run is classified by :func:`verifylib.runtime.contracts.classify_positive`,
+    with the ``.mlmodelc`` at the derived path and unchanged across both runs; the warm-up
     (its stderr and stdout in ``warmup``) must end cleanly by
     :func:`verifylib.runtime.contracts.warmup_problems` -- a crash, timeout, non-zero exit or
-    fallback line in it is a FAIL, never something a second run makes good."""
+    fallback line in it is a FAIL, never something a second run makes good.
+    """
     try:
         ev = PositiveEvidence.from_json(doc)
-    except CanarySchemaError as exc:
+    except SchemaError as exc:
         return _refusal(exc, POSITIVE_SCHEMA)
     problems = []
     if not is_sha256(ev.binary_sha256):

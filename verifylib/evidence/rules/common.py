@@ -1,4 +1,7 @@
-"""Checks shared by the judges of several stages: pins against the shipped manifest, stored streams against their run records, cited policies against the packaged ones.
+"""Checks shared by the judges of several stages.
+
+Pins against the shipped manifest, stored streams against their run records, cited
+policies against the packaged ones.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def stream_problems(ev, record: Any, names: Mapping[str, str]) -> list[str]:
 
 
 def policy_file_problems(ev, name: str, policy_id: str) -> list[str]:
-    """A cited policy record must be the packaged resource (id, digest, rules)."""
+    """List why a cited policy record is not the packaged resource (id, digest, rules)."""
     packaged = load_policy(policy_id)
     stored = ev.json(name)
     want = {"id": packaged.id, "sha256": packaged.sha256, "rules": packaged.rules}

@@ -1,4 +1,6 @@
-"""Pass rules of stage 02 (export): the ggml model file, the encoder's IO contract, the compiled encoder.
+"""Pass rules of stage 02 (export).
+
+The ggml model file, the encoder's IO contract, the compiled encoder.
 """
 
 from __future__ import annotations

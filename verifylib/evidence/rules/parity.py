@@ -1,4 +1,6 @@
-"""Pass rules of stage 04 (parity): each variant's ML program and compiled model against the frozen SNR + cosine policy.
+"""Pass rules of stage 04 (parity).
+
+Each variant's ML program and compiled model against the frozen SNR + cosine policy.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from verifylib.evidence.results import ATTRIBUTION
 from verifylib.evidence.rules.common import policy_file_problems
 from verifylib.evidence.schemas.parity import Measurement, ParityEvidence, SchemaError
 from verifylib.numerics.drift import check_document
-from verifylib.numerics.parity import (POLICY_OF_VARIANT, as_float, compare, cosine_from_sums,
-                                       snr_from_energies)
+from verifylib.numerics.parity import (
+    POLICY_OF_VARIANT,
+    as_float,
+    compare,
+    cosine_from_sums,
+    snr_from_energies,
+)
 from verifylib.numerics.scoring import load_policy
 
 
@@ -102,7 +109,7 @@ def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, floa
 
 def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
                  kind: str) -> Judgement:
-    """The fp32-v1 / fp16-v1 rule on a stored parity record.
+    """Judge a stored parity record by the fp32-v1 / fp16-v1 rule.
 
     Parameters
     ----------
@@ -132,9 +139,11 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
         return Judgement.failed(_refusal(exc))
     pol = doc.policy
     if pol.id != policy_id:
-        return Judgement.failed(f"evidence was measured under policy {pol.id!r}, not {policy_id}")
+        return Judgement.failed(f"evidence was measured under policy {pol.id!r}, "
+                                f"not {policy_id}")
     if pol.sha256 != packaged.sha256 or pol.rules != packaged.rules:
-        return Judgement.failed(f"the stored {policy_id} record differs from the packaged resource "
+        return Judgement.failed(f"the stored {policy_id} record differs from the "
+                                f"packaged resource "
                                 f"(sha256 {pol.sha256} vs {packaged.sha256})")
     rules = packaged.rules
     if doc.variant != rules["variant"]:
@@ -148,7 +157,8 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
                         f"the exported one ({art.exported_tree_digest})")
     gated = [m for m in doc.measured() if m.input == want_input and m.execution == want_exec]
     if len(gated) != 1:
-        return Judgement.failed(f"expected exactly one {want_input}/{want_exec} measurement, found "
+        return Judgement.failed(f"expected exactly one {want_input}/{want_exec} "
+                                f"measurement, found "
                                 f"{len(gated)}")
     extra = []
     for m in doc.measured():

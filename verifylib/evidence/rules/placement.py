@@ -1,5 +1,4 @@
-"""Pass rule of stage 06 (placement): the compiled encoder's compute plan.
-"""
+"""Pass rule of stage 06 (placement): the compiled encoder's compute plan."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ _NOT_FINITE = "{} operation(s) with a cost that is not a finite number"
 
 
 def judge_plan(evidence: PlanEvidence | Mapping[str, Any]) -> Judgement:
-    """The ``placement.plan`` rule on stored evidence.
+    """Judge ``placement.plan`` on stored evidence.
 
     PASS iff the plan lists operations, every operation that carries a cost names a
     preferred device, every cost is a finite number, and the cost shares sum to
@@ -84,8 +83,10 @@ def judge_plan(evidence: PlanEvidence | Mapping[str, Any]) -> Judgement:
     if stored is None or set(stored) != set(by_device) or any(
             not math.isclose(
                 stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
-        return Judgement.failed(f"stored cost by device {stored!r} is not what the per-op rows give "
+        return Judgement.failed(f"stored cost by device {stored!r} is not what the "
+                                f"per-op rows give "
                                 f"{by_device!r}")
     shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(by_device.items()))
-    return Judgement.passed(f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
+    return Judgement.passed(f"{len(ops)} operations planned "
+                            f"({len(costed)} costed, sum {total:.4f}); "
                             f"cost share by preferred device: {shares}")

@@ -1,4 +1,6 @@
-"""Pass rules of stage 05 (WER): GGML against the source model, and the hybrid (Core ML encoder) runs.
+"""Pass rules of stage 05 (WER).
+
+GGML against the source model, and the hybrid (Core ML encoder) runs.
 """
 
 from __future__ import annotations
@@ -10,10 +12,22 @@ from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import policy_file_problems
-from verifylib.evidence.schemas.wer import (Counts, HybridClip, HybridEvidence, SchemaError,
-                                            WerClip, WerEvidence)
-from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
-                                        load_policy, policy_fraction)
+from verifylib.evidence.schemas.wer import (
+    Counts,
+    HybridClip,
+    HybridEvidence,
+    SchemaError,
+    WerClip,
+    WerEvidence,
+)
+from verifylib.numerics.scoring import (
+    WordCounts,
+    corpus_wer,
+    count_words,
+    exact_corpus_wer,
+    load_policy,
+    policy_fraction,
+)
 from verifylib.runtime import contracts
 
 WER_POLICY_ID = "wer-v1"
@@ -67,7 +81,8 @@ def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[s
             problems.append(f"{c.id}: stored GGML stderr is not the run's stream")
             continue
         if run.returncode != 0 or run.signal:
-            problems.append(f"{c.id}: GGML run ended {run.signal or 'exit ' + str(run.returncode)}")
+            problems.append(f"{c.id}: GGML run ended "
+                            f"{run.signal or 'exit ' + str(run.returncode)}")
         coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
         if coreml != 0:
             problems.append(f"{c.id}: GGML run's system_info does not show "
@@ -125,7 +140,7 @@ def _classifier(ev):
 
 
 def hybrid_binding_problems(doc: HybridEvidence | Any, coreml_sha256: Any) -> list[str]:
-    """The hybrid runs must be launches of the Core ML binary that passed ``build.coreml``.
+    """List why the hybrid runs are not launches of the Core ML binary of ``build.coreml``.
 
     ``coreml_sha256`` is the gate's bound identity ``binary.coreml.sha256`` (which the
     validator checks against the build's); each clip's run must cite a ledger launch of a
@@ -214,16 +229,16 @@ def _stored_count_problems(clip: WerClip | HybridClip, counts: Mapping[str, tupl
 
 
 def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement:
-    """The wer-v1 rule for ``wer.ggml_vs_source``, on stored evidence.
+    """Judge ``wer.ggml_vs_source`` by the wer-v1 rule, on stored evidence.
 
     Parameters
     ----------
     evidence : WerEvidence or mapping
         A mapping is read with :meth:`WerEvidence.from_json` (one that does not parse is
-        a FAIL naming the field). ``policy`` (the wer-v1 resource), ``clips``: per clip ``source`` and ``ggml`` counts
-        against the reference, ``source_empty`` and ``ggml_empty`` flags, and for public
-        clips the normalized ``reference``, ``source_text`` and ``ggml_text`` (their counts
-        are recomputed and must agree).
+        a FAIL naming the field). ``policy`` (the wer-v1 resource), ``clips``: per clip
+        ``source`` and ``ggml`` counts against the reference, ``source_empty`` and
+        ``ggml_empty`` flags, and for public clips the normalized ``reference``,
+        ``source_text`` and ``ggml_text`` (their counts are recomputed and must agree).
 
     Returns
     -------
@@ -254,7 +269,8 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
     figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
                f"(limit {limit:.4f}) over {len(clips)} clip(s)")
     if rules.no_empty_where_source_nonempty and empties:
-        return Judgement.failed(f"GGML transcript empty where the source's is not: {empties}; {figures}")
+        return Judgement.failed(f"GGML transcript empty where the source's is not: "
+                                f"{empties}; {figures}")
     # Decided on exact rationals, not on the floats shown: in binary floating point
     # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
     exact_limit = (exact_corpus_wer(_counts(clips, "source"))
@@ -266,16 +282,16 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
 
 def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
                  classify: Callable[[Mapping[str, Any]], Judgement]) -> Judgement:
-    """The wer-v1 rule for ``wer.hybrid`` (Core ML encoder inside whisper-cli).
+    """Judge ``wer.hybrid`` by the wer-v1 rule (Core ML encoder inside whisper-cli).
 
     Parameters
     ----------
     evidence : HybridEvidence or mapping
         A mapping is read with :meth:`HybridEvidence.from_json` (one that does not parse
-        is a FAIL naming the field). ``policy`` (wer-v1) and ``clips``: per clip the ``source``, ``ggml`` and ``hybrid``
-        counts against the reference, ``hybrid_vs_ggml`` counts, ``hybrid_empty``, and for
-        public clips the normalized texts (``reference``, ``ggml_text``, ``hybrid_text``),
-        whose counts are recomputed.
+        is a FAIL naming the field). ``policy`` (wer-v1) and ``clips``: per clip the
+        ``source``, ``ggml`` and ``hybrid`` counts against the reference,
+        ``hybrid_vs_ggml`` counts, ``hybrid_empty``, and for public clips the normalized
+        texts (``reference``, ``ggml_text``, ``hybrid_text``), whose counts are recomputed.
     classify : callable
         Re-judges one clip's hybrid run from its stored streams (the four load conditions
         of docs/runtime-contract.md §2.3); it is handed the clip as stored
@@ -311,7 +327,8 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
         return Judgement.failed("; ".join(problems))
     empty = [c.id for c in clips if c.hybrid_empty]
     if rules.all_nonempty and empty:
-        return Judgement.failed(f"hybrid transcript empty for {empty} (a silent Core ML prediction failure)")
+        return Judgement.failed(f"hybrid transcript empty for {empty} "
+                                f"(a silent Core ML prediction failure)")
     hyb = corpus_wer(_counts(clips, "hybrid"))
     ggml = corpus_wer(_counts(clips, "ggml"))
     src = corpus_wer(_counts(clips, "source"))
@@ -322,8 +339,10 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
     figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
                f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
                f"({worst.id}) over {len(clips)} clip(s)")
-    if exact_corpus_wer([worst.hybrid_vs_ggml.to_json()]) > policy_fraction(rules.max_clip_wer_vs_ggml):
-        return Judgement.failed(f"clip {worst.id} diverges from GGML beyond {rules.max_clip_wer_vs_ggml}; {figures}")
+    if (exact_corpus_wer([worst.hybrid_vs_ggml.to_json()])
+            > policy_fraction(rules.max_clip_wer_vs_ggml)):
+        return Judgement.failed(f"clip {worst.id} diverges from GGML beyond "
+                                f"{rules.max_clip_wer_vs_ggml}; {figures}")
     exact_limit = (min(exact_corpus_wer(_counts(clips, "ggml")),
                        exact_corpus_wer(_counts(clips, "source")))
                    + policy_fraction(rules.max_corpus_wer_delta_vs_best))

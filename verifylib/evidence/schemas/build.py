@@ -22,17 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
-from verifylib.evidence.schemas._readers import SchemaError
-from verifylib.evidence.schemas._readers import boolean as _b
-from verifylib.evidence.schemas._readers import constant as _const
-from verifylib.evidence.schemas._readers import copy_json as _copy
-from verifylib.evidence.schemas._readers import integer as _i
-from verifylib.evidence.schemas._readers import mapping as _o
-from verifylib.evidence.schemas._readers import nested as _nested
-from verifylib.evidence.schemas._readers import number as _n
-from verifylib.evidence.schemas._readers import obj as _obj
-from verifylib.evidence.schemas._readers import string as _s
-from verifylib.evidence.schemas._readers import strings as _strs
+from verifylib.evidence.schemas.fields import NAMED as _n
+from verifylib.evidence.schemas.fields import SchemaError, copy_json, nullable, opt, req
 
 _T = TypeVar("_T")
 
@@ -101,14 +92,17 @@ class RunRecord:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(argv=_strs(d, "argv", path), returncode=_i(d, "returncode", path, True),
-                   signal=_s(d, "signal", path, True), timed_out=_b(d, "timed_out", path),
-                   wall_s=_n(d, "wall_s", path), stdout_sha256=_s(d, "stdout_sha256", path),
-                   stderr_sha256=_s(d, "stderr_sha256", path),
-                   stdout_bytes=_i(d, "stdout_bytes", path),
-                   stderr_bytes=_i(d, "stderr_bytes", path),
-                   launch=_o(d, "launch", path) if "launch" in d else None)
+        d = _n.obj(doc, path)
+        return cls(argv=req(d, "argv", path, _n.strings),
+                   returncode=req(d, "returncode", path, _n.integer_or_null),
+                   signal=req(d, "signal", path, _n.string_or_null),
+                   timed_out=req(d, "timed_out", path, _n.boolean),
+                   wall_s=req(d, "wall_s", path, _n.number),
+                   stdout_sha256=req(d, "stdout_sha256", path, _n.string),
+                   stderr_sha256=req(d, "stderr_sha256", path, _n.string),
+                   stdout_bytes=req(d, "stdout_bytes", path, _n.integer),
+                   stderr_bytes=req(d, "stderr_bytes", path, _n.integer),
+                   launch=opt(d, "launch", path, _n.mapping))
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as written.
@@ -124,7 +118,7 @@ class RunRecord:
             "stdout_sha256": self.stdout_sha256, "stderr_sha256": self.stderr_sha256,
             "stdout_bytes": self.stdout_bytes, "stderr_bytes": self.stderr_bytes}
         if self.launch is not None:
-            out["launch"] = _copy(self.launch)
+            out["launch"] = copy_json(self.launch)
         return out
 
 
@@ -166,10 +160,10 @@ class SystemInfoProbeRecord:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
+        d = _n.obj(doc, path)
         return cls(run=RunRecord.from_json(d, path),
-                   system_info_line=_s(d, "system_info_line", path, True),
-                   coreml=_i(d, "coreml", path, True))
+                   system_info_line=req(d, "system_info_line", path, _n.string_or_null),
+                   coreml=req(d, "coreml", path, _n.integer_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as written.
@@ -229,11 +223,14 @@ class SourceEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        return cls(pin=_s(d, "pin", ""), pin_commit=_s(d, "pin_commit", ""),
-                   pin_tree=_s(d, "pin_tree", ""), computed_tree=_s(d, "computed_tree", ""),
-                   origin=_o(d, "origin", "", True), path=_s(d, "path", "", True),
-                   cached=_b(d, "cached", "", True))
+        d = _n.obj(doc, "")
+        return cls(pin=req(d, "pin", "", _n.string),
+                   pin_commit=req(d, "pin_commit", "", _n.string),
+                   pin_tree=req(d, "pin_tree", "", _n.string),
+                   computed_tree=req(d, "computed_tree", "", _n.string),
+                   origin=req(d, "origin", "", _n.mapping_or_null),
+                   path=req(d, "path", "", _n.string_or_null),
+                   cached=req(d, "cached", "", _n.boolean_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -244,7 +241,7 @@ class SourceEvidence:
             ``{"pin", "pin_commit", "pin_tree", "computed_tree", "origin", "path", "cached"}``.
         """
         return {"pin": self.pin, "pin_commit": self.pin_commit, "pin_tree": self.pin_tree,
-                "computed_tree": self.computed_tree, "origin": _copy(self.origin),
+                "computed_tree": self.computed_tree, "origin": copy_json(self.origin),
                 "path": self.path, "cached": self.cached}
 
 
@@ -308,15 +305,18 @@ class PatchPhase:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(pin=_s(d, "pin", path), pin_tree=_s(d, "pin_tree", path),
-                   declared_patch_sha256=_s(d, "declared_patch_sha256", path),
-                   touches=_strs(d, "touches", path), head_tree=_s(d, "head_tree", path, True),
-                   patch_file_sha256=_s(d, "patch_file_sha256", path),
-                   patch_file_bytes=_i(d, "patch_file_bytes", path),
-                   diff_sha256=_s(d, "diff_sha256", path), diff_bytes=_i(d, "diff_bytes", path),
-                   status_lines=_strs(d, "status_lines", path),
-                   problems=_strs(d, "problems", path))
+        d = _n.obj(doc, path)
+        return cls(pin=req(d, "pin", path, _n.string),
+                   pin_tree=req(d, "pin_tree", path, _n.string),
+                   declared_patch_sha256=req(d, "declared_patch_sha256", path, _n.string),
+                   touches=req(d, "touches", path, _n.strings),
+                   head_tree=req(d, "head_tree", path, _n.string_or_null),
+                   patch_file_sha256=req(d, "patch_file_sha256", path, _n.string),
+                   patch_file_bytes=req(d, "patch_file_bytes", path, _n.integer),
+                   diff_sha256=req(d, "diff_sha256", path, _n.string),
+                   diff_bytes=req(d, "diff_bytes", path, _n.integer),
+                   status_lines=req(d, "status_lines", path, _n.strings),
+                   problems=req(d, "problems", path, _n.strings))
 
     def to_json(self) -> dict[str, Any]:
         """Return the phase as written.
@@ -371,11 +371,11 @@ class PatchChecks:
         SchemaError
             If a present entry is of the wrong shape.
         """
-        d = _obj(doc, path)
+        d = _n.obj(doc, path)
         return cls(
-            before=_nested(d, "before", path, PatchPhase.from_json) if "before" in d else None,
-            after=_nested(d, "after", path, PatchPhase.from_json) if "after" in d else None,
-            apply_error=_s(d, "apply_error", path) if "apply_error" in d else None)
+            before=opt(d, "before", path, PatchPhase.from_json),
+            after=opt(d, "after", path, PatchPhase.from_json),
+            apply_error=opt(d, "apply_error", path, _n.string))
 
     def phase(self, when: str) -> PatchPhase | None:
         """Return the phase named ``when`` (``"before"`` or ``"after"``), or None.
@@ -451,12 +451,14 @@ class PatchEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        return cls(pin=_s(d, "pin", ""), pin_commit=_s(d, "pin_commit", ""),
-                   pin_tree=_s(d, "pin_tree", ""),
-                   declared_patch_sha256=_s(d, "declared_patch_sha256", ""),
-                   touches=_strs(d, "touches", ""), patch_file=_s(d, "patch_file", ""),
-                   checks=_nested(d, "checks", "", PatchChecks.from_json))
+        d = _n.obj(doc, "")
+        return cls(pin=req(d, "pin", "", _n.string),
+                   pin_commit=req(d, "pin_commit", "", _n.string),
+                   pin_tree=req(d, "pin_tree", "", _n.string),
+                   declared_patch_sha256=req(d, "declared_patch_sha256", "", _n.string),
+                   touches=req(d, "touches", "", _n.strings),
+                   patch_file=req(d, "patch_file", "", _n.string),
+                   checks=req(d, "checks", "", PatchChecks.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -504,9 +506,9 @@ class FailedBuild:
         SchemaError
             If ``built`` is not false or ``error`` is not a string.
         """
-        d = _obj(doc, "")
-        _const(d, "built", "", False)
-        return cls(error=_s(d, "error", ""))
+        d = _n.obj(doc, "")
+        req(d, "built", "", _n.literal(False))
+        return cls(error=req(d, "error", "", _n.string))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -582,16 +584,20 @@ class GgmlBuildEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        _const(d, "built", "", True)
-        return cls(variant=_s(d, "variant", ""), key=_s(d, "key", ""),
-                   binary=_s(d, "binary", ""), sha256=_s(d, "sha256", ""),
-                   recorded_sha256=_s(d, "recorded_sha256", "", True),
-                   static=_b(d, "static", ""), needed_libs=_strs(d, "needed_libs", ""),
-                   options=_o(d, "options", ""), compiler=_o(d, "compiler", ""),
-                   cached=_b(d, "cached", ""), seconds=_n(d, "seconds", ""),
-                   tree_id=_s(d, "tree_id", ""), patch_sha256=_s(d, "patch_sha256", "", True),
-                   probe=_nested(d, "probe", "", SystemInfoProbeRecord.from_json, True))
+        d = _n.obj(doc, "")
+        req(d, "built", "", _n.literal(True))
+        return cls(variant=req(d, "variant", "", _n.string), key=req(d, "key", "", _n.string),
+                   binary=req(d, "binary", "", _n.string), sha256=req(d, "sha256", "", _n.string),
+                   recorded_sha256=req(d, "recorded_sha256", "", _n.string_or_null),
+                   static=req(d, "static", "", _n.boolean),
+                   needed_libs=req(d, "needed_libs", "", _n.strings),
+                   options=req(d, "options", "", _n.mapping),
+                   compiler=req(d, "compiler", "", _n.mapping),
+                   cached=req(d, "cached", "", _n.boolean),
+                   seconds=req(d, "seconds", "", _n.number),
+                   tree_id=req(d, "tree_id", "", _n.string),
+                   patch_sha256=req(d, "patch_sha256", "", _n.string_or_null),
+                   probe=req(d, "probe", "", nullable(SystemInfoProbeRecord.from_json)))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -604,8 +610,8 @@ class GgmlBuildEvidence:
         return {"built": True, "variant": self.variant, "key": self.key,
                 "binary": self.binary, "sha256": self.sha256,
                 "recorded_sha256": self.recorded_sha256, "static": self.static,
-                "needed_libs": list(self.needed_libs), "options": _copy(self.options),
-                "compiler": _copy(self.compiler), "cached": self.cached,
+                "needed_libs": list(self.needed_libs), "options": copy_json(self.options),
+                "compiler": copy_json(self.compiler), "cached": self.cached,
                 "seconds": self.seconds, "tree_id": self.tree_id,
                 "patch_sha256": self.patch_sha256,
                 "probe": self.probe.to_json() if self.probe is not None else None}
@@ -655,11 +661,13 @@ class BenchRecord:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(binary=_s(d, "binary", path), sha256=_s(d, "sha256", path),
-                   key=_s(d, "key", path), cli_key=_s(d, "cli_key", path),
-                   options=_o(d, "options", path), cached=_b(d, "cached", path),
-                   probe=_nested(d, "probe", path, RunRecord.from_json))
+        d = _n.obj(doc, path)
+        return cls(binary=req(d, "binary", path, _n.string),
+                   sha256=req(d, "sha256", path, _n.string),
+                   key=req(d, "key", path, _n.string), cli_key=req(d, "cli_key", path, _n.string),
+                   options=req(d, "options", path, _n.mapping),
+                   cached=req(d, "cached", path, _n.boolean),
+                   probe=req(d, "probe", path, RunRecord.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
@@ -669,7 +677,7 @@ class BenchRecord:
         dict
         """
         return {"binary": self.binary, "sha256": self.sha256, "key": self.key,
-                "cli_key": self.cli_key, "options": _copy(self.options),
+                "cli_key": self.cli_key, "options": copy_json(self.options),
                 "cached": self.cached, "probe": self.probe.to_json()}
 
 
@@ -739,18 +747,21 @@ class CoremlBuildEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        _const(d, "built", "", True)
-        return cls(variant=_s(d, "variant", ""), key=_s(d, "key", ""),
-                   binary=_s(d, "binary", ""), sha256=_s(d, "sha256", ""),
-                   recorded_sha256=_s(d, "recorded_sha256", "", True),
-                   static=_b(d, "static", ""), needed_libs=_strs(d, "needed_libs", ""),
-                   options=_o(d, "options", ""), tree_id=_s(d, "tree_id", ""),
-                   patch_sha256=_s(d, "patch_sha256", "", True), cached=_b(d, "cached", ""),
-                   seconds=_n(d, "seconds", ""),
-                   patch_after_problems=_strs(d, "patch_after_problems", ""),
-                   ggml_key=_s(d, "ggml_key", "", True),
-                   bench=_nested(d, "bench", "", BenchRecord.from_json))
+        d = _n.obj(doc, "")
+        req(d, "built", "", _n.literal(True))
+        return cls(variant=req(d, "variant", "", _n.string), key=req(d, "key", "", _n.string),
+                   binary=req(d, "binary", "", _n.string), sha256=req(d, "sha256", "", _n.string),
+                   recorded_sha256=req(d, "recorded_sha256", "", _n.string_or_null),
+                   static=req(d, "static", "", _n.boolean),
+                   needed_libs=req(d, "needed_libs", "", _n.strings),
+                   options=req(d, "options", "", _n.mapping),
+                   tree_id=req(d, "tree_id", "", _n.string),
+                   patch_sha256=req(d, "patch_sha256", "", _n.string_or_null),
+                   cached=req(d, "cached", "", _n.boolean),
+                   seconds=req(d, "seconds", "", _n.number),
+                   patch_after_problems=req(d, "patch_after_problems", "", _n.strings),
+                   ggml_key=req(d, "ggml_key", "", _n.string_or_null),
+                   bench=req(d, "bench", "", BenchRecord.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -762,7 +773,7 @@ class CoremlBuildEvidence:
         return {"built": True, "variant": self.variant, "key": self.key,
                 "binary": self.binary, "sha256": self.sha256,
                 "recorded_sha256": self.recorded_sha256, "static": self.static,
-                "needed_libs": list(self.needed_libs), "options": _copy(self.options),
+                "needed_libs": list(self.needed_libs), "options": copy_json(self.options),
                 "tree_id": self.tree_id, "patch_sha256": self.patch_sha256,
                 "cached": self.cached, "seconds": self.seconds,
                 "patch_after_problems": list(self.patch_after_problems),
@@ -770,8 +781,8 @@ class CoremlBuildEvidence:
 
 
 def _outcome(doc: Any, built: Callable[[Any], _T]) -> Union[_T, FailedBuild]:
-    d = _obj(doc, "")
-    flag = _b(d, "built", "")
+    d = _n.obj(doc, "")
+    flag = req(d, "built", "", _n.boolean)
     return built(d) if flag else FailedBuild.from_json(d)
 
 

@@ -8,31 +8,51 @@ Four documents, one class each: :class:`LifecycleEvidence` (``verifylib-lifecycl
 sides of the two A/B documents.
 
 ``from_json`` is strict and fails closed: a field that is missing or of the wrong JSON type
-raises :class:`CanarySchemaError` (an :class:`verifylib.errors.EvidenceInvalid`) whose ``path``
-names it, e.g. ``sides.unpatched.runs[3].returncode``. Keys the format does not define are
-not read (the rules never look at them), except in a recorded sanitizer report and its
-frames, which the rule compares whole with the report the stored stderr gives: there an
-unknown key is refused too. ``to_json`` gives back exactly the dict the stage
-writes, key for key and with the same value types (an integer timeout stays an integer), so
-``to_json(from_json(doc)) == doc`` for every document the stage writes and the canonical
-bytes on disk are the same either way.
+raises :class:`~verifylib.evidence.schemas.fields.SchemaError` (an
+:class:`verifylib.errors.EvidenceInvalid`) whose ``path`` names it, e.g.
+``sides.unpatched.runs[3].returncode``. Keys the format does not define are not read (the
+rules never look at them), except in a recorded sanitizer report and its frames, which the
+rule compares whole with the report the stored stderr gives: there an unknown key is refused
+too. ``to_json`` gives back exactly the dict the stage writes, key for key and with the
+same value types (an integer timeout stays an integer), so ``to_json(from_json(doc)) ==
+doc`` for every document the stage writes and the canonical bytes on disk are the same
+either way.
 
 This module checks shapes and types only; whether the values support a gate (digests,
 outcomes re-classified from the stored streams, the trigger, the pin) is the rules' job
 (:mod:`verifylib.evidence.rules.canary`). It imports nothing from verifylib but
-:mod:`verifylib.errors`, so views and readers may use it.
+:mod:`verifylib.errors` (through :mod:`.fields`), so views and readers may use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Mapping
 
-from verifylib.errors import EvidenceInvalid
+from verifylib.evidence.schemas.fields import (
+    SchemaError,
+    array_of,
+    boolean,
+    boolean_or_null,
+    exactly,
+    integer,
+    integer_or_null,
+    join,
+    map_of,
+    nullable,
+    number,
+    number_or_null,
+    opt,
+    req,
+    string,
+    string_or_null,
+    strings,
+)
+from verifylib.evidence.schemas.fields import obj as as_object
 
 __all__ = [
     "LIFECYCLE_SCHEMA", "SANITIZER_SCHEMA", "NEGATIVE_SCHEMA", "POSITIVE_SCHEMA", "SIDES",
-    "CanarySchemaError", "SchemaMismatch", "SidesIncomplete",
+    "SchemaMismatch", "SidesIncomplete",
     "FileRef", "Launch", "RunRecord", "LifecycleRun", "LifecycleSide", "LifecycleSides",
     "LifecycleEvidence", "AsanFrame", "AsanReport", "AsanBuild", "SanitizerRun",
     "SanitizerSide", "SanitizerSides", "SanitizerEvidence", "NegativeEvidence",
@@ -57,151 +77,15 @@ SIDES = ("unpatched", "patched")
 
 # ----------------------------------------------------------------------------- errors
 
-class CanarySchemaError(EvidenceInvalid):
-    """A canary document does not have the shape of its schema.
-
-    Parameters
-    ----------
-    path : str
-        The offending field, e.g. ``sides.patched.runs[0].argv``; ``""`` for the document.
-    problem : str
-        What is wrong with it.
-
-    Attributes
-    ----------
-    path, problem : str
-        As given; ``str(exc)`` is ``"<path>: <problem>"``.
-    """
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}" if path else problem)
-
-
-class SchemaMismatch(CanarySchemaError):
+class SchemaMismatch(SchemaError):
     """The document is not an object, or its ``schema`` is not the expected one."""
 
 
-class SidesIncomplete(CanarySchemaError):
+class SidesIncomplete(SchemaError):
     """An A/B document's ``sides`` is not an object holding exactly both sides."""
 
 
-# ----------------------------------------------------------------------------- readers
-
-_T = TypeVar("_T")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {value!r}"
-    if isinstance(value, int):
-        return f"integer {value!r}"
-    if isinstance(value, float):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        text = repr(value)
-        return f"string {text if len(text) <= 40 else text[:37] + '...'}"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _wrong(path: str, want: str, value: Any) -> CanarySchemaError:
-    return CanarySchemaError(path, f"expected {want}, got {_describe(value)}")
-
-
-def _object(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _wrong(path or "document", "an object", value)
-    return value
-
-
-def _get(obj: Mapping[str, Any], key: str, path: str) -> Any:
-    if key not in obj:
-        raise CanarySchemaError(_join(path, key), "missing")
-    return obj[key]
-
-
-def _exactly(obj: Mapping[str, Any], keys: tuple[str, ...], path: str) -> Mapping[str, Any]:
-    """Refuse keys beyond ``keys`` (for parts whose every byte a rule compares)."""
-    extra = sorted(str(k) for k in obj if k not in keys)
-    if extra:
-        raise CanarySchemaError(_join(path, extra[0]), "not a field of this record")
-    return obj
-
-
-def _str(value: Any, path: str, want: str = "a string") -> str:
-    if not isinstance(value, str):
-        raise _wrong(path, want, value)
-    return value
-
-
-def _opt_str(value: Any, path: str) -> str | None:
-    return None if value is None else _str(value, path, "a string or null")
-
-
-def _int(value: Any, path: str, want: str = "an integer") -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong(path, want, value)
-    return value
-
-
-def _opt_int(value: Any, path: str) -> int | None:
-    return None if value is None else _int(value, path, "an integer or null")
-
-
-def _num(value: Any, path: str, want: str = "a number") -> float:
-    # Kept as given (an int stays an int) so that to_json writes the same bytes.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _wrong(path, want, value)
-    return value
-
-
-def _opt_num(value: Any, path: str) -> float | None:
-    return None if value is None else _num(value, path, "a number or null")
-
-
-def _bool(value: Any, path: str, want: str = "a boolean") -> bool:
-    if not isinstance(value, bool):
-        raise _wrong(path, want, value)
-    return value
-
-
-def _opt_bool(value: Any, path: str) -> bool | None:
-    return None if value is None else _bool(value, path, "a boolean or null")
-
-
-def _array(value: Any, path: str, item: Callable[[Any, str], _T]) -> tuple[_T, ...]:
-    if not isinstance(value, list):
-        raise _wrong(path, "an array", value)
-    return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
-
-
-def _strs(value: Any, path: str) -> tuple[str, ...]:
-    return _array(value, path, _str)
-
-
-def _opt_strs(value: Any, path: str) -> tuple[str, ...] | None:
-    return None if value is None else _strs(value, path)
-
-
-def _map(value: Any, path: str, item: Callable[[Any, str], _T]) -> dict[str, _T]:
-    obj = _object(value, path)
-    return {_str(k, f"{path} key"): item(v, _join(path, str(k))) for k, v in obj.items()}
-
-
-def _opt_map(value: Any, path: str, item: Callable[[Any, str], _T]) -> dict[str, _T] | None:
-    return None if value is None else _map(value, path, item)
-
+# ----------------------------------------------------------------------------- documents
 
 def _schema(doc: Any, want: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping) or doc.get("schema") != want:
@@ -251,12 +135,12 @@ class FileRef:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or not a string.
         """
-        obj = _object(doc, path)
-        return cls(path=_str(_get(obj, "path", path), _join(path, "path")),
-                   sha256=_str(_get(obj, "sha256", path), _join(path, "sha256")))
+        obj = as_object(doc, path)
+        return cls(path=req(obj, "path", path, string),
+                   sha256=req(obj, "sha256", path, string))
 
     def to_json(self) -> dict[str, Any]:
         """Write the object back.
@@ -301,13 +185,12 @@ class Launch:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed.
         """
-        obj = _object(doc, path)
-        return cls(seq=_int(_get(obj, "seq", path), _join(path, "seq")),
-                   binary_sha256=_str(_get(obj, "binary_sha256", path),
-                                      _join(path, "binary_sha256")))
+        obj = as_object(doc, path)
+        return cls(seq=req(obj, "seq", path, integer),
+                   binary_sha256=req(obj, "binary_sha256", path, string))
 
     def to_json(self) -> dict[str, Any]:
         """Write the citation back.
@@ -358,16 +241,15 @@ class RunRecord:
 
     @staticmethod
     def _record_fields(obj: Mapping[str, Any], path: str) -> dict[str, Any]:
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, path), _join(path, key)
-        return {"argv": _strs(*f("argv")), "returncode": _opt_int(*f("returncode")),
-                "signal": _opt_str(*f("signal")), "timed_out": _bool(*f("timed_out")),
-                "wall_s": _num(*f("wall_s")), "stdout_sha256": _str(*f("stdout_sha256")),
-                "stderr_sha256": _str(*f("stderr_sha256")),
-                "stdout_bytes": _int(*f("stdout_bytes")),
-                "stderr_bytes": _int(*f("stderr_bytes")),
-                "launch": (Launch.from_json(obj["launch"], _join(path, "launch"))
-                           if "launch" in obj else None)}
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, path, read)
+        return {"argv": f("argv", strings), "returncode": f("returncode", integer_or_null),
+                "signal": f("signal", string_or_null), "timed_out": f("timed_out", boolean),
+                "wall_s": f("wall_s", number), "stdout_sha256": f("stdout_sha256", string),
+                "stderr_sha256": f("stderr_sha256", string),
+                "stdout_bytes": f("stdout_bytes", integer),
+                "stderr_bytes": f("stderr_bytes", integer),
+                "launch": opt(obj, "launch", path, Launch.from_json)}
 
     @classmethod
     def from_json(cls, doc: Any, path: str = "run") -> "RunRecord":
@@ -386,10 +268,10 @@ class RunRecord:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed.
         """
-        return cls(**cls._record_fields(_object(doc, path), path))
+        return cls(**cls._record_fields(as_object(doc, path), path))
 
     def to_json(self) -> dict[str, Any]:
         """Write the record back, as :func:`~verifylib.runtime.runner.run_record` did.
@@ -441,13 +323,13 @@ class LifecycleRun(RunRecord):
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed.
         """
-        obj = _object(doc, path)
+        obj = as_object(doc, path)
         return cls(**cls._record_fields(obj, path),
-                   index=_int(_get(obj, "index", path), _join(path, "index")),
-                   outcome=_str(_get(obj, "outcome", path), _join(path, "outcome")))
+                   index=req(obj, "index", path, integer),
+                   outcome=req(obj, "outcome", path, string))
 
     def to_json(self) -> dict[str, Any]:
         """Write the run back.
@@ -506,22 +388,20 @@ class LifecycleSide:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If ``available`` is missing or not a boolean, or a field of an available side
             is missing or wrongly typed.
         """
-        obj = _object(doc, path)
-        available = _bool(_get(obj, "available", path), _join(path, "available"))
+        obj = as_object(doc, path)
+        available = req(obj, "available", path, boolean)
         if not available:
             return cls(available=False,
-                       reason=_opt_str(obj.get("reason"), _join(path, "reason")))
+                       reason=opt(obj, "reason", path, string_or_null))
         return cls(available=True,
-                   binary=_str(_get(obj, "binary", path), _join(path, "binary")),
-                   binary_sha256=_str(_get(obj, "binary_sha256", path),
-                                      _join(path, "binary_sha256")),
-                   runs=_array(_get(obj, "runs", path), _join(path, "runs"),
-                               LifecycleRun.from_json),
-                   counts=_map(_get(obj, "counts", path), _join(path, "counts"), _int))
+                   binary=req(obj, "binary", path, string),
+                   binary_sha256=req(obj, "binary_sha256", path, string),
+                   runs=req(obj, "runs", path, array_of(LifecycleRun.from_json)),
+                   counts=req(obj, "counts", path, lambda v, p: map_of(v, p, integer)))
 
     def to_json(self) -> dict[str, Any]:
         """Write the side back.
@@ -577,11 +457,11 @@ class LifecycleSides:
         ------
         SidesIncomplete
             If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        CanarySchemaError
+        SchemaError
             If a side does not parse.
         """
         sides = _sides({"sides": doc})
-        return cls(**{s: LifecycleSide.from_json(sides[s], _join(path, s)) for s in SIDES})
+        return cls(**{s: LifecycleSide.from_json(sides[s], join(path, s)) for s in SIDES})
 
     def to_json(self) -> dict[str, Any]:
         """Write the sides back.
@@ -639,17 +519,17 @@ class LifecycleEvidence:
             If it is not an object with ``schema`` ``verifylib-lifecycle-ab/1``.
         SidesIncomplete
             If ``sides`` does not hold exactly both sides.
-        CanarySchemaError
+        SchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, LIFECYCLE_SCHEMA)
         sides = _sides(obj)
         return cls(
-            runs_per_side=_int(_get(obj, "runs_per_side", ""), "runs_per_side"),
-            timeout_s=_num(_get(obj, "timeout_s", ""), "timeout_s"),
-            trigger=_strs(_get(obj, "trigger", ""), "trigger"),
-            model=FileRef.from_json(obj["model"], "model") if "model" in obj else None,
-            audio=FileRef.from_json(obj["audio"], "audio") if "audio" in obj else None,
+            runs_per_side=req(obj, "runs_per_side", "", integer),
+            timeout_s=req(obj, "timeout_s", "", number),
+            trigger=req(obj, "trigger", "", strings),
+            model=opt(obj, "model", "", FileRef.from_json),
+            audio=opt(obj, "audio", "", FileRef.from_json),
             sides=LifecycleSides.from_json(sides))
 
     def to_json(self) -> dict[str, Any]:
@@ -702,13 +582,13 @@ class AsanFrame:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing, wrongly typed, or not one of the record's.
         """
-        obj = _exactly(_object(doc, path), ("index", "function", "location"), path)
-        return cls(index=_int(_get(obj, "index", path), _join(path, "index")),
-                   function=_opt_str(_get(obj, "function", path), _join(path, "function")),
-                   location=_opt_str(_get(obj, "location", path), _join(path, "location")))
+        obj = exactly(as_object(doc, path), ("index", "function", "location"), path)
+        return cls(index=req(obj, "index", path, integer),
+                   function=req(obj, "function", path, string_or_null),
+                   location=req(obj, "location", path, string_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Write the frame back.
@@ -762,17 +642,16 @@ class AsanReport:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing, wrongly typed, or not one of the record's.
         """
-        obj = _exactly(_object(doc, path), ("tool", "kind", "summary", "frames", "described"),
+        obj = exactly(as_object(doc, path), ("tool", "kind", "summary", "frames", "described"),
                        path)
-        return cls(tool=_str(_get(obj, "tool", path), _join(path, "tool")),
-                   kind=_str(_get(obj, "kind", path), _join(path, "kind")),
-                   summary=_opt_str(_get(obj, "summary", path), _join(path, "summary")),
-                   frames=_array(_get(obj, "frames", path), _join(path, "frames"),
-                                 AsanFrame.from_json),
-                   described=_str(_get(obj, "described", path), _join(path, "described")))
+        return cls(tool=req(obj, "tool", path, string),
+                   kind=req(obj, "kind", path, string),
+                   summary=req(obj, "summary", path, string_or_null),
+                   frames=req(obj, "frames", path, array_of(AsanFrame.from_json)),
+                   described=req(obj, "described", path, string))
 
     def to_json(self) -> dict[str, Any]:
         """Write the report back.
@@ -834,17 +713,18 @@ class AsanBuild:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a key is missing or its value (when not null) wrongly typed.
         """
-        obj = _object(doc, path)
+        obj = as_object(doc, path)
 
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, path), _join(path, key)
-        return cls(variant=_opt_str(*f("variant")), key=_opt_str(*f("key")),
-                   options=_opt_map(*f("options"), _str),
-                   needed_libs=_opt_strs(*f("needed_libs")), static=_opt_bool(*f("static")),
-                   tree_id=_opt_str(*f("tree_id")), patch_sha256=_opt_str(*f("patch_sha256")))
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, path, read)
+        return cls(variant=f("variant", string_or_null), key=f("key", string_or_null),
+                   options=f("options", nullable(lambda v, p: map_of(v, p, string))),
+                   needed_libs=f("needed_libs", nullable(strings)),
+                   static=f("static", boolean_or_null), tree_id=f("tree_id", string_or_null),
+                   patch_sha256=f("patch_sha256", string_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Write the build record back.
@@ -890,17 +770,15 @@ class SanitizerRun(LifecycleRun):
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed (``report`` must be present; null
             when there was none).
         """
-        obj = _object(doc, path)
-        rep = _get(obj, "report", path)
+        obj = as_object(doc, path)
         return cls(**cls._record_fields(obj, path),
-                   index=_int(_get(obj, "index", path), _join(path, "index")),
-                   outcome=_str(_get(obj, "outcome", path), _join(path, "outcome")),
-                   report=None if rep is None else AsanReport.from_json(rep,
-                                                                         _join(path, "report")))
+                   index=req(obj, "index", path, integer),
+                   outcome=req(obj, "outcome", path, string),
+                   report=req(obj, "report", path, nullable(AsanReport.from_json)))
 
     def to_json(self) -> dict[str, Any]:
         """Write the run back.
@@ -956,22 +834,20 @@ class SanitizerSide:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If ``available`` is missing or not a boolean, or a field of an available side
             is missing or wrongly typed.
         """
-        obj = _object(doc, path)
-        available = _bool(_get(obj, "available", path), _join(path, "available"))
+        obj = as_object(doc, path)
+        available = req(obj, "available", path, boolean)
         if not available:
             return cls(available=False,
-                       reason=_opt_str(obj.get("reason"), _join(path, "reason")))
+                       reason=opt(obj, "reason", path, string_or_null))
         return cls(available=True,
-                   binary=_str(_get(obj, "binary", path), _join(path, "binary")),
-                   binary_sha256=_str(_get(obj, "binary_sha256", path),
-                                      _join(path, "binary_sha256")),
-                   build=AsanBuild.from_json(_get(obj, "build", path), _join(path, "build")),
-                   runs=_array(_get(obj, "runs", path), _join(path, "runs"),
-                               SanitizerRun.from_json))
+                   binary=req(obj, "binary", path, string),
+                   binary_sha256=req(obj, "binary_sha256", path, string),
+                   build=req(obj, "build", path, AsanBuild.from_json),
+                   runs=req(obj, "runs", path, array_of(SanitizerRun.from_json)))
 
     def to_json(self) -> dict[str, Any]:
         """Write the side back.
@@ -1027,11 +903,11 @@ class SanitizerSides:
         ------
         SidesIncomplete
             If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        CanarySchemaError
+        SchemaError
             If a side does not parse.
         """
         sides = _sides({"sides": doc})
-        return cls(**{s: SanitizerSide.from_json(sides[s], _join(path, s)) for s in SIDES})
+        return cls(**{s: SanitizerSide.from_json(sides[s], join(path, s)) for s in SIDES})
 
     def to_json(self) -> dict[str, Any]:
         """Write the sides back.
@@ -1096,19 +972,19 @@ class SanitizerEvidence:
             If it is not an object with ``schema`` ``verifylib-sanitizer/1``.
         SidesIncomplete
             If ``sides`` does not hold exactly both sides.
-        CanarySchemaError
+        SchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, SANITIZER_SCHEMA)
         sides = _sides(obj)
 
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, ""), key
-        return cls(runs_per_side=_int(*f("runs_per_side")), timeout_s=_num(*f("timeout_s")),
-                   trigger=_strs(*f("trigger")), asan_options=_str(*f("asan_options")),
-                   external_symbolizer=_opt_str(*f("external_symbolizer")),
-                   pin=_str(*f("pin")), model=FileRef.from_json(*f("model")),
-                   audio=FileRef.from_json(*f("audio")),
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, "", read)
+        return cls(runs_per_side=f("runs_per_side", integer), timeout_s=f("timeout_s", number),
+                   trigger=f("trigger", strings), asan_options=f("asan_options", string),
+                   external_symbolizer=f("external_symbolizer", string_or_null),
+                   pin=f("pin", string), model=f("model", FileRef.from_json),
+                   audio=f("audio", FileRef.from_json),
                    sides=SanitizerSides.from_json(sides))
 
     def to_json(self) -> dict[str, Any]:
@@ -1184,19 +1060,19 @@ class NegativeEvidence:
         ------
         SchemaMismatch
             If it is not an object with ``schema`` ``verifylib-coreml-negative/1``.
-        CanarySchemaError
+        SchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, NEGATIVE_SCHEMA)
 
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, ""), key
-        return cls(binary=_str(*f("binary")), binary_sha256=_str(*f("binary_sha256")),
-                   model_sha256=_str(*f("model_sha256")), model_arg=_str(*f("model_arg")),
-                   scratch_listing=_strs(*f("scratch_listing")),
-                   derived_mlmodelc=_str(*f("derived_mlmodelc")),
-                   attempts=_int(*f("attempts")), timeout_s=_num(*f("timeout_s")),
-                   run=RunRecord.from_json(*f("run")), outcome=_str(*f("outcome")))
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, "", read)
+        return cls(binary=f("binary", string), binary_sha256=f("binary_sha256", string),
+                   model_sha256=f("model_sha256", string), model_arg=f("model_arg", string),
+                   scratch_listing=f("scratch_listing", strings),
+                   derived_mlmodelc=f("derived_mlmodelc", string),
+                   attempts=f("attempts", integer), timeout_s=f("timeout_s", number),
+                   run=f("run", RunRecord.from_json), outcome=f("outcome", string))
 
     def to_json(self) -> dict[str, Any]:
         """Write the document, exactly as the stage writes it.
@@ -1250,15 +1126,16 @@ class CoremlDigests:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed.
         """
-        obj = _object(doc, path)
+        obj = as_object(doc, path)
 
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, path), _join(path, key)
-        return cls(path=_str(*f("path")), tree_digest_before=_opt_str(*f("tree_digest_before")),
-                   tree_digest_after=_opt_str(*f("tree_digest_after")))
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, path, read)
+        return cls(path=f("path", string),
+                   tree_digest_before=f("tree_digest_before", string_or_null),
+                   tree_digest_after=f("tree_digest_after", string_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Write the object back.
@@ -1302,12 +1179,12 @@ class PositiveTimeouts:
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or not a number.
         """
-        obj = _object(doc, path)
-        return cls(warmup=_num(_get(obj, "warmup", path), _join(path, "warmup")),
-                   measured=_num(_get(obj, "measured", path), _join(path, "measured")))
+        obj = as_object(doc, path)
+        return cls(warmup=req(obj, "warmup", path, number),
+                   measured=req(obj, "measured", path, number))
 
     def to_json(self) -> dict[str, Any]:
         """Write the object back.
@@ -1352,16 +1229,14 @@ class PositiveRun(RunRecord):
 
         Raises
         ------
-        CanarySchemaError
+        SchemaError
             If a field is missing or wrongly typed (both encode fields must be present,
             null when whisper.cpp printed no encode time).
         """
-        obj = _object(doc, path)
+        obj = as_object(doc, path)
         return cls(**cls._record_fields(obj, path),
-                   encode_time_ms=_opt_num(_get(obj, "encode_time_ms", path),
-                                           _join(path, "encode_time_ms")),
-                   encode_runs=_opt_int(_get(obj, "encode_runs", path),
-                                        _join(path, "encode_runs")))
+                   encode_time_ms=req(obj, "encode_time_ms", path, number_or_null),
+                   encode_runs=req(obj, "encode_runs", path, integer_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Write the run back.
@@ -1424,20 +1299,20 @@ class PositiveEvidence:
         ------
         SchemaMismatch
             If it is not an object with ``schema`` ``verifylib-coreml-positive/1``.
-        CanarySchemaError
+        SchemaError
             If any other field is missing or wrongly typed (the error's ``path`` names it).
         """
         obj = _schema(doc, POSITIVE_SCHEMA)
 
-        def f(key: str) -> tuple[Any, str]:
-            return _get(obj, key, ""), key
-        return cls(binary=_str(*f("binary")), binary_sha256=_str(*f("binary_sha256")),
-                   model_arg=_str(*f("model_arg")),
-                   mlmodelc=CoremlDigests.from_json(*f("mlmodelc")),
-                   timeouts_s=PositiveTimeouts.from_json(*f("timeouts_s")),
-                   warmup=PositiveRun.from_json(*f("warmup")),
-                   measured=PositiveRun.from_json(*f("measured")),
-                   outcome=_str(*f("outcome")), transcript_chars=_int(*f("transcript_chars")))
+        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
+            return req(obj, key, "", read)
+        return cls(binary=f("binary", string), binary_sha256=f("binary_sha256", string),
+                   model_arg=f("model_arg", string),
+                   mlmodelc=f("mlmodelc", CoremlDigests.from_json),
+                   timeouts_s=f("timeouts_s", PositiveTimeouts.from_json),
+                   warmup=f("warmup", PositiveRun.from_json),
+                   measured=f("measured", PositiveRun.from_json),
+                   outcome=f("outcome", string), transcript_chars=f("transcript_chars", integer))
 
     def to_json(self) -> dict[str, Any]:
         """Write the document, exactly as the stage writes it.

@@ -8,7 +8,7 @@ One frozen dataclass per document: :class:`ModelIntake` (``model``) and
 and :class:`CoremlcRecord`).
 
 As in :mod:`verifylib.evidence.schemas.build`: ``from_json`` is strict and fails closed
-with a :class:`~verifylib.evidence.schemas._fields.SchemaError` naming the field path,
+with a :class:`~verifylib.evidence.schemas.fields.SchemaError` naming the field path,
 ``to_json`` gives back exactly the dict the stage writes. Free-form records the judges
 re-check with their own pure functions (a package ``description`` from
 :func:`verifylib.models.coreml_export.describe_mlpackage`, the stored ``contract``, the
@@ -20,18 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verifylib.evidence.schemas._readers import SchemaError
-from verifylib.evidence.schemas._readers import array as _list
-from verifylib.evidence.schemas._readers import boolean as _b
-from verifylib.evidence.schemas._readers import copy_json as _copy
-from verifylib.evidence.schemas._readers import integer as _i
-from verifylib.evidence.schemas._readers import mapping as _o
-from verifylib.evidence.schemas._readers import nested as _nested
-from verifylib.evidence.schemas._readers import number as _n
-from verifylib.evidence.schemas._readers import obj as _obj
-from verifylib.evidence.schemas._readers import string as _s
-from verifylib.evidence.schemas._readers import strings as _strs
 from verifylib.evidence.schemas.build import RunRecord
+from verifylib.evidence.schemas.fields import NAMED as _n
+from verifylib.evidence.schemas.fields import SchemaError, copy_json, opt, req
 
 __all__ = [
     "SchemaError", "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
@@ -87,10 +78,12 @@ class ModelIntake:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        return cls(kind=_s(d, "kind", ""), source_digest=_s(d, "source_digest", ""),
-                   origin=_o(d, "origin", ""), hf_dir=_s(d, "hf_dir", ""),
-                   language=_s(d, "language", "", True), cached=_b(d, "cached", ""))
+        d = _n.obj(doc, "")
+        return cls(kind=req(d, "kind", "", _n.string),
+                   source_digest=req(d, "source_digest", "", _n.string),
+                   origin=req(d, "origin", "", _n.mapping), hf_dir=req(d, "hf_dir", "", _n.string),
+                   language=req(d, "language", "", _n.string_or_null),
+                   cached=req(d, "cached", "", _n.boolean))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -100,7 +93,7 @@ class ModelIntake:
         dict
         """
         return {"kind": self.kind, "source_digest": self.source_digest,
-                "origin": _copy(self.origin), "hf_dir": self.hf_dir,
+                "origin": copy_json(self.origin), "hf_dir": self.hf_dir,
                 "language": self.language, "cached": self.cached}
 
 
@@ -158,12 +151,15 @@ class GgmlModelEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        return cls(path=_s(d, "path", ""), model_arg=_s(d, "model_arg", ""),
-                   sha256=_s(d, "sha256", ""), bytes=_i(d, "bytes", ""),
-                   hparams=_o(d, "hparams", ""), n_tensors=_i(d, "n_tensors", ""),
-                   lossless=_b(d, "lossless", ""), binary_sha256=_s(d, "binary_sha256", ""),
-                   probe=_nested(d, "probe", "", RunRecord.from_json))
+        d = _n.obj(doc, "")
+        return cls(path=req(d, "path", "", _n.string),
+                   model_arg=req(d, "model_arg", "", _n.string),
+                   sha256=req(d, "sha256", "", _n.string), bytes=req(d, "bytes", "", _n.integer),
+                   hparams=req(d, "hparams", "", _n.mapping),
+                   n_tensors=req(d, "n_tensors", "", _n.integer),
+                   lossless=req(d, "lossless", "", _n.boolean),
+                   binary_sha256=req(d, "binary_sha256", "", _n.string),
+                   probe=req(d, "probe", "", RunRecord.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.
@@ -173,7 +169,7 @@ class GgmlModelEvidence:
         dict
         """
         return {"path": self.path, "model_arg": self.model_arg, "sha256": self.sha256,
-                "bytes": self.bytes, "hparams": _copy(self.hparams),
+                "bytes": self.bytes, "hparams": copy_json(self.hparams),
                 "n_tensors": self.n_tensors, "lossless": self.lossless,
                 "binary_sha256": self.binary_sha256, "probe": self.probe.to_json()}
 
@@ -218,9 +214,10 @@ class ModelRef:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(hf_dir=_s(d, "hf_dir", path), source_digest=_s(d, "source_digest", path),
-                   origin=_s(d, "from", path))
+        d = _n.obj(doc, path)
+        return cls(hf_dir=req(d, "hf_dir", path, _n.string),
+                   source_digest=req(d, "source_digest", path, _n.string),
+                   origin=req(d, "from", path, _n.string))
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
@@ -269,8 +266,9 @@ class Conversion:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(options=_o(d, "options", path), seconds=_n(d, "seconds", path))
+        d = _n.obj(doc, path)
+        return cls(options=req(d, "options", path, _n.mapping),
+                   seconds=req(d, "seconds", path, _n.number))
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
@@ -279,7 +277,7 @@ class Conversion:
         -------
         dict
         """
-        return {"options": _copy(self.options), "seconds": self.seconds}
+        return {"options": copy_json(self.options), "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -332,11 +330,14 @@ class ExportVariant:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(precision=_s(d, "precision", path), path=_s(d, "path", path),
-                   description=_o(d, "description", path), problems=_strs(d, "problems", path),
-                   placed=_b(d, "placed", path), tree_digest=_s(d, "tree_digest", path, True),
-                   conversion=_nested(d, "conversion", path, Conversion.from_json))
+        d = _n.obj(doc, path)
+        return cls(precision=req(d, "precision", path, _n.string),
+                   path=req(d, "path", path, _n.string),
+                   description=req(d, "description", path, _n.mapping),
+                   problems=req(d, "problems", path, _n.strings),
+                   placed=req(d, "placed", path, _n.boolean),
+                   tree_digest=req(d, "tree_digest", path, _n.string_or_null),
+                   conversion=req(d, "conversion", path, Conversion.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the variant as written.
@@ -346,7 +347,7 @@ class ExportVariant:
         dict
         """
         return {"precision": self.precision, "path": self.path,
-                "description": _copy(self.description), "problems": list(self.problems),
+                "description": copy_json(self.description), "problems": list(self.problems),
                 "placed": self.placed, "tree_digest": self.tree_digest,
                 "conversion": self.conversion.to_json()}
 
@@ -398,14 +399,16 @@ class ConversionFacts:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(coremltools=_s(d, "coremltools", path), torch=_s(d, "torch", path),
-                   transformers=_s(d, "transformers", path), numpy=_s(d, "numpy", path),
-                   torch_max_tested_by_coremltools=_s(d, "torch_max_tested_by_coremltools",
-                                                      path, True),
-                   torch_above_tested=_b(d, "torch_above_tested", path, True),
-                   torch_version_warning=_strs(d, "torch_version_warning", path),
-                   trace_seconds=_n(d, "trace_seconds", path))
+        d = _n.obj(doc, path)
+        return cls(coremltools=req(d, "coremltools", path, _n.string),
+                   torch=req(d, "torch", path, _n.string),
+                   transformers=req(d, "transformers", path, _n.string),
+                   numpy=req(d, "numpy", path, _n.string),
+                   torch_max_tested_by_coremltools=req(d, "torch_max_tested_by_coremltools", path,
+                                                       _n.string_or_null),
+                   torch_above_tested=req(d, "torch_above_tested", path, _n.boolean_or_null),
+                   torch_version_warning=req(d, "torch_version_warning", path, _n.strings),
+                   trace_seconds=req(d, "trace_seconds", path, _n.number))
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
@@ -460,9 +463,9 @@ class ModelCopy:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(source=_s(d, "from", path), how=_s(d, "how", path),
-                   sha256=_s(d, "sha256", path))
+        d = _n.obj(doc, path)
+        return cls(source=req(d, "from", path, _n.string), how=req(d, "how", path, _n.string),
+                   sha256=req(d, "sha256", path, _n.string))
 
     def to_json(self) -> dict[str, Any]:
         """Return the copy as written.
@@ -520,12 +523,13 @@ class ContractEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        copies = _o(d, "model_copies", "")
-        return cls(model=_nested(d, "model", "", ModelRef.from_json),
-                   config=_o(d, "config", ""), contract=_o(d, "contract", ""),
-                   variants=_list(d, "variants", "", ExportVariant.from_json),
-                   build=_nested(d, "build", "", ConversionFacts.from_json),
+        d = _n.obj(doc, "")
+        copies = req(d, "model_copies", "", _n.mapping)
+        return cls(model=req(d, "model", "", ModelRef.from_json),
+                   config=req(d, "config", "", _n.mapping),
+                   contract=req(d, "contract", "", _n.mapping),
+                   variants=req(d, "variants", "", _n.array_of(ExportVariant.from_json)),
+                   build=req(d, "build", "", ConversionFacts.from_json),
                    model_copies={k: ModelCopy.from_json(v, f"model_copies.{k}")
                                  for k, v in copies.items()})
 
@@ -536,8 +540,8 @@ class ContractEvidence:
         -------
         dict
         """
-        return {"model": self.model.to_json(), "config": _copy(self.config),
-                "contract": _copy(self.contract),
+        return {"model": self.model.to_json(), "config": copy_json(self.config),
+                "contract": copy_json(self.contract),
                 "variants": [v.to_json() for v in self.variants],
                 "build": self.build.to_json(),
                 "model_copies": {k: c.to_json() for k, c in self.model_copies.items()}}
@@ -593,12 +597,13 @@ class CoremlcRecord:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(argv=_strs(d, "argv", path), returncode=_i(d, "returncode", path, True),
-                   signal=_s(d, "signal", path, True), timed_out=_b(d, "timed_out", path),
-                   wall_s=_n(d, "wall_s", path),
-                   stderr_sha256=_s(d, "stderr_sha256", path) if "stderr_sha256" in d
-                   else None)
+        d = _n.obj(doc, path)
+        return cls(argv=req(d, "argv", path, _n.strings),
+                   returncode=req(d, "returncode", path, _n.integer_or_null),
+                   signal=req(d, "signal", path, _n.string_or_null),
+                   timed_out=req(d, "timed_out", path, _n.boolean),
+                   wall_s=req(d, "wall_s", path, _n.number),
+                   stderr_sha256=opt(d, "stderr_sha256", path, _n.string))
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as written.
@@ -668,13 +673,15 @@ class CompiledVariant:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, path)
-        return cls(precision=_s(d, "precision", path), package=_s(d, "package", path),
-                   package_tree_digest=_s(d, "package_tree_digest", path, True),
-                   model_arg=_s(d, "model_arg", path), derived_path=_s(d, "derived_path", path),
-                   placed_path=_s(d, "placed_path", path),
-                   tree_digest=_s(d, "tree_digest", path, True),
-                   coremlc=_nested(d, "coremlc", path, CoremlcRecord.from_json))
+        d = _n.obj(doc, path)
+        return cls(precision=req(d, "precision", path, _n.string),
+                   package=req(d, "package", path, _n.string),
+                   package_tree_digest=req(d, "package_tree_digest", path, _n.string_or_null),
+                   model_arg=req(d, "model_arg", path, _n.string),
+                   derived_path=req(d, "derived_path", path, _n.string),
+                   placed_path=req(d, "placed_path", path, _n.string),
+                   tree_digest=req(d, "tree_digest", path, _n.string_or_null),
+                   coremlc=req(d, "coremlc", path, CoremlcRecord.from_json))
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
@@ -723,9 +730,9 @@ class CompileEvidence:
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _obj(doc, "")
-        return cls(variants=_list(d, "variants", "", CompiledVariant.from_json),
-                   coremlc=_s(d, "coremlc", "", True))
+        d = _n.obj(doc, "")
+        return cls(variants=req(d, "variants", "", _n.array_of(CompiledVariant.from_json)),
+                   coremlc=req(d, "coremlc", "", _n.string_or_null))
 
     def to_json(self) -> dict[str, Any]:
         """Return the document as written.

@@ -18,7 +18,7 @@ the same strings, so the canonical bytes are the same either way.
 This module checks shapes and types only; whether the figures agree with their sums, the
 policy is the packaged one, or the artifact the exported one is the rule's job
 (:mod:`verifylib.evidence.rules.parity`). It imports nothing from verifylib but
-:mod:`verifylib.errors` (through :mod:`._fields`), so views and readers may use it.
+:mod:`verifylib.errors` (through :mod:`.fields`), so views and readers may use it.
 """
 
 from __future__ import annotations
@@ -26,19 +26,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verifylib.evidence.schemas._fields import (
+from verifylib.evidence.schemas.fields import (
     SchemaError,
-    array,
+    array_of,
     boolean,
     integer,
     mapping,
-    nullable,
     obj,
     opt,
     put,
     real,
     req,
     string,
+    string_or_null,
 )
 
 __all__ = ["SchemaError", "PolicyRecord", "Artifact", "MeasurementMetrics", "Measurement",
@@ -136,8 +136,8 @@ class Artifact:
             If a field is missing or of the wrong type.
         """
         o = obj(doc, path)
-        return cls(req(o, "tree_digest", path, nullable(string)),
-                   req(o, "exported_tree_digest", path, nullable(string)),
+        return cls(req(o, "tree_digest", path, string_or_null),
+                   req(o, "exported_tree_digest", path, string_or_null),
                    opt(o, "path", path, string))
 
     def to_json(self) -> dict[str, Any]:
@@ -345,7 +345,7 @@ class ParityEvidence:
                    variant=req(o, "variant", "", string), kind=req(o, "kind", "", string),
                    artifact=req(o, "artifact", "", Artifact.from_json),
                    measurements=opt(o, "measurements", "",
-                                    lambda v, p: array(v, p, Measurement.from_json)),
+                                    array_of(Measurement.from_json)),
                    candidate=opt(o, "candidate", "", mapping),
                    reference=opt(o, "reference", "", mapping),
                    inputs=opt(o, "inputs", "", mapping))

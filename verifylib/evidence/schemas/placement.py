@@ -16,7 +16,7 @@ summary is missing. ``to_json`` gives back exactly the dict the stage writes.
 
 Shapes and types only; whether the shares sum to one and the summary agrees with the rows
 is the rule's job (:mod:`verifylib.evidence.rules.placement`). This module imports nothing
-from verifylib but :mod:`verifylib.errors` (through :mod:`._fields`).
+from verifylib but :mod:`verifylib.errors` (through :mod:`.fields`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verifylib.evidence.schemas._fields import (
+from verifylib.evidence.schemas.fields import (
     SchemaError,
-    array,
+    array_of,
     integer,
-    nullable,
     number,
     number_map,
     obj,
@@ -36,6 +35,7 @@ from verifylib.evidence.schemas._fields import (
     put,
     req,
     string,
+    string_or_null,
     strings,
 )
 
@@ -118,7 +118,7 @@ class PlanOp:
         """
         o = obj(doc, path)
         return cls(operator=req(o, "operator", path, string),
-                   preferred=req(o, "preferred", path, nullable(string)),
+                   preferred=req(o, "preferred", path, string_or_null),
                    cost=req(o, "cost", path, _cost),
                    function=opt(o, "function", path, string),
                    index=opt(o, "index", path, integer),
@@ -208,7 +208,7 @@ class PlanEvidence:
                 row = {**row, "cost": None}
             return PlanOp.from_json(row, path)
 
-        ops = req(o, "ops", "", lambda v, p: array(v, p, op))
+        ops = req(o, "ops", "", array_of(op))
         out = cls(ops=ops, cost_by_device=opt(o, "cost_by_device", "", number_map),
                   cost_sum=opt(o, "cost_sum", "", number),
                   variant=opt(o, "variant", "", string),

@@ -11,32 +11,46 @@ reports every disagreement it finds in a well-formed one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Verdict
 from verifylib.evidence.records import GateRecord
+from verifylib.evidence.schemas.fields import (
+    SchemaError,
+    array_of,
+    boolean,
+    mapping,
+    mapping_or_null,
+    obj,
+    req,
+    string,
+    string_or_null,
+)
 
 SCHEMA = "verifylib-receipt/1"
 """The receipt format this version writes and reads."""
 
 
-class ReceiptInvalid(EvidenceInvalid):
-    """A receipt document does not have the receipt format (names the field)."""
+class ReceiptInvalid(SchemaError):
+    """A receipt document does not have the receipt format.
+
+    A :class:`~verifylib.evidence.schemas.fields.SchemaError` whose message begins
+    ``receipt:``, e.g. ``receipt: gates[3].stage: expected a string, got null``.
+
+    Parameters
+    ----------
+    path, problem : str
+        As for :class:`~verifylib.evidence.schemas.fields.SchemaError`.
+    """
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(path, problem)
+        self.args = (f"receipt: {path}: {problem}" if path else f"receipt: {problem}",)
 
 
-def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in doc:
-        raise ReceiptInvalid(f"receipt: {where}{key} missing")
-    value = doc[key]
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ReceiptInvalid(f"receipt: {where}{key} is not a {_kind_name(kind)}")
-    return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+def _refused(exc: SchemaError) -> ReceiptInvalid:
+    return exc if isinstance(exc, ReceiptInvalid) else ReceiptInvalid(exc.path, exc.problem)
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,7 @@ class ReceiptGate:
     required: bool
 
     def to_json(self) -> dict:
-        """The row as written.
+        """Return the row as written.
 
         Returns
         -------
@@ -68,15 +82,15 @@ class ReceiptGate:
         return dict(self.record.to_record(), stage=self.stage, required=self.required)
 
     @staticmethod
-    def from_json(row: Any, index: int = 0) -> "ReceiptGate":
+    def from_json(row: Any, index: int | str = 0) -> "ReceiptGate":
         """Read one row of the gate table.
 
         Parameters
         ----------
         row : object
             The row as parsed from JSON.
-        index : int
-            Its position, for messages.
+        index : int or str
+            Its position (or its path, ``gates[3]``), for messages.
 
         Returns
         -------
@@ -87,16 +101,18 @@ class ReceiptGate:
         ReceiptInvalid
             When the row is not a gate row (naming ``gates[index].field``).
         """
-        where = f"gates[{index}]."
-        if not isinstance(row, Mapping):
-            raise ReceiptInvalid(f"receipt: gates[{index}] is not a mapping")
-        stage = _field(row, "stage", str, where)
-        required = _field(row, "required", bool, where)
+        where = index if isinstance(index, str) else f"gates[{index}]"
         try:
-            record = GateRecord.from_record({k: v for k, v in row.items()
+            o = obj(row, where)
+            stage = req(o, "stage", where, string)
+            required = req(o, "required", where, boolean)
+        except SchemaError as exc:
+            raise _refused(exc) from None
+        try:
+            record = GateRecord.from_record({k: v for k, v in o.items()
                                              if k not in ("stage", "required")})
         except EvidenceInvalid as exc:
-            raise ReceiptInvalid(f"receipt: gates[{index}]: {exc}") from None
+            raise ReceiptInvalid(where, str(exc)) from None
         return ReceiptGate(record, stage, required)
 
 
@@ -116,7 +132,7 @@ class FileDigest:
     sha256: str
 
     def to_json(self) -> dict:
-        """The entry as written.
+        """Return the entry as written.
 
         Returns
         -------
@@ -166,7 +182,7 @@ class Receipt:
     schema: str = SCHEMA
 
     def gate(self, gate_id: str) -> ReceiptGate:
-        """The row of one gate.
+        """Return the row of one gate.
 
         Parameters
         ----------
@@ -188,7 +204,7 @@ class Receipt:
         raise KeyError(gate_id)
 
     def to_json(self) -> dict:
-        """The receipt as written to ``receipt.json``.
+        """Return the receipt as written to ``receipt.json``.
 
         Returns
         -------
@@ -227,31 +243,29 @@ class Receipt:
             When the document is not a ``verifylib-receipt/1`` receipt; the message names
             the field.
         """
-        if not isinstance(doc, Mapping):
-            raise ReceiptInvalid("receipt: not a mapping")
-        if doc.get("schema") != SCHEMA:
-            raise ReceiptInvalid(f"receipt: schema is not {SCHEMA!r}")
-        rows = _field(doc, "gates", list, "")
-        files = _field(doc, "files", list, "")
-        entries = []
-        for i, f in enumerate(files):
-            if not isinstance(f, Mapping):
-                raise ReceiptInvalid(f"receipt: files[{i}] is not a mapping")
-            entries.append(FileDigest(_field(f, "path", str, f"files[{i}]."),
-                                      _field(f, "sha256", str, f"files[{i}].")))
         try:
-            verdict = Verdict(_field(doc, "verdict", str, ""))
-        except ValueError:
-            raise ReceiptInvalid(f"receipt: verdict {doc['verdict']!r} is not a verdict") from None
-        host = _field(doc, "host", (dict, type(None)), "")
-        return Receipt(
-            run_id=_field(doc, "run_id", str, ""),
-            name=_field(doc, "name", (str, type(None)), ""),
-            params_sha256=_field(doc, "params_sha256", (str, type(None)), ""),
-            host=dict(host) if host is not None else None,
-            packages=dict(_field(doc, "packages", dict, "")),
-            identities=dict(_field(doc, "identities", dict, "")),
-            gates=tuple(ReceiptGate.from_json(r, i) for i, r in enumerate(rows)),
-            verdict=verdict,
-            files=tuple(entries),
-        )
+            o = obj(doc, "")
+            if o.get("schema") != SCHEMA:
+                raise ReceiptInvalid("schema", f"not a {SCHEMA} document "
+                                               f"(schema {o.get('schema')!r})")
+            verdict = req(o, "verdict", "", string)
+            if verdict not in {v.value for v in Verdict}:
+                raise ReceiptInvalid("verdict", f"{verdict!r} is not a verdict")
+            return Receipt(
+                run_id=req(o, "run_id", "", string),
+                name=req(o, "name", "", string_or_null),
+                params_sha256=req(o, "params_sha256", "", string_or_null),
+                host=req(o, "host", "", mapping_or_null),
+                packages=req(o, "packages", "", mapping),
+                identities=req(o, "identities", "", mapping),
+                gates=req(o, "gates", "", array_of(ReceiptGate.from_json)),
+                verdict=Verdict(verdict),
+                files=req(o, "files", "", array_of(_file_digest)),
+            )
+        except SchemaError as exc:
+            raise _refused(exc) from None
+
+
+def _file_digest(value: Any, path: str) -> FileDigest:
+    o = obj(value, path)
+    return FileDigest(req(o, "path", path, string), req(o, "sha256", path, string))

@@ -17,7 +17,7 @@ written by hand for the scoring rules' tests omit — the gate's rule
 
 Shapes and types only: the counts are recomputed from the texts, the streams re-classified
 and the policy compared with the packaged one by the rules. This module imports nothing
-from verifylib but :mod:`verifylib.errors` (through :mod:`._fields`).
+from verifylib but :mod:`verifylib.errors` (through :mod:`.fields`).
 """
 
 from __future__ import annotations
@@ -25,19 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from verifylib.evidence.schemas._fields import (
+from verifylib.evidence.schemas.fields import (
     SchemaError,
-    array,
+    array_of,
     boolean,
     integer,
+    integer_or_null,
     mapping,
-    nullable,
     number,
     obj,
     opt,
     put,
     req,
     string,
+    string_or_null,
     strings,
 )
 
@@ -363,8 +364,8 @@ class RunRecord:
         """
         o = obj(doc, path)
         return cls(argv=req(o, "argv", path, strings),
-                   returncode=req(o, "returncode", path, nullable(integer)),
-                   signal=req(o, "signal", path, nullable(string)),
+                   returncode=req(o, "returncode", path, integer_or_null),
+                   signal=req(o, "signal", path, string_or_null),
                    timed_out=req(o, "timed_out", path, boolean),
                    wall_s=req(o, "wall_s", path, number),
                    stdout_sha256=req(o, "stdout_sha256", path, string),
@@ -539,7 +540,7 @@ class WerEvidence:
         """
         o = obj(doc, "")
         return cls(policy=req(o, "policy", "", WerPolicy.from_json),
-                   clips=req(o, "clips", "", lambda v, p: array(v, p, WerClip.from_json)),
+                   clips=req(o, "clips", "", array_of(WerClip.from_json)),
                    policy_sha256=opt(o, "policy_sha256", "", string),
                    normalizer=opt(o, "normalizer", "", mapping),
                    model_ggml_sha256=opt(o, "model_ggml_sha256", "", string),
@@ -689,7 +690,7 @@ class HybridEvidence:
         """
         o = obj(doc, "")
         return cls(policy=req(o, "policy", "", WerPolicy.from_json),
-                   clips=req(o, "clips", "", lambda v, p: array(v, p, HybridClip.from_json)),
+                   clips=req(o, "clips", "", array_of(HybridClip.from_json)),
                    policy_sha256=opt(o, "policy_sha256", "", string),
                    binary_sha256=opt(o, "binary_sha256", "", string),
                    model_arg=opt(o, "model_arg", "", string))

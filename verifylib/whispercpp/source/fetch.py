@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from verifylib.canonical import (dumps, publish_dir, read_json, sha256_bytes, sha256_file,
-                                 write_json)
+from verifylib.canonical import (
+    dumps,
+    publish_dir,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+    write_json,
+)
 from verifylib.errors import ParametersInvalid, SourceFailure
 from verifylib.locks import LOCKS_DIR, held, produce_once
 from verifylib.runtime.runner import CommandError, RunResult, run
@@ -92,14 +98,46 @@ def _git_env(git_dir: Path, work_tree: Path | None) -> dict[str, str]:
 
 
 def run_git(args: Sequence[str | os.PathLike], *, git_dir: Path, work_tree: Path | None,
-         cwd: Path | None = None, check: bool = True, stdin: bytes | None = None,
-         timeout: float = 600.0, what: str | None = None) -> RunResult:
+            cwd: Path | None = None, check: bool = True, stdin: bytes | None = None,
+            timeout: float = 600.0, what: str | None = None) -> RunResult:
+    """Run one git command on an explicit repository, isolated from the user's config.
+
+    The command gets the fixed ``-c`` options, a throwaway ``HOME``, no system or global
+    config, a fixed identity, and ``GIT_DIR``/``GIT_WORK_TREE`` (plus the index and object
+    paths) set explicitly, so the caller's environment cannot point it elsewhere. It runs
+    through :func:`verifylib.runtime.runner.run`.
+
+    Parameters
+    ----------
+    args : sequence of str or path-like
+        The git arguments (``["write-tree"]`` …).
+    git_dir : Path
+        The repository (``GIT_DIR``).
+    work_tree : Path or None
+        The work tree (``GIT_WORK_TREE``), None for none.
+    cwd : Path, optional
+        Working directory (default: ``work_tree``, else the parent of ``git_dir``).
+    check : bool
+        Raise :class:`verifylib.runtime.runner.CommandError` unless git exited 0.
+    stdin : bytes, optional
+        Bytes fed to git's standard input.
+    timeout : float
+        Seconds allowed.
+    what : str, optional
+        How the launch is described (default ``git <first argument>``).
+
+    Returns
+    -------
+    RunResult
+        The finished git process.
+    """
     argv: list[str | os.PathLike] = ["git"]
     for opt in _GIT_CONFIG:
         argv += ["-c", opt]
     argv += list(args)
     return run(argv, cwd=cwd if cwd is not None else (work_tree or git_dir.parent),
-               env_extra=_git_env(git_dir.resolve(), None if work_tree is None else work_tree.resolve()),
+               env_extra=_git_env(git_dir.resolve(),
+                                  None if work_tree is None else work_tree.resolve()),
                stdin=stdin, check=check, timeout=timeout, what=what or f"git {args[0]}")
 
 
@@ -136,7 +174,8 @@ def git_tree_id(folder: Path) -> str:
         run_git(["init", "-q"], git_dir=git_dir, work_tree=folder, cwd=Path(tmp), what="git init")
         run_git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=folder, cwd=folder,
              what="git add -A -f")
-        res = run_git(["write-tree"], git_dir=git_dir, work_tree=folder, cwd=folder, what="git write-tree")
+        res = run_git(["write-tree"], git_dir=git_dir, work_tree=folder, cwd=folder,
+                      what="git write-tree")
     tree = res.stdout_text.strip()
     if not GIT_OID_RE.match(tree):
         raise CommandError(res, f"git write-tree printed {tree!r}")
@@ -238,7 +277,8 @@ class SourceSpec:
         return out
 
 
-PYWHISPERCPP_V185 = SourceSpec(kind="pypi-sdist", package="pywhispercpp==1.5.1", subdir="whisper.cpp")
+PYWHISPERCPP_V185 = SourceSpec(kind="pypi-sdist", package="pywhispercpp==1.5.1",
+                               subdir="whisper.cpp")
 """whisper.cpp v1.8.5, byte-identical inside the pywhispercpp 1.5.1 sdist (docs/facts.md)."""
 
 
@@ -326,9 +366,11 @@ def _extract_archive(archive: Path, dest: Path) -> None:
             raise SourceError(f"{archive}: cannot extract: {exc}") from exc
         return
     if not name.endswith((".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")):
-        raise SourceError(f"{archive}: unsupported archive type (tar.gz/tgz/tar/tar.xz/tar.bz2/zip)")
+        raise SourceError(f"{archive}: unsupported archive type "
+                          f"(tar.gz/tgz/tar/tar.xz/tar.bz2/zip)")
     if not hasattr(tarfile, "data_filter"):
-        raise SourceError("safe tar extraction needs Python >= 3.11.4 (tarfile extraction filters)")
+        raise SourceError("safe tar extraction needs Python >= 3.11.4 "
+                          "(tarfile extraction filters)")
     try:
         with tarfile.open(archive) as tf:
             # The 'data' filter refuses absolute paths, '..', links leaving the folder and
@@ -351,7 +393,8 @@ def copy_tree(src: Path, dest: Path) -> None:
 def _single_top(folder: Path, what: str) -> Path:
     entries = [p for p in folder.iterdir()]
     if len(entries) != 1 or not entries[0].is_dir():
-        raise SourceError(f"{what}: expected one top-level folder, found {sorted(p.name for p in entries)}")
+        raise SourceError(f"{what}: expected one top-level folder, "
+                          f"found {sorted(p.name for p in entries)}")
     return entries[0]
 
 
@@ -366,7 +409,8 @@ def _spec_key(spec: SourceSpec, extra: Mapping[str, Any]) -> str:
     return sha256_bytes(dumps({"spec": spec.to_dict(), **extra}))
 
 
-def _fetch_pypi_sdist(spec: SourceSpec, staging: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
+def _fetch_pypi_sdist(spec: SourceSpec, staging: Path,
+                      log: Callable[[str], None]) -> tuple[Path, dict]:
     assert spec.package is not None
     pkg_name = _REQ_RE.match(spec.package).group(1)  # type: ignore[union-attr]
     dl = staging / "download"
@@ -419,8 +463,8 @@ def _fetch_git(spec: SourceSpec, staging: Path, log: Callable[[str], None]) -> t
         raise SourceError(f"{spec.url}: commit {spec.commit} not found")
     run_git(["checkout", "-q", "-f", "--detach", spec.commit], git_dir=git_dir, work_tree=tree,
          cwd=tree, timeout=1800)
-    commit_tree = run_git(["rev-parse", f"{spec.commit}^{{tree}}"], git_dir=git_dir, work_tree=tree,
-                       cwd=staging).stdout_text.strip()
+    commit_tree = run_git(["rev-parse", f"{spec.commit}^{{tree}}"], git_dir=git_dir,
+                          work_tree=tree, cwd=staging).stdout_text.strip()
     origin = {"kind": spec.kind, "url": spec.url, "commit": spec.commit, "subdir": spec.subdir,
               "commit_tree": commit_tree}
     return _select_subdir(tree, spec.subdir, spec.url), origin
@@ -432,12 +476,14 @@ def _fetch_archive(spec: SourceSpec, staging: Path, log: Callable[[str], None],
     log(f"extracting {spec.path} …")
     ex = staging / "extract"
     _extract_archive(spec.path, ex)
-    origin = {"kind": spec.kind, "archive": str(spec.path.resolve()), "archive_sha256": archive_sha256,
-              "archive_bytes": spec.path.stat().st_size, "subdir": spec.subdir}
+    origin = {"kind": spec.kind, "archive": str(spec.path.resolve()),
+              "archive_sha256": archive_sha256, "archive_bytes": spec.path.stat().st_size,
+              "subdir": spec.subdir}
     return _select_subdir(ex, spec.subdir, str(spec.path)), origin
 
 
-def _fetch_folder(spec: SourceSpec, staging: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
+def _fetch_folder(spec: SourceSpec, staging: Path,
+                  log: Callable[[str], None]) -> tuple[Path, dict]:
     assert spec.path is not None
     src = _select_subdir(spec.path, spec.subdir, str(spec.path))
     log(f"copying {src} …")

@@ -176,7 +176,8 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
             copy_tree(pristine, tree_dir)
             git_dir = tree_dir / ".git"
             run_git(["init", "-q"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
-            run_git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
+            run_git(["add", "-A", "-f", "--", "."], git_dir=git_dir, work_tree=tree_dir,
+                    cwd=tree_dir)
             run_git(["commit", "-q", "--no-verify", "-m", f"pristine source for pin {pin.name}"],
                  git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir)
             head_tree = run_git(["rev-parse", "HEAD^{tree}"], git_dir=git_dir, work_tree=tree_dir,
@@ -184,7 +185,8 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
             head = run_git(["rev-parse", "HEAD"], git_dir=git_dir, work_tree=tree_dir,
                         cwd=tree_dir).stdout_text.strip()
         except (CommandError, OSError) as exc:
-            raise PatchError(f"pin {pin.name}: cannot prepare a work tree from {pristine}: {exc}") from exc
+            raise PatchError(f"pin {pin.name}: cannot prepare a work tree from {pristine}: "
+                             f"{exc}") from exc
         if head_tree != expected:
             raise PatchError(f"pin {pin.name}: pristine source {pristine} has tree {head_tree}, "
                              f"expected {expected}; refusing to patch a different tree")
@@ -192,7 +194,8 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
         res = run_git(["apply", "-"], git_dir=git_dir, work_tree=tree_dir, cwd=tree_dir,
                    stdin=patch, check=False)
         if not res.ok:
-            raise PatchError(f"pin {pin.name}: patch {pin.patch_path} does not apply to {pristine} "
+            raise PatchError(f"pin {pin.name}: patch {pin.patch_path} does not apply to "
+                             f"{pristine} "
                              f"({res.describe()}): {res.stderr_text.strip()}")
         publish_dir(tree_dir, final)
     finally:
@@ -204,6 +207,18 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
 # ----------------------------------------------------------------------------- judging
 
 def expected_status(touches: Sequence[str]) -> list[str]:
+    """Return the ``git status --porcelain`` lines a correctly patched tree shows.
+
+    Parameters
+    ----------
+    touches : sequence of str
+        The paths the manifest says the patch modifies.
+
+    Returns
+    -------
+    list of str
+        One `` M <path>`` line per touched path, sorted.
+    """
     return [f" M {t}" for t in sorted(touches)]
 
 
@@ -212,10 +227,24 @@ def _is_count(value: Any) -> bool:
 
 
 def phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[str]:
-    """The one implementation of the patch-exact rule, for a live check and for re-judging.
+    """Judge one measured check by the patch-exact rule.
 
+    This is the one implementation of the rule, for a live check and for re-judging.
     ``pin`` holds what the manifest declares (``pin_tree``, ``declared_patch_sha256``,
     ``touches``); ``phase`` holds what one check measured.
+
+    Parameters
+    ----------
+    pin : mapping
+        The manifest's declaration for the pin.
+    phase : mapping
+        What one check measured (patch file and diff digests and lengths, ``head_tree``,
+        ``status_lines``).
+
+    Returns
+    -------
+    list of str
+        The problems found; empty when the tree is exactly the pin's tree plus the patch.
     """
     problems: list[str] = []
     if phase.get("pin", pin.get("pin")) != pin.get("pin"):
@@ -228,7 +257,8 @@ def phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[str
     if not is_sha256(actual) or not _is_count(patch_len):
         problems.append(f"patch file digest/length malformed: {actual!r}/{patch_len!r}")
     elif declared != actual:
-        problems.append(f"patch file drifted: its sha256 is {actual}, the manifest declares {declared}")
+        problems.append(f"patch file drifted: its sha256 is {actual}, "
+                        f"the manifest declares {declared}")
     pin_tree, head_tree = pin.get("pin_tree"), phase.get("head_tree")
     if not is_oid(pin_tree):
         problems.append(f"pin tree malformed: {pin_tree!r}")
@@ -255,7 +285,8 @@ def phase_problems(pin: Mapping[str, Any], phase: Mapping[str, Any]) -> list[str
             extra = [x for x in lines if x not in want]
             missing = [x for x in want if x not in lines]
             problems.append(f"git status (ignored files included) shows unexpected "
-                            f"{extra[:8]!r}{' …' if len(extra) > 8 else ''} and lacks {missing!r}; "
+                            f"{extra[:8]!r}{' …' if len(extra) > 8 else ''} "
+                            f"and lacks {missing!r}; "
                             f"expected exactly {want!r}")
     return problems
 
@@ -358,8 +389,8 @@ def check_patch_exact(work: Path, pin: Pin) -> PatchCheck:
     work = Path(work).resolve()
     git_dir = work / ".git"
     try:
-        head_tree = run_git(["rev-parse", "--verify", "HEAD^{tree}"], git_dir=git_dir, work_tree=work,
-                         cwd=work).stdout_text.strip()
+        head_tree = run_git(["rev-parse", "--verify", "HEAD^{tree}"], git_dir=git_dir,
+                            work_tree=work, cwd=work).stdout_text.strip()
         # Against HEAD, not the index, so a change someone staged is not hidden.
         diff = run_git(["diff", "--no-ext-diff", "--binary", "--full-index", "HEAD"],
                     git_dir=git_dir, work_tree=work, cwd=work).stdout

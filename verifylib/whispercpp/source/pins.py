@@ -70,7 +70,8 @@ def check_rel_path(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return "must be a non-empty string"
     p = PurePosixPath(value)
-    if p.is_absolute() or "\\" in value or any(part in ("", ".", "..") for part in value.split("/")):
+    if (p.is_absolute() or "\\" in value
+            or any(part in ("", ".", "..") for part in value.split("/"))):
         return f"{value!r} must be a relative path without '.', '..' or empty parts"
     return None
 
@@ -110,7 +111,8 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
     except yaml.YAMLError as exc:
         raise ParametersInvalid(f"{manifest}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("pins"), dict) or not doc["pins"]:
-        raise _manifest_error(manifest, "top level", "expected a mapping with a non-empty 'pins' mapping")
+        raise _manifest_error(manifest, "top level",
+                              "expected a mapping with a non-empty 'pins' mapping")
     pins: dict[str, Pin] = {}
     for name, entry in doc["pins"].items():
         if not isinstance(name, str) or not _PIN_NAME_RE.match(name):
@@ -123,14 +125,17 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
         missing = sorted(_PIN_KEYS - entry.keys())
         unknown = sorted(set(map(str, entry.keys())) - _PIN_KEYS)
         if missing or unknown:
-            raise _manifest_error(manifest, where, f"missing keys {missing}, unknown keys {unknown}")
+            raise _manifest_error(manifest, where,
+                                  f"missing keys {missing}, unknown keys {unknown}")
         for key in ("commit", "tree"):
             val = entry[key]
             if not isinstance(val, str) or not GIT_OID_RE.match(val):
                 raise _manifest_error(manifest, where,
-                                      f"{key} must be 40 lower-case hex digits (quoted), got {val!r}")
+                                      f"{key} must be 40 lower-case hex digits (quoted), "
+                                      f"got {val!r}")
         if not is_sha256(entry["patch_sha256"]):
-            raise _manifest_error(manifest, where, "patch_sha256 must be 64 lower-case hex digits, "
+            raise _manifest_error(manifest, where,
+                                  "patch_sha256 must be 64 lower-case hex digits, "
                                   f"got {entry['patch_sha256']!r}")
         err = check_rel_path(entry["patch"])
         if err:
@@ -156,11 +161,36 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
 # ----------------------------------------------------------------------------- judging
 
 def is_oid(value: Any) -> bool:
+    """Tell whether ``value`` is a git object id (40 lower-case hex digits).
+
+    Parameters
+    ----------
+    value : object
+        The value to check.
+
+    Returns
+    -------
+    bool
+        True for a string matching :data:`GIT_OID_RE`.
+    """
     return isinstance(value, str) and bool(GIT_OID_RE.match(value))
 
 
 def pin_fields(pin: Pin) -> dict[str, Any]:
-    """What a build sidecar records of its pin (the validator compares it with the manifest)."""
+    """Return what a build sidecar records of its pin.
+
+    The validator compares these fields with the manifest.
+
+    Parameters
+    ----------
+    pin : Pin
+        The pin.
+
+    Returns
+    -------
+    dict
+        ``pin``, ``pin_commit``, ``pin_tree``, ``declared_patch_sha256`` and ``touches``.
+    """
     return {"pin": pin.name, "pin_commit": pin.commit, "pin_tree": pin.tree,
             "declared_patch_sha256": pin.patch_sha256, "touches": list(pin.touches)}
 
