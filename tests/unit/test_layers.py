@@ -38,7 +38,7 @@ LAYERS = (
     ("runtime", r"verifylib\.runtime(\..+)?"),
     ("domain", r"verifylib\.(numerics|models)(\..+)?|verifylib\.whispercpp(?!\.pincheck)(\..+)?"),
     ("parameters", r"verifylib\.params"),
-    ("records", r"verifylib\.evidence\.(records|layout)"),
+    ("records", r"verifylib\.evidence\.(records|layout|failures)"),
     ("judges", r"verifylib\.evidence\.(rules|schemas)(\..+)?|verifylib\.evidence\.results"),
     ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting)"),
     ("stages", r"verifylib\.stages(\..+)?"),
@@ -208,7 +208,7 @@ def test_every_judge_lives_in_the_rules_package():
 
 def test_the_run_id_format_has_one_owner():
     owners = sorted(m for m, p in MODULES.items()
-                    if re.search(r"\\d\{8\}T\\d\{6\}Z", p.read_text(encoding="utf-8")))
+                    if re.search(r"\\d\{8\}T\\d\{6\}Z|%Y%m%dT%H%M%SZ", p.read_text(encoding="utf-8")))
     assert owners == ["verifylib.evidence.layout"]
 
 

@@ -12,16 +12,20 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from tests import synthetic
+from tests.helpers import synthetic
 from verifylib.evidence import gates, results
 from verifylib import params, views
 from verifylib.views import report
 from verifylib.evidence.rules import registry as rules
 from verifylib.evidence.records import GateRecord, Reason
 from verifylib.evidence.gates import Judgement, Status, Verdict
-from verifylib.stages.context import StageContext, StageReport
+from verifylib.stages.context import StageContext
+from verifylib.evidence.records import StageReport
+from verifylib.evidence.schemas.parity import Measurement
+from verifylib.evidence.schemas.placement import PlanEvidence
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 PACKAGE = ROOT / "verifylib"
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -95,8 +99,12 @@ def _facts() -> dict[str, dict]:
                 "variant": "fp32", "kind": "program", "status": "FAIL", "detail": HOSTILE,
                 "reference_seconds": {"fixture": 1.25, "random": 0.5},
                 "measurements": [{"input": "fixture", "execution": HOSTILE, "seconds": 0.5,
-                                  "metrics": {"snr_db": float("inf"), "cosine": 1.0,
-                                              "max_abs_error": 0.0, "mean_abs_error": 1e-9}}],
+                                  "metrics": {"n": 4, "signal_energy": 4.0,
+                                              "noise_energy": 0.0, "dot": 4.0,
+                                              "candidate_energy": 4.0,
+                                              "snr_db": float("inf"), "cosine": 1.0,
+                                              "max_abs_error": 0.0, "mean_abs_error": 1e-9,
+                                              "finite": True}}],
                 "drift": {"frames": {"float32": [30.0, "inf", 12.5]},
                           "histogram": {"float32": {"edges": [1e-9, 1e-6, 1e-3],
                                                     "counts": [3, 1], "zeros": 2}},
@@ -146,23 +154,30 @@ def _typed(name: str, facts: dict):
                 {k: results.SanitizerSide(**v) for k, v in sz["sides"].items()}),
             positive=None if pos is None else results.PositiveControl(**pos))
     if name == "parity":
-        cands = {gid: results.ParityCandidate(gid, **{**c, "drift": results.Drift.from_evidence(
-                     c["drift"])}) for gid, c in facts["candidates"].items()}
+        cands = {gid: results.ParityCandidate(gid, **{
+                     **c, "drift": results.Drift.from_evidence(c["drift"]),
+                     "status": Status(c["status"]),
+                     "measurements": tuple(Measurement.from_json(m, f"measurements[{i}]")
+                                           for i, m in enumerate(c["measurements"]))})
+                 for gid, c in facts["candidates"].items()}
         return results.ParityResult(facts["reference"], facts["inputs"], cands)
     if name == "wer":
         return results.WerResult([results.ClipResult(**c) for c in facts["clips"]],
                                  results.CorpusWer(**facts["corpus"]))
-    return results.PlacementResult(dict(facts))
+    return results.PlacementResult({v: PlanEvidence.from_json(p) for v, p in facts.items()})
+
+
+def _report(name: str, facts: dict) -> StageReport:
+    plain = facts if name in ("build", "export") else {}
+    return StageReport(name, _records(), {"k": HOSTILE}, 0.5, plain, _typed(name, facts))
 
 
 def _show(name: str, facts: dict, shown: list) -> list[str]:
+    """What ``views.<name>.show`` displays (it returns None: the view contract)."""
     view = importlib.import_module(f"verifylib.views.{name}")
     shown.clear()
-    plain = facts if name in ("build", "export") else {}
-    result = view.show(StageReport(name, _records(), {"k": HOSTILE}, 0.5, plain,
-                                   _typed(name, facts)))
-    if result is not None:
-        shown.append(result.data)
+    result = view.show(_report(name, facts))
+    assert result is None, f"views.{name}.show returned {result!r} instead of displaying it"
     return list(shown)
 
 
@@ -208,6 +223,100 @@ def test_stage_views_keep_their_plots_and_tables(shown):
     assert "<td><b>1/0/1</b></td><td><b>0.4000</b></td>" in out[1]  # corpus GGML S/D/I, WER
     out = _show("placement", facts["placement"], shown)
     assert out[0] == "PLOT" and "<td>25.00%</td>" in out[1]
+
+
+# ----------------------------------------------------------------------------- one view contract
+
+VIEWS_DIR = PACKAGE / "views"
+DISPLAY_CALLS = {"display_html", "show_html", "display"}
+"""Calls that put an output into the running notebook (``plt.show`` is a plot's own)."""
+
+
+def _view_sources() -> dict[str, ast.Module]:
+    return {p.stem: ast.parse(p.read_text(encoding="utf-8"))
+            for p in sorted(VIEWS_DIR.glob("*.py")) if p.stem != "__init__"}
+
+
+def _called(fn: ast.FunctionDef) -> set[str]:
+    return {c.func.id if isinstance(c.func, ast.Name) else c.func.attr
+            for c in ast.walk(fn) if isinstance(c, ast.Call)
+            and isinstance(c.func, (ast.Name, ast.Attribute))}
+
+
+def _displaying(tree: ast.Module) -> list[ast.FunctionDef]:
+    """A view module's public functions that display: ``show``, ``show_*`` and any other
+    that calls a display function."""
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+            and (n.name == "show" or n.name.startswith("show_") or _called(n) & DISPLAY_CALLS)]
+
+
+def _comparison():
+    from verifylib.compare.model import Comparison, GateCell, GateRow, RunInfo
+    from verifylib.evidence.gates import Status
+    runs = tuple(RunInfo(lab, Path(f"/runs/{lab}"), f"run-{lab}", "tiny-en", None, False,
+                         "INCOMPLETE", None, "skipped") for lab in "AB")
+    row = GateRow("build.ggml", "01_build", True, (GateCell(Status.PASS), GateCell(Status.FAIL, "rule",
+                                                                              HOSTILE)))
+    return Comparison(runs, (row,), (), (), None, (), (f"gate {HOSTILE} differs",))
+
+
+def _samples(name: str) -> list:
+    """What a view module's ``show`` is shown with: a stage report with and without facts."""
+    if name == "compare":
+        return [_comparison()]
+    return [_report(name, _facts()[name]), _report(name, {})]
+
+
+def test_every_display_function_returns_none_on_the_source():
+    found, shows = [], set()
+    for name, tree in _view_sources().items():
+        for fn in _displaying(tree):
+            shows |= {name} if fn.name == "show" else set()
+            found += [f"views/{name}.py:{r.lineno}: {fn.name} returns a value"
+                      for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None
+                      and not (isinstance(r.value, ast.Constant) and r.value.value is None)]
+    assert found == [], "a view displays and returns None (verifylib/views/__init__.py)"
+    assert set(STAGE_VIEWS) | {"compare"} <= shows
+
+
+def test_the_contract_scan_would_see_a_returned_html():
+    tree = ast.parse("def show(r):\n    return html_object('x')\n"
+                     "def note(r):\n    display_html('y')\n    return 1\n"
+                     "def page(r):\n    return render('z')\n"
+                     "def a_plot(r):\n    plt.show()\n    return fig\n")
+    assert [f.name for f in _displaying(tree)] == ["show", "note"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, tree in _view_sources().items()
+                                        if any(f.name == "show" for f in _displaying(tree))))
+def test_every_views_show_displays_and_returns_none(name, shown):
+    view = importlib.import_module(f"verifylib.views.{name}")
+    for sample in _samples(name):
+        shown.clear()
+        assert view.show(sample) is None
+        html = [x for x in shown if x != "PLOT"]
+        assert html and html[0].startswith(views.style_block()), name
+        assert "<script" not in "".join(html).lower()
+
+
+@pytest.mark.parametrize("name", ["build", "export"])
+def test_html_is_the_text_show_displays(name, shown):
+    view = importlib.import_module(f"verifylib.views.{name}")
+    for facts in (_facts()[name], {}):
+        text = view.html(_report(name, facts))
+        assert isinstance(text, str) and text.startswith(views.style_block())
+        assert _show(name, facts, shown) == [text]
+    assert ESCAPED in view.html(_report(name, _facts()[name]))
+    assert "did not run" in view.html(_report(name, {}))
+
+
+def test_the_comparison_page_is_text_and_show_displays_its_fragment(shown):
+    from verifylib.views import compare as view
+    cmp = _comparison()
+    assert isinstance(view.page(cmp), str) and ESCAPED in view.page(cmp)
+    shown.clear()
+    assert view.show(cmp) is None
+    assert shown == [view.fragment(cmp)]
 
 
 def test_stage_report_repr_escapes_reason_detail(tmp_path, monkeypatch):

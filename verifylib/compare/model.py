@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from verifylib.evidence.gates import Status
+
 __all__ = ["Comparison", "RunInfo", "GateCell", "GateRow", "IdentityRow", "LayerCurve",
            "OpCurve", "OpRow", "ModuleRow", "WorstEntry", "WorstRow", "CandidateComparison",
            "ClipRow", "CorpusRow", "WerComparison", "Note", "PROGRAM_GATES", "PARITY_GATE_IDS"]
@@ -115,7 +117,7 @@ class RunInfo:
 class GateCell:
     """One gate in one run: status (None when the run has no such gate), reason, detail."""
 
-    status: str | None
+    status: Status | None
     reason: str = ""
     detail: str = ""
 
@@ -282,7 +284,7 @@ class CandidateComparison:
     gate : str
     variant, kind : str or None
         ``fp32``/``fp16`` and ``program``/``runtime`` (from the gate id).
-    status : tuple of str or None
+    status : tuple of Status or None
         The gate's status per run.
     gated_snr_db, gated_cosine : tuple of float or None
         The gated measurement (the policy's input and execution) per run; None where the
@@ -314,7 +316,7 @@ class CandidateComparison:
     gate: str
     variant: str | None
     kind: str | None
-    status: tuple[str | None, ...]
+    status: tuple[Status | None, ...]
     gated_snr_db: tuple[float | None, ...]
     gated_cosine: tuple[float | None, ...]
     layers: tuple[LayerCurve, ...] = ()

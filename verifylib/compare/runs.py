@@ -154,7 +154,7 @@ def _gate_rows(opened: Sequence[_Opened], notes: list[Note]) -> tuple[GateRow, .
         for op in opened:
             rec = op.run.gates.get(gid) if op.run is not None else None
             cells.append(GateCell(None) if rec is None else
-                         GateCell(rec.status.value, rec.reason.kind, rec.reason.detail))
+                         GateCell(rec.status, rec.reason.kind, rec.reason.detail))
         try:
             g = gates.gate(gid)
             stage, required = g.stage, g.required
@@ -300,7 +300,7 @@ def _candidate(gid: str, opened: Sequence[_Opened], parity: Sequence[Any],
                notes: list[Note]) -> CandidateComparison:
     labels = [op.info.label for op in opened]
     cands = [p.candidates.get(gid) if p is not None else None for p in parity]
-    status = tuple(op.run.gates[gid].status.value
+    status = tuple(op.run.gates[gid].status
                    if op.run is not None and gid in op.run.gates else None for op in opened)
     gated = [_gated(c) if c is not None else (None, None) for c in cands]
     variant = "fp16" if gid.endswith("_fp16") else "fp32"
@@ -518,7 +518,7 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
     cands = tuple(_candidate(gid, opened, parity, notes) for gid in PARITY_GATE_IDS)
     for c in cands:
         if c.is_program and not any(c.judged) and any(op.run is not None for op in opened):
-            why = [f"{op.info.label} {s or 'missing'}"
+            why = [f"{op.info.label} {s.value if s else 'missing'}"
                    + (f" {op.run.gates[c.gate].reason.kind}"
                       if s and op.run is not None else "")
                    for op, s in zip(opened, c.status)]
@@ -560,8 +560,9 @@ def default_output_dir(now: datetime | None = None) -> Path:
     -------
     Path
     """
+    from verifylib.evidence.layout import STAMP_FORMAT
     from verifylib.resources import reports_dir
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or datetime.now(timezone.utc)).strftime(STAMP_FORMAT)
     out = reports_dir() / f"compare-{stamp}"
     n = 1
     while out.exists():  # two comparisons in one second keep both pages

@@ -69,7 +69,7 @@ def summary_lines(runs: Sequence[RunInfo], gate_rows: Sequence[GateRow],
     changed = [g for g in gate_rows if g.differs]
     if changed:
         lines.append("gates that differ: " + _listed([
-            f"{g.gate} (" + ", ".join(f"{r.label} {c.status or 'missing'}"
+            f"{g.gate} (" + ", ".join(f"{r.label} {c.status.value if c.status else 'missing'}"
                                       for r, c in zip(runs, g.cells)) + ")" for g in changed]))
     diffs = [r for r in identities if r.differs]
     if diffs:
@@ -88,7 +88,7 @@ def summary_lines(runs: Sequence[RunInfo], gate_rows: Sequence[GateRow],
                 missing = [(x.label, c.status[i]) for i, x in ((0, base), (j, r))
                            if c.gated_snr_db[i] is None]
                 lines.append(f"{what}: not judged in " + ", ".join(
-                    f"run {lab} ({st or 'missing'})" for lab, st in missing)
+                    f"run {lab} ({st.value if st else 'missing'})" for lab, st in missing)
                     + f"; nothing to compare between runs {base.label} and {r.label}")
                 continue
             line = (f"{what}: run {base.label} {snr_text(a)}, run {r.label} {snr_text(v)} "

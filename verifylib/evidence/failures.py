@@ -133,9 +133,7 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
     Path
         The published record.
     """
-    import datetime as dt
-
-    from verifylib.evidence.layout import new_run_id
+    from verifylib.evidence.layout import new_run_id, run_id_time
 
     folder = Path(reports_root) / name / FAILED
     folder.mkdir(parents=True, exist_ok=True)
@@ -143,7 +141,7 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         reason = reason[:MAX_REASON_CHARS - 1] + "…"
     for _ in range(100):
         record_id = new_run_id()
-        stamp = dt.datetime.strptime(record_id.split("-")[0], "%Y%m%dT%H%M%SZ")
+        stamp = run_id_time(record_id)
         rec = FailureRecord(record_id, name, parameters, reason, dict(executor),
                             stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
         path = folder / f"{record_id}.json"

@@ -56,6 +56,11 @@ def error_filename(gate_id: str) -> str:
     return f"error.{gate_id}.json"
 
 
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+"""The UTC second at the head of a run id (and of other sortable names, such as
+``verifylib compare``'s output folders)."""
+
+
 def new_run_id() -> str:
     """Return a sortable run id such as ``20261130T062000Z-3f9a07c2``.
 
@@ -69,8 +74,30 @@ def new_run_id() -> str:
     str
         ``<YYYYmmddTHHMMSSZ>-<8 hex digits>``.
     """
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    now = _dt.datetime.now(_dt.timezone.utc).strftime(STAMP_FORMAT)
     return f"{now}-{secrets.token_hex(4)}"
+
+
+def run_id_time(run_id: str) -> _dt.datetime:
+    """Return the UTC time a run id was made.
+
+    Parameters
+    ----------
+    run_id : str
+        A run id (:data:`RUN_ID_RE`).
+
+    Returns
+    -------
+    datetime.datetime
+        The second at its head, timezone-aware (UTC).
+
+    Raises
+    ------
+    ValueError
+        When ``run_id`` does not start with a UTC stamp.
+    """
+    stamp = _dt.datetime.strptime(run_id.split("-", 1)[0], STAMP_FORMAT)
+    return stamp.replace(tzinfo=_dt.timezone.utc)
 
 
 def read_stage_file(run_dir: Path, stage: str) -> dict | None:
