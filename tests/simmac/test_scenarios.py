@@ -8,7 +8,7 @@ expected verdict is the verdict over the stages the row ran (required gates only
 PASS gives ADMISSIBLE, any FAIL or ERROR gives REJECTED, else INCOMPLETE). The one full
 audit, through papermill and the CLI's own runner, is :func:`test_admissible_audit_end_to_end`.
 
-``python tests/test_scenarios.py --markdown`` prints the matrix (docs/scenarios.md is that
+``python tests/simmac/test_scenarios.py --markdown`` prints the matrix (docs/scenarios.md is that
 output; a test keeps it current).
 """
 
@@ -23,10 +23,10 @@ from typing import Callable
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script for --markdown
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a script for --markdown: the repository root holds `tests`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.helpers import ROOT  # noqa: E402
 from tests.simmac import Scenario, SimulatedMac  # noqa: E402
 from verifylib import canonical, params
 from verifylib.evidence import gates  # noqa: E402
@@ -90,7 +90,7 @@ def _misnamed_mlmodelc(run_dir: Path) -> None:
 
 def _source_copy(tmp: Path, change: Callable[[Path], None]) -> str:
     """A copy of the pinned source folder with one change (a folder source)."""
-    from verifylib.stages.artifacts import cache_dir
+    from verifylib.resources import cache_dir
     from verifylib.whispercpp.source import load_pins
     pin = load_pins()["v1.8.5"]
     dest = tmp / "source"
@@ -145,12 +145,12 @@ def _escaped_in_view(run_dir: Path) -> None:
     # raw text, escaped.
     assert clip["reference"].startswith("alert") and "<" not in clip["reference"]
     raw = "<script>alert('x')</script> light rain"
-    from verifylib.evidence import results
+    from verifylib.evidence.results import wer as wer_results
     from verifylib.views import render
-    page = render("wer_transcripts.html.j2", style=False, clips=[results.ClipResult(
+    page = render("wer_transcripts.html.j2", style=False, clips=[wer_results.ClipResult(
         id="weather", public=True, words=1, counts={}, reference=raw,
         source="", ggml="", hybrid=None, wer_source=0.0, wer_ggml=0.0, wer_hybrid=None,
-        wer_pairwise=0.0)], corpus=results.CorpusWer(0.0, 0.0, 0.0), has_hybrid=False,
+        wer_pairwise=0.0)], corpus=wer_results.CorpusWer(0.0, 0.0, 0.0), has_hybrid=False,
         no_worse=1)
     assert "<script>" not in page and "&lt;script&gt;" in page
 
@@ -384,10 +384,11 @@ ARGV_ROWS = [
 
 @pytest.mark.parametrize("row", ARGV_ROWS, ids=[r.name for r in ARGV_ROWS])
 def test_argv_guard_refuses_before_launch(row, tmp_path):
+    from verifylib.errors import ContractBroken
     from verifylib.runtime import contracts, ledger, runner
     ledger.bind(tmp_path)  # a refused argv must leave no launch behind
     argv = contracts.coreml_argv("/nonexistent/whisper-cli", "m.bin", "a.wav", "en")
-    with pytest.raises(contracts.ContractError, match=row.reason):
+    with pytest.raises(ContractBroken, match=row.reason):
         runner.run_whisper_cli([*argv, *row.extra], timeout=5)
     assert not (tmp_path / "ledger.jsonl").exists() or \
         (tmp_path / "ledger.jsonl").read_text() == ""
@@ -432,7 +433,7 @@ def test_patch_drift(scenario_prefixes, tmp_path, monkeypatch):
 def test_interrupted_build(scenario_prefixes, tmp_path):
     """§3 an interrupted publication leaves a staging folder in the build cache: the next
     audit neither uses nor trips over it, and takes the published build."""
-    from verifylib.stages.artifacts import cache_dir
+    from verifylib.resources import cache_dir
     from verifylib.stages import build as stage
     p, _ = scenario_prefixes
     stray = cache_dir() / "builds" / f".staging-interrupted-{tmp_path.name}"
@@ -480,7 +481,7 @@ def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
 def markdown() -> str:
     """The matrix as a Markdown page (docs/scenarios.md)."""
     lines = ["# The fault matrix", "",
-             "Generated from `tests/test_scenarios.py` (`python tests/test_scenarios.py "
+             "Generated from `tests/simmac/test_scenarios.py` (`python tests/simmac/test_scenarios.py "
              "--markdown`); `docs/runtime-contract.md` explains the sections cited.", "",
              "| scenario | host | covers | stages | gate | expected | reason contains | verdict |",
              "|---|---|---|---|---|---|---|---|"]

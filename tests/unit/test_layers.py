@@ -39,7 +39,7 @@ LAYERS = (
     ("domain", r"verifylib\.(numerics|models)(\..+)?|verifylib\.whispercpp(?!\.pincheck)(\..+)?"),
     ("parameters", r"verifylib\.params"),
     ("records", r"verifylib\.evidence\.(records|layout|failures)"),
-    ("judges", r"verifylib\.evidence\.(rules|schemas)(\..+)?|verifylib\.evidence\.results"),
+    ("judges", r"verifylib\.evidence\.(rules|schemas)(\..+)?|verifylib\.evidence\.results(\..+)?"),
     ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting)"),
     ("stages", r"verifylib\.stages(\..+)?"),
     ("views", r"verifylib\.views(\..+)?"),

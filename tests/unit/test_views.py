@@ -13,7 +13,11 @@ import nbformat
 import pytest
 
 from tests.helpers import synthetic
-from verifylib.evidence import gates, results
+from verifylib.evidence import gates
+from verifylib.evidence.results import canary as canary_results
+from verifylib.evidence.results import parity as parity_results
+from verifylib.evidence.results import placement as placement_results
+from verifylib.evidence.results import wer as wer_results
 from verifylib import params, views
 from verifylib.views import report
 from verifylib.evidence.rules import registry as rules
@@ -145,26 +149,26 @@ def _typed(name: str, facts: dict):
         lc = facts.get("lifecycle")
         pos = facts.get("positive")
         sz = facts.get("sanitizer")
-        return results.CanaryResult(
-            lifecycle=None if lc is None else results.LifecycleSummary(
+        return canary_results.CanaryResult(
+            lifecycle=None if lc is None else canary_results.LifecycleSummary(
                 lc["runs_per_side"], lc["trigger"],
-                {k: results.LifecycleSide(**v) for k, v in lc["sides"].items()}),
-            sanitizer=None if sz is None else results.SanitizerSummary(
+                {k: canary_results.LifecycleSide(**v) for k, v in lc["sides"].items()}),
+            sanitizer=None if sz is None else canary_results.SanitizerSummary(
                 sz["runs_per_side"], sz["trigger"], sz["asan_options"],
-                {k: results.SanitizerSide(**v) for k, v in sz["sides"].items()}),
-            positive=None if pos is None else results.PositiveControl(**pos))
+                {k: canary_results.SanitizerSide(**v) for k, v in sz["sides"].items()}),
+            positive=None if pos is None else canary_results.PositiveControl(**pos))
     if name == "parity":
-        cands = {gid: results.ParityCandidate(gid, **{
-                     **c, "drift": results.Drift.from_evidence(c["drift"]),
+        cands = {gid: parity_results.ParityCandidate(gid, **{
+                     **c, "drift": parity_results.Drift.from_evidence(c["drift"]),
                      "status": Status(c["status"]),
                      "measurements": tuple(Measurement.from_json(m, f"measurements[{i}]")
                                            for i, m in enumerate(c["measurements"]))})
                  for gid, c in facts["candidates"].items()}
-        return results.ParityResult(facts["reference"], facts["inputs"], cands)
+        return parity_results.ParityResult(facts["reference"], facts["inputs"], cands)
     if name == "wer":
-        return results.WerResult([results.ClipResult(**c) for c in facts["clips"]],
-                                 results.CorpusWer(**facts["corpus"]))
-    return results.PlacementResult({v: PlanEvidence.from_json(p) for v, p in facts.items()})
+        return wer_results.WerResult([wer_results.ClipResult(**c) for c in facts["clips"]],
+                                 wer_results.CorpusWer(**facts["corpus"]))
+    return placement_results.PlacementResult({v: PlanEvidence.from_json(p) for v, p in facts.items()})
 
 
 def _report(name: str, facts: dict) -> StageReport:

@@ -247,8 +247,8 @@ class StageReport:
         Time spent inside the stage's verifylib work.
     facts : BuildFacts, ExportFacts or dict
         Values worth showing (paths, timings, versions): for stages 01 and 02 the typed
-        :class:`~verifylib.evidence.results.BuildFacts` /
-        :class:`~verifylib.evidence.results.ExportFacts`, whose ``rows()`` are the table;
+        :class:`~verifylib.evidence.results.facts.BuildFacts` /
+        :class:`~verifylib.evidence.results.facts.ExportFacts`, whose ``rows()`` are the table;
         an empty dict for the other stages.
     result : object or None
         The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages

@@ -17,9 +17,9 @@ trusting what they read more than ``verifylib verify`` would. A :class:`Run` is 
   (:class:`verifylib.numerics.arrays.ArrayFile`). A changed file raises
   :class:`verifylib.errors.EvidenceInvalid` naming it.
 - **One code path for results.** A stage's typed result (or facts table) is rebuilt from
-  the evidence its gates cite by the same ``verifylib.evidence.results.*_from_evidence`` function
-  the stage itself returned it with; nothing comes from a summary the stage wrote. This
-  module never imports a stage module.
+  the evidence its gates cite by the same ``*_from_evidence`` function of
+  :mod:`verifylib.evidence.results` the stage itself returned it with; nothing comes
+  from a summary the stage wrote. This module never imports a stage module.
 - **Recorded versus verified.** :attr:`Run.verdict` is what the receipt records;
   :meth:`Run.verify` re-judges every gate with :func:`verifylib.evidence.receipt.verify` and
   returns the verified verdict. That is not done on open (about 0.2 s for a tiny.en run on two
@@ -32,6 +32,7 @@ trusting what they read more than ``verifylib verify`` would. A :class:`Run` is 
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -56,11 +57,10 @@ from verifylib.params import PARAMETERS_DIR, Params
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
-_RESULT_BUILDERS = {"03_canary": "canary_result_from_evidence",
-                    "04_parity": "parity_result_from_evidence",
-                    "05_wer": "wer_result_from_evidence",
-                    "06_placement": "placement_result_from_evidence"}
-"""Stage -> the :mod:`verifylib.evidence.results` function that builds its typed result."""
+_RESULT_BUILDERS = {"03_canary": "canary", "04_parity": "parity", "05_wer": "wer",
+                    "06_placement": "placement"}
+"""Stage -> its module of :mod:`verifylib.evidence.results`, whose
+``<module>_result_from_evidence`` builds the stage's typed result."""
 
 # The two stage-01 sidecars behind the unpatched and AddressSanitizer rows of its facts.
 _BUILD_SIDECARS = {"unpatched": UNPATCHED_SIDECAR, "asan": ASAN_SIDECAR}
@@ -432,13 +432,13 @@ class Run:
         Returns
         -------
         BuildFacts, ExportFacts or dict
-            :class:`~verifylib.evidence.results.BuildFacts` for 01_build,
-            :class:`~verifylib.evidence.results.ExportFacts` for 02_export (frozen; their
+            :class:`~verifylib.evidence.results.facts.BuildFacts` for 01_build,
+            :class:`~verifylib.evidence.results.facts.ExportFacts` for 02_export (frozen; their
             ``rows()`` are the table the notebooks show), an empty dict for the others.
         """
         stage = _stage_name(stage)
         if stage not in self._facts:
-            from verifylib.evidence import results
+            from verifylib.evidence.results import facts as results
             if stage == "01_build":
                 sc = self.sidecars(stage)
                 sidecars = {role: sc.get(stem) for role, stem in _BUILD_SIDECARS.items()}
@@ -478,8 +478,9 @@ class Run:
             if name is None:
                 self._results[stage] = None
             else:
-                from verifylib.evidence import results
-                self._results[stage] = self._built(stage, getattr(results, name))
+                module = importlib.import_module(f"verifylib.evidence.results.{name}")
+                builder = getattr(module, f"{name}_result_from_evidence")
+                self._results[stage] = self._built(stage, builder)
         return self._results[stage]
 
     def _built(self, stage: str, builder, *extra):
@@ -519,22 +520,22 @@ class Run:
 
     @property
     def canary(self):
-        """Stage 03's :class:`~verifylib.evidence.results.CanaryResult`."""
+        """Stage 03's :class:`~verifylib.evidence.results.canary.CanaryResult`."""
         return self.result("03_canary")
 
     @property
     def parity(self):
-        """Stage 04's :class:`~verifylib.evidence.results.ParityResult`."""
+        """Stage 04's :class:`~verifylib.evidence.results.parity.ParityResult`."""
         return self.result("04_parity")
 
     @property
     def wer(self):
-        """Stage 05's :class:`~verifylib.evidence.results.WerResult`, or None if it did not run."""
+        """Stage 05's :class:`~verifylib.evidence.results.wer.WerResult`, or None if not run."""
         return self.result("05_wer")
 
     @property
     def placement(self):
-        """Stage 06's :class:`~verifylib.evidence.results.PlacementResult`, or None if no plan."""
+        """Stage 06's :class:`~verifylib.evidence.results.placement.PlacementResult` or None."""
         return self.result("06_placement")
 
 

@@ -30,7 +30,7 @@ from verifylib.evidence import identities
 from verifylib.evidence.gates import Status
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import build_facts_from_evidence
+from verifylib.evidence.results.facts import build_facts_from_evidence
 from verifylib.evidence.schemas.build import (
     BenchRecord,
     CoremlBuildEvidence,

@@ -42,7 +42,7 @@ from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import EvidenceRef, StageReport
-from verifylib.evidence.results import (
+from verifylib.evidence.results.canary import (
     CanaryResult,
     LifecycleSummary,
     NegativeControl,
@@ -489,8 +489,8 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     Returns
     -------
     StageReport
-        With ``result`` (:class:`verifylib.evidence.results.CanaryResult`) holding the A/B outcomes
-        and the Core ML runs, shown by :func:`verifylib.views.canary.show`.
+        With ``result`` (:class:`~verifylib.evidence.results.canary.CanaryResult`) holding
+        the A/B outcomes and the Core ML runs, shown by :func:`verifylib.views.canary.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)
     ctx.result = CanaryResult()

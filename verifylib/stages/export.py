@@ -27,7 +27,7 @@ from verifylib.canonical import sha256_file
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import export_facts_from_evidence
+from verifylib.evidence.results.facts import export_facts_from_evidence
 from verifylib.evidence.schemas.build import RunRecord
 from verifylib.evidence.schemas.export import (
     CompileEvidence,

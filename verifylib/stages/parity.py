@@ -30,7 +30,7 @@ from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import (
+from verifylib.evidence.results.parity import (
     ATTRIBUTION,
     CANDIDATE_ARRAYS,
     REFERENCE_ARRAYS,
@@ -326,7 +326,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
     Returns
     -------
     StageReport
-        ``result`` (:class:`verifylib.evidence.results.ParityResult`) holds, per gate that
+        ``result`` (:class:`verifylib.evidence.results.parity.ParityResult`) holds, per gate that
         ran, the measurements and drift that :func:`verifylib.views.parity.show` tables
         and plots.
     """

@@ -13,7 +13,7 @@ import os
 from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import placement_result_from_evidence
+from verifylib.evidence.results.placement import placement_result_from_evidence
 from verifylib.evidence.schemas.placement import PlanEvidence
 from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
 from verifylib.params import Params
@@ -38,7 +38,8 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
     Returns
     -------
     StageReport
-        With ``result`` (:class:`verifylib.evidence.results.PlacementResult`) holding each plan.
+        With ``result``
+        (:class:`~verifylib.evidence.results.placement.PlacementResult`) holding each plan.
     """
     ctx = StageContext(STAGE, params, run_dir)
     g = ctx.begin("placement.plan")

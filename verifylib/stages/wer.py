@@ -26,7 +26,7 @@ from pathlib import Path
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results import wer_result_from_evidence
+from verifylib.evidence.results.wer import wer_result_from_evidence
 from verifylib.evidence.schemas.wer import (
     Counts,
     HybridClip,
@@ -277,8 +277,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     Returns
     -------
     StageReport
-        With ``result`` (:class:`verifylib.evidence.results.WerResult`) holding the per-clip table
-        shown by :func:`verifylib.views.wer.show`.
+        With ``result`` (:class:`~verifylib.evidence.results.wer.WerResult`) holding the
+        per-clip table shown by :func:`verifylib.views.wer.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)
     texts: list[ClipText] = []

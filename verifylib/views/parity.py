@@ -123,7 +123,7 @@ def attribution(candidate, *, plots: bool = True) -> None:
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.ParityCandidate
+    candidate : verifylib.evidence.results.parity.ParityCandidate
         A program candidate (``parity.program`` or ``parity.program_fp16``); nothing is
         displayed when it has no attribution.
     plots : bool
@@ -240,7 +240,7 @@ def layer_frames_plot(candidate, layers=None):
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.ParityCandidate
+    candidate : verifylib.evidence.results.parity.ParityCandidate
         A program candidate with stored outputs.
     layers : iterable of str, optional
         Labels as in ``candidate.drift.layers`` (``"block 2"`` …); all by default.

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 
 from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.results import ATTRIBUTION
+from verifylib.evidence.results.parity import ATTRIBUTION
 from verifylib.evidence.rules.common import policy_file_problems
 from verifylib.evidence.schemas.parity import Measurement, ParityEvidence, SchemaError
 from verifylib.numerics.drift import check_document

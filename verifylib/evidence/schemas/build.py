@@ -19,11 +19,10 @@ job (:mod:`verifylib.evidence.rules.build`). Only :mod:`verifylib.errors` is imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
 from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import SchemaError, copy_json, nullable, opt, req
+from verifylib.evidence.schemas.fields import NamedSchema, SchemaError, field, nullable, req
 
 _T = TypeVar("_T")
 
@@ -34,11 +33,9 @@ __all__ = [
 ]
 
 
-
 # ----------------------------------------------------------------------------- run records
 
-@dataclass(frozen=True)
-class RunRecord:
+class RunRecord(NamedSchema):
     """One launch as :func:`verifylib.runtime.runner.run_record` records it.
 
     Attributes
@@ -61,69 +58,19 @@ class RunRecord:
         The launch-ledger citation; None when the record has no ``launch`` key.
     """
 
-    argv: tuple[str, ...]
-    returncode: int | None
-    signal: str | None
-    timed_out: bool
-    wall_s: float
-    stdout_sha256: str
-    stderr_sha256: str
-    stdout_bytes: int
-    stderr_bytes: int
-    launch: dict[str, Any] | None = None
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "RunRecord":
-        """Parse a run record.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits in its document, for error messages.
-
-        Returns
-        -------
-        RunRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(argv=req(d, "argv", path, _n.strings),
-                   returncode=req(d, "returncode", path, _n.integer_or_null),
-                   signal=req(d, "signal", path, _n.string_or_null),
-                   timed_out=req(d, "timed_out", path, _n.boolean),
-                   wall_s=req(d, "wall_s", path, _n.number),
-                   stdout_sha256=req(d, "stdout_sha256", path, _n.string),
-                   stderr_sha256=req(d, "stderr_sha256", path, _n.string),
-                   stdout_bytes=req(d, "stdout_bytes", path, _n.integer),
-                   stderr_bytes=req(d, "stderr_bytes", path, _n.integer),
-                   launch=opt(d, "launch", path, _n.mapping))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the record as written.
-
-        Returns
-        -------
-        dict
-            The :func:`~verifylib.runtime.runner.run_record` dict.
-        """
-        out: dict[str, Any] = {
-            "argv": list(self.argv), "returncode": self.returncode, "signal": self.signal,
-            "timed_out": self.timed_out, "wall_s": self.wall_s,
-            "stdout_sha256": self.stdout_sha256, "stderr_sha256": self.stderr_sha256,
-            "stdout_bytes": self.stdout_bytes, "stderr_bytes": self.stderr_bytes}
-        if self.launch is not None:
-            out["launch"] = copy_json(self.launch)
-        return out
+    argv: tuple[str, ...] = field(_n.strings)
+    returncode: int | None = field(_n.integer_or_null)
+    signal: str | None = field(_n.string_or_null)
+    timed_out: bool = field(_n.boolean)
+    wall_s: float = field(_n.number)
+    stdout_sha256: str = field(_n.string)
+    stderr_sha256: str = field(_n.string)
+    stdout_bytes: int = field(_n.integer)
+    stderr_bytes: int = field(_n.integer)
+    launch: dict[str, Any] | None = field(_n.mapping, optional=True, default=None)
 
 
-@dataclass(frozen=True)
-class SystemInfoProbeRecord:
+class SystemInfoProbeRecord(NamedSchema):
     """The ``system_info`` probe of a whisper-cli build (``SystemInfoProbe.to_evidence``).
 
     Attributes
@@ -136,51 +83,14 @@ class SystemInfoProbeRecord:
         The ``COREML`` flag on that line.
     """
 
-    run: RunRecord
-    system_info_line: str | None
-    coreml: int | None
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "SystemInfoProbeRecord":
-        """Parse a probe record (a run record plus two keys).
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits in its document.
-
-        Returns
-        -------
-        SystemInfoProbeRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(run=RunRecord.from_json(d, path),
-                   system_info_line=req(d, "system_info_line", path, _n.string_or_null),
-                   coreml=req(d, "coreml", path, _n.integer_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the record as written.
-
-        Returns
-        -------
-        dict
-            The run record with ``system_info_line`` and ``coreml``.
-        """
-        return dict(self.run.to_json(), system_info_line=self.system_info_line,
-                    coreml=self.coreml)
+    run: RunRecord = field(RunRecord, inline=True)
+    system_info_line: str | None = field(_n.string_or_null)
+    coreml: int | None = field(_n.integer_or_null)
 
 
 # ----------------------------------------------------------------------------- source
 
-@dataclass(frozen=True)
-class SourceEvidence:
+class SourceEvidence(NamedSchema):
     """``build.source_identity`` evidence (:func:`verifylib.whispercpp.source.source_evidence`).
 
     Attributes
@@ -197,58 +107,18 @@ class SourceEvidence:
         Whether it was reused from the cache.
     """
 
-    pin: str
-    pin_commit: str
-    pin_tree: str
-    computed_tree: str
-    origin: dict[str, Any] | None
-    path: str | None
-    cached: bool | None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "SourceEvidence":
-        """Parse the ``source`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        SourceEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        return cls(pin=req(d, "pin", "", _n.string),
-                   pin_commit=req(d, "pin_commit", "", _n.string),
-                   pin_tree=req(d, "pin_tree", "", _n.string),
-                   computed_tree=req(d, "computed_tree", "", _n.string),
-                   origin=req(d, "origin", "", _n.mapping_or_null),
-                   path=req(d, "path", "", _n.string_or_null),
-                   cached=req(d, "cached", "", _n.boolean_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-            ``{"pin", "pin_commit", "pin_tree", "computed_tree", "origin", "path", "cached"}``.
-        """
-        return {"pin": self.pin, "pin_commit": self.pin_commit, "pin_tree": self.pin_tree,
-                "computed_tree": self.computed_tree, "origin": copy_json(self.origin),
-                "path": self.path, "cached": self.cached}
+    pin: str = field(_n.string)
+    pin_commit: str = field(_n.string)
+    pin_tree: str = field(_n.string)
+    computed_tree: str = field(_n.string)
+    origin: dict[str, Any] | None = field(_n.mapping_or_null)
+    path: str | None = field(_n.string_or_null)
+    cached: bool | None = field(_n.boolean_or_null)
 
 
 # ----------------------------------------------------------------------------- patch
 
-@dataclass(frozen=True)
-class PatchPhase:
+class PatchPhase(NamedSchema):
     """One patch check (``PatchCheck.to_evidence``), before or after the build.
 
     Attributes
@@ -273,70 +143,20 @@ class PatchPhase:
         What the live check found (informational: the judge recomputes them).
     """
 
-    pin: str
-    pin_tree: str
-    declared_patch_sha256: str
-    touches: tuple[str, ...]
-    head_tree: str | None
-    patch_file_sha256: str
-    patch_file_bytes: int
-    diff_sha256: str
-    diff_bytes: int
-    status_lines: tuple[str, ...]
-    problems: tuple[str, ...]
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "PatchPhase":
-        """Parse one phase.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits (``checks.before``, ``checks.after``).
-
-        Returns
-        -------
-        PatchPhase
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(pin=req(d, "pin", path, _n.string),
-                   pin_tree=req(d, "pin_tree", path, _n.string),
-                   declared_patch_sha256=req(d, "declared_patch_sha256", path, _n.string),
-                   touches=req(d, "touches", path, _n.strings),
-                   head_tree=req(d, "head_tree", path, _n.string_or_null),
-                   patch_file_sha256=req(d, "patch_file_sha256", path, _n.string),
-                   patch_file_bytes=req(d, "patch_file_bytes", path, _n.integer),
-                   diff_sha256=req(d, "diff_sha256", path, _n.string),
-                   diff_bytes=req(d, "diff_bytes", path, _n.integer),
-                   status_lines=req(d, "status_lines", path, _n.strings),
-                   problems=req(d, "problems", path, _n.strings))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the phase as written.
-
-        Returns
-        -------
-        dict
-            The ``PatchCheck.to_evidence`` dict.
-        """
-        return {"pin": self.pin, "pin_tree": self.pin_tree,
-                "declared_patch_sha256": self.declared_patch_sha256,
-                "touches": list(self.touches), "head_tree": self.head_tree,
-                "patch_file_sha256": self.patch_file_sha256,
-                "patch_file_bytes": self.patch_file_bytes, "diff_sha256": self.diff_sha256,
-                "diff_bytes": self.diff_bytes, "status_lines": list(self.status_lines),
-                "problems": list(self.problems)}
+    pin: str = field(_n.string)
+    pin_tree: str = field(_n.string)
+    declared_patch_sha256: str = field(_n.string)
+    touches: tuple[str, ...] = field(_n.strings)
+    head_tree: str | None = field(_n.string_or_null)
+    patch_file_sha256: str = field(_n.string)
+    patch_file_bytes: int = field(_n.integer)
+    diff_sha256: str = field(_n.string)
+    diff_bytes: int = field(_n.integer)
+    status_lines: tuple[str, ...] = field(_n.strings)
+    problems: tuple[str, ...] = field(_n.strings)
 
 
-@dataclass(frozen=True)
-class PatchChecks:
+class PatchChecks(NamedSchema):
     """The ``checks`` of :class:`PatchEvidence`; each key is present only when made.
 
     Attributes
@@ -347,35 +167,11 @@ class PatchChecks:
         Why the patch did not apply (None: key absent).
     """
 
-    before: PatchPhase | None = None
-    after: PatchPhase | None = None
-    apply_error: str | None = None
+    _path = "checks"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "checks") -> "PatchChecks":
-        """Parse the checks.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        PatchChecks
-
-        Raises
-        ------
-        SchemaError
-            If a present entry is of the wrong shape.
-        """
-        d = _n.obj(doc, path)
-        return cls(
-            before=opt(d, "before", path, PatchPhase.from_json),
-            after=opt(d, "after", path, PatchPhase.from_json),
-            apply_error=opt(d, "apply_error", path, _n.string))
+    apply_error: str | None = field(_n.string, optional=True, default=None)
+    before: PatchPhase | None = field(PatchPhase, optional=True, default=None)
+    after: PatchPhase | None = field(PatchPhase, optional=True, default=None)
 
     def phase(self, when: str) -> PatchPhase | None:
         """Return the phase named ``when`` (``"before"`` or ``"after"``), or None.
@@ -391,26 +187,8 @@ class PatchChecks:
         """
         return {"before": self.before, "after": self.after}.get(when)
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the checks as written, in the order the stage records them.
 
-        Returns
-        -------
-        dict
-            ``apply_error`` / ``before`` / ``after``, each only when present.
-        """
-        out: dict[str, Any] = {}
-        if self.apply_error is not None:
-            out["apply_error"] = self.apply_error
-        if self.before is not None:
-            out["before"] = self.before.to_json()
-        if self.after is not None:
-            out["after"] = self.after.to_json()
-        return out
-
-
-@dataclass(frozen=True)
-class PatchEvidence:
+class PatchEvidence(NamedSchema):
     """``build.patch_exact`` evidence (:func:`verifylib.whispercpp.source.patch_evidence`).
 
     Attributes
@@ -425,110 +203,41 @@ class PatchEvidence:
         What was measured.
     """
 
-    pin: str
-    pin_commit: str
-    pin_tree: str
-    declared_patch_sha256: str
-    touches: tuple[str, ...]
-    patch_file: str
-    checks: PatchChecks
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "PatchEvidence":
-        """Parse the ``patch`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        PatchEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        return cls(pin=req(d, "pin", "", _n.string),
-                   pin_commit=req(d, "pin_commit", "", _n.string),
-                   pin_tree=req(d, "pin_tree", "", _n.string),
-                   declared_patch_sha256=req(d, "declared_patch_sha256", "", _n.string),
-                   touches=req(d, "touches", "", _n.strings),
-                   patch_file=req(d, "patch_file", "", _n.string),
-                   checks=req(d, "checks", "", PatchChecks.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-            The pin fields, ``patch_file`` and ``checks``.
-        """
-        return {"pin": self.pin, "pin_commit": self.pin_commit, "pin_tree": self.pin_tree,
-                "declared_patch_sha256": self.declared_patch_sha256,
-                "touches": list(self.touches), "patch_file": self.patch_file,
-                "checks": self.checks.to_json()}
+    pin: str = field(_n.string)
+    pin_commit: str = field(_n.string)
+    pin_tree: str = field(_n.string)
+    declared_patch_sha256: str = field(_n.string)
+    touches: tuple[str, ...] = field(_n.strings)
+    patch_file: str = field(_n.string)
+    checks: PatchChecks = field(PatchChecks)
 
 
 # ----------------------------------------------------------------------------- builds
 
-@dataclass(frozen=True)
-class FailedBuild:
+class FailedBuild(NamedSchema):
     """A build that did not build: ``{"built": false, "error": ...}``.
 
     Attributes
     ----------
+    built : bool
+        Always False (a constant key).
     error : str
         Why (the build log's tail, or "build did not run").
     """
 
-    error: str
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "FailedBuild":
-        """Parse a failed-build document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        FailedBuild
-
-        Raises
-        ------
-        SchemaError
-            If ``built`` is not false or ``error`` is not a string.
-        """
-        d = _n.obj(doc, "")
-        req(d, "built", "", _n.literal(False))
-        return cls(error=req(d, "error", "", _n.string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-            ``{"built": False, "error": ...}``.
-        """
-        return {"built": False, "error": self.error}
+    built: bool = field(_n.literal(False), default=False, init=False)
+    error: str = field(_n.string)
 
 
-@dataclass(frozen=True)
-class GgmlBuildEvidence:
+class GgmlBuildEvidence(NamedSchema):
     """``build.ggml`` evidence of a built whisper-cli.
 
     As :func:`verifylib.whispercpp.build.build_evidence` writes it.
 
     Attributes
     ----------
+    built : bool
+        Always True (a constant key: the document of a build that built).
     variant, key, binary, sha256 : str
         The build's variant, cache key, binary path and digest.
     recorded_sha256 : str or None
@@ -551,74 +260,24 @@ class GgmlBuildEvidence:
         The ``system_info`` probe (null: none recorded, which the judge refuses).
     """
 
-    variant: str
-    key: str
-    binary: str
-    sha256: str
-    recorded_sha256: str | None
-    static: bool
-    needed_libs: tuple[str, ...]
-    options: dict[str, Any]
-    compiler: dict[str, Any]
-    cached: bool
-    seconds: float
-    tree_id: str
-    patch_sha256: str | None
-    probe: SystemInfoProbeRecord | None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "GgmlBuildEvidence":
-        """Parse a built ``build`` document (``built`` must be true).
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        GgmlBuildEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        req(d, "built", "", _n.literal(True))
-        return cls(variant=req(d, "variant", "", _n.string), key=req(d, "key", "", _n.string),
-                   binary=req(d, "binary", "", _n.string), sha256=req(d, "sha256", "", _n.string),
-                   recorded_sha256=req(d, "recorded_sha256", "", _n.string_or_null),
-                   static=req(d, "static", "", _n.boolean),
-                   needed_libs=req(d, "needed_libs", "", _n.strings),
-                   options=req(d, "options", "", _n.mapping),
-                   compiler=req(d, "compiler", "", _n.mapping),
-                   cached=req(d, "cached", "", _n.boolean),
-                   seconds=req(d, "seconds", "", _n.number),
-                   tree_id=req(d, "tree_id", "", _n.string),
-                   patch_sha256=req(d, "patch_sha256", "", _n.string_or_null),
-                   probe=req(d, "probe", "", nullable(SystemInfoProbeRecord.from_json)))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-            The :func:`~verifylib.whispercpp.build.build_evidence` dict.
-        """
-        return {"built": True, "variant": self.variant, "key": self.key,
-                "binary": self.binary, "sha256": self.sha256,
-                "recorded_sha256": self.recorded_sha256, "static": self.static,
-                "needed_libs": list(self.needed_libs), "options": copy_json(self.options),
-                "compiler": copy_json(self.compiler), "cached": self.cached,
-                "seconds": self.seconds, "tree_id": self.tree_id,
-                "patch_sha256": self.patch_sha256,
-                "probe": self.probe.to_json() if self.probe is not None else None}
+    built: bool = field(_n.literal(True), default=True, init=False)
+    variant: str = field(_n.string)
+    key: str = field(_n.string)
+    binary: str = field(_n.string)
+    sha256: str = field(_n.string)
+    recorded_sha256: str | None = field(_n.string_or_null)
+    static: bool = field(_n.boolean)
+    needed_libs: tuple[str, ...] = field(_n.strings)
+    options: dict[str, Any] = field(_n.mapping)
+    compiler: dict[str, Any] = field(_n.mapping)
+    cached: bool = field(_n.boolean)
+    seconds: float = field(_n.number)
+    tree_id: str = field(_n.string)
+    patch_sha256: str | None = field(_n.string_or_null)
+    probe: SystemInfoProbeRecord | None = field(nullable(SystemInfoProbeRecord.from_json))
 
 
-@dataclass(frozen=True)
-class BenchRecord:
+class BenchRecord(NamedSchema):
     """The ``whisper-bench`` of a Core ML build and its ``system_info`` run.
 
     Attributes
@@ -633,60 +292,24 @@ class BenchRecord:
         Its run.
     """
 
-    binary: str
-    sha256: str
-    key: str
-    cli_key: str
-    options: dict[str, Any]
-    cached: bool
-    probe: RunRecord
+    _path = "bench"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "bench") -> "BenchRecord":
-        """Parse the ``bench`` entry.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        BenchRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(binary=req(d, "binary", path, _n.string),
-                   sha256=req(d, "sha256", path, _n.string),
-                   key=req(d, "key", path, _n.string), cli_key=req(d, "cli_key", path, _n.string),
-                   options=req(d, "options", path, _n.mapping),
-                   cached=req(d, "cached", path, _n.boolean),
-                   probe=req(d, "probe", path, RunRecord.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"binary": self.binary, "sha256": self.sha256, "key": self.key,
-                "cli_key": self.cli_key, "options": copy_json(self.options),
-                "cached": self.cached, "probe": self.probe.to_json()}
+    binary: str = field(_n.string)
+    sha256: str = field(_n.string)
+    key: str = field(_n.string)
+    cli_key: str = field(_n.string)
+    options: dict[str, Any] = field(_n.mapping)
+    cached: bool = field(_n.boolean)
+    probe: RunRecord = field(RunRecord)
 
 
-@dataclass(frozen=True)
-class CoremlBuildEvidence:
+class CoremlBuildEvidence(NamedSchema):
     """``build.coreml`` evidence of a built Core ML whisper-cli (``write_coreml_evidence``).
 
     Attributes
     ----------
+    built : bool
+        Always True (a constant key: the document of a build that built).
     variant, key, binary, sha256 : str
         As in :class:`GgmlBuildEvidence`.
     recorded_sha256 : str or None
@@ -713,71 +336,22 @@ class CoremlBuildEvidence:
         The ``whisper-bench`` built with the same options, and its run.
     """
 
-    variant: str
-    key: str
-    binary: str
-    sha256: str
-    recorded_sha256: str | None
-    static: bool
-    needed_libs: tuple[str, ...]
-    options: dict[str, Any]
-    tree_id: str
-    patch_sha256: str | None
-    cached: bool
-    seconds: float
-    patch_after_problems: tuple[str, ...]
-    ggml_key: str | None
-    bench: BenchRecord
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "CoremlBuildEvidence":
-        """Parse a built ``coreml_build`` document (``built`` must be true).
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        CoremlBuildEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        req(d, "built", "", _n.literal(True))
-        return cls(variant=req(d, "variant", "", _n.string), key=req(d, "key", "", _n.string),
-                   binary=req(d, "binary", "", _n.string), sha256=req(d, "sha256", "", _n.string),
-                   recorded_sha256=req(d, "recorded_sha256", "", _n.string_or_null),
-                   static=req(d, "static", "", _n.boolean),
-                   needed_libs=req(d, "needed_libs", "", _n.strings),
-                   options=req(d, "options", "", _n.mapping),
-                   tree_id=req(d, "tree_id", "", _n.string),
-                   patch_sha256=req(d, "patch_sha256", "", _n.string_or_null),
-                   cached=req(d, "cached", "", _n.boolean),
-                   seconds=req(d, "seconds", "", _n.number),
-                   patch_after_problems=req(d, "patch_after_problems", "", _n.strings),
-                   ggml_key=req(d, "ggml_key", "", _n.string_or_null),
-                   bench=req(d, "bench", "", BenchRecord.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"built": True, "variant": self.variant, "key": self.key,
-                "binary": self.binary, "sha256": self.sha256,
-                "recorded_sha256": self.recorded_sha256, "static": self.static,
-                "needed_libs": list(self.needed_libs), "options": copy_json(self.options),
-                "tree_id": self.tree_id, "patch_sha256": self.patch_sha256,
-                "cached": self.cached, "seconds": self.seconds,
-                "patch_after_problems": list(self.patch_after_problems),
-                "ggml_key": self.ggml_key, "bench": self.bench.to_json()}
+    built: bool = field(_n.literal(True), default=True, init=False)
+    variant: str = field(_n.string)
+    key: str = field(_n.string)
+    binary: str = field(_n.string)
+    sha256: str = field(_n.string)
+    recorded_sha256: str | None = field(_n.string_or_null)
+    static: bool = field(_n.boolean)
+    needed_libs: tuple[str, ...] = field(_n.strings)
+    options: dict[str, Any] = field(_n.mapping)
+    tree_id: str = field(_n.string)
+    patch_sha256: str | None = field(_n.string_or_null)
+    cached: bool = field(_n.boolean)
+    seconds: float = field(_n.number)
+    patch_after_problems: tuple[str, ...] = field(_n.strings)
+    ggml_key: str | None = field(_n.string_or_null)
+    bench: BenchRecord = field(BenchRecord)
 
 
 def _outcome(doc: Any, built: Callable[[Any], _T]) -> Union[_T, FailedBuild]:

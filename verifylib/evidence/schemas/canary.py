@@ -26,18 +26,17 @@ outcomes re-classified from the stored streams, the trigger, the pin) is the rul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Generic, Mapping, Self, TypeVar
 
 from verifylib.evidence.schemas.fields import (
+    Schema,
     SchemaError,
     array_of,
     boolean,
     boolean_or_null,
-    exactly,
+    field,
     integer,
     integer_or_null,
-    join,
     map_of,
     nullable,
     number,
@@ -101,10 +100,42 @@ def _sides(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return sides
 
 
+class _Document(Schema, kw_only=True):
+    """A canary sidecar document: its ``schema`` (and an A/B document's ``sides``) first.
+
+    Attributes
+    ----------
+    SCHEMA : str
+        The document's schema id.
+    _ab : bool
+        Whether it is an A/B document, whose ``sides`` must hold exactly both sides.
+    """
+
+    SCHEMA: ClassVar[str]
+    _ab: ClassVar[bool] = False
+
+    @classmethod
+    def from_json(cls, doc: Any, path: str | None = None) -> Self:
+        """Read the document, checking its ``schema`` (and ``sides``) before any field.
+
+        Raises
+        ------
+        SchemaMismatch
+            If it is not an object with the schema id :attr:`SCHEMA`.
+        SidesIncomplete
+            If an A/B document's ``sides`` does not hold exactly both sides.
+        SchemaError
+            If any other field is missing or wrongly typed (the error's ``path`` names it).
+        """
+        obj = _schema(doc, cls.SCHEMA)
+        if cls._ab:
+            _sides(obj)
+        return super().from_json(doc)
+
+
 # ----------------------------------------------------------------------------- shared parts
 
-@dataclass(frozen=True, kw_only=True)
-class FileRef:
+class FileRef(Schema, kw_only=True):
     """A file an A/B document names, with its digest (the test model, the sample).
 
     Attributes
@@ -115,46 +146,11 @@ class FileRef:
         Its SHA-256 when the runs were made.
     """
 
-    path: str
-    sha256: str
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "FileRef":
-        """Read a ``{"path", "sha256"}`` object.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        FileRef
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or not a string.
-        """
-        obj = as_object(doc, path)
-        return cls(path=req(obj, "path", path, string),
-                   sha256=req(obj, "sha256", path, string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the object back.
-
-        Returns
-        -------
-        dict
-            ``{"path", "sha256"}``.
-        """
-        return {"path": self.path, "sha256": self.sha256}
+    path: str = field(string)
+    sha256: str = field(string)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Launch:
+class Launch(Schema, kw_only=True):
     """The launch-ledger citation of a run (:func:`verifylib.runtime.ledger.citation`).
 
     Attributes
@@ -165,46 +161,13 @@ class Launch:
         The launched binary's digest, as the ledger recorded it.
     """
 
-    seq: int
-    binary_sha256: str
+    _path = "launch"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "launch") -> "Launch":
-        """Read a ``{"seq", "binary_sha256"}`` citation.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        Launch
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or wrongly typed.
-        """
-        obj = as_object(doc, path)
-        return cls(seq=req(obj, "seq", path, integer),
-                   binary_sha256=req(obj, "binary_sha256", path, string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the citation back.
-
-        Returns
-        -------
-        dict
-            ``{"seq", "binary_sha256"}``.
-        """
-        return {"seq": self.seq, "binary_sha256": self.binary_sha256}
+    seq: int = field(integer)
+    binary_sha256: str = field(string)
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunRecord:
+class RunRecord(Schema, kw_only=True):
     """One whisper-cli run as :func:`verifylib.runtime.runner.run_record` records it.
 
     Attributes
@@ -228,71 +191,23 @@ class RunRecord:
         in a launch ledger.
     """
 
-    argv: tuple[str, ...]
-    returncode: int | None
-    signal: str | None
-    timed_out: bool
-    wall_s: float
-    stdout_sha256: str
-    stderr_sha256: str
-    stdout_bytes: int
-    stderr_bytes: int
-    launch: Launch | None = None
+    _path = "run"
 
-    @staticmethod
-    def _record_fields(obj: Mapping[str, Any], path: str) -> dict[str, Any]:
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, path, read)
-        return {"argv": f("argv", strings), "returncode": f("returncode", integer_or_null),
-                "signal": f("signal", string_or_null), "timed_out": f("timed_out", boolean),
-                "wall_s": f("wall_s", number), "stdout_sha256": f("stdout_sha256", string),
-                "stderr_sha256": f("stderr_sha256", string),
-                "stdout_bytes": f("stdout_bytes", integer),
-                "stderr_bytes": f("stderr_bytes", integer),
-                "launch": opt(obj, "launch", path, Launch.from_json)}
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "run") -> "RunRecord":
-        """Read a run record.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages (``run``, ``sides.patched.runs[0]``).
-
-        Returns
-        -------
-        RunRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or wrongly typed.
-        """
-        return cls(**cls._record_fields(as_object(doc, path), path))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the record back, as :func:`~verifylib.runtime.runner.run_record` did.
-
-        Returns
-        -------
-        dict
-            The record; ``launch`` only when there is one. This is also the record the
-            classifiers of :mod:`verifylib.runtime.contracts` take.
-        """
-        return {"argv": list(self.argv), "returncode": self.returncode, "signal": self.signal,
-                "timed_out": self.timed_out, "wall_s": self.wall_s,
-                "stdout_sha256": self.stdout_sha256, "stderr_sha256": self.stderr_sha256,
-                "stdout_bytes": self.stdout_bytes, "stderr_bytes": self.stderr_bytes,
-                **({"launch": self.launch.to_json()} if self.launch is not None else {})}
+    argv: tuple[str, ...] = field(strings)
+    returncode: int | None = field(integer_or_null)
+    signal: str | None = field(string_or_null)
+    timed_out: bool = field(boolean)
+    wall_s: float = field(number)
+    stdout_sha256: str = field(string)
+    stderr_sha256: str = field(string)
+    stdout_bytes: int = field(integer)
+    stderr_bytes: int = field(integer)
+    launch: Launch | None = field(Launch, optional=True, default=None)
 
 
 # ----------------------------------------------------------------------------- lifecycle A/B
 
-@dataclass(frozen=True, kw_only=True)
-class LifecycleRun(RunRecord):
+class LifecycleRun(RunRecord, kw_only=True):
     """One lifecycle-trigger run of an A/B side: the run record, its place and outcome.
 
     Attributes
@@ -303,47 +218,79 @@ class LifecycleRun(RunRecord):
         The outcome the stage classified (the rule re-classifies it).
     """
 
-    index: int
-    outcome: str
+    index: int = field(integer)
+    outcome: str = field(string)
+
+
+class _Side(Schema, kw_only=True):
+    """A side of an A/B document: available with its fields, or unavailable with only why.
+
+    An available side is read field by field (its ``reason`` is not read), an unavailable
+    one is ``{"available": false}`` with an optional ``reason``.
+    """
+
+    _path = "side"
+
+    available: bool = field(boolean)
+    reason: str | None = field(string_or_null, optional=True, default=None)
 
     @classmethod
-    def from_json(cls, doc: Any, path: str = "run") -> "LifecycleRun":
-        """Read a run of a lifecycle side.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        LifecycleRun
+    def from_json(cls, doc: Any, path: str | None = None) -> Self:
+        """Read a side record (``available`` first; an unavailable side has only ``reason``).
 
         Raises
         ------
         SchemaError
-            If a field is missing or wrongly typed.
+            If ``available`` is missing or not a boolean, or a field of an available side
+            is missing or wrongly typed.
         """
+        path = cls._path if path is None else path
         obj = as_object(doc, path)
-        return cls(**cls._record_fields(obj, path),
-                   index=req(obj, "index", path, integer),
-                   outcome=req(obj, "outcome", path, string))
+        if not req(obj, "available", path, boolean):
+            return cls(available=False, reason=opt(obj, "reason", path, string_or_null))
+        return super().from_json({k: v for k, v in obj.items() if k != "reason"}, path)
 
     def to_json(self) -> dict[str, Any]:
-        """Write the run back.
+        """Write the side back: ``{"available": false, "reason"}`` or every field."""
+        if not self.available:
+            return {"available": False,
+                    **({"reason": self.reason} if self.reason is not None else {})}
+        return super().to_json()
 
-        Returns
-        -------
-        dict
-            The run record with ``index`` and ``outcome``.
+
+_S = TypeVar("_S", bound=_Side)
+
+
+class _Sides(Schema, Generic[_S], kw_only=True):
+    """Both sides of an A/B document, ``unpatched`` and ``patched``."""
+
+    _path = "sides"
+
+    unpatched: _S
+    patched: _S
+
+    def __getitem__(self, side: str) -> _S:
+        """Return the side named ``side`` (``"unpatched"`` or ``"patched"``)."""
+        if side not in SIDES:
+            raise KeyError(side)
+        return getattr(self, side)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, doc: Any, path: str | None = None) -> Self:
+        """Read the ``sides`` object, after checking it holds exactly both sides.
+
+        Raises
+        ------
+        SidesIncomplete
+            If it is not an object with exactly the keys ``unpatched`` and ``patched``.
+        SchemaError
+            If a side does not parse.
         """
-        return {**super().to_json(), "index": self.index, "outcome": self.outcome}
+        _sides({"sides": doc})
+        return super().from_json(doc, path)
 
 
-@dataclass(frozen=True, kw_only=True)
-class LifecycleSide:
+class LifecycleSide(_Side, kw_only=True):
     """One build's side of the lifecycle A/B.
 
     An available side has its binary, runs and counts; an unavailable one only why.
@@ -364,64 +311,13 @@ class LifecycleSide:
         Outcome -> number of runs, as recorded (available sides).
     """
 
-    available: bool
-    reason: str | None = None
-    binary: str | None = None
-    binary_sha256: str | None = None
-    runs: tuple[LifecycleRun, ...] = ()
-    counts: Mapping[str, int] | None = None
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "side") -> "LifecycleSide":
-        """Read a side record.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path (``sides.patched``), for error messages.
-
-        Returns
-        -------
-        LifecycleSide
-
-        Raises
-        ------
-        SchemaError
-            If ``available`` is missing or not a boolean, or a field of an available side
-            is missing or wrongly typed.
-        """
-        obj = as_object(doc, path)
-        available = req(obj, "available", path, boolean)
-        if not available:
-            return cls(available=False,
-                       reason=opt(obj, "reason", path, string_or_null))
-        return cls(available=True,
-                   binary=req(obj, "binary", path, string),
-                   binary_sha256=req(obj, "binary_sha256", path, string),
-                   runs=req(obj, "runs", path, array_of(LifecycleRun.from_json)),
-                   counts=req(obj, "counts", path, lambda v, p: map_of(v, p, integer)))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the side back.
-
-        Returns
-        -------
-        dict
-            ``{"available": false, "reason"}`` or ``{"available": true, "binary",
-            "binary_sha256", "runs", "counts"}``.
-        """
-        if not self.available:
-            return {"available": False,
-                    **({"reason": self.reason} if self.reason is not None else {})}
-        return {"available": True, "binary": self.binary, "binary_sha256": self.binary_sha256,
-                "runs": [r.to_json() for r in self.runs],
-                "counts": dict(self.counts or {})}
+    binary: str | None = field(string, default=None)
+    binary_sha256: str | None = field(string, default=None)
+    runs: tuple[LifecycleRun, ...] = field(array_of(LifecycleRun.from_json), default=())
+    counts: Mapping[str, int] | None = field(lambda v, p: map_of(v, p, integer), default=None)
 
 
-@dataclass(frozen=True, kw_only=True)
-class LifecycleSides:
+class LifecycleSides(_Sides[LifecycleSide], kw_only=True):
     """Both sides of the lifecycle A/B.
 
     Attributes
@@ -429,57 +325,17 @@ class LifecycleSides:
     unpatched, patched : LifecycleSide
     """
 
-    unpatched: LifecycleSide
-    patched: LifecycleSide
-
-    def __getitem__(self, side: str) -> LifecycleSide:
-        """Return the side named ``side`` (``"unpatched"`` or ``"patched"``)."""
-        if side not in SIDES:
-            raise KeyError(side)
-        return getattr(self, side)
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "sides") -> "LifecycleSides":
-        """Read the ``sides`` object.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        LifecycleSides
-
-        Raises
-        ------
-        SidesIncomplete
-            If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        SchemaError
-            If a side does not parse.
-        """
-        sides = _sides({"sides": doc})
-        return cls(**{s: LifecycleSide.from_json(sides[s], join(path, s)) for s in SIDES})
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the sides back.
-
-        Returns
-        -------
-        dict
-            ``{"unpatched": …, "patched": …}``.
-        """
-        return {s: self[s].to_json() for s in SIDES}
+    unpatched: LifecycleSide = field(LifecycleSide)
+    patched: LifecycleSide = field(LifecycleSide)
 
 
-@dataclass(frozen=True, kw_only=True)
-class LifecycleEvidence:
+class LifecycleEvidence(_Document, kw_only=True):
     """The ``lifecycle`` document of ``canary.lifecycle_ab`` (``verifylib-lifecycle-ab/1``).
 
     Attributes
     ----------
+    schema : str
+        The schema id (:attr:`SCHEMA`), a constant read and written first.
     runs_per_side : int
         Runs each side was to make.
     timeout_s : float
@@ -493,64 +349,19 @@ class LifecycleEvidence:
     """
 
     SCHEMA: ClassVar[str] = LIFECYCLE_SCHEMA
-    runs_per_side: int
-    timeout_s: float
-    trigger: tuple[str, ...]
-    model: FileRef | None = None
-    audio: FileRef | None = None
-    sides: LifecycleSides
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "LifecycleEvidence":
-        """Read a ``lifecycle`` document.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        LifecycleEvidence
-
-        Raises
-        ------
-        SchemaMismatch
-            If it is not an object with ``schema`` ``verifylib-lifecycle-ab/1``.
-        SidesIncomplete
-            If ``sides`` does not hold exactly both sides.
-        SchemaError
-            If any other field is missing or wrongly typed (the error's ``path`` names it).
-        """
-        obj = _schema(doc, LIFECYCLE_SCHEMA)
-        sides = _sides(obj)
-        return cls(
-            runs_per_side=req(obj, "runs_per_side", "", integer),
-            timeout_s=req(obj, "timeout_s", "", number),
-            trigger=req(obj, "trigger", "", strings),
-            model=opt(obj, "model", "", FileRef.from_json),
-            audio=opt(obj, "audio", "", FileRef.from_json),
-            sides=LifecycleSides.from_json(sides))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the document, exactly as the stage writes it.
-
-        Returns
-        -------
-        dict
-            The JSON-able document (``model``/``audio`` only when set).
-        """
-        return {"schema": self.SCHEMA, "runs_per_side": self.runs_per_side,
-                "timeout_s": self.timeout_s, "trigger": list(self.trigger),
-                **({"model": self.model.to_json()} if self.model is not None else {}),
-                **({"audio": self.audio.to_json()} if self.audio is not None else {}),
-                "sides": self.sides.to_json()}
+    _ab = True
+    schema: str = field(string, default=LIFECYCLE_SCHEMA, init=False)
+    runs_per_side: int = field(integer)
+    timeout_s: float = field(number)
+    trigger: tuple[str, ...] = field(strings)
+    model: FileRef | None = field(FileRef, optional=True, default=None)
+    audio: FileRef | None = field(FileRef, optional=True, default=None)
+    sides: LifecycleSides = field(LifecycleSides)
 
 
 # ----------------------------------------------------------------------------- sanitizer
 
-@dataclass(frozen=True, kw_only=True)
-class AsanFrame:
+class AsanFrame(Schema, kw_only=True):
     """One stack frame of a recorded sanitizer report.
 
     Attributes
@@ -561,48 +372,15 @@ class AsanFrame:
         As :class:`verifylib.runtime.sanitizer.Frame` records them.
     """
 
-    index: int
-    function: str | None
-    location: str | None
+    _closed = "not a field of this record"
+    _path = "frame"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "frame") -> "AsanFrame":
-        """Read a frame.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        AsanFrame
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing, wrongly typed, or not one of the record's.
-        """
-        obj = exactly(as_object(doc, path), ("index", "function", "location"), path)
-        return cls(index=req(obj, "index", path, integer),
-                   function=req(obj, "function", path, string_or_null),
-                   location=req(obj, "location", path, string_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the frame back.
-
-        Returns
-        -------
-        dict
-            ``{"index", "function", "location"}``.
-        """
-        return {"index": self.index, "function": self.function, "location": self.location}
+    index: int = field(integer)
+    function: str | None = field(string_or_null)
+    location: str | None = field(string_or_null)
 
 
-@dataclass(frozen=True, kw_only=True)
-class AsanReport:
+class AsanReport(Schema, kw_only=True):
     """A recorded sanitizer report.
 
     What :meth:`verifylib.runtime.sanitizer.SanitizerReport.to_evidence` wrote.
@@ -619,54 +397,17 @@ class AsanReport:
         The one-line description.
     """
 
-    tool: str
-    kind: str
-    summary: str | None
-    frames: tuple[AsanFrame, ...]
-    described: str
+    _closed = "not a field of this record"
+    _path = "report"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "report") -> "AsanReport":
-        """Read a report.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        AsanReport
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing, wrongly typed, or not one of the record's.
-        """
-        obj = exactly(as_object(doc, path), ("tool", "kind", "summary", "frames", "described"),
-                       path)
-        return cls(tool=req(obj, "tool", path, string),
-                   kind=req(obj, "kind", path, string),
-                   summary=req(obj, "summary", path, string_or_null),
-                   frames=req(obj, "frames", path, array_of(AsanFrame.from_json)),
-                   described=req(obj, "described", path, string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the report back.
-
-        Returns
-        -------
-        dict
-            What :meth:`~verifylib.runtime.sanitizer.SanitizerReport.to_evidence` wrote.
-        """
-        return {"tool": self.tool, "kind": self.kind, "summary": self.summary,
-                "frames": [f.to_json() for f in self.frames], "described": self.described}
+    tool: str = field(string)
+    kind: str = field(string)
+    summary: str | None = field(string_or_null)
+    frames: tuple[AsanFrame, ...] = field(array_of(AsanFrame.from_json))
+    described: str = field(string)
 
 
-@dataclass(frozen=True, kw_only=True)
-class AsanBuild:
+class AsanBuild(Schema, kw_only=True):
     """The AddressSanitizer build record of a side, as stage 01 left it.
 
     Every key is written; a value stage 01 did not record is null.
@@ -684,65 +425,22 @@ class AsanBuild:
         Whether whisper and ggml are linked statically.
     """
 
-    variant: str | None
-    key: str | None
-    options: Mapping[str, str] | None
-    needed_libs: tuple[str, ...] | None
-    static: bool | None
-    tree_id: str | None
-    patch_sha256: str | None
+    _path = "build"
+
+    variant: str | None = field(string_or_null)
+    key: str | None = field(string_or_null)
+    options: Mapping[str, str] | None = field(nullable(lambda v, p: map_of(v, p, string)))
+    needed_libs: tuple[str, ...] | None = field(nullable(strings))
+    static: bool | None = field(boolean_or_null)
+    tree_id: str | None = field(string_or_null)
+    patch_sha256: str | None = field(string_or_null)
 
     FIELDS: ClassVar[tuple[str, ...]] = ("variant", "key", "options", "needed_libs", "static",
                                          "tree_id", "patch_sha256")
     """The keys, in the order the stage writes them."""
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "build") -> "AsanBuild":
-        """Read a build record.
 
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        AsanBuild
-
-        Raises
-        ------
-        SchemaError
-            If a key is missing or its value (when not null) wrongly typed.
-        """
-        obj = as_object(doc, path)
-
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, path, read)
-        return cls(variant=f("variant", string_or_null), key=f("key", string_or_null),
-                   options=f("options", nullable(lambda v, p: map_of(v, p, string))),
-                   needed_libs=f("needed_libs", nullable(strings)),
-                   static=f("static", boolean_or_null), tree_id=f("tree_id", string_or_null),
-                   patch_sha256=f("patch_sha256", string_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the build record back.
-
-        Returns
-        -------
-        dict
-            Every key of :attr:`FIELDS`.
-        """
-        return {"variant": self.variant, "key": self.key,
-                "options": None if self.options is None else dict(self.options),
-                "needed_libs": None if self.needed_libs is None else list(self.needed_libs),
-                "static": self.static, "tree_id": self.tree_id,
-                "patch_sha256": self.patch_sha256}
-
-
-@dataclass(frozen=True, kw_only=True)
-class SanitizerRun(LifecycleRun):
+class SanitizerRun(LifecycleRun, kw_only=True):
     """One lifecycle-trigger run of an ASan build, with the report its stderr held.
 
     Attributes
@@ -751,49 +449,10 @@ class SanitizerRun(LifecycleRun):
         The recorded sanitizer report; None when the stderr held none.
     """
 
-    report: AsanReport | None
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "run") -> "SanitizerRun":
-        """Read a run of a sanitizer side.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        SanitizerRun
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or wrongly typed (``report`` must be present; null
-            when there was none).
-        """
-        obj = as_object(doc, path)
-        return cls(**cls._record_fields(obj, path),
-                   index=req(obj, "index", path, integer),
-                   outcome=req(obj, "outcome", path, string),
-                   report=req(obj, "report", path, nullable(AsanReport.from_json)))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the run back.
-
-        Returns
-        -------
-        dict
-            The run record with ``index``, ``outcome`` and ``report``.
-        """
-        return {**super().to_json(),
-                "report": None if self.report is None else self.report.to_json()}
+    report: AsanReport | None = field(nullable(AsanReport.from_json))
 
 
-@dataclass(frozen=True, kw_only=True)
-class SanitizerSide:
+class SanitizerSide(_Side, kw_only=True):
     """One AddressSanitizer build's side of ``canary.sanitizer``.
 
     Attributes
@@ -810,64 +469,13 @@ class SanitizerSide:
         The runs, in order (empty for an unavailable side).
     """
 
-    available: bool
-    reason: str | None = None
-    binary: str | None = None
-    binary_sha256: str | None = None
-    build: AsanBuild | None = None
-    runs: tuple[SanitizerRun, ...] = ()
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "side") -> "SanitizerSide":
-        """Read a side record.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path (``sides.patched``), for error messages.
-
-        Returns
-        -------
-        SanitizerSide
-
-        Raises
-        ------
-        SchemaError
-            If ``available`` is missing or not a boolean, or a field of an available side
-            is missing or wrongly typed.
-        """
-        obj = as_object(doc, path)
-        available = req(obj, "available", path, boolean)
-        if not available:
-            return cls(available=False,
-                       reason=opt(obj, "reason", path, string_or_null))
-        return cls(available=True,
-                   binary=req(obj, "binary", path, string),
-                   binary_sha256=req(obj, "binary_sha256", path, string),
-                   build=req(obj, "build", path, AsanBuild.from_json),
-                   runs=req(obj, "runs", path, array_of(SanitizerRun.from_json)))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the side back.
-
-        Returns
-        -------
-        dict
-            ``{"available": false, "reason"}`` or ``{"available": true, "binary",
-            "binary_sha256", "build", "runs"}``.
-        """
-        if not self.available:
-            return {"available": False,
-                    **({"reason": self.reason} if self.reason is not None else {})}
-        return {"available": True, "binary": self.binary, "binary_sha256": self.binary_sha256,
-                "build": None if self.build is None else self.build.to_json(),
-                "runs": [r.to_json() for r in self.runs]}
+    binary: str | None = field(string, default=None)
+    binary_sha256: str | None = field(string, default=None)
+    build: AsanBuild | None = field(AsanBuild, default=None)
+    runs: tuple[SanitizerRun, ...] = field(array_of(SanitizerRun.from_json), default=())
 
 
-@dataclass(frozen=True, kw_only=True)
-class SanitizerSides:
+class SanitizerSides(_Sides[SanitizerSide], kw_only=True):
     """Both sides of ``canary.sanitizer``.
 
     Attributes
@@ -875,57 +483,17 @@ class SanitizerSides:
     unpatched, patched : SanitizerSide
     """
 
-    unpatched: SanitizerSide
-    patched: SanitizerSide
-
-    def __getitem__(self, side: str) -> SanitizerSide:
-        """Return the side named ``side`` (``"unpatched"`` or ``"patched"``)."""
-        if side not in SIDES:
-            raise KeyError(side)
-        return getattr(self, side)
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "sides") -> "SanitizerSides":
-        """Read the ``sides`` object.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        SanitizerSides
-
-        Raises
-        ------
-        SidesIncomplete
-            If it is not an object with exactly the keys ``unpatched`` and ``patched``.
-        SchemaError
-            If a side does not parse.
-        """
-        sides = _sides({"sides": doc})
-        return cls(**{s: SanitizerSide.from_json(sides[s], join(path, s)) for s in SIDES})
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the sides back.
-
-        Returns
-        -------
-        dict
-            ``{"unpatched": …, "patched": …}``.
-        """
-        return {s: self[s].to_json() for s in SIDES}
+    unpatched: SanitizerSide = field(SanitizerSide)
+    patched: SanitizerSide = field(SanitizerSide)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SanitizerEvidence:
+class SanitizerEvidence(_Document, kw_only=True):
     """The ``sanitizer`` document of ``canary.sanitizer`` (``verifylib-sanitizer/1``).
 
     Attributes
     ----------
+    schema : str
+        The schema id (:attr:`SCHEMA`), a constant read and written first.
     runs_per_side : int
     timeout_s : float
         Seconds per run.
@@ -943,74 +511,28 @@ class SanitizerEvidence:
     """
 
     SCHEMA: ClassVar[str] = SANITIZER_SCHEMA
-    runs_per_side: int
-    timeout_s: float
-    trigger: tuple[str, ...]
-    asan_options: str
-    external_symbolizer: str | None
-    pin: str
-    model: FileRef
-    audio: FileRef
-    sides: SanitizerSides
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "SanitizerEvidence":
-        """Read a ``sanitizer`` document.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        SanitizerEvidence
-
-        Raises
-        ------
-        SchemaMismatch
-            If it is not an object with ``schema`` ``verifylib-sanitizer/1``.
-        SidesIncomplete
-            If ``sides`` does not hold exactly both sides.
-        SchemaError
-            If any other field is missing or wrongly typed (the error's ``path`` names it).
-        """
-        obj = _schema(doc, SANITIZER_SCHEMA)
-        sides = _sides(obj)
-
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, "", read)
-        return cls(runs_per_side=f("runs_per_side", integer), timeout_s=f("timeout_s", number),
-                   trigger=f("trigger", strings), asan_options=f("asan_options", string),
-                   external_symbolizer=f("external_symbolizer", string_or_null),
-                   pin=f("pin", string), model=f("model", FileRef.from_json),
-                   audio=f("audio", FileRef.from_json),
-                   sides=SanitizerSides.from_json(sides))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the document, exactly as the stage writes it.
-
-        Returns
-        -------
-        dict
-            The JSON-able document.
-        """
-        return {"schema": self.SCHEMA, "runs_per_side": self.runs_per_side,
-                "timeout_s": self.timeout_s, "trigger": list(self.trigger),
-                "asan_options": self.asan_options,
-                "external_symbolizer": self.external_symbolizer, "pin": self.pin,
-                "model": self.model.to_json(), "audio": self.audio.to_json(),
-                "sides": self.sides.to_json()}
+    _ab = True
+    schema: str = field(string, default=SANITIZER_SCHEMA, init=False)
+    runs_per_side: int = field(integer)
+    timeout_s: float = field(number)
+    trigger: tuple[str, ...] = field(strings)
+    asan_options: str = field(string)
+    external_symbolizer: str | None = field(string_or_null)
+    pin: str = field(string)
+    model: FileRef = field(FileRef)
+    audio: FileRef = field(FileRef)
+    sides: SanitizerSides = field(SanitizerSides)
 
 
 # ----------------------------------------------------------------------------- Core ML negative
 
-@dataclass(frozen=True, kw_only=True)
-class NegativeEvidence:
+class NegativeEvidence(_Document, kw_only=True):
     """The ``negative`` document of ``canary.coreml_negative`` (``verifylib-coreml-negative/1``).
 
     Attributes
     ----------
+    schema : str
+        The schema id (:attr:`SCHEMA`), a constant read and written first.
     binary, binary_sha256 : str
         The Core ML whisper-cli and its digest.
     model_sha256 : str
@@ -1032,68 +554,22 @@ class NegativeEvidence:
     """
 
     SCHEMA: ClassVar[str] = NEGATIVE_SCHEMA
-    binary: str
-    binary_sha256: str
-    model_sha256: str
-    model_arg: str
-    scratch_listing: tuple[str, ...]
-    derived_mlmodelc: str
-    attempts: int
-    timeout_s: float
-    run: RunRecord
-    outcome: str
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "NegativeEvidence":
-        """Read a ``negative`` document.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        NegativeEvidence
-
-        Raises
-        ------
-        SchemaMismatch
-            If it is not an object with ``schema`` ``verifylib-coreml-negative/1``.
-        SchemaError
-            If any other field is missing or wrongly typed (the error's ``path`` names it).
-        """
-        obj = _schema(doc, NEGATIVE_SCHEMA)
-
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, "", read)
-        return cls(binary=f("binary", string), binary_sha256=f("binary_sha256", string),
-                   model_sha256=f("model_sha256", string), model_arg=f("model_arg", string),
-                   scratch_listing=f("scratch_listing", strings),
-                   derived_mlmodelc=f("derived_mlmodelc", string),
-                   attempts=f("attempts", integer), timeout_s=f("timeout_s", number),
-                   run=f("run", RunRecord.from_json), outcome=f("outcome", string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the document, exactly as the stage writes it.
-
-        Returns
-        -------
-        dict
-            The JSON-able document.
-        """
-        return {"schema": self.SCHEMA, "binary": self.binary,
-                "binary_sha256": self.binary_sha256, "model_sha256": self.model_sha256,
-                "model_arg": self.model_arg, "scratch_listing": list(self.scratch_listing),
-                "derived_mlmodelc": self.derived_mlmodelc, "attempts": self.attempts,
-                "timeout_s": self.timeout_s, "run": self.run.to_json(),
-                "outcome": self.outcome}
+    schema: str = field(string, default=NEGATIVE_SCHEMA, init=False)
+    binary: str = field(string)
+    binary_sha256: str = field(string)
+    model_sha256: str = field(string)
+    model_arg: str = field(string)
+    scratch_listing: tuple[str, ...] = field(strings)
+    derived_mlmodelc: str = field(string)
+    attempts: int = field(integer)
+    timeout_s: float = field(number)
+    run: RunRecord = field(RunRecord)
+    outcome: str = field(string)
 
 
 # ----------------------------------------------------------------------------- Core ML positive
 
-@dataclass(frozen=True, kw_only=True)
-class CoremlDigests:
+class CoremlDigests(Schema, kw_only=True):
     """Where the positive gate's ``.mlmodelc`` is and its tree digest around the runs.
 
     Attributes
@@ -1105,52 +581,14 @@ class CoremlDigests:
         was no ``.mlmodelc`` folder.
     """
 
-    path: str
-    tree_digest_before: str | None
-    tree_digest_after: str | None
+    _path = "mlmodelc"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "mlmodelc") -> "CoremlDigests":
-        """Read the ``mlmodelc`` object.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        CoremlDigests
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or wrongly typed.
-        """
-        obj = as_object(doc, path)
-
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, path, read)
-        return cls(path=f("path", string),
-                   tree_digest_before=f("tree_digest_before", string_or_null),
-                   tree_digest_after=f("tree_digest_after", string_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the object back.
-
-        Returns
-        -------
-        dict
-            ``{"path", "tree_digest_before", "tree_digest_after"}``.
-        """
-        return {"path": self.path, "tree_digest_before": self.tree_digest_before,
-                "tree_digest_after": self.tree_digest_after}
+    path: str = field(string)
+    tree_digest_before: str | None = field(string_or_null)
+    tree_digest_after: str | None = field(string_or_null)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PositiveTimeouts:
+class PositiveTimeouts(Schema, kw_only=True):
     """The positive gate's timeouts.
 
     Attributes
@@ -1159,46 +597,13 @@ class PositiveTimeouts:
         Seconds for the warm-up (the generous first-run timeout) and the measured run.
     """
 
-    warmup: float
-    measured: float
+    _path = "timeouts_s"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "timeouts_s") -> "PositiveTimeouts":
-        """Read the ``timeouts_s`` object.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path, for error messages.
-
-        Returns
-        -------
-        PositiveTimeouts
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or not a number.
-        """
-        obj = as_object(doc, path)
-        return cls(warmup=req(obj, "warmup", path, number),
-                   measured=req(obj, "measured", path, number))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the object back.
-
-        Returns
-        -------
-        dict
-            ``{"warmup", "measured"}``.
-        """
-        return {"warmup": self.warmup, "measured": self.measured}
+    warmup: float = field(number)
+    measured: float = field(number)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PositiveRun(RunRecord):
+class PositiveRun(RunRecord, kw_only=True):
     """A run of the positive gate, with whisper.cpp's own ``encode time``.
 
     Attributes
@@ -1209,53 +614,17 @@ class PositiveRun(RunRecord):
         Its run count; None with it.
     """
 
-    encode_time_ms: float | None
-    encode_runs: int | None
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "run") -> "PositiveRun":
-        """Read the warm-up's or the measured run's record.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON value.
-        path : str
-            Its field path (``warmup``, ``measured``), for error messages.
-
-        Returns
-        -------
-        PositiveRun
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or wrongly typed (both encode fields must be present,
-            null when whisper.cpp printed no encode time).
-        """
-        obj = as_object(doc, path)
-        return cls(**cls._record_fields(obj, path),
-                   encode_time_ms=req(obj, "encode_time_ms", path, number_or_null),
-                   encode_runs=req(obj, "encode_runs", path, integer_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the run back.
-
-        Returns
-        -------
-        dict
-            The run record with ``encode_time_ms`` and ``encode_runs``.
-        """
-        return {**super().to_json(), "encode_time_ms": self.encode_time_ms,
-                "encode_runs": self.encode_runs}
+    encode_time_ms: float | None = field(number_or_null)
+    encode_runs: int | None = field(integer_or_null)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PositiveEvidence:
+class PositiveEvidence(_Document, kw_only=True):
     """The ``positive`` document of ``canary.coreml_positive`` (``verifylib-coreml-positive/1``).
 
     Attributes
     ----------
+    schema : str
+        The schema id (:attr:`SCHEMA`), a constant read and written first.
     binary, binary_sha256 : str
         The Core ML whisper-cli and its digest.
     model_arg : str
@@ -1272,58 +641,13 @@ class PositiveEvidence:
     """
 
     SCHEMA: ClassVar[str] = POSITIVE_SCHEMA
-    binary: str
-    binary_sha256: str
-    model_arg: str
-    mlmodelc: CoremlDigests
-    timeouts_s: PositiveTimeouts
-    warmup: PositiveRun
-    measured: PositiveRun
-    outcome: str
-    transcript_chars: int
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "PositiveEvidence":
-        """Read a ``positive`` document.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        PositiveEvidence
-
-        Raises
-        ------
-        SchemaMismatch
-            If it is not an object with ``schema`` ``verifylib-coreml-positive/1``.
-        SchemaError
-            If any other field is missing or wrongly typed (the error's ``path`` names it).
-        """
-        obj = _schema(doc, POSITIVE_SCHEMA)
-
-        def f(key: str, read: Callable[[Any, str], Any]) -> Any:
-            return req(obj, key, "", read)
-        return cls(binary=f("binary", string), binary_sha256=f("binary_sha256", string),
-                   model_arg=f("model_arg", string),
-                   mlmodelc=f("mlmodelc", CoremlDigests.from_json),
-                   timeouts_s=f("timeouts_s", PositiveTimeouts.from_json),
-                   warmup=f("warmup", PositiveRun.from_json),
-                   measured=f("measured", PositiveRun.from_json),
-                   outcome=f("outcome", string), transcript_chars=f("transcript_chars", integer))
-
-    def to_json(self) -> dict[str, Any]:
-        """Write the document, exactly as the stage writes it.
-
-        Returns
-        -------
-        dict
-            The JSON-able document.
-        """
-        return {"schema": self.SCHEMA, "binary": self.binary,
-                "binary_sha256": self.binary_sha256, "model_arg": self.model_arg,
-                "mlmodelc": self.mlmodelc.to_json(), "timeouts_s": self.timeouts_s.to_json(),
-                "warmup": self.warmup.to_json(), "measured": self.measured.to_json(),
-                "outcome": self.outcome, "transcript_chars": self.transcript_chars}
+    schema: str = field(string, default=POSITIVE_SCHEMA, init=False)
+    binary: str = field(string)
+    binary_sha256: str = field(string)
+    model_arg: str = field(string)
+    mlmodelc: CoremlDigests = field(CoremlDigests)
+    timeouts_s: PositiveTimeouts = field(PositiveTimeouts)
+    warmup: PositiveRun = field(PositiveRun)
+    measured: PositiveRun = field(PositiveRun)
+    outcome: str = field(string)
+    transcript_chars: int = field(integer)

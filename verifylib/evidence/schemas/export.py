@@ -17,12 +17,11 @@ conversion ``options``, the written ``hparams``) are kept as JSON objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from verifylib.evidence.schemas.build import RunRecord
 from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import SchemaError, copy_json, opt, req
+from verifylib.evidence.schemas.fields import NamedSchema, SchemaError, field, req
 
 __all__ = [
     "SchemaError", "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
@@ -33,8 +32,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- export.ggml_model
 
-@dataclass(frozen=True)
-class ModelIntake:
+class ModelIntake(NamedSchema):
     """The ``model`` document: the model as taken in (``obtain_model``).
 
     Attributes
@@ -53,52 +51,15 @@ class ModelIntake:
         Reused from the cache.
     """
 
-    kind: str
-    source_digest: str
-    origin: dict[str, Any]
-    hf_dir: str
-    language: str | None
-    cached: bool
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "ModelIntake":
-        """Parse the ``model`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        ModelIntake
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        return cls(kind=req(d, "kind", "", _n.string),
-                   source_digest=req(d, "source_digest", "", _n.string),
-                   origin=req(d, "origin", "", _n.mapping), hf_dir=req(d, "hf_dir", "", _n.string),
-                   language=req(d, "language", "", _n.string_or_null),
-                   cached=req(d, "cached", "", _n.boolean))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"kind": self.kind, "source_digest": self.source_digest,
-                "origin": copy_json(self.origin), "hf_dir": self.hf_dir,
-                "language": self.language, "cached": self.cached}
+    kind: str = field(_n.string)
+    source_digest: str = field(_n.string)
+    origin: dict[str, Any] = field(_n.mapping)
+    hf_dir: str = field(_n.string)
+    language: str | None = field(_n.string_or_null)
+    cached: bool = field(_n.boolean)
 
 
-@dataclass(frozen=True)
-class GgmlModelEvidence:
+class GgmlModelEvidence(NamedSchema):
     """The ``ggml`` document: the written ``ggml-model.bin`` and its load probe.
 
     Attributes
@@ -123,61 +84,20 @@ class GgmlModelEvidence:
         The load run.
     """
 
-    path: str
-    model_arg: str
-    sha256: str
-    bytes: int
-    hparams: dict[str, Any]
-    n_tensors: int
-    lossless: bool
-    binary_sha256: str
-    probe: RunRecord
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "GgmlModelEvidence":
-        """Parse the ``ggml`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        GgmlModelEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        return cls(path=req(d, "path", "", _n.string),
-                   model_arg=req(d, "model_arg", "", _n.string),
-                   sha256=req(d, "sha256", "", _n.string), bytes=req(d, "bytes", "", _n.integer),
-                   hparams=req(d, "hparams", "", _n.mapping),
-                   n_tensors=req(d, "n_tensors", "", _n.integer),
-                   lossless=req(d, "lossless", "", _n.boolean),
-                   binary_sha256=req(d, "binary_sha256", "", _n.string),
-                   probe=req(d, "probe", "", RunRecord.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"path": self.path, "model_arg": self.model_arg, "sha256": self.sha256,
-                "bytes": self.bytes, "hparams": copy_json(self.hparams),
-                "n_tensors": self.n_tensors, "lossless": self.lossless,
-                "binary_sha256": self.binary_sha256, "probe": self.probe.to_json()}
+    path: str = field(_n.string)
+    model_arg: str = field(_n.string)
+    sha256: str = field(_n.string)
+    bytes: int = field(_n.integer)
+    hparams: dict[str, Any] = field(_n.mapping)
+    n_tensors: int = field(_n.integer)
+    lossless: bool = field(_n.boolean)
+    binary_sha256: str = field(_n.string)
+    probe: RunRecord = field(RunRecord.from_json)
 
 
 # ----------------------------------------------------------------------------- export.contract
 
-@dataclass(frozen=True)
-class ModelRef:
+class ModelRef(NamedSchema):
     """The ``model`` entry of the contract document (``artifacts.model_source``).
 
     Attributes
@@ -190,49 +110,14 @@ class ModelRef:
         The ``from`` key: which record the folder came from.
     """
 
-    hf_dir: str
-    source_digest: str
-    origin: str
+    _path = "model"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "model") -> "ModelRef":
-        """Parse the entry.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        ModelRef
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(hf_dir=req(d, "hf_dir", path, _n.string),
-                   source_digest=req(d, "source_digest", path, _n.string),
-                   origin=req(d, "from", path, _n.string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as written.
-
-        Returns
-        -------
-        dict
-            ``{"hf_dir", "source_digest", "from"}``.
-        """
-        return {"hf_dir": self.hf_dir, "source_digest": self.source_digest,
-                "from": self.origin}
+    hf_dir: str = field(_n.string)
+    source_digest: str = field(_n.string)
+    origin: str = field(_n.string, key="from")
 
 
-@dataclass(frozen=True)
-class Conversion:
+class Conversion(NamedSchema):
     """How one variant was converted.
 
     Attributes
@@ -243,45 +128,13 @@ class Conversion:
         Conversion time.
     """
 
-    options: dict[str, Any]
-    seconds: float
+    _path = "conversion"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "conversion") -> "Conversion":
-        """Parse the entry.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        Conversion
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(options=req(d, "options", path, _n.mapping),
-                   seconds=req(d, "seconds", path, _n.number))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"options": copy_json(self.options), "seconds": self.seconds}
+    options: dict[str, Any] = field(_n.mapping)
+    seconds: float = field(_n.number)
 
 
-@dataclass(frozen=True)
-class ExportVariant:
+class ExportVariant(NamedSchema):
     """One exported variant (``fp32`` or ``fp16``) of the contract document.
 
     Attributes
@@ -302,58 +155,16 @@ class ExportVariant:
         How it was converted.
     """
 
-    precision: str
-    path: str
-    description: dict[str, Any]
-    problems: tuple[str, ...]
-    placed: bool
-    tree_digest: str | None
-    conversion: Conversion
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "ExportVariant":
-        """Parse one variant.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits (``variants[0]``).
-
-        Returns
-        -------
-        ExportVariant
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(precision=req(d, "precision", path, _n.string),
-                   path=req(d, "path", path, _n.string),
-                   description=req(d, "description", path, _n.mapping),
-                   problems=req(d, "problems", path, _n.strings),
-                   placed=req(d, "placed", path, _n.boolean),
-                   tree_digest=req(d, "tree_digest", path, _n.string_or_null),
-                   conversion=req(d, "conversion", path, Conversion.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the variant as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"precision": self.precision, "path": self.path,
-                "description": copy_json(self.description), "problems": list(self.problems),
-                "placed": self.placed, "tree_digest": self.tree_digest,
-                "conversion": self.conversion.to_json()}
+    precision: str = field(_n.string)
+    path: str = field(_n.string)
+    description: dict[str, Any] = field(_n.mapping)
+    problems: tuple[str, ...] = field(_n.strings)
+    placed: bool = field(_n.boolean)
+    tree_digest: str | None = field(_n.string_or_null)
+    conversion: Conversion = field(Conversion.from_json)
 
 
-@dataclass(frozen=True)
-class ConversionFacts:
+class ConversionFacts(NamedSchema):
     """The ``build`` entry: versions the conversion depends on (``build_facts``).
 
     Attributes
@@ -370,63 +181,19 @@ class ConversionFacts:
         Time to trace the encoder.
     """
 
-    coremltools: str
-    torch: str
-    transformers: str
-    numpy: str
-    torch_max_tested_by_coremltools: str | None
-    torch_above_tested: bool | None
-    torch_version_warning: tuple[str, ...]
-    trace_seconds: float
+    _path = "build"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "build") -> "ConversionFacts":
-        """Parse the entry.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        ConversionFacts
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(coremltools=req(d, "coremltools", path, _n.string),
-                   torch=req(d, "torch", path, _n.string),
-                   transformers=req(d, "transformers", path, _n.string),
-                   numpy=req(d, "numpy", path, _n.string),
-                   torch_max_tested_by_coremltools=req(d, "torch_max_tested_by_coremltools", path,
-                                                       _n.string_or_null),
-                   torch_above_tested=req(d, "torch_above_tested", path, _n.boolean_or_null),
-                   torch_version_warning=req(d, "torch_version_warning", path, _n.strings),
-                   trace_seconds=req(d, "trace_seconds", path, _n.number))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"coremltools": self.coremltools, "torch": self.torch,
-                "transformers": self.transformers, "numpy": self.numpy,
-                "torch_max_tested_by_coremltools": self.torch_max_tested_by_coremltools,
-                "torch_above_tested": self.torch_above_tested,
-                "torch_version_warning": list(self.torch_version_warning),
-                "trace_seconds": self.trace_seconds}
+    coremltools: str = field(_n.string)
+    torch: str = field(_n.string)
+    transformers: str = field(_n.string)
+    numpy: str = field(_n.string)
+    torch_max_tested_by_coremltools: str | None = field(_n.string_or_null)
+    torch_above_tested: bool | None = field(_n.boolean_or_null)
+    torch_version_warning: tuple[str, ...] = field(_n.strings)
+    trace_seconds: float = field(_n.number)
 
 
-@dataclass(frozen=True)
-class ModelCopy:
+class ModelCopy(NamedSchema):
     """A copy or hard link of ``ggml-model.bin`` beside a variant.
 
     Attributes
@@ -439,47 +206,12 @@ class ModelCopy:
         The copy's digest.
     """
 
-    source: str
-    how: str
-    sha256: str
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "ModelCopy":
-        """Parse one copy.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        ModelCopy
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(source=req(d, "from", path, _n.string), how=req(d, "how", path, _n.string),
-                   sha256=req(d, "sha256", path, _n.string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the copy as written.
-
-        Returns
-        -------
-        dict
-            ``{"from", "how", "sha256"}``.
-        """
-        return {"from": self.source, "how": self.how, "sha256": self.sha256}
+    source: str = field(_n.string, key="from")
+    how: str = field(_n.string)
+    sha256: str = field(_n.string)
 
 
-@dataclass(frozen=True)
-class ContractEvidence:
+class ContractEvidence(NamedSchema):
     """The ``contract`` document of ``export.contract``.
 
     Attributes
@@ -498,59 +230,30 @@ class ContractEvidence:
         Run-relative path -> copy of ``ggml-model.bin``.
     """
 
-    model: ModelRef
-    config: dict[str, Any]
-    contract: dict[str, Any]
-    variants: tuple[ExportVariant, ...]
-    build: ConversionFacts
-    model_copies: dict[str, ModelCopy]
+    model: ModelRef = field(ModelRef)
+    config: dict[str, Any] = field(_n.mapping)
+    contract: dict[str, Any] = field(_n.mapping)
+    variants: tuple[ExportVariant, ...] = field(_n.array_of(ExportVariant.from_json))
+    build: ConversionFacts = field(ConversionFacts)
+    model_copies: dict[str, ModelCopy] = field(
+        lambda v, p: _n.map_of(v, p, ModelCopy.from_json))
 
     @classmethod
-    def from_json(cls, doc: Any) -> "ContractEvidence":
-        """Parse the ``contract`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        ContractEvidence
+    def from_json(cls, doc: Any, path: str | None = None) -> "ContractEvidence":
+        """Read the ``contract`` document; ``model_copies`` is checked to be an object first.
 
         Raises
         ------
         SchemaError
             If a field is missing or of the wrong type.
         """
-        d = _n.obj(doc, "")
-        copies = req(d, "model_copies", "", _n.mapping)
-        return cls(model=req(d, "model", "", ModelRef.from_json),
-                   config=req(d, "config", "", _n.mapping),
-                   contract=req(d, "contract", "", _n.mapping),
-                   variants=req(d, "variants", "", _n.array_of(ExportVariant.from_json)),
-                   build=req(d, "build", "", ConversionFacts.from_json),
-                   model_copies={k: ModelCopy.from_json(v, f"model_copies.{k}")
-                                 for k, v in copies.items()})
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"model": self.model.to_json(), "config": copy_json(self.config),
-                "contract": copy_json(self.contract),
-                "variants": [v.to_json() for v in self.variants],
-                "build": self.build.to_json(),
-                "model_copies": {k: c.to_json() for k, c in self.model_copies.items()}}
+        req(_n.obj(doc, ""), "model_copies", "", _n.mapping)
+        return super().from_json(doc)
 
 
 # ----------------------------------------------------------------------------- export.compile
 
-@dataclass(frozen=True)
-class CoremlcRecord:
+class CoremlcRecord(NamedSchema):
     """The ``xcrun coremlc compile`` run of one variant.
 
     Attributes
@@ -570,58 +273,17 @@ class CoremlcRecord:
         were bound; the judge then refuses a stored stderr).
     """
 
-    argv: tuple[str, ...]
-    returncode: int | None
-    signal: str | None
-    timed_out: bool
-    wall_s: float
-    stderr_sha256: str | None = None
+    _path = "coremlc"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "coremlc") -> "CoremlcRecord":
-        """Parse the record.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits.
-
-        Returns
-        -------
-        CoremlcRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(argv=req(d, "argv", path, _n.strings),
-                   returncode=req(d, "returncode", path, _n.integer_or_null),
-                   signal=req(d, "signal", path, _n.string_or_null),
-                   timed_out=req(d, "timed_out", path, _n.boolean),
-                   wall_s=req(d, "wall_s", path, _n.number),
-                   stderr_sha256=opt(d, "stderr_sha256", path, _n.string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the record as written.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {"argv": list(self.argv), "returncode": self.returncode,
-                               "signal": self.signal, "timed_out": self.timed_out,
-                               "wall_s": self.wall_s}
-        if self.stderr_sha256 is not None:
-            out["stderr_sha256"] = self.stderr_sha256
-        return out
+    argv: tuple[str, ...] = field(_n.strings)
+    returncode: int | None = field(_n.integer_or_null)
+    signal: str | None = field(_n.string_or_null)
+    timed_out: bool = field(_n.boolean)
+    wall_s: float = field(_n.number)
+    stderr_sha256: str | None = field(_n.string, optional=True, default=None)
 
 
-@dataclass(frozen=True)
-class CompiledVariant:
+class CompiledVariant(NamedSchema):
     """One compiled ``.mlmodelc``.
 
     Attributes
@@ -644,61 +306,17 @@ class CompiledVariant:
         The compile run.
     """
 
-    precision: str
-    package: str
-    package_tree_digest: str | None
-    model_arg: str
-    derived_path: str
-    placed_path: str
-    tree_digest: str | None
-    coremlc: CoremlcRecord
-
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "") -> "CompiledVariant":
-        """Parse one entry.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-        path : str
-            Where it sits (``variants[0]``).
-
-        Returns
-        -------
-        CompiledVariant
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, path)
-        return cls(precision=req(d, "precision", path, _n.string),
-                   package=req(d, "package", path, _n.string),
-                   package_tree_digest=req(d, "package_tree_digest", path, _n.string_or_null),
-                   model_arg=req(d, "model_arg", path, _n.string),
-                   derived_path=req(d, "derived_path", path, _n.string),
-                   placed_path=req(d, "placed_path", path, _n.string),
-                   tree_digest=req(d, "tree_digest", path, _n.string_or_null),
-                   coremlc=req(d, "coremlc", path, CoremlcRecord.from_json))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as written.
-
-        Returns
-        -------
-        dict
-        """
-        return {"precision": self.precision, "package": self.package,
-                "package_tree_digest": self.package_tree_digest,
-                "model_arg": self.model_arg, "derived_path": self.derived_path,
-                "placed_path": self.placed_path, "tree_digest": self.tree_digest,
-                "coremlc": self.coremlc.to_json()}
+    precision: str = field(_n.string)
+    package: str = field(_n.string)
+    package_tree_digest: str | None = field(_n.string_or_null)
+    model_arg: str = field(_n.string)
+    derived_path: str = field(_n.string)
+    placed_path: str = field(_n.string)
+    tree_digest: str | None = field(_n.string_or_null)
+    coremlc: CoremlcRecord = field(CoremlcRecord.from_json)
 
 
-@dataclass(frozen=True)
-class CompileEvidence:
+class CompileEvidence(NamedSchema):
     """The ``compile`` document of ``export.compile``.
 
     Attributes
@@ -709,37 +327,5 @@ class CompileEvidence:
         The ``coremlc`` the host capability check found.
     """
 
-    variants: tuple[CompiledVariant, ...]
-    coremlc: str | None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "CompileEvidence":
-        """Parse the ``compile`` document.
-
-        Parameters
-        ----------
-        doc : object
-            The decoded JSON.
-
-        Returns
-        -------
-        CompileEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        d = _n.obj(doc, "")
-        return cls(variants=req(d, "variants", "", _n.array_of(CompiledVariant.from_json)),
-                   coremlc=req(d, "coremlc", "", _n.string_or_null))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as written.
-
-        Returns
-        -------
-        dict
-            ``{"variants": [...], "coremlc": ...}``.
-        """
-        return {"variants": [v.to_json() for v in self.variants], "coremlc": self.coremlc}
+    variants: tuple[CompiledVariant, ...] = field(_n.array_of(CompiledVariant.from_json))
+    coremlc: str | None = field(_n.string_or_null)

@@ -3,7 +3,11 @@
 Each reader takes a JSON value and the path it was found at (``sides.patched.runs[2]``)
 and either returns the value as stored (an integer stays an integer, so ``to_json`` writes
 the same bytes) or raises :class:`SchemaError` naming the path. :func:`req` and :func:`opt`
-read the value at a key of an object; a schema's ``from_json`` is built from them.
+read the value at a key of an object. A schema is a :class:`Schema` subclass whose fields
+are declared once with :func:`field` (the reader, and the JSON key when it differs, whether
+the key may be absent, a constant key); its generic ``from_json`` reads them in
+declaration order and ``to_json`` writes them back in that order. Classes with real
+cross-field logic override one of the two.
 
 Why hand-written: no package among verifylib's dependencies reads JSON into frozen
 dataclasses strictly, failing closed and naming the offending field's path in the format the
@@ -23,8 +27,9 @@ with another :class:`Readers` phrasing.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar, cast, dataclass_transform
 
 from verifylib.errors import EvidenceInvalid
 
@@ -33,7 +38,7 @@ __all__ = [
     "exactly", "nullable", "copy_json",
     "obj", "string", "string_or_null", "integer", "integer_or_null", "number",
     "number_or_null", "boolean", "boolean_or_null", "real", "array", "array_of", "strings",
-    "mapping", "mapping_or_null", "number_map", "map_of",
+    "mapping", "mapping_or_null", "number_map", "map_of", "field", "Schema", "NamedSchema",
 ]
 
 _T = TypeVar("_T")
@@ -528,3 +533,153 @@ mapping = EXPECTED.mapping
 mapping_or_null = EXPECTED.mapping_or_null
 map_of = EXPECTED.map_of
 number_map = EXPECTED.number_map
+
+
+# ----------------------------------------------------------------------------- declarative
+
+def field(read: Any, *, key: str | None = None, optional: bool = False,
+          inline: bool = False, default: Any = dataclasses.MISSING, init: bool = True) -> Any:
+    """Declare one field of a :class:`Schema`: its reader, and how it sits in the JSON.
+
+    Parameters
+    ----------
+    read : callable or schema class
+        ``read(value, path)`` (a reader of this module, or a schema's ``from_json``); a
+        schema class stands for its ``from_json``.
+    key : str, optional
+        The JSON key when it is not the attribute's name.
+    optional : bool
+        The key may be absent (read as with :func:`opt`) and is omitted when the value is
+        None (written as with :func:`put`).
+    inline : bool
+        The field is a schema read from, and written into, the same object as its owner.
+    default : Any, optional
+        The attribute's default.
+    init : bool
+        False for a constant key (``"built": true``): ``read`` checks it (``literal(True)``)
+        and ``to_json`` writes ``default``; it is no constructor parameter.
+
+    Returns
+    -------
+    dataclasses.Field
+    """
+    if isinstance(read, type):
+        read = cast(Any, read).from_json
+    meta = {"read": read, "key": key, "optional": optional, "inline": inline}
+    if not init:
+        return dataclasses.field(default=default, init=False, repr=False, compare=False,
+                                 metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _write(value: Any) -> Any:
+    if hasattr(value, "to_json"):  # a Schema, or a record with a hand-written to_json
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [_write(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _write(v) for k, v in value.items()}
+    return value
+
+
+_S = TypeVar("_S", bound="Schema")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, field))
+class Schema:
+    """A frozen dataclass whose fields are declared with :func:`field`.
+
+    Subclasses are made frozen dataclasses (``class X(Schema, kw_only=True)`` for
+    keyword-only fields). ``from_json`` is strict and fails closed: a
+    missing or wrongly typed field raises :class:`SchemaError` whose ``path`` names it.
+    ``to_json`` gives back exactly the dict that was read, key for key.
+
+    Attributes
+    ----------
+    _readers : Readers
+        The phrasing of a document that is not an object (:data:`EXPECTED` by default).
+    _path : str
+        The default ``path`` of ``from_json``.
+    _closed : str or None
+        For a record whose every key is declared: the problem a key beyond its fields is
+        refused with (``<path>.<key>: not a field of this record``), before any field is
+        read. None (the default): other keys are not read.
+    """
+
+    _readers: ClassVar[Readers] = EXPECTED
+    _path: ClassVar[str] = ""
+    _closed: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True, kw_only=kw_only)(cls)
+
+    @classmethod
+    def from_json(cls: type[_S], doc: Any, path: str | None = None) -> _S:
+        """Read the document (or the part of one at ``path``), field by field.
+
+        Parameters
+        ----------
+        doc : object
+            The decoded JSON.
+        path : str, optional
+            Where it sits in its document, for error messages (default ``_path``).
+
+        Returns
+        -------
+        Schema
+            An instance of the class.
+
+        Raises
+        ------
+        SchemaError
+            If a field is missing or of the wrong type.
+        """
+        path = cls._path if path is None else path
+        d = cls._readers.obj(doc, path)
+        if cls._closed is not None:
+            keys = {f.metadata["key"] or f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                    if "read" in f.metadata}
+            extra = sorted(str(k) for k in d if k not in keys)
+            if extra:
+                raise SchemaError(join(path, extra[0]), cls._closed)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            m = f.metadata
+            if "read" not in m:
+                continue
+            key = m["key"] or f.name
+            if m["inline"]:
+                value = m["read"](d, path)
+            elif m["optional"]:
+                value = opt(d, key, path, m["read"])
+            else:
+                value = req(d, key, path, m["read"])
+            if f.init:
+                values[f.name] = value
+        return cast(Any, cls)(**values)  # type: ignore[no-any-return]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the dict as written: every field in declaration order.
+
+        Returns
+        -------
+        dict
+        """
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            m = f.metadata
+            if "read" not in m:
+                continue
+            value = getattr(self, f.name)
+            if m["inline"]:
+                out.update(value.to_json())
+            elif not (m["optional"] and value is None):
+                out[m["key"] or f.name] = _write(value)
+        return out
+
+
+class NamedSchema(Schema):
+    """A :class:`Schema` of the :data:`NAMED` phrasing (stages 01 and 02)."""
+
+    _readers = NAMED

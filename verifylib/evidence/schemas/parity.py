@@ -23,20 +23,17 @@ policy is the packaged one, or the artifact the exported one is the rule's job
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from verifylib.evidence.schemas.fields import (
+    Schema,
     SchemaError,
     array_of,
     boolean,
+    field,
     integer,
     mapping,
-    obj,
-    opt,
-    put,
     real,
-    req,
     string,
     string_or_null,
 )
@@ -45,8 +42,7 @@ __all__ = ["SchemaError", "PolicyRecord", "Artifact", "MeasurementMetrics", "Mea
            "ParityEvidence"]
 
 
-@dataclass(frozen=True)
-class PolicyRecord:
+class PolicyRecord(Schema):
     """The policy a parity record was measured under (as ``policy_record`` writes it).
 
     Attributes
@@ -59,46 +55,14 @@ class PolicyRecord:
         The policy's rules as stored (compared whole with the packaged resource).
     """
 
-    id: str
-    sha256: str
-    rules: dict[str, Any]
+    _path = "policy"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "policy") -> "PolicyRecord":
-        """Read a policy record.
-
-        Parameters
-        ----------
-        doc : Any
-            The ``policy`` value of a parity record.
-        path : str
-            Where it sits, for error messages.
-
-        Returns
-        -------
-        PolicyRecord
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        o = obj(doc, path)
-        return cls(req(o, "id", path, string), req(o, "sha256", path, string),
-                   req(o, "rules", path, mapping))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the record as the stage writes it.
-
-        Returns
-        -------
-        dict
-        """
-        return {"id": self.id, "sha256": self.sha256, "rules": self.rules}
+    id: str = field(string)
+    sha256: str = field(string)
+    rules: dict[str, Any] = field(mapping)
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(Schema, kw_only=True):
     """The measured artifact of a parity record.
 
     Attributes
@@ -111,55 +75,14 @@ class Artifact:
         Its path in the run directory (None when the record omits it).
     """
 
-    tree_digest: str | None
-    exported_tree_digest: str | None
-    path: str | None = None
+    _path = "artifact"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "artifact") -> "Artifact":
-        """Read the ``artifact`` of a parity record.
-
-        Parameters
-        ----------
-        doc : Any
-            The ``artifact`` value.
-        path : str
-            Where it sits, for error messages.
-
-        Returns
-        -------
-        Artifact
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        o = obj(doc, path)
-        return cls(req(o, "tree_digest", path, string_or_null),
-                   req(o, "exported_tree_digest", path, string_or_null),
-                   opt(o, "path", path, string))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the artifact as the stage writes it.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {}
-        put(out, "path", self.path)
-        out["tree_digest"] = self.tree_digest
-        out["exported_tree_digest"] = self.exported_tree_digest
-        return out
+    path: str | None = field(string, optional=True, default=None)
+    tree_digest: str | None = field(string_or_null)
+    exported_tree_digest: str | None = field(string_or_null)
 
 
-_SUMS = ("signal_energy", "noise_energy", "dot", "candidate_energy")
-_FIGURES = ("snr_db", "cosine", "max_abs_error", "mean_abs_error")
-
-
-@dataclass(frozen=True)
-class MeasurementMetrics:
+class MeasurementMetrics(Schema):
     """The float64 statistics of one measurement (:class:`verifylib.numerics.parity.Metrics`).
 
     Attributes
@@ -177,61 +100,21 @@ class MeasurementMetrics:
         rule counts that as not finite).
     """
 
-    n: int
-    signal_energy: float
-    noise_energy: float
-    dot: float
-    candidate_energy: float
-    snr_db: float
-    cosine: float
-    max_abs_error: float
-    mean_abs_error: float
-    finite: bool | None = None
+    _path = "metrics"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "metrics") -> "MeasurementMetrics":
-        """Read the ``metrics`` of a measurement.
-
-        Parameters
-        ----------
-        doc : Any
-            The ``metrics`` value.
-        path : str
-            Where it sits, e.g. ``measurements[0].metrics``.
-
-        Returns
-        -------
-        MeasurementMetrics
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or not a number (``"inf"``, ``"-inf"``, ``"nan"`` are).
-        """
-        o = obj(doc, path)
-        f = {k: req(o, k, path, real) for k in _SUMS + _FIGURES}
-        return cls(n=req(o, "n", path, integer), signal_energy=f["signal_energy"],
-                   noise_energy=f["noise_energy"], dot=f["dot"],
-                   candidate_energy=f["candidate_energy"], snr_db=f["snr_db"],
-                   cosine=f["cosine"], max_abs_error=f["max_abs_error"],
-                   mean_abs_error=f["mean_abs_error"], finite=opt(o, "finite", path, boolean))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the metrics as :meth:`verifylib.numerics.parity.Metrics.as_dict` writes them.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {"n": self.n}
-        for k in _SUMS + _FIGURES:
-            out[k] = getattr(self, k)
-        put(out, "finite", self.finite)
-        return out
+    n: int = field(integer)
+    signal_energy: float = field(real)
+    noise_energy: float = field(real)
+    dot: float = field(real)
+    candidate_energy: float = field(real)
+    snr_db: float = field(real)
+    cosine: float = field(real)
+    max_abs_error: float = field(real)
+    mean_abs_error: float = field(real)
+    finite: bool | None = field(boolean, optional=True, default=None)
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(Schema):
     """One input through one execution mode of a candidate.
 
     Attributes
@@ -245,56 +128,20 @@ class Measurement:
         Wall time of the candidate; None when the record omits it.
     """
 
-    input: str
-    execution: str
-    metrics: MeasurementMetrics
-    seconds: float | None = None
+    _path = "measurement"
+
+    input: str = field(string)
+    execution: str = field(string)
+    metrics: MeasurementMetrics = field(MeasurementMetrics)
+    seconds: float | None = field(real, optional=True, default=None)
 
     @property
     def label(self) -> str:
         """``input/execution``, as the rule's figures name a measurement."""
         return f"{self.input}/{self.execution}"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "measurement") -> "Measurement":
-        """Read one entry of ``measurements``.
 
-        Parameters
-        ----------
-        doc : Any
-            The entry.
-        path : str
-            Where it sits, e.g. ``measurements[2]``.
-
-        Returns
-        -------
-        Measurement
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type.
-        """
-        o = obj(doc, path)
-        return cls(req(o, "input", path, string), req(o, "execution", path, string),
-                   req(o, "metrics", path, MeasurementMetrics.from_json),
-                   opt(o, "seconds", path, real))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the entry as the stage writes it.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {"input": self.input, "execution": self.execution,
-                               "metrics": self.metrics.to_json()}
-        put(out, "seconds", self.seconds)
-        return out
-
-
-@dataclass(frozen=True)
-class ParityEvidence:
+class ParityEvidence(Schema, kw_only=True):
     """The ``parity`` document of one parity gate.
 
     Attributes
@@ -313,42 +160,15 @@ class ParityEvidence:
         as stored (shown, not judged); None when omitted.
     """
 
-    policy: PolicyRecord
-    variant: str
-    kind: str
-    artifact: Artifact
-    measurements: tuple[Measurement, ...] | None = None
-    candidate: dict[str, Any] | None = None
-    reference: dict[str, Any] | None = None
-    inputs: dict[str, Any] | None = None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> "ParityEvidence":
-        """Read a parity record, strictly.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        ParityEvidence
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type; ``path`` names it.
-        """
-        o = obj(doc, "")
-        return cls(policy=req(o, "policy", "", PolicyRecord.from_json),
-                   variant=req(o, "variant", "", string), kind=req(o, "kind", "", string),
-                   artifact=req(o, "artifact", "", Artifact.from_json),
-                   measurements=opt(o, "measurements", "",
-                                    array_of(Measurement.from_json)),
-                   candidate=opt(o, "candidate", "", mapping),
-                   reference=opt(o, "reference", "", mapping),
-                   inputs=opt(o, "inputs", "", mapping))
+    policy: PolicyRecord = field(PolicyRecord)
+    variant: str = field(string)
+    kind: str = field(string)
+    candidate: dict[str, Any] | None = field(mapping, optional=True, default=None)
+    reference: dict[str, Any] | None = field(mapping, optional=True, default=None)
+    artifact: Artifact = field(Artifact)
+    inputs: dict[str, Any] | None = field(mapping, optional=True, default=None)
+    measurements: tuple[Measurement, ...] | None = field(
+        array_of(Measurement.from_json), optional=True, default=None)
 
     def measured(self) -> tuple[Measurement, ...]:
         """Return the measurements (empty when the record holds none).
@@ -358,20 +178,3 @@ class ParityEvidence:
         tuple of Measurement
         """
         return self.measurements or ()
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the record as the stage writes it.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {"policy": self.policy.to_json(), "variant": self.variant,
-                               "kind": self.kind}
-        put(out, "candidate", self.candidate)
-        put(out, "reference", self.reference)
-        out["artifact"] = self.artifact.to_json()
-        put(out, "inputs", self.inputs)
-        if self.measurements is not None:
-            out["measurements"] = [m.to_json() for m in self.measurements]
-        return out

@@ -21,18 +21,18 @@ from verifylib but :mod:`verifylib.errors` (through :mod:`.fields`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 from verifylib.evidence.schemas.fields import (
+    Schema,
     SchemaError,
     array_of,
+    field,
     integer,
     number,
     number_map,
     obj,
-    opt,
-    put,
     req,
     string,
     string_or_null,
@@ -65,8 +65,7 @@ def _cost(value: Any, path: str) -> float | None:
     return None if value is None else number(value, path)
 
 
-@dataclass(frozen=True)
-class PlanOp:
+class PlanOp(Schema, kw_only=True):
     """One operation of the plan (a row of ``PlacementAnalysis.ops``).
 
     Attributes
@@ -88,65 +87,18 @@ class PlanOp:
         The devices that support it.
     """
 
-    operator: str
-    preferred: str | None
-    cost: float | None
-    function: str | None = None
-    index: int | None = None
-    outputs: tuple[str, ...] | None = None
-    supported: tuple[str, ...] | None = None
+    _path = "op"
 
-    @classmethod
-    def from_json(cls, doc: Any, path: str = "op") -> "PlanOp":
-        """Read one operation.
-
-        Parameters
-        ----------
-        doc : Any
-            The stored row.
-        path : str
-            Where it sits, e.g. ``ops[3]``.
-
-        Returns
-        -------
-        PlanOp
-
-        Raises
-        ------
-        SchemaError
-            If a field is missing or of the wrong type (the cost included).
-        """
-        o = obj(doc, path)
-        return cls(operator=req(o, "operator", path, string),
-                   preferred=req(o, "preferred", path, string_or_null),
-                   cost=req(o, "cost", path, _cost),
-                   function=opt(o, "function", path, string),
-                   index=opt(o, "index", path, integer),
-                   outputs=opt(o, "outputs", path, strings),
-                   supported=opt(o, "supported", path, strings))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the row as :func:`verifylib.models.compute_plan.analyze_plan` writes it.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {}
-        put(out, "function", self.function)
-        put(out, "index", self.index)
-        out["operator"] = self.operator
-        if self.outputs is not None:
-            out["outputs"] = list(self.outputs)
-        out["preferred"] = self.preferred
-        if self.supported is not None:
-            out["supported"] = list(self.supported)
-        out["cost"] = self.cost
-        return out
+    function: str | None = field(string, optional=True, default=None)
+    index: int | None = field(integer, optional=True, default=None)
+    operator: str = field(string)
+    outputs: tuple[str, ...] | None = field(strings, optional=True, default=None)
+    preferred: str | None = field(string_or_null)
+    supported: tuple[str, ...] | None = field(strings, optional=True, default=None)
+    cost: float | None = field(_cost)
 
 
-@dataclass(frozen=True)
-class PlanEvidence:
+class PlanEvidence(Schema, kw_only=True):
     """A ``plan_<variant>`` document of ``placement.plan``.
 
     Attributes
@@ -167,26 +119,17 @@ class PlanEvidence:
         The Neural Engine claim worded from the plan.
     """
 
-    ops: tuple[PlanOp, ...]
-    cost_by_device: dict[str, float] | None = None
-    cost_sum: float | None = None
-    variant: str | None = None
-    mlmodelc_digest: str | None = None
-    compute_units: str | None = None
-    claim: str | None = None
+    variant: str | None = field(string, optional=True, default=None)
+    mlmodelc_digest: str | None = field(string, optional=True, default=None)
+    compute_units: str | None = field(string, optional=True, default=None)
+    ops: tuple[PlanOp, ...] = field(array_of(PlanOp.from_json))
+    cost_by_device: dict[str, float] | None = field(number_map, optional=True, default=None)
+    cost_sum: float | None = field(number, optional=True, default=None)
+    claim: str | None = field(string, optional=True, default=None)
 
     @classmethod
-    def from_json(cls, doc: Any) -> "PlanEvidence":
-        """Read a plan document, strictly.
-
-        Parameters
-        ----------
-        doc : Any
-            The decoded JSON document.
-
-        Returns
-        -------
-        PlanEvidence
+    def from_json(cls, doc: Any, path: str | None = None) -> "PlanEvidence":
+        """Read a plan document, strictly; ``ops`` first, every bad cost named at the end.
 
         Raises
         ------
@@ -207,14 +150,8 @@ class PlanEvidence:
                 bad.append(f"{path}.cost")
                 row = {**row, "cost": None}
             return PlanOp.from_json(row, path)
-
         ops = req(o, "ops", "", array_of(op))
-        out = cls(ops=ops, cost_by_device=opt(o, "cost_by_device", "", number_map),
-                  cost_sum=opt(o, "cost_sum", "", number),
-                  variant=opt(o, "variant", "", string),
-                  mlmodelc_digest=opt(o, "mlmodelc_digest", "", string),
-                  compute_units=opt(o, "compute_units", "", string),
-                  claim=opt(o, "claim", "", string))
+        out = dataclasses.replace(super().from_json({**o, "ops": []}), ops=ops)
         if bad:
             raise CostNotANumber(tuple(bad))
         return out
@@ -227,20 +164,3 @@ class PlanEvidence:
         tuple of PlanOp
         """
         return tuple(o for o in self.ops if o.cost is not None)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the document as ``compute_plan.placement_evidence`` builds it.
-
-        Returns
-        -------
-        dict
-        """
-        out: dict[str, Any] = {}
-        put(out, "variant", self.variant)
-        put(out, "mlmodelc_digest", self.mlmodelc_digest)
-        put(out, "compute_units", self.compute_units)
-        out["ops"] = [o.to_json() for o in self.ops]
-        put(out, "cost_by_device", self.cost_by_device)
-        put(out, "cost_sum", self.cost_sum)
-        put(out, "claim", self.claim)
-        return out

@@ -1,0 +1,551 @@
+"""Typed facts of stages 01 (build) and 02 (export): their notebooks' tables, with named fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from verifylib.evidence.results.common import judged_evidence
+from verifylib.evidence.schemas.canary import SIDES
+
+
+def describe_run(record: Mapping[str, Any]) -> str:
+    """Describe how a recorded run ended.
+
+    The words are those of :meth:`verifylib.runtime.runner.RunResult.describe`.
+    """
+    if record.get("timed_out"):
+        return f"timed out after {record['wall_s']:.1f}s"
+    if record.get("signal"):
+        return f"killed by {record['signal']} (return code {record['returncode']})"
+    return f"exit {record['returncode']}"
+
+
+def _system_info_line(text: str) -> str | None:
+    from verifylib.runtime.contracts import SYSTEM_INFO_PREFIX
+
+    return next((line.strip() for line in text.splitlines() if SYSTEM_INFO_PREFIX in line), None)
+
+
+def _rows_bool(self) -> bool:
+    return bool(self.rows())
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """The source folder ``build.source_identity`` judged.
+
+    Attributes
+    ----------
+    path : str or None
+        The folder (None when the evidence names none).
+    """
+
+    path: str | None
+
+
+@dataclass(frozen=True)
+class GgmlBuildFacts:
+    """The GGML whisper-cli of ``build.ggml``, as the facts table shows it.
+
+    Attributes
+    ----------
+    binary, sha256 : str
+        The published binary and its digest.
+    cached : bool
+        Reused from the build cache.
+    build_seconds : float
+        Time spent building (or checking the cache).
+    system_info : str or None
+        The probe's ``system_info:`` line (None: absent).
+    compiler : dict
+        The compiler identity.
+    """
+
+    binary: str
+    sha256: str
+    cached: bool
+    build_seconds: float
+    system_info: str | None
+    compiler: dict
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows of this build, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+        """
+        return [("binary", self.binary), ("sha256", self.sha256), ("cached", self.cached),
+                ("build_seconds", self.build_seconds),
+                ("system_info", self.system_info or "(absent)"), ("compiler", self.compiler)]
+
+
+@dataclass(frozen=True)
+class SidecarBuildFacts:
+    """A build no gate judges (the unpatched and AddressSanitizer whisper-cli): built or not.
+
+    Attributes
+    ----------
+    built : bool
+        Whether it built.
+    binary, sha256 : str or None
+        The binary and its digest (None when it did not build).
+    cached : bool or None
+        Reused from the build cache.
+    build_seconds : float or None
+        Time spent.
+    error : str or None
+        Why it did not build (None when it built).
+    """
+
+    built: bool
+    binary: str | None = None
+    sha256: str | None = None
+    cached: bool | None = None
+    build_seconds: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_record(cls, ev: Mapping[str, Any]) -> "SidecarBuildFacts":
+        """Read a sidecar build record (``{"built": True, ...}`` or ``{"built": False, "error"}``).
+
+        Parameters
+        ----------
+        ev : mapping
+            The record.
+
+        Returns
+        -------
+        SidecarBuildFacts
+        """
+        if ev["built"]:
+            return cls(True, ev["binary"], ev["sha256"], ev["cached"], ev["seconds"])
+        return cls(False, error=ev["error"])
+
+
+@dataclass(frozen=True)
+class CoremlBuildFacts:
+    """The Core ML whisper-cli of ``build.coreml``, as the facts table shows it.
+
+    Attributes
+    ----------
+    binary, sha256 : str
+        The published binary and its digest.
+    build_seconds : float
+        Time spent.
+    bench_system_info : str or None
+        The ``system_info:`` line of the ``whisper-bench`` built alike (None: absent).
+    """
+
+    binary: str
+    sha256: str
+    build_seconds: float
+    bench_system_info: str | None
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows of this build, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+        """
+        return [("Core ML binary", self.binary), ("Core ML sha256", self.sha256),
+                ("Core ML build_seconds", self.build_seconds),
+                ("whisper-bench system_info", self.bench_system_info or "(absent)")]
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """Stage 01's facts: what was built, from the evidence its gates cite and two sidecars.
+
+    Each part is None (or, for ``asan``, absent) when its gate or sidecar gave nothing.
+    :meth:`rows` gives the table the view and the report show.
+
+    Attributes
+    ----------
+    source : SourceFacts or None
+        The source folder (``build.source_identity``).
+    ggml : GgmlBuildFacts or None
+        The GGML build (``build.ggml``, when it built).
+    unpatched : SidecarBuildFacts or None
+        The unpatched build of the lifecycle A/B (``unpatched_build.json``).
+    asan : dict of str to SidecarBuildFacts
+        Side (``unpatched``, ``patched``) -> its AddressSanitizer build (``asan_builds.json``).
+    coreml : CoremlBuildFacts or None
+        The Core ML build (``build.coreml``, when it built).
+    """
+
+    source: SourceFacts | None = None
+    ggml: GgmlBuildFacts | None = None
+    unpatched: SidecarBuildFacts | None = None
+    asan: dict = field(default_factory=dict)
+    coreml: CoremlBuildFacts | None = None
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows of the facts table, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+            The source folder, the GGML build, the unpatched and AddressSanitizer builds,
+            the Core ML build (each when there is one).
+        """
+        out: list[tuple[str, Any]] = []
+        if self.source is not None:
+            out.append(("source", self.source.path))
+        if self.ggml is not None:
+            out += self.ggml.rows()
+        u = self.unpatched
+        if u is not None and u.built:
+            out += [("unpatched binary (lifecycle A/B only)", u.binary),
+                    ("unpatched sha256", u.sha256), ("unpatched cached", u.cached),
+                    ("unpatched build_seconds", u.build_seconds)]
+        elif u is not None:
+            out.append(("unpatched build", f"failed: {u.error}"))
+        for name in SIDES:
+            if name not in self.asan:
+                continue
+            a, label = self.asan[name], f"{name} ASan (canary.sanitizer only)"
+            if a.built:
+                out += [(f"{label} sha256", a.sha256),
+                        (f"{label} build_seconds", a.build_seconds),
+                        (f"{label} cached", a.cached)]
+            else:
+                out.append((f"{label} build", f"failed: {a.error}"))
+        if self.coreml is not None:
+            out += self.coreml.rows()
+        return out
+
+    __bool__ = _rows_bool
+
+
+def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
+                              sidecars: Mapping[str, Any] | None = None) -> BuildFacts:
+    """Stage 01's facts, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the build gates).
+    sidecars : mapping, optional
+        ``"unpatched"`` / ``"asan"`` -> the :class:`verifylib.evidence.records.EvidenceRef` of the
+        stage's two sidecars (``unpatched_build.json``, ``asan_builds.json`` of
+        :mod:`verifylib.stages.artifacts`). No gate cites them; the stage passes the references
+        it wrote, a published run the digests its receipt lists.
+
+    Returns
+    -------
+    BuildFacts
+        The source folder, the GGML build, the unpatched and AddressSanitizer builds, the
+        Core ML build (each when it was built); :meth:`BuildFacts.rows` is the table.
+    """
+    from pathlib import Path
+
+    from verifylib.evidence.records import EvidenceView
+
+    source = ggml = unpatched = coreml = None
+    asan: dict[str, SidecarBuildFacts] = {}
+    v = judged_evidence(run_dir, records, "build.source_identity", "source")
+    if v is not None:
+        source = SourceFacts(v.json("source")["path"])
+    v = judged_evidence(run_dir, records, "build.ggml", "build")
+    if v is not None:
+        ev = v.json("build")
+        if ev.get("built"):
+            ggml = GgmlBuildFacts(ev["binary"], ev["sha256"], ev["cached"], ev["seconds"],
+                                  ev["probe"]["system_info_line"], ev["compiler"])
+    refs = {k: r for k, r in (sidecars or {}).items() if r is not None}
+    side = EvidenceView(Path(run_dir), list(refs.values())) if refs else None
+    if side is not None and "unpatched" in refs:
+        unpatched = SidecarBuildFacts.from_record(side.json(refs["unpatched"].name))
+    if side is not None and "asan" in refs:
+        builds = side.json(refs["asan"].name)
+        asan = {name: SidecarBuildFacts.from_record(builds[name]) for name in SIDES
+                if name in builds}
+    v = judged_evidence(run_dir, records, "build.coreml", "coreml_build")
+    if v is not None:
+        ev = v.json("coreml_build")
+        if ev.get("built"):
+            coreml = CoremlBuildFacts(ev["binary"], ev["sha256"], ev["seconds"],
+                                      _system_info_line(v.text("bench_stderr")))
+    return BuildFacts(source, ggml, unpatched, asan, coreml)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The model and ``ggml-model.bin`` of ``export.ggml_model``.
+
+    Attributes
+    ----------
+    kind : str
+        How the model was taken in.
+    source_digest : str
+        Digest of the Hugging Face folder.
+    hf_dir : str
+        The folder.
+    ggml_sha256 : str
+        Digest of ``ggml-model.bin``.
+    ggml_bytes : int
+        Its length.
+    hparams : dict
+        The hyper-parameters written.
+    load_probe : str
+        How the load run ended (:func:`describe_run`).
+    load_wall_s : float
+        Its wall time.
+    """
+
+    kind: str
+    source_digest: str
+    hf_dir: str
+    ggml_sha256: str
+    ggml_bytes: int
+    hparams: dict
+    load_probe: str
+    load_wall_s: float
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+        """
+        return [("model kind", self.kind), ("model source digest", self.source_digest),
+                ("Hugging Face folder", self.hf_dir),
+                ("ggml-model.bin", f"{self.ggml_sha256} ({self.ggml_bytes} bytes)"),
+                ("hyper-parameters", self.hparams),
+                ("load probe", f"{self.load_probe} in {self.load_wall_s:.2f} s")]
+
+
+@dataclass(frozen=True)
+class PackageFacts:
+    """One exported ``.mlpackage`` variant of ``export.contract``.
+
+    Attributes
+    ----------
+    precision : str
+        ``fp32`` or ``fp16``.
+    path : str
+        Run-relative path.
+    conversion_seconds : float
+        Conversion time.
+    compute_dtypes : tuple of str
+        What the program computes in.
+    placed : bool
+        Whether it was placed.
+    tree_digest : str or None
+        The placed package's tree digest.
+    problems : tuple of str
+        How it broke the contract.
+    """
+
+    precision: str
+    path: str
+    conversion_seconds: float
+    compute_dtypes: tuple
+    placed: bool
+    tree_digest: str | None
+    problems: tuple
+
+    def row(self) -> tuple[str, str]:
+        """Return the (label, value) row of this package.
+
+        Returns
+        -------
+        (str, str)
+        """
+        state = (f"placed, tree digest {self.tree_digest}" if self.placed
+                 else f"NOT placed: {'; '.join(self.problems) or 'another variant failed'}")
+        return (f"{self.precision} package",
+                f"{self.path}: converted in {self.conversion_seconds:.2f} s, computes "
+                f"{'/'.join(self.compute_dtypes)}; {state}")
+
+
+@dataclass(frozen=True)
+class ContractFacts:
+    """The encoder contract and build facts of ``export.contract``.
+
+    Attributes
+    ----------
+    input_name, output_name : str
+        The encoder's input and output names.
+    input_shape, output_shape : list of int
+        Their shapes.
+    config : dict
+        The model values the contract is derived from.
+    coremltools, torch : str
+        Versions.
+    torch_version_warning : tuple of str
+        coremltools' torch-above-tested warning lines.
+    trace_seconds : float
+        Time to trace the encoder.
+    packages : tuple of PackageFacts
+        The exported variants, in export order.
+    model_copies : tuple of (str, str)
+        Run-relative path -> how ``ggml-model.bin`` was copied there (shown text).
+    """
+
+    input_name: str
+    input_shape: list
+    output_name: str
+    output_shape: list
+    config: dict
+    coremltools: str
+    torch: str
+    torch_version_warning: tuple
+    trace_seconds: float
+    packages: tuple
+    model_copies: tuple
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+        """
+        return [("encoder contract",
+                 f"{self.input_name} float32 {self.input_shape} -> {self.output_name} float32 "
+                 f"{self.output_shape} (from {self.config})"),
+                ("coremltools / torch", f"{self.coremltools} / {self.torch}"),
+                ("torch-above-tested warning", " ".join(self.torch_version_warning) or "none"),
+                ("trace", f"{self.trace_seconds:.2f} s"),
+                *(p.row() for p in self.packages), *self.model_copies]
+
+
+@dataclass(frozen=True)
+class CompiledFacts:
+    """One compiled ``.mlmodelc`` of ``export.compile``.
+
+    Attributes
+    ----------
+    precision : str
+        ``fp32`` or ``fp16``.
+    placed_path : str
+        Where it was placed.
+    tree_digest : str
+        Its tree digest.
+    wall_s : float
+        ``coremlc`` wall time.
+    """
+
+    precision: str
+    placed_path: str
+    tree_digest: str
+    wall_s: float
+
+    def row(self) -> tuple[str, str]:
+        """Return the (label, value) row of this compiled model.
+
+        Returns
+        -------
+        (str, str)
+        """
+        return (f"{self.precision} .mlmodelc",
+                f"{self.placed_path} (tree {self.tree_digest}) in {self.wall_s:.1f} s")
+
+
+@dataclass(frozen=True)
+class ExportFacts:
+    """Stage 02's facts, from the evidence its gates cite; :meth:`rows` is the table.
+
+    Attributes
+    ----------
+    model : ModelFacts or None
+        ``export.ggml_model``'s model and file (None when it did not judge).
+    contract : ContractFacts or None
+        ``export.contract``'s contract, versions and packages.
+    compiled : tuple of CompiledFacts
+        ``export.compile``'s compiled models (empty when it did not judge).
+    """
+
+    model: ModelFacts | None = None
+    contract: ContractFacts | None = None
+    compiled: tuple = ()
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows of the facts table, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+            The model and ``ggml-model.bin``, the encoder contract and build facts, each
+            variant's package, and each compiled encoder.
+        """
+        out: list[tuple[str, Any]] = []
+        if self.model is not None:
+            out += self.model.rows()
+        if self.contract is not None:
+            out += self.contract.rows()
+        out += [c.row() for c in self.compiled]
+        return out
+
+    __bool__ = _rows_bool
+
+
+def fact_rows(facts: Any) -> list[tuple[str, Any]]:
+    """Return the (label, value) rows a stage's facts table shows.
+
+    Parameters
+    ----------
+    facts : BuildFacts, ExportFacts or mapping
+        ``StageReport.facts``: the typed facts of stages 01/02, or a plain label -> value
+        mapping (the empty dict of the other stages).
+
+    Returns
+    -------
+    list of (str, object)
+        :meth:`BuildFacts.rows` / :meth:`ExportFacts.rows`, or the mapping's items.
+    """
+    if isinstance(facts, (BuildFacts, ExportFacts)):
+        return facts.rows()
+    return list(dict(facts or {}).items())
+
+
+def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFacts:
+    """Stage 02's facts, read from the evidence its gates cite (digest-checked).
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run directory.
+    records : mapping
+        Gate id -> :class:`verifylib.evidence.records.GateRecord` (at least the export gates).
+
+    Returns
+    -------
+    ExportFacts
+        The model and ``ggml-model.bin``, the encoder contract and build facts, each
+        variant's package, and each compiled encoder; :meth:`ExportFacts.rows` is the table.
+    """
+    model = contract = None
+    compiled: tuple = ()
+    v = judged_evidence(run_dir, records, "export.ggml_model", "ggml")
+    if v is not None:
+        m, g = v.json("model"), v.json("ggml")
+        model = ModelFacts(m["kind"], m["source_digest"], m["hf_dir"], g["sha256"], g["bytes"],
+                           g["hparams"], describe_run(g["probe"]), g["probe"]["wall_s"])
+    v = judged_evidence(run_dir, records, "export.contract", "contract")
+    if v is not None:
+        doc = v.json("contract")
+        c, b = doc["contract"], doc["build"]
+        packages = tuple(PackageFacts(r["precision"], r["path"], r["conversion"]["seconds"],
+                                      tuple(r["description"]["compute_dtypes"]), r["placed"],
+                                      r["tree_digest"], tuple(r["problems"]))
+                         for r in doc["variants"])
+        copies = tuple((k, f"{cp['how']} of {cp['from']} (sha256 {cp['sha256']})")
+                       for k, cp in doc["model_copies"].items())
+        contract = ContractFacts(c["input"]["name"], c["input"]["shape"], c["output"]["name"],
+                                 c["output"]["shape"], doc["config"], b["coremltools"],
+                                 b["torch"], tuple(b["torch_version_warning"]),
+                                 b["trace_seconds"], packages, copies)
+    v = judged_evidence(run_dir, records, "export.compile", "compile")
+    if v is not None:
+        compiled = tuple(CompiledFacts(e["precision"], e["placed_path"], e["tree_digest"],
+                                       e["coremlc"]["wall_s"])
+                         for e in v.json("compile")["variants"])
+    return ExportFacts(model, contract, compiled)
