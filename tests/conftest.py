@@ -1,12 +1,66 @@
-"""Shared fixtures: one whisper.cpp build and one imported model, reused by every test."""
+"""The suite's session settings, tier markers and shared fixtures.
 
-pytest_plugins = ["tests.fixtures_build"]
+The session cache. Before anything imports verifylib, ``VERIFYLIB_CACHE`` is pointed at a
+cache this test suite owns, never the user's ``~/.cache/verifylib``: ``$VERIFYLIB_TEST_CACHE``
+when the developer sets it, else ``<repo>/.test-cache/`` (git-ignored). The folder is
+stable, so CI and repeated local runs reuse one whisper.cpp build and one imported model
+across the physical, simmac and notebooks tiers; child processes (``verifylib run``,
+stage kernels, workers) inherit it. The unit tier does not even use that cache
+(tests/unit/conftest.py gives each unit test a fresh one).
+
+The tiers are the folders below ``tests/``; each test gets its tier's marker from its
+folder (``unit``, ``fake``, ``simmac``, ``physical``, ``notebook`` for tests/notebooks), in
+addition to the marks it carries itself.
+
+The fixtures here are the ones several tiers share: the pinned whisper.cpp v1.8.5 source,
+its patched work tree and builds, and the README's default audit, each made once per
+session in the session cache.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.helpers import ROOT  # imports nothing from verifylib
+
+os.environ["VERIFYLIB_CACHE"] = str(
+    Path(os.environ.get("VERIFYLIB_TEST_CACHE") or ROOT / ".test-cache").expanduser().resolve())
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import pytest  # noqa: E402
+
+from verifylib.whispercpp import build, source  # noqa: E402
+
+TIERS = {"unit": "unit", "fake": "fake", "simmac": "simmac", "physical": "physical",
+         "notebooks": "notebook"}
+"""Tier folder -> the marker its tests get."""
 
 
-import pytest as _pytest
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier (before ``-m`` selects), and refuse a test outside one."""
+    here = Path(__file__).resolve().parent
+    outside = []
+    for item in items:
+        try:
+            rel = Path(item.path).resolve().relative_to(here)
+        except ValueError:
+            continue
+        tier = TIERS.get(rel.parts[0]) if len(rel.parts) > 1 else None
+        if tier is None:
+            outside.append(item.nodeid)
+        else:
+            item.add_marker(tier)
+    if outside:
+        raise pytest.UsageError("tests outside a tier folder (tests/" + "|".join(TIERS)
+                                + "/): " + ", ".join(sorted(outside)[:5]))
 
 
-@_pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True)
 def _unbind_launch_ledger():
     """A StageContext binds its run directory's launch ledger for the whole process; a
     test must not leave it bound, or a later test's launches land in its run."""
@@ -14,3 +68,118 @@ def _unbind_launch_ledger():
     ledger.bind(None)
     yield
     ledger.bind(None)
+
+
+@dataclass(frozen=True)
+class GgmlBuild:
+    """The patched v1.8.5 work tree, its checks around the build, and the build."""
+
+    patched: source.PatchedTree
+    before: source.PatchCheck
+    after: source.PatchCheck
+    result: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def verifylib_cache() -> Path:
+    """The session cache (``$VERIFYLIB_CACHE`` as set above)."""
+    return Path(os.environ["VERIFYLIB_CACHE"])
+
+
+@pytest.fixture(scope="session")
+def v185_pin() -> source.Pin:
+    """The repository's v1.8.5 pin."""
+    return source.load_pins()["v1.8.5"]
+
+
+@pytest.fixture(scope="session")
+def v185_source(verifylib_cache) -> source.SourceTree:
+    """whisper.cpp v1.8.5 from the pywhispercpp 1.5.1 sdist (downloaded once, then cached)."""
+    return source.obtain_source(source.PYWHISPERCPP_V185, verifylib_cache)
+
+
+@pytest.fixture(scope="session")
+def v185_patched(v185_source, v185_pin, tmp_path_factory) -> source.PatchedTree:
+    """A fresh patched work tree of v1.8.5 (private to this session)."""
+    return source.prepare_patched_tree(v185_source.path, v185_pin, tmp_path_factory.mktemp("work"))
+
+
+@pytest.fixture(scope="session")
+def v185_ggml_build(v185_patched, v185_pin, verifylib_cache) -> GgmlBuild:
+    """The static patched GGML whisper-cli, with exactness checks before and after."""
+    before = source.check_patch_exact(v185_patched.path, v185_pin)
+    assert before.ok, before.problems
+    result = build.build_whisper_cli(
+        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
+        variant="ggml", options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    after = source.check_patch_exact(v185_patched.path, v185_pin)
+    return GgmlBuild(patched=v185_patched, before=before, after=after, result=result)
+
+
+@dataclass(frozen=True)
+class UnpatchedBuild:
+    """The unpatched static v1.8.5 whisper-cli, built from the pristine cached source."""
+
+    source: source.SourceTree
+    tree_before: str
+    tree_after: str
+    result: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def v185_unpatched_build(v185_source, v185_pin, verifylib_cache) -> UnpatchedBuild:
+    """The "A" side of the lifecycle A/B: same cache and options as ``verifylib run``, so it
+    is built once per machine (about 2 minutes). The pristine source folder is a cache
+    entry: its tree id is taken before and after to prove the build wrote nothing into it."""
+    before = source.git_tree_id(v185_source.path)
+    result = build.build_whisper_cli(
+        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None, variant="ggml-unpatched",
+        options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    after = source.git_tree_id(v185_source.path)
+    return UnpatchedBuild(source=v185_source, tree_before=before, tree_after=after, result=result)
+
+
+@pytest.fixture(scope="session")
+def default_audit(tmp_path_factory, v185_ggml_build, v185_asan_builds):
+    """The README's default audit, run once per session through the CLI.
+
+    Returns
+    -------
+    (subprocess.CompletedProcess, Path)
+        The CLI's result and the published run directory. Tests must not modify it (copy
+        it with ``tests.helpers.forge.clone`` first).
+    """
+    root = ROOT
+    reports = tmp_path_factory.mktemp("reports")
+    res = subprocess.run([sys.executable, "-m", "verifylib", "run",
+                          str(root / "parameters" / "tiny-en.yaml"), "--reports", str(reports),
+                          "--no-progress"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
+    return res, run_dir
+
+
+@dataclass(frozen=True)
+class AsanBuilds:
+    """Both AddressSanitizer builds of v1.8.5 (``canary.sanitizer``'s sides)."""
+
+    unpatched: build.BuildResult
+    patched: build.BuildResult
+
+
+@pytest.fixture(scope="session")
+def v185_asan_builds(v185_source, v185_patched, v185_pin, verifylib_cache) -> AsanBuilds:
+    """The ``ggml-unpatched-asan`` and ``ggml-asan`` whisper-cli, with the options
+    ``verifylib run`` uses for the default parameters (so shared with it through the cache;
+    about 70 to 80 s each on 2 cores the first time). Both source folders are checked
+    afterwards: the pristine tree id, the patched tree's exact diff."""
+    options = {"GGML_NATIVE": "ON"}
+    unpatched = build.build_whisper_cli(
+        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None,
+        variant="ggml-unpatched-asan", options=options, cache_dir=verifylib_cache)
+    patched = build.build_whisper_cli(
+        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
+        variant="ggml-asan", options=options, cache_dir=verifylib_cache)
+    assert source.git_tree_id(v185_source.path) == v185_pin.tree
+    assert source.check_patch_exact(v185_patched.path, v185_pin).ok
+    return AsanBuilds(unpatched=unpatched, patched=patched)

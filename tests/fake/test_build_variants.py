@@ -18,6 +18,7 @@ from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.gates import Status
 from verifylib.stages.context import StageContext
 from verifylib.stages import build as stage_build
+from verifylib.evidence.rules import build as build_rules
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
@@ -83,7 +84,7 @@ def test_core_ml_build_rule_failures(tmp_path):
                                           after=["status differs"])
     ev = EvidenceView(ctx.run_dir, refs)
     doc, err, out = ev.json("coreml_build"), ev.bytes("bench_stderr"), ev.bytes("bench_stdout")
-    j = rules.judge_coreml_build(doc, err, out)
+    j = build_rules.judge_coreml_build(doc, err, out)
     assert j.status is Status.FAIL
     assert "whisper-bench's system_info does not show 'COREML = 1' (found COREML = 0)" in j.detail
     assert "patched tree not exact after the build" in j.detail
@@ -98,9 +99,9 @@ def test_core_ml_build_rule_failures(tmp_path):
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        j = rules.judge_coreml_build(d, err, out)
+        j = build_rules.judge_coreml_build(d, err, out)
         assert j.status is Status.FAIL and needle in j.detail, (needle, j.detail)
-    j = rules.judge_coreml_build(doc, err + b"x", out)
+    j = build_rules.judge_coreml_build(doc, err + b"x", out)
     assert "bench streams are not the probe's" in j.detail
 
 

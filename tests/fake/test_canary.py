@@ -1,82 +1,29 @@
 """Stage 03: the lifecycle A/B, the Core ML negative control and positive gate.
 
-The macOS code paths run here for real against ``tests/fake_whisper_cli.py``: the stage's
-functions take the binaries as arguments, and one test runs the whole stage with the host
-capability detection replaced by a fake Mac (so ``StageContext.begin`` lets the Core ML
-gates through). On the real host the same stage records them NOT_RUN(platform).
-"""
+The macOS code paths run here for real against ``tests/helpers/fake_whisper_cli.py``: the
+stage's functions take the binaries as arguments, and one test runs the whole stage with
+the host capability detection replaced by a fake Mac (so ``StageContext.begin`` lets the
+Core ML gates through). On the real host the same stage records them NOT_RUN(platform).
+The lifecycle A/B on the real v1.8.5 builds is in tests/physical/test_canary.py."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.fake_whisper_cli import install
-from verifylib.whispercpp import build, source
-from verifylib import canonical, params
-from verifylib.runtime import contracts, sanitizer
+from verifylib import canonical
+from verifylib.runtime import contracts
 from verifylib.evidence import gates, receipt
-from verifylib.evidence.rules import registry as rules
-from verifylib.runtime.capabilities import HostCapabilities, detect
-from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, Reason
+from verifylib.runtime.capabilities import detect
+from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.gates import Status
-from verifylib.stages.context import GateRun, StageContext
 from verifylib.stages import canary
-from verifylib.stages.artifacts import ASAN_SIDECAR, UNPATCHED_IDENTITY, unpatched_binary
+from verifylib.stages.artifacts import unpatched_binary
+from verifylib.evidence.rules import canary as canary_rules
 
-FAKE_MAC = HostCapabilities(
-    system="Darwin", machine="arm64", macos_version=(15, 7),
-    coremlc="/Applications/Xcode.app/Contents/Developer/Toolchains/XcodeDefault.xctoolchain/"
-            "usr/bin/coremlc")
-CLEAN = "exit 3 + both markers"
-
-
-def make_params(runs: int = 3, **canary_cfg) -> params.Params:
-    data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
-    data["canary"] = {"runs": runs, **canary_cfg}
-    data.pop("fixtures", None)
-    return params.validate(data, "test parameters", params.PARAMETERS_DIR)
-
-
-def judge(gate_id: str, ctx: StageContext, refs) -> gates.Judgement:
-    return rules.RULES[gate_id](EvidenceView(ctx.run_dir, refs))
-
-
-@pytest.fixture
-def tree(tmp_path) -> Path:
-    t = tmp_path / "whisper.cpp"
-    (t / "models").mkdir(parents=True)
-    (t / "samples").mkdir()
-    (t / contracts.TEST_MODEL_IN_TREE).write_bytes(b"ggml test model")
-    (t / contracts.TEST_AUDIO_IN_TREE).write_bytes(b"RIFF sample")
-    return t
-
-
-def fake(tmp_path: Path, scenario: str) -> tuple[Path, str]:
-    exe = install(tmp_path / "bin" / scenario, scenario)
-    return exe, canonical.sha256_file(exe)
-
-
-def fake_asan(tmp_path: Path, side: str, scenario: str | None = None) -> dict:
-    """A fake ASan whisper-cli in a folder named by its (made-up) build key, and the build
-    record stage 01 would have written for it (forged: the fake is a script)."""
-    variant, _ = sanitizer.SIDES[side]
-    key = canonical.sha256_bytes(f"{side}:{scenario or variant}".encode())
-    exe = install(tmp_path / "bin" / key, scenario or variant)
-    pin = source.load_pins()["v1.8.5"]
-    return {"built": True, "variant": variant, "binary": str(exe),
-            "sha256": canonical.sha256_file(exe), "key": key, "static": True,
-            "needed_libs": ["libasan.so.8", "libstdc++.so.6", "libm.so.6", "libc.so.6"],
-            "options": build.effective_options(variant, {"GGML_NATIVE": "ON"}),
-            "tree_id": pin.tree, "patch_sha256": None if side == "unpatched" else pin.patch_sha256,
-            "cached": True, "seconds": 0.0}
-
-
-def ctx_for(tmp_path: Path, p=None) -> StageContext:
-    return StageContext("03_canary", p or make_params(), tmp_path / "run")
+from tests.helpers.canary import (CLEAN, FAKE_MAC, ctx_for, fake, fake_bins,
+                                  forge_prerequisites, judge, make_params)
 
 
 # ----------------------------------------------------------------------------- lifecycle A/B
@@ -151,12 +98,12 @@ def test_lifecycle_rule_refuses_records_the_streams_do_not_support(tmp_path, tre
         runs=2, timeout=30, progress=False)
     doc = EvidenceView(ctx.run_dir, refs).json("lifecycle")
     stream = _stream_lookup(ctx, refs)
-    assert rules.judge_lifecycle(doc, stream).status is Status.PASS
+    assert canary_rules.judge_lifecycle(doc, stream).status is Status.PASS
 
     def variant(edit):
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        return rules.judge_lifecycle(d, stream)
+        return canary_rules.judge_lifecycle(d, stream)
 
     # An unpatched crash substituted into the patched side, relabeled as a clean exit 3.
     def relabel(d):
@@ -251,7 +198,7 @@ def test_negative_rule_refuses_a_warm_up_or_a_crowded_scratch(tmp_path, tree, pu
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        j = rules.judge_negative(d, err, out)
+        j = canary_rules.judge_negative(d, err, out)
         assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
@@ -298,11 +245,11 @@ def test_positive_gate_classifies_the_measured_run_alone(tmp_path, tree, publish
     doc = ev.json("positive")
     good = (ev.bytes("measured_stderr"), ev.bytes("measured_stdout"))
     warm = (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout"))
-    assert rules.judge_positive(doc, *good, warm).status is Status.PASS
-    j = rules.judge_positive(doc, *good)
+    assert canary_rules.judge_positive(doc, *good, warm).status is Status.PASS
+    j = canary_rules.judge_positive(doc, *good)
     assert j.status is Status.FAIL and "warm-up streams not stored" in j.detail
     # The warm-up's log in place of the measured run's is another run's log.
-    j = rules.judge_positive(doc, ev.bytes("warmup_stderr") + b"x", good[1], warm)
+    j = canary_rules.judge_positive(doc, ev.bytes("warmup_stderr") + b"x", good[1], warm)
     assert j.status is Status.FAIL and "stderr is not this run's stream" in j.detail
     for edit, needle in [
         (lambda d: d["warmup"].update(argv=d["warmup"]["argv"][:-2]),
@@ -315,7 +262,7 @@ def test_positive_gate_classifies_the_measured_run_alone(tmp_path, tree, publish
     ]:
         d = canonical.loads(canonical.dumps(doc))
         edit(d)
-        j = rules.judge_positive(d, *good, warm)
+        j = canary_rules.judge_positive(d, *good, warm)
         assert j.status is Status.FAIL and needle in j.detail, j.detail
 
 
@@ -345,55 +292,6 @@ def test_positive_gate_judges_the_warm_up(tmp_path, tree, published, scenario, n
 
 
 # ----------------------------------------------------------------------------- the whole stage
-
-def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, str]]) -> None:
-    """Gate records of stages 01/02 as the canary reads them (forged: this tests stage 03)."""
-    def stage(name, gate_files, identities):
-        recs = []
-        for gid, files in gate_files.items():
-            refs = []
-            for ev_name, value in files.items():
-                path = run_dir / "evidence" / name / f"{ev_name}.json"
-                refs.append(EvidenceRef(ev_name, path.relative_to(run_dir).as_posix(),
-                                        canonical.write_json(path, value)))
-            recs.append(GateRecord(gid, Status.PASS, Reason("rule", "forged for a test"),
-                                   tuple(refs), {}).to_record())
-        canonical.write_json(run_dir / "gates" / f"{name}.json", {
-            "schema": "verifylib-stage/1", "stage": name, "gates": recs,
-            "identities": identities, "verifylib_seconds": 0})
-
-    (g_bin, g_sha), (u_bin, u_sha), (c_bin, c_sha) = bins["ggml"], bins["unpatched"], bins["coreml"]
-    canonical.write_json(run_dir / "evidence" / "01_build" / "unpatched_build.json",
-                         {"built": True, "binary": str(u_bin), "sha256": u_sha})
-    asan = {side: bins[f"asan-{side}"] for side in sanitizer.SIDES if f"asan-{side}" in bins}
-    if asan:
-        canonical.write_json(run_dir / "evidence" / "01_build" / f"{ASAN_SIDECAR}.json", asan)
-    stage("01_build", {
-        "build.source_identity": {"source": {"path": str(tree),
-                                             "computed_tree": source.git_tree_id(tree)}},
-        "build.patch_exact": {},
-        "build.ggml": {"build": {"binary": str(g_bin), "sha256": g_sha}},
-        "build.coreml": {"coreml_build": {"binary": str(c_bin), "sha256": c_sha}},
-    }, {UNPATCHED_IDENTITY: u_sha, **{sanitizer.SIDES[side][1]: rec["sha256"]
-                                      for side, rec in asan.items() if rec.get("built")}})
-    model = run_dir / "fp32" / "ggml-model.bin"
-    model.parent.mkdir(parents=True, exist_ok=True)
-    model.write_bytes(b"ggml model for the fake runtime")
-    (run_dir / "fp32" / "ggml-model-encoder.mlmodelc").mkdir()
-    (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "model.mil").write_text("program")
-    (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "coremldata.bin").write_bytes(b"compiled")
-    stage("02_export", {
-        "export.ggml_model": {"ggml": {"sha256": canonical.sha256_file(model),
-                                       "model_arg": str(model)}},
-        "export.compile": {},
-    }, {})
-
-
-def fake_bins(tmp_path, coreml="coreml"):
-    return {"ggml": fake(tmp_path, "ggml"), "unpatched": fake(tmp_path, "ggml-unpatched"),
-            "coreml": fake(tmp_path, coreml),
-            "asan-unpatched": fake_asan(tmp_path, "unpatched"),
-            "asan-patched": fake_asan(tmp_path, "patched")}
 
 
 def test_the_stage_on_a_fake_mac_runs_all_four_canaries(tmp_path, tree, monkeypatch):
@@ -491,30 +389,6 @@ def test_verify_rejects_a_crash_relabeled_as_exit_3(tmp_path, tree):
     assert len(mine) == 1 and "recorded PASS but the evidence gives FAIL" in mine[0]
     assert ("patched run 0: recorded outcome 'exit 3 + both markers', but the stored exit "
             "status and stream give 'exit 3, marker missing'") in mine[0]
-
-
-# ----------------------------------------------------------------------------- physical
-
-@pytest.mark.physical
-def test_physical_lifecycle_ab_v185(tmp_path, v185_source, v185_ggml_build, v185_unpatched_build,
-                                    v185_pin):
-    u = v185_unpatched_build
-    assert u.tree_before == u.tree_after == v185_pin.tree  # the pristine source is untouched
-    assert u.result.static and u.result.variant == "ggml-unpatched"
-    assert u.result.patch_sha256 is None and u.result.sha256 != v185_ggml_build.result.sha256
-    ctx = ctx_for(tmp_path)
-    refs, ids = canary.lifecycle_ab(
-        ctx, patched=(v185_ggml_build.result.binary, v185_ggml_build.result.sha256),
-        unpatched=(u.result.binary, u.result.sha256),
-        model=v185_source.path / contracts.TEST_MODEL_IN_TREE,
-        audio=v185_source.path / contracts.TEST_AUDIO_IN_TREE, runs=3, timeout=60,
-        progress=False)
-    j = judge("canary.lifecycle_ab", ctx, refs)
-    assert j.status is Status.PASS, j.detail
-    lc = ctx.result.lifecycle.sides
-    assert lc["patched"].counts == {CLEAN: 3}
-    # docs/facts.md: the unpatched static build crashed 10/10 with this trigger.
-    assert lc["unpatched"].counts == {"SIGSEGV": 3}
 
 
 def test_show_renders_tables_and_chart_without_script(tmp_path, tree, monkeypatch):

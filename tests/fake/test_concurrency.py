@@ -1,19 +1,14 @@
-"""Concurrent audits on one cache and one reports folder.
-
-Fast tests prove the pieces on cold, private caches: the cache lock lets exactly one of two
-processes produce an entry while the other waits, says whom it waits for, and reuses the
-result; the real build, work-tree and source producers go through it; run ids cannot
-clash; the index page lists every published run. The physical test starts two real
-``verifylib run`` processes at once on the session's build cache and one reports folder.
-"""
+"""Concurrent audits on one cache and one reports folder, the pieces on cold, private caches:
+the cache lock lets exactly one of two processes produce an entry while the other waits,
+says whom it waits for, and reuses the result; the real build, work-tree and source
+producers go through it; run ids cannot clash; the index page lists every published run.
+Two real simultaneous audits are in tests/notebooks/test_concurrency.py."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,11 +21,11 @@ from verifylib.batch import audit as orchestrate
 from verifylib.views import report
 from verifylib.evidence.gates import Verdict
 from verifylib.whispercpp.source.patch import check_patch_exact, prepare_patched_tree
+from verifylib.evidence import layout
+from verifylib.batch import staging as batch_staging
 
-from tests.source_synth import make_tar
-from tests.source_synth import synth  # noqa: F401  (a fixture)
+from tests.helpers.source_synth import make_tar
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "ab" * 32
 
 
@@ -217,27 +212,27 @@ def test_source_is_fetched_once_and_shared(synth, tmp_path, monkeypatch):  # noq
 
 def test_run_ids_cannot_clash(tmp_path, monkeypatch):
     model_root = tmp_path / "reports" / "m"
-    first_id, first = orchestrate._reserve_staging(model_root)
-    owner = first.parent / f"{first_id}{orchestrate.OWNER_SUFFIX}"
+    first_id, first = batch_staging.reserve_staging(model_root)
+    owner = first.parent / f"{first_id}{batch_staging.OWNER_SUFFIX}"
     record = owner.read_bytes()
     # Every process draws the same id for a while: the second must not take it (nor
     # overwrite the first's owner record), and must not reuse a published run's id.
     published = model_root / "20990101T000000Z-0000000b"
     published.mkdir(parents=True)
     draws = iter([first_id, first_id, published.name, "20990101T000000Z-0000000c"])
-    monkeypatch.setattr(orchestrate, "new_run_id", lambda: next(draws))
-    second_id, second = orchestrate._reserve_staging(model_root)
+    monkeypatch.setattr(batch_staging, "new_run_id", lambda: next(draws))
+    second_id, second = batch_staging.reserve_staging(model_root)
     assert second_id == "20990101T000000Z-0000000c" and second.is_dir()
     assert owner.read_bytes() == record and first.is_dir()
-    assert not (model_root / orchestrate.STAGING / published.name).exists()
+    assert not (model_root / batch_staging.STAGING / published.name).exists()
     assert not [p for p in first.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_run_ids_carry_32_random_bits():
-    from verifylib.stages.context import new_run_id
+    from verifylib.evidence.layout import new_run_id
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200
-    assert all(orchestrate._RUN_ID.match(i) and len(i.split("-")[1]) == 8 for i in ids)
+    assert all(layout.RUN_ID_RE.match(i) and len(i.split("-")[1]) == 8 for i in ids)
 
 
 def _fake_run(root: Path, name: str, run_id: str, verdict: str) -> orchestrate.RunOutcome:
@@ -280,42 +275,3 @@ def test_index_written_by_concurrent_runs_keeps_every_entry(tmp_path):
     page = (root / "index.html").read_text()
     assert all(f"tiny-en/{n}/report.html" in page for n in names)
     assert not [p for p in root.iterdir() if p.name.startswith(".index.html")]
-
-
-# ----------------------------------------------------------------------------- two real audits
-
-@pytest.mark.physical
-@pytest.mark.notebook
-def test_two_simultaneous_default_audits_both_publish_and_verify(tmp_path, v185_ggml_build,
-                                                                  v185_asan_builds):
-    reports = tmp_path / "reports"
-    argv = [sys.executable, "-m", "verifylib", "run", str(ROOT / "parameters" / "tiny-en.yaml"),
-            "--reports", str(reports), "--no-progress"]
-    t0 = time.monotonic()
-    # Same cache (the session's, through the inherited environment), same reports folder,
-    # same model: the two runs share every cache entry and the model's folder.
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=3600) for p in procs]
-    seconds = time.monotonic() - t0
-    print(f"two simultaneous default audits: {seconds:.0f} s")
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, out + err[-3000:]
-        assert "tiny-en: verdict INCOMPLETE" in out, out
-    run_dirs = sorted(p for p in (reports / "tiny-en").iterdir() if not p.name.startswith("."))
-    assert len(run_dirs) == 2, run_dirs
-    for run_dir in run_dirs:
-        assert any(str(run_dir / "receipt.json") in out for out, _ in outs)
-        assert canonical.read_json(run_dir / "receipt.json")["verdict"] == "INCOMPLETE"
-        res = subprocess.run([sys.executable, "-m", "verifylib", "verify", str(run_dir)],
-                             capture_output=True, text=True)
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert "verdict INCOMPLETE" in res.stdout
-    assert not (reports / "tiny-en" / ".staging").exists(), "staging left behind"
-    # One shared build: both runs' build.ggml evidence names the same binary.
-    builds = {canonical.read_json(d / "evidence" / "01_build" / "build.json")["sha256"]
-              for d in run_dirs}
-    assert len(builds) == 1
-    index = (reports / "index.html").read_text()
-    for run_dir in run_dirs:
-        assert f"{run_dir.relative_to(reports).as_posix()}/report.html" in index

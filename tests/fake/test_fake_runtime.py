@@ -1,6 +1,6 @@
 """Scripted whisper-cli scenarios against the runner and the contract's classifiers.
 
-Every scenario is a physical run of ``tests/fake_whisper_cli.py`` (which spells
+Every scenario is a physical run of ``tests/helpers/fake_whisper_cli.py`` (which spells
 whisper-cli's lines as its own literals) through the real runner, classified by the real
 classifiers. Each ends in FAIL or refusal with its exact reason -- except the success
 runs and the nil prediction, which the positive gate alone passes (only a transcript
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.fake_whisper_cli import install
+from tests.helpers.fake_whisper_cli import install
 from verifylib.runtime import contracts
-from verifylib.runtime.contracts import (ContractError, classify_lifecycle, classify_negative,
-                                         classify_positive)
+from verifylib.errors import ContractBroken
+from verifylib.runtime.contracts import classify_lifecycle, classify_negative, classify_positive
 from verifylib.runtime.runner import run, run_record, run_whisper_cli
 from verifylib.runtime.contracts import coreml_argv, lifecycle_argv
 
@@ -163,7 +163,7 @@ def test_markers_from_another_run_fail(files):
 
 
 def test_no_prints_is_refused_before_launch_and_blind_if_forced(files):
-    with pytest.raises(ContractError, match=r"^whisper-cli flag -np is forbidden in gate runs$"):
+    with pytest.raises(ContractBroken, match=r"^whisper-cli flag -np is forbidden in gate runs$"):
         go(files, "coreml", extra=["-np"])
     res, rec = go(files, "coreml", extra=["-np"], forced=True)
     assert res.returncode == 0 and res.stderr == b"" and res.stdout_text.strip()
@@ -173,7 +173,7 @@ def test_no_prints_is_refused_before_launch_and_blind_if_forced(files):
 
 
 def test_audio_ctx_is_refused_before_launch(files):
-    with pytest.raises(ContractError, match="flag -ac is forbidden"):
+    with pytest.raises(ContractBroken, match="flag -ac is forbidden"):
         go(files, "coreml", extra=["-ac", "750"])
 
 
@@ -181,7 +181,7 @@ def test_n_processors_is_refused_and_n_load_markers_fail_if_forced(files):
     argv = coreml_argv(fake(files, "coreml"), files.model, files.audio, "en")
     i = argv.index("-p")
     argv[i + 1] = "2"
-    with pytest.raises(ContractError, match=r"-p '2': gate runs use exactly one processor"):
+    with pytest.raises(ContractBroken, match=r"-p '2': gate runs use exactly one processor"):
         run_whisper_cli(argv, timeout=30)
     res = run(argv, timeout=30)
     assert res.stderr_text.count("whisper_init_state: Core ML model loaded") == 2
@@ -497,7 +497,7 @@ def test_wer_hybrid_catches_nonsense_on_one_clip(tmp_path, scenario, bad):
     from verifylib.evidence.gates import Status
     from verifylib.stages.context import StageContext
     from verifylib.stages import wer
-    root = Path(__file__).resolve().parents[1]
+    from tests.helpers import ROOT as root
     ctx = StageContext("05_wer", params.load(root / "parameters" / "tiny-en.yaml"),
                        tmp_path / "run")
     binary = install(tmp_path / "bin", scenario)
@@ -580,7 +580,7 @@ def test_flaky_core_ml_fails_the_positive_gate_on_its_measured_run(files):
     from verifylib.evidence.gates import Status
     from verifylib.stages.context import StageContext
     from verifylib.stages import canary
-    from tests.test_canary import make_params
+    from tests.helpers.canary import make_params
     from verifylib.canonical import sha256_file
     state = files.root / "state"
     state.mkdir()

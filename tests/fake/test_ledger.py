@@ -1,7 +1,7 @@
 """The launch ledger: contiguous, fsynced, lock-protected appends, and the validator's
 check that every whisper.cpp launch is cited by exactly one gate (no retry, physically).
 
-Launches are real: ``tests/fake_whisper_cli.py`` run through the runner with a bound
+Launches are real: ``tests/helpers/fake_whisper_cli.py`` run through the runner with a bound
 ledger. Run directories are synthetic (a :class:`StageContext` writing evidence), so no
 whisper.cpp build is needed.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fake_whisper_cli import install
-from tests.test_canary import tree  # noqa: F401  (a fixture: the fake whisper.cpp tree)
+from tests.helpers.fake_whisper_cli import install
 from verifylib import canonical, params
 from verifylib.runtime import contracts, ledger
-from verifylib.runtime.contracts import ContractError
+from verifylib.evidence import accounting
+from verifylib.errors import ContractBroken
 from verifylib.evidence.records import GateRecord, Reason
 from verifylib.evidence.gates import Status
 from verifylib.runtime.runner import run_record, run_whisper_binary, run_whisper_cli
@@ -85,7 +85,7 @@ def test_appends_are_contiguous_canonical_lines_fsynced_before_returning(tmp_pat
 
 _WRITER = """
 import sys
-from verifylib import ledger
+from verifylib.runtime import ledger
 path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sha = "cd" * 32
 for i in range(n):
@@ -116,7 +116,7 @@ def test_a_torn_last_line_stays_a_malformed_line_of_its_own(tmp_path):
         fh.write(b'{"seq":1,"argv')  # a writer killed mid-line
     e = ledger.append(["w"], path=path, **fields())
     assert (first["seq"], e["seq"]) == (0, 2)
-    problems = ledger.check(tmp_path, {})
+    problems = accounting.check(tmp_path, {})
     assert problems[0].startswith("ledger: line 2 is malformed: not strict JSON")
     with pytest.raises(ledger.LedgerError, match="line 2 is malformed"):
         ledger.read(tmp_path)
@@ -172,7 +172,7 @@ def test_run_whisper_cli_records_each_launch_and_cites_it(tmp_path, audio):
         assert (e["returncode"], e["signal"], e["timed_out"]) == (r.returncode, r.signal, False)
         assert (e["stdout_sha256"], e["stderr_sha256"]) == (r.stdout_sha256, r.stderr_sha256)
     # A refused command line launches nothing and records nothing.
-    with pytest.raises(ContractError):
+    with pytest.raises(ContractBroken):
         run_whisper_cli(argv[:-1] + ["2"], timeout=30)
     assert len(ledger.read(run_dir)) == 2
     # Other whisper.cpp binaries (whisper-bench) skip the whisper-cli contract, not the ledger.
@@ -226,17 +226,17 @@ def test_a_clean_run_passes(run):
         POS: record(POS, [ctx.write_json("positive", {"warmup": run_record(warm),
                                                       "measured": run_record(measured)})]),
         LIFE: record(LIFE, [], Status.NOT_RUN)}
-    assert ledger.check(ctx.run_dir, records) == []
+    assert accounting.check(ctx.run_dir, records) == []
     assert [e["seq"] for e in ledger.read(ctx.run_dir)] == [0, 1, 2]
 
 
 def test_no_ledger_and_no_citation_is_fine_but_a_citation_needs_a_ledger(tmp_path, audio):
     ctx = StageContext("03_canary", make_params(), tmp_path / "run")
     ref = ctx.write_json("positive", {"note": "no launches"})
-    assert ledger.check(ctx.run_dir, {POS: record(POS, [ref])}) == []
+    assert accounting.check(ctx.run_dir, {POS: record(POS, [ref])}) == []
     fake = dict(ledger.entry_record({"seq": 0, **fields(), "argv_sha256": SHA}))
     ref = ctx.write_json("negative", {"run": fake})
-    problems = ledger.check(ctx.run_dir, {NEG: record(NEG, [ref])})
+    problems = accounting.check(ctx.run_dir, {NEG: record(NEG, [ref])})
     assert problems == [f"{NEG}: launch #0 cited at evidence/03_canary/negative.json#/run is "
                         f"missing from the ledger (the run has no ledger.jsonl)"]
 
@@ -246,7 +246,7 @@ def test_a_retried_negative_control_fails_naming_the_gate(run):
     first = launch()   # crashed, say, and was quietly retried:
     second = launch()
     ref = ctx.write_json("negative", {"attempts": 1, "run": run_record(second)})
-    problems = ledger.check(ctx.run_dir, {NEG: record(NEG, [ref])})
+    problems = accounting.check(ctx.run_dir, {NEG: record(NEG, [ref])})
     assert first.launch["seq"] == 0
     argv = ledger.read(ctx.run_dir)[0]["argv_sha256"][:12]
     assert problems == [f"{NEG}: uncited launch #0 (argv {argv}…, the same command line as "
@@ -257,12 +257,12 @@ def test_a_negative_control_citing_two_launches_fails(run):
     ctx, launch = run
     a, b = launch(), launch()
     ref = ctx.write_json("negative", {"runs": [run_record(a), run_record(b)]})
-    problems = ledger.check(ctx.run_dir, {NEG: record(NEG, [ref], Status.FAIL)})
+    problems = accounting.check(ctx.run_dir, {NEG: record(NEG, [ref], Status.FAIL)})
     assert problems == [f"{NEG}: cites 2 launches; this single-shot gate owns exactly one "
                         "launch (its first and only run)"]
     # A negative control that ran must own one launch; one that raised, at most one.
     empty = ctx.write_json("negative_empty", {"run": None})
-    assert ledger.check(ctx.run_dir, {NEG: record(NEG, [empty]), POS: record(POS, [ref])}) == [
+    assert accounting.check(ctx.run_dir, {NEG: record(NEG, [empty]), POS: record(POS, [ref])}) == [
         f"{NEG}: cites 0 launches; this single-shot gate owns exactly one launch (its first and "
         "only run)"]
 
@@ -274,7 +274,7 @@ def test_a_hidden_launch_between_gates_is_uncited(run):
     pos = launch("-d", "1000")
     records = {NEG: record(NEG, [ctx.write_json("negative", {"run": run_record(neg)})]),
                POS: record(POS, [ctx.write_json("positive", {"measured": run_record(pos)})])}
-    problems = ledger.check(ctx.run_dir, records)
+    problems = accounting.check(ctx.run_dir, records)
     assert len(problems) == 1
     assert problems[0].startswith("uncited launch #1 (argv ")
     assert problems[0].endswith(f"after {NEG}'s launch #0 and before {POS}'s launch #2, a "
@@ -288,7 +288,7 @@ def test_a_launch_missing_from_the_ledger_fails(run):
     path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])  # the second line erased
     records = {NEG: record(NEG, [ctx.write_json("negative", {"run": run_record(kept)})]),
                POS: record(POS, [ctx.write_json("positive", {"measured": run_record(dropped)})])}
-    assert ledger.check(ctx.run_dir, records) == [
+    assert accounting.check(ctx.run_dir, records) == [
         f"{POS}: launch #1 cited at evidence/03_canary/positive.json#/measured is missing from "
         "the ledger"]
 
@@ -306,7 +306,7 @@ def test_a_citation_that_differs_from_its_entry_fails(run):
             (bad_stream, "stdout_sha256"), (bad_argv, "argv"), (bad_binary, "binary_sha256"),
             (bad_exit, "returncode"), (no_stream, "stderr_sha256 (missing)")]):
         ref = ctx.write_json(f"negative{i}", {"run": rec_})
-        assert ledger.check(ctx.run_dir, {NEG: record(NEG, [ref])}) == [
+        assert accounting.check(ctx.run_dir, {NEG: record(NEG, [ref])}) == [
             f"{NEG}: launch #0 cited at evidence/03_canary/negative{i}.json#/run differs from "
             f"its ledger entry in {needle}"]
 
@@ -318,7 +318,7 @@ def test_a_ledger_entry_whose_stream_digest_was_edited_fails(run):
     entry = dict(lines(path)[0], stderr_sha256="2" * 64)
     path.write_bytes(canonical.dumps(entry))  # still a well-formed, canonical ledger
     ref = ctx.write_json("negative", {"run": run_record(res)})
-    assert ledger.check(ctx.run_dir, {NEG: record(NEG, [ref])}) == [
+    assert accounting.check(ctx.run_dir, {NEG: record(NEG, [ref])}) == [
         f"{NEG}: launch #0 cited at evidence/03_canary/negative.json#/run differs from its "
         "ledger entry in stderr_sha256"]
 
@@ -328,12 +328,12 @@ def test_one_launch_cited_by_two_gates_or_twice_fails(run):
     rec = run_record(launch())
     a = ctx.write_json("negative", {"run": rec})
     b = ctx.write_json("positive", {"measured": rec})
-    problems = ledger.check(ctx.run_dir, {NEG: record(NEG, [a]), POS: record(POS, [b])})
+    problems = accounting.check(ctx.run_dir, {NEG: record(NEG, [a]), POS: record(POS, [b])})
     assert problems == [
         f"{NEG} and {POS}: launch #0 is cited by 2 gates (evidence/03_canary/negative.json#/run, "
         "evidence/03_canary/positive.json#/measured); each launch belongs to exactly one gate"]
     twice = ctx.write_json("positive_twice", {"warmup": rec, "measured": rec})
-    assert ledger.check(ctx.run_dir, {POS: record(POS, [twice])}) == [
+    assert accounting.check(ctx.run_dir, {POS: record(POS, [twice])}) == [
         f"{POS}: launch #0 is cited 2 times (evidence/03_canary/positive_twice.json#/measured, "
         "evidence/03_canary/positive_twice.json#/warmup)"]
 
@@ -341,7 +341,7 @@ def test_one_launch_cited_by_two_gates_or_twice_fails(run):
 def test_two_gates_citing_one_shared_file_count_its_launches_once(run):
     ctx, launch = run
     shared = ctx.write_json("negative", {"run": run_record(launch())})
-    assert ledger.check(ctx.run_dir, {NEG: record(NEG, [shared]),
+    assert accounting.check(ctx.run_dir, {NEG: record(NEG, [shared]),
                                       POS: record(POS, [shared])}) == []
 
 
@@ -357,12 +357,12 @@ def test_malformed_ledgers_are_named(tmp_path):
         d = tmp_path / str(i)
         d.mkdir()
         (d / ledger.LEDGER_FILE).write_bytes(b"".join(canonical.dumps(e) for e in entries))
-        problems = ledger.check(d, {})
+        problems = accounting.check(d, {})
         assert problems and problems[0].startswith(needle), problems
     d = tmp_path / "pretty"
     d.mkdir()
     (d / ledger.LEDGER_FILE).write_text(canonical.dumps(e0).decode().replace(",", ", "))
-    assert ledger.check(d, {})[0] == "ledger: line 1 is malformed: not canonical JSON"
+    assert accounting.check(d, {})[0] == "ledger: line 1 is malformed: not canonical JSON"
 
 
 def test_an_error_gate_cites_its_launches_by_digest(run):
@@ -372,7 +372,7 @@ def test_an_error_gate_cites_its_launches_by_digest(run):
     ref = ctx.write_json("traceback", {"traceback": "boom",
                                        "launches": [ledger.entry_record(e)
                                                     for e in ledger.since(m)]})
-    assert ledger.check(ctx.run_dir, {NEG: record(NEG, [ref], Status.ERROR)}) == []
+    assert accounting.check(ctx.run_dir, {NEG: record(NEG, [ref], Status.ERROR)}) == []
 
 
 # ----------------------------------------------------------------------------- a whole stage
@@ -385,14 +385,14 @@ def _citing_gates(run_dir: Path, records) -> dict[int, list[str]]:
         for ref in rec.evidence:
             if ref.path.endswith(".json"):
                 doc = EvidenceView(run_dir, [ref]).json(ref.name)
-                for _, d in ledger._walk(doc):
+                for _, d in ledger.walk_citations(doc):
                     out.setdefault(d["launch"]["seq"], []).append(gid)
     return out
 
 
 def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, monkeypatch):
-    from tests.test_canary import FAKE_MAC, fake_bins, forge_prerequisites
-    from tests.test_canary import make_params as canary_params
+    from tests.helpers.canary import FAKE_MAC, fake_bins, forge_prerequisites
+    from tests.helpers.canary import make_params as canary_params
     from verifylib.evidence import receipt
     from verifylib.stages import canary
     monkeypatch.setattr("verifylib.stages.context.detect", lambda: FAKE_MAC)
@@ -400,7 +400,7 @@ def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, 
     forge_prerequisites(run_dir, tree, fake_bins(tmp_path))
     canary.run(canary_params(runs=3), run_dir, progress=False)
     records, _ = receipt.collect_records(run_dir)
-    assert ledger.check(run_dir, records) == []
+    assert accounting.check(run_dir, records) == []
     entries = ledger.read(run_dir)
     cites = _citing_gates(run_dir, records)
     # 3 runs x 2 sides, one negative control, a warm-up and a measured positive run, then
@@ -410,8 +410,8 @@ def test_the_canary_stage_on_a_fake_mac_cites_every_launch_once(tmp_path, tree, 
 
 
 def test_a_gate_that_raised_after_launching_still_cites_its_launch(tmp_path, tree, monkeypatch):
-    from tests.test_canary import FAKE_MAC, fake_bins, forge_prerequisites
-    from tests.test_canary import make_params as canary_params
+    from tests.helpers.canary import FAKE_MAC, fake_bins, forge_prerequisites
+    from tests.helpers.canary import make_params as canary_params
     from verifylib.evidence import receipt
     from verifylib.stages import canary
 
@@ -424,7 +424,7 @@ def test_a_gate_that_raised_after_launching_still_cites_its_launch(tmp_path, tre
     report = canary.run(canary_params(runs=1), run_dir, progress=False)
     assert report.status(NEG) is Status.ERROR
     records, _ = receipt.collect_records(run_dir)
-    assert ledger.check(run_dir, records) == []
+    assert accounting.check(run_dir, records) == []
     cites = _citing_gates(run_dir, records)
     assert [cites[e["seq"]] for e in ledger.read(run_dir)] == \
         [[LIFE], [LIFE], [NEG]] + [["canary.sanitizer"]] * 6

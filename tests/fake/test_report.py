@@ -14,7 +14,8 @@ from verifylib.evidence.rules import registry as rules
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.stages.context import StageContext
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 

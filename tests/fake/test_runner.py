@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from verifylib import canonical
-from verifylib.runtime.contracts import ContractError
+from verifylib.errors import ContractBroken
 from verifylib.runtime.runner import run, run_record, run_whisper_cli, sanitized_env
 
 PY = sys.executable
@@ -39,7 +39,7 @@ def tattletale(tmp_path: Path) -> tuple[Path, Path]:
 ])
 def test_contract_breaking_argv_is_refused_before_launch(tmp_path, extra, needle):
     exe, flag = tattletale(tmp_path)
-    with pytest.raises(ContractError, match=needle):
+    with pytest.raises(ContractBroken, match=needle):
         run_whisper_cli([exe, "-m", "m.bin", "-f", "a.wav", *extra], timeout=10)
     assert not flag.exists(), "the child was launched"
     run_whisper_cli([exe, "-m", "m.bin", "-f", "a.wav", "-p", "1"], timeout=10)

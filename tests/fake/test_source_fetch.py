@@ -1,5 +1,5 @@
-"""verifylib.whispercpp.source.fetch: obtaining a source and its git tree id, on a synthetic tree (fast)
-and on real v1.8.5."""
+"""verifylib.whispercpp.source.fetch: obtaining a source and its git tree id, on a synthetic
+tree made with plain git (fast). Real v1.8.5 is in tests/physical/test_source_fetch.py."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ from verifylib.whispercpp import source
 from verifylib.evidence.gates import Status
 from verifylib.whispercpp.source.fetch import (SourceError, SourceSpec, git_tree_id,
                                                obtain_source, source_evidence)
-from verifylib.whispercpp.source.pins import judge_source_identity
+from verifylib.evidence.rules.build import judge_source_identity
 
-from tests.source_synth import V185_SDIST_SHA256, V185_TREE, make_tar, make_zip, plain_git, snapshot
-from tests.source_synth import synth  # noqa: F401  (a fixture)
+from tests.helpers.source_synth import make_tar, make_zip, plain_git, snapshot
 
 
 # ----------------------------------------------------------------------------- tree ids
@@ -37,16 +36,6 @@ def test_git_tree_id_equals_plain_git_and_writes_nothing(synth, tmp_path):
     # -f matters: a tracked file matching .gitignore is part of the id.
     (synth.pristine / "models" / "tracked.o").write_bytes(b"changed")
     assert git_tree_id(synth.pristine) != tree
-
-
-@pytest.mark.physical
-def test_real_sdist_tree_id_is_upstream_v185(v185_source, v185_pin):
-    assert v185_source.origin["sdist_sha256"] == V185_SDIST_SHA256
-    assert v185_source.origin["package"] == "pywhispercpp==1.5.1"
-    assert not (v185_source.path / ".git").exists()
-    assert git_tree_id(v185_source.path) == V185_TREE == v185_source.tree_id
-    j = judge_source_identity(source_evidence(v185_pin, None, v185_source))
-    assert j.status is Status.PASS, j.detail
 
 
 # ----------------------------------------------------------------------------- obtaining

@@ -1,4 +1,5 @@
-"""verifylib.whispercpp.source.patch: patch exactness, on a synthetic tree (fast) and on real v1.8.5."""
+"""verifylib.whispercpp.source.patch: patch exactness on a synthetic tree made with plain git
+(fast). Real v1.8.5 is in tests/physical/test_source_patch.py."""
 
 from __future__ import annotations
 
@@ -10,28 +11,15 @@ import pytest
 from verifylib import canonical
 from verifylib.whispercpp import source
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.whispercpp.source.patch import (PatchError, check_patch_exact, judge_patch_exact,
-                                               patch_evidence, prepare_patched_tree,
-                                               work_tree_key)
+from verifylib.whispercpp.source.patch import (PatchError, check_patch_exact, patch_evidence,
+                                               prepare_patched_tree, work_tree_key)
+from verifylib.evidence.rules.build import judge_patch_exact
 
-from tests.source_synth import V185_PATCH_SHA256, plain_git, snapshot
-from tests.source_synth import synth  # noqa: F401  (a fixture)
+from tests.helpers.source_synth import plain_git, snapshot
 
 
 def judge_single(check: source.PatchCheck, pin: source.Pin) -> Judgement:
     return judge_patch_exact(patch_evidence(pin, {"before": check}), required=("before",))
-
-
-# ----------------------------------------------------------------------------- patching
-
-@pytest.mark.physical
-def test_real_v185_patch_reproduces_exact_bytes(v185_patched, v185_pin):
-    check = check_patch_exact(v185_patched.path, v185_pin)
-    assert check.ok, check.problems
-    assert check.diff_equals_patch and check.diff_sha256 == V185_PATCH_SHA256
-    assert check.status_lines == (" M src/whisper.cpp",)
-    text = (v185_patched.path / "src" / "whisper.cpp").read_text().splitlines()
-    assert text[864] == "    whisper_batch batch = {};"
 
 
 def test_prepare_and_check_exact(synth, tmp_path):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_whisper_cli
+from tests.helpers import fake_whisper_cli
 from verifylib import canonical, params
 from verifylib.evidence import gates
 from verifylib.evidence.rules import registry as rules
@@ -13,8 +13,10 @@ from verifylib.evidence.gates import Status
 from verifylib.numerics.scoring import english_normalizer
 from verifylib.stages.context import StageContext
 from verifylib.stages import wer
+from verifylib.evidence.rules import wer as wer_rules
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 JFK = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
 
 
@@ -102,21 +104,28 @@ def test_wer_hybrid_is_not_run_on_linux(tmp_path):
 
 
 def _ggml_doc(stderr: bytes, beside=False, rc=0):
+    # A complete ``wer`` document (the rule reads it through its schema) around one run.
     from verifylib.canonical import sha256_bytes
-    return {"mlmodelc_beside": beside,
-            "clips": [{"id": "jfk", "ggml_run": {"returncode": rc, "signal": None,
-                                                 "stderr_sha256": sha256_bytes(stderr)}}]}
+    from verifylib.numerics.scoring import load_policy
+    counts = {"hits": 11, "substitutions": 0, "deletions": 0, "insertions": 0}
+    run = {"argv": ["/b/whisper-cli", "-m", "m.bin", "-f", "jfk.wav"], "returncode": rc,
+           "signal": None, "timed_out": False, "wall_s": 0.25,
+           "stdout_sha256": sha256_bytes(b""), "stderr_sha256": sha256_bytes(stderr),
+           "stdout_bytes": 0, "stderr_bytes": len(stderr)}
+    return {"policy": load_policy("wer-v1").rules, "mlmodelc_beside": beside,
+            "clips": [{"id": "jfk", "public": False, "source": counts, "ggml": counts,
+                       "source_empty": False, "ggml_empty": False, "ggml_run": run}]}
 
 
 def test_ggml_runs_must_show_coreml_0_with_no_mlmodelc_beside():
     ok = b"system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 |\n"
-    assert rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok) == []
+    assert wer_rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok) == []
     bad = ok.replace(b"COREML = 0", b"COREML = 1")
-    (p,) = rules.ggml_run_problems(_ggml_doc(bad), lambda cid: bad)
+    (p,) = wer_rules.ggml_run_problems(_ggml_doc(bad), lambda cid: bad)
     assert "does not show COREML = 0 (found 1)" in p
-    (p,) = rules.ggml_run_problems(_ggml_doc(ok, beside=True), lambda cid: ok)
+    (p,) = wer_rules.ggml_run_problems(_ggml_doc(ok, beside=True), lambda cid: ok)
     assert ".mlmodelc beside" in p
-    (p,) = rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok + b"x")
+    (p,) = wer_rules.ggml_run_problems(_ggml_doc(ok), lambda cid: ok + b"x")
     assert "not the run's stream" in p
-    (p,) = rules.ggml_run_problems(_ggml_doc(ok, rc=-11), lambda cid: ok)
+    (p,) = wer_rules.ggml_run_problems(_ggml_doc(ok, rc=-11), lambda cid: ok)
     assert "exit -11" in p

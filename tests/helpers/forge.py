@@ -8,6 +8,7 @@ validator's own knowledge can catch what is left.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -42,10 +43,12 @@ def refresh_refs(run_dir: Path) -> None:
 
 
 def reseal(run_dir: Path) -> dict:
-    """Refresh every digest and rebuild the receipt from the (edited) stage files."""
+    """Refresh every digest and rebuild the receipt from the (edited) stage files.
+
+    Returns the receipt document as written (``receipt.json``'s JSON)."""
     refresh_refs(run_dir)
     (run_dir / "receipt.json").unlink(missing_ok=True)
-    return receipt.build_receipt(run_dir)
+    return receipt.build_receipt(run_dir).to_json()
 
 
 def edit_json(run_dir: Path, rel: str, fn: Callable[[Any], Any]) -> None:
@@ -80,3 +83,19 @@ def relabel(run_dir: Path, gate_id: str, status: str, kind: str, detail: str) ->
 def problems_naming(res, gate_id: str) -> list[str]:
     """The verification problems that name ``gate_id``."""
     return [p for p in res.problems if gate_id in p]
+
+
+def snapshot(run_dir: Path) -> dict:
+    """Every entry below ``run_dir``: files by content digest, size and mtime, folders by
+    mtime (a file added or removed changes its folder's)."""
+    out = {}
+    for p in sorted(run_dir.rglob("*")):
+        st = p.lstat()
+        rel = p.relative_to(run_dir).as_posix()
+        if p.is_file():
+            out[rel] = ("file", hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size,
+                        st.st_mtime_ns)
+        else:
+            out[rel] = ("dir", st.st_mtime_ns)
+    out["."] = ("dir", run_dir.stat().st_mtime_ns)
+    return out

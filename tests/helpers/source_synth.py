@@ -1,24 +1,19 @@
 """Shared helpers for the verifylib.whispercpp.source tests: a synthetic pin made with plain git.
 
-The ``synth`` fixture is imported by the test modules that use it.
+The ``synth`` fixture built from these is in tests/fake/conftest.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import stat
 import tarfile
 import zipfile
 from pathlib import Path
 
-import pytest
-
-from verifylib import canonical
 from verifylib.whispercpp import source
 from verifylib.runtime.runner import run
-from verifylib.whispercpp.source import load_pins
 
 V185_TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 V185_SDIST_SHA256 = "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5"
@@ -62,34 +57,6 @@ class Synth:
     pin: source.Pin
     manifest: Path
     home: Path
-
-
-@pytest.fixture
-def synth(tmp_path) -> Synth:
-    """A synthetic pin: tree id and a one-line --full-index patch made with plain git."""
-    home = tmp_path / "home"
-    home.mkdir()
-    pristine = make_pristine(tmp_path / "pristine")
-    scratch = tmp_path / "scratch"
-    shutil.copytree(pristine, scratch, symlinks=True)
-    plain_git(home, "init", "-q", cwd=scratch)
-    plain_git(home, "add", "-A", "-f", cwd=scratch)
-    tree = plain_git(home, "write-tree", cwd=scratch).stdout_text.strip()
-    lines = list(SRC_LINES)
-    lines[9] = "int line_10 = {};\n"
-    (scratch / "src" / "whisper.cpp").write_text("".join(lines))
-    diff = plain_git(home, "diff", "--no-ext-diff", "--binary", "--full-index", cwd=scratch).stdout
-    assert diff.startswith(b"diff --git a/src/whisper.cpp b/src/whisper.cpp\n")
-    patches = tmp_path / "patches"
-    patches.mkdir()
-    (patches / "synth.patch").write_bytes(diff)
-    manifest = patches / "manifest.yaml"
-    manifest.write_text(
-        "pins:\n  synth:\n"
-        f"    commit: '{'e' * 40}'\n    tree: '{tree}'\n    patch: synth.patch\n"
-        f"    patch_sha256: {canonical.sha256_bytes(diff)}\n    touches: [src/whisper.cpp]\n")
-    pin = load_pins(manifest)["synth"]
-    return Synth(pristine=pristine, pin=pin, manifest=manifest, home=home)
 
 
 def snapshot(folder: Path) -> dict:

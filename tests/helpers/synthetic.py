@@ -17,7 +17,7 @@ from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.stages.context import StageContext
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT  # tests/unit/test_forgeries.py reads it from here
 
 
 def standin_rule(ev) -> Judgement:

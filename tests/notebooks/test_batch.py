@@ -9,7 +9,8 @@ import yaml
 
 from verifylib import canonical
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 

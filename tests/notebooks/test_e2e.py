@@ -9,7 +9,8 @@ import pytest
 
 from verifylib import canonical
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",

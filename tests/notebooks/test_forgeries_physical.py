@@ -2,7 +2,7 @@
 
 The audit is the session's ``default_audit`` (whisper.cpp built and run for real). Each
 forgery clones it, edits the evidence the way a careful forger would -- every digest,
-receipt row, identity and the verdict refreshed (``tests/forge.py``) -- and checks that
+receipt row, identity and the verdict refreshed (``tests/helpers/forge.py``) -- and checks that
 ``verifylib verify`` still refuses it, for a reason that names the gate.
 """
 
@@ -15,7 +15,7 @@ from verifylib.runtime import ledger
 from verifylib.evidence import receipt
 from verifylib.whispercpp import source
 
-from .forge import clone, edit_json, problems_naming, relabel, reseal
+from tests.helpers.forge import clone, edit_json, problems_naming, relabel, reseal
 
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 

@@ -26,12 +26,13 @@ from verifylib.cli import main as cli
 from verifylib.batch import local as executors
 from verifylib.views import report
 from verifylib.cli.main import EXIT_INTERRUPTED, EXIT_TERMINATED
-from verifylib.batch.local import FailedRun
+from verifylib.batch.failures import FailedRun
 from verifylib.batch.audit import RunOutcome
 from verifylib.params import load
 from verifylib.evidence.receipt import verify
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 
@@ -99,6 +100,7 @@ if json.loads(data)["params"]["name"] == "model-a":
     os.kill(os.getpid(), signal.SIGKILL)
 sys.stdin = io.TextIOWrapper(io.BytesIO(data))
 from verifylib.batch.local import _worker_main
+from verifylib.batch import executors as batch_executors
 sys.exit(_worker_main(sys.argv[1:]))
 """
 
@@ -111,7 +113,7 @@ def test_a_worker_that_dies_is_an_error_and_the_other_model_finishes(tmp_path, m
     reports = tmp_path / "reports"
     lines: list[str] = []
     seen: list = []
-    outcomes = executors.run_batch(params, reports, jobs=2, stages=("01_build",),
+    outcomes = batch_executors.run_batch(params, reports, jobs=2, stages=("01_build",),
                                    log=lines.append, on_outcome=seen.append)
     failed, done = outcomes
     # model-a leads the shared build and died before it: model-b was let go and built.
@@ -149,10 +151,10 @@ def test_batch_options_are_checked_before_any_work(tmp_path, capsys):
         assert cli.main(["run", str(a), "--reports", str(reports), *argv]) == 2
         assert words in capsys.readouterr().err
     assert not reports.exists()
-    with pytest.raises(executors.BatchOptionInvalid):
-        executors.check_stages(("02_export", "01_build"))
-    with pytest.raises(executors.BatchOptionInvalid):
-        executors.check_stages(("01_build", "nope"))
+    with pytest.raises(batch_executors.BatchOptionInvalid):
+        batch_executors.check_stages(("02_export", "01_build"))
+    with pytest.raises(batch_executors.BatchOptionInvalid):
+        batch_executors.check_stages(("01_build", "nope"))
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -20,10 +20,11 @@ from verifylib.evidence import gates, receipt
 from verifylib import notebook as vnb
 from verifylib.errors import ParametersInvalid
 
-from .published_runs import run_params, simulated_published_run
-from .test_runs import snapshot
+from tests.helpers.published_runs import run_params, simulated_published_run
+from tests.helpers.forge import snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_notebooks  # noqa: E402
 

@@ -5,40 +5,21 @@ unknown operations by name."""
 from __future__ import annotations
 
 import math
-import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from verifylib.runtime.audio import read_wav_16k
-from verifylib.canonical import tree_digest
 from verifylib.numerics.mil_exec import (MilExecError, UnsupportedOpError, execute, load_program,
                                          residual_taps)
 from verifylib.numerics.parity import compare
 
-from tests.test_coreml_export import (export_small, small_encoder,  # noqa: F401
-                                      tiny_en_export)
-from tests.test_model import cache_root, jfk_wav, tiny_en_bundle, tiny_en_info  # noqa: F401
-
-FACTS_OP_TYPES = {"const", "linear", "transpose", "reshape", "add", "layer_norm", "matmul",
-                  "gelu", "mul", "softmax", "conv"}
-
-
-@pytest.fixture(scope="session")
-def jfk_logmel(tiny_en_bundle, jfk_wav):
-    fe = tiny_en_bundle.feature_extractor
-    return fe(read_wav_16k(jfk_wav), sampling_rate=16000,
-              return_tensors="np").input_features.astype(np.float32)
-
-
-@pytest.fixture(scope="session")
-def jfk_reference(tiny_en_bundle, jfk_logmel):
-    import torch
-    with torch.inference_mode():
-        return tiny_en_bundle.model.get_encoder()(
-            torch.from_numpy(jfk_logmel)).last_hidden_state.numpy()
+from tests.helpers.encoders import export_small, small_encoder
+import shutil
+import struct
+from tests.helpers.encoders import edit_weight
+from verifylib.canonical import tree_digest
+from verifylib.runtime.audio import read_wav_16k
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -62,31 +43,126 @@ def save_mil(tmp_path: Path, build, shape: tuple, name="p.mlpackage"):
     return path, spec_names
 
 
-def edit_weight(package: Path, const_suffix: str, index: int, delta: float) -> str:
-    """Add ``delta`` to element ``index`` of a float32 weight constant, in place, inside
-    the saved package's ``weights/weight.bin`` (blob metadata: sentinel, dtype, size,
-    data offset). Returns the constant's name."""
-    import coremltools as ct
-    spec = ct.utils.load_spec(str(package))
-    fn = spec.mlProgram.functions["main"]
-    block = fn.block_specializations[fn.opset]
-    for op in block.operations:
-        if op.type == "const" and op.outputs[0].name.endswith(const_suffix):
-            val = op.attributes["val"]
-            assert val.WhichOneof("value") == "blobFileValue"
-            offset = val.blobFileValue.offset
-            break
-    else:
-        raise AssertionError(f"no const ending in {const_suffix}")
-    wfile = package / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
-    data = bytearray(wfile.read_bytes())
-    sentinel, _dtype, size, data_offset = struct.unpack_from("<IIQQ", data, offset)
-    assert sentinel == 0xDEADBEEF and 4 * index < size
-    pos = data_offset + 4 * index
-    (old,) = struct.unpack_from("<f", data, pos)
-    struct.pack_into("<f", data, pos, old + delta)
-    wfile.write_bytes(bytes(data))
-    return op.outputs[0].name
+# ----------------------------------------------------------------------------- semantics
+
+def test_small_random_encoders_execute(tmp_path):
+    import torch
+    from verifylib.models.coreml_export import place_mlpackage
+    for i, shape in enumerate([dict(n_mels=40, max_pos=50, d_model=32),
+                               dict(n_mels=16, max_pos=30, d_model=32, conv2_stride=1,
+                                    layers=2)]):
+        enc = small_encoder(**shape)
+        contract, conv = export_small(enc, tmp_path)
+        pkg = place_mlpackage(conv.model, tmp_path / str(i) / "e.mlpackage", contract,
+                              "fp32").final
+        x = np.random.default_rng(i).uniform(-1, 1, contract.input_shape).astype(np.float32)
+        with torch.inference_mode():
+            ref = enc(torch.from_numpy(x)).last_hidden_state.numpy()
+        prog = load_program(pkg)
+        assert len(residual_taps(prog)) == shape.get("layers", 1) + 2
+        assert compare(ref, execute(prog, {"logmel_data": x},
+                                    compute="float64").outputs["output"]).snr_db > 110
+
+
+def _np_gelu(x, mode):
+    if mode == "EXACT":
+        erf = np.vectorize(math.erf)
+        return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    if mode == "TANH_APPROXIMATION":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return x / (1 + np.exp(-1.702 * x))
+
+
+@pytest.mark.parametrize("mode", ["EXACT", "TANH_APPROXIMATION", "SIGMOID_APPROXIMATION"])
+def test_gelu_modes(tmp_path, mode):
+    from coremltools.converters.mil import Builder as mb
+    path, (name,) = save_mil(tmp_path, lambda x: mb.gelu(x=x, mode=mode), (3, 5))
+    x = np.linspace(-3, 3, 15).reshape(3, 5)
+    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
+    np.testing.assert_allclose(out, _np_gelu(x, mode), rtol=1e-6, atol=1e-7)
+
+
+def test_layer_norm_over_leading_axes_softmax_matmul_transpose_reshape(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    rng = np.random.default_rng(1)
+    gamma = rng.normal(size=(2, 3)).astype(np.float32)
+    beta = rng.normal(size=(2, 3)).astype(np.float32)
+    w = rng.normal(size=(4, 6)).astype(np.float32)
+
+    def build(x):
+        y = mb.layer_norm(x=x, axes=[0, 1], gamma=gamma, beta=beta, epsilon=1e-3)  # (2,3,4)
+        s = mb.softmax(x=y, axis=1)
+        r = mb.reshape(x=s, shape=[0, -1, 2])                                       # (2,6,2)
+        t = mb.transpose(x=r, perm=[0, 2, 1])                                       # (2,2,6)
+        return mb.matmul(x=t, y=w, transpose_y=True)                                # (2,2,4)
+
+    path, (name,) = save_mil(tmp_path, build, (2, 3, 4))
+    x = rng.normal(size=(2, 3, 4))
+    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
+    mean = x.mean(axis=(0, 1), keepdims=True)
+    var = x.var(axis=(0, 1), keepdims=True)
+    y = (x - mean) / np.sqrt(var + 1e-3) * gamma[:, :, None] + beta[:, :, None]
+    s = np.exp(y) / np.exp(y).sum(axis=1, keepdims=True)
+    t = s.reshape(2, 6, 2).transpose(0, 2, 1)
+    np.testing.assert_allclose(out, t @ w.astype(np.float64).T, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_custom_padding_order_strides_dilations_groups(tmp_path):
+    import torch
+    import torch.nn.functional as F
+    from coremltools.converters.mil import Builder as mb
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(4, 2, 3, 2)).astype(np.float32)
+    b = rng.normal(size=(4,)).astype(np.float32)
+
+    def build(x):
+        return mb.conv(x=x, weight=w, bias=b, strides=[2, 1], pad_type="custom",
+                       pad=[1, 0, 0, 2], dilations=[1, 2], groups=2)
+
+    path, (name,) = save_mil(tmp_path, build, (1, 4, 7, 5))
+    x = rng.normal(size=(1, 4, 7, 5))
+    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
+    # MIL pad = [H begin, H end, W begin, W end]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 0), (0, 2)))
+    want = F.conv2d(torch.from_numpy(xp), torch.from_numpy(w.astype(np.float64)),
+                    torch.from_numpy(b.astype(np.float64)), stride=(2, 1), dilation=(1, 2),
+                    groups=2).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+def test_unknown_op_stops_with_its_name(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    path, (name,) = save_mil(tmp_path, lambda x: mb.silu(x=mb.add(x=x, y=1.0)), (2, 2))
+    prog = load_program(path)
+    with pytest.raises(UnsupportedOpError, match="'silu'") as ei:
+        execute(prog, {name: np.zeros((2, 2))})
+    assert ei.value.op_type == "silu"
+
+
+def test_residual_taps_refuse_other_structures(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    path, _ = save_mil(tmp_path, lambda x: mb.layer_norm(x=x, axes=[-1]), (2, 3))
+    with pytest.raises(MilExecError, match="2L\\+1"):
+        residual_taps(load_program(path))
+
+
+FACTS_OP_TYPES = {"const", "linear", "transpose", "reshape", "add", "layer_norm", "matmul",
+                  "gelu", "mul", "softmax", "conv"}
+
+
+@pytest.fixture(scope="session")
+def jfk_logmel(tiny_en_bundle, jfk_wav):
+    fe = tiny_en_bundle.feature_extractor
+    return fe(read_wav_16k(jfk_wav), sampling_rate=16000,
+              return_tensors="np").input_features.astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def jfk_reference(tiny_en_bundle, jfk_logmel):
+    import torch
+    with torch.inference_mode():
+        return tiny_en_bundle.model.get_encoder()(
+            torch.from_numpy(jfk_logmel)).last_hidden_state.numpy()
 
 
 # ----------------------------------------------------------------------------- tiny.en
@@ -207,102 +283,6 @@ def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_log
         assert np.array_equal(seen[v], run.taps[v])
 
 
-# ----------------------------------------------------------------------------- semantics
-
-def test_small_random_encoders_execute(tmp_path):
-    import torch
-    from verifylib.models.coreml_export import place_mlpackage
-    for i, shape in enumerate([dict(n_mels=40, max_pos=50, d_model=32),
-                               dict(n_mels=16, max_pos=30, d_model=32, conv2_stride=1,
-                                    layers=2)]):
-        enc = small_encoder(**shape)
-        contract, conv = export_small(enc, tmp_path)
-        pkg = place_mlpackage(conv.model, tmp_path / str(i) / "e.mlpackage", contract,
-                              "fp32").final
-        x = np.random.default_rng(i).uniform(-1, 1, contract.input_shape).astype(np.float32)
-        with torch.inference_mode():
-            ref = enc(torch.from_numpy(x)).last_hidden_state.numpy()
-        prog = load_program(pkg)
-        assert len(residual_taps(prog)) == shape.get("layers", 1) + 2
-        assert compare(ref, execute(prog, {"logmel_data": x},
-                                    compute="float64").outputs["output"]).snr_db > 110
-
-
-def _np_gelu(x, mode):
-    if mode == "EXACT":
-        erf = np.vectorize(math.erf)
-        return 0.5 * x * (1 + erf(x / math.sqrt(2)))
-    if mode == "TANH_APPROXIMATION":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    return x / (1 + np.exp(-1.702 * x))
-
-
-@pytest.mark.parametrize("mode", ["EXACT", "TANH_APPROXIMATION", "SIGMOID_APPROXIMATION"])
-def test_gelu_modes(tmp_path, mode):
-    from coremltools.converters.mil import Builder as mb
-    path, (name,) = save_mil(tmp_path, lambda x: mb.gelu(x=x, mode=mode), (3, 5))
-    x = np.linspace(-3, 3, 15).reshape(3, 5)
-    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
-    np.testing.assert_allclose(out, _np_gelu(x, mode), rtol=1e-6, atol=1e-7)
-
-
-def test_layer_norm_over_leading_axes_softmax_matmul_transpose_reshape(tmp_path):
-    from coremltools.converters.mil import Builder as mb
-    rng = np.random.default_rng(1)
-    gamma = rng.normal(size=(2, 3)).astype(np.float32)
-    beta = rng.normal(size=(2, 3)).astype(np.float32)
-    w = rng.normal(size=(4, 6)).astype(np.float32)
-
-    def build(x):
-        y = mb.layer_norm(x=x, axes=[0, 1], gamma=gamma, beta=beta, epsilon=1e-3)  # (2,3,4)
-        s = mb.softmax(x=y, axis=1)
-        r = mb.reshape(x=s, shape=[0, -1, 2])                                       # (2,6,2)
-        t = mb.transpose(x=r, perm=[0, 2, 1])                                       # (2,2,6)
-        return mb.matmul(x=t, y=w, transpose_y=True)                                # (2,2,4)
-
-    path, (name,) = save_mil(tmp_path, build, (2, 3, 4))
-    x = rng.normal(size=(2, 3, 4))
-    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
-    mean = x.mean(axis=(0, 1), keepdims=True)
-    var = x.var(axis=(0, 1), keepdims=True)
-    y = (x - mean) / np.sqrt(var + 1e-3) * gamma[:, :, None] + beta[:, :, None]
-    s = np.exp(y) / np.exp(y).sum(axis=1, keepdims=True)
-    t = s.reshape(2, 6, 2).transpose(0, 2, 1)
-    np.testing.assert_allclose(out, t @ w.astype(np.float64).T, rtol=1e-5, atol=1e-6)
-
-
-def test_conv_custom_padding_order_strides_dilations_groups(tmp_path):
-    import torch
-    import torch.nn.functional as F
-    from coremltools.converters.mil import Builder as mb
-    rng = np.random.default_rng(2)
-    w = rng.normal(size=(4, 2, 3, 2)).astype(np.float32)
-    b = rng.normal(size=(4,)).astype(np.float32)
-
-    def build(x):
-        return mb.conv(x=x, weight=w, bias=b, strides=[2, 1], pad_type="custom",
-                       pad=[1, 0, 0, 2], dilations=[1, 2], groups=2)
-
-    path, (name,) = save_mil(tmp_path, build, (1, 4, 7, 5))
-    x = rng.normal(size=(1, 4, 7, 5))
-    (out,) = execute(load_program(path), {name: x}, compute="float64").outputs.values()
-    # MIL pad = [H begin, H end, W begin, W end]
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 0), (0, 2)))
-    want = F.conv2d(torch.from_numpy(xp), torch.from_numpy(w.astype(np.float64)),
-                    torch.from_numpy(b.astype(np.float64)), stride=(2, 1), dilation=(1, 2),
-                    groups=2).numpy()
-    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
-
-
-def test_unknown_op_stops_with_its_name(tmp_path):
-    from coremltools.converters.mil import Builder as mb
-    path, (name,) = save_mil(tmp_path, lambda x: mb.silu(x=mb.add(x=x, y=1.0)), (2, 2))
-    prog = load_program(path)
-    with pytest.raises(UnsupportedOpError, match="'silu'") as ei:
-        execute(prog, {name: np.zeros((2, 2))})
-    assert ei.value.op_type == "silu"
-
-
 def test_feeds_and_modes_are_checked(tiny_en_export):
     p = load_program(tiny_en_export.fp32)
     with pytest.raises(MilExecError, match="missing feed"):
@@ -315,10 +295,3 @@ def test_feeds_and_modes_are_checked(tiny_en_export):
         execute(p, {"logmel_data": np.zeros((1, 80, 3000), np.float32)}, taps=["nope"])
     with pytest.raises(MilExecError, match="not a saved .mlpackage"):
         load_program(tiny_en_export.root / "missing.mlpackage")
-
-
-def test_residual_taps_refuse_other_structures(tmp_path):
-    from coremltools.converters.mil import Builder as mb
-    path, _ = save_mil(tmp_path, lambda x: mb.layer_norm(x=x, axes=[-1]), (2, 3))
-    with pytest.raises(MilExecError, match="2L\\+1"):
-        residual_taps(load_program(path))

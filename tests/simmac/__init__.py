@@ -185,7 +185,7 @@ class SimulatedMac:
     # ------------------------------------------------------------------ kernels
     def kernel_manager(self):
         """A kernel manager class whose kernels start with this simulated Mac active."""
-        from verifylib.batch.audit import LocalKernelManager
+        from verifylib.batch.kernel import LocalKernelManager
         scenario_file = str(self.scenario_file)
 
         class SimulatedMacKernelManager(LocalKernelManager):

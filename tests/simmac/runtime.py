@@ -28,9 +28,10 @@ import subprocess
 import sys
 import time
 
-# The fake whisper-cli beside this folder already spells whisper.cpp's derivation of the
+# The fake whisper-cli in tests/helpers already spells whisper.cpp's derivation of the
 # .mlmodelc path independently of verifylib; the simulated runtime uses the same one.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "helpers"))
 from fake_whisper_cli import encoder_path  # noqa: E402
 
 BEHAVIOURS = {

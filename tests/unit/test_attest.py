@@ -15,8 +15,8 @@ from verifylib import canonical
 from verifylib.cli import main as cli
 from verifylib.evidence.gates import Verdict
 
-from . import synthetic
-from .synthetic import install_rules
+from tests.helpers import synthetic
+from tests.helpers.synthetic import install_rules
 
 BINARY_SHA = canonical.sha256_bytes(b"a statically linked whisper-cli")
 UNPATCHED_SHA = canonical.sha256_bytes(b"the unpatched whisper-cli")

@@ -23,9 +23,14 @@ from verifylib.runtime import contracts
 from verifylib.models import compute_plan as placement
 from verifylib.evidence.rules import registry as rules
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, judge_parity,
-                                       policy_record, snr_from_energies)
-from verifylib.numerics.scoring import corpus_wer, judge_ggml_vs_source, judge_hybrid, load_policy
+from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, policy_record,
+                                       snr_from_energies)
+from verifylib.evidence.rules.parity import judge_parity
+from verifylib.numerics.scoring import corpus_wer, load_policy
+from verifylib.evidence.rules.wer import judge_ggml_vs_source, judge_hybrid
+from verifylib.evidence.rules import canary as canary_rules
+from verifylib.evidence.rules import placement as placement_rules
+from verifylib.evidence.schemas import canary as canary_schemas
 
 # ----------------------------------------------------------------------------- builders
 
@@ -445,7 +450,7 @@ def test_cosine_exactly_at_the_minimum_passes_and_the_next_value_down_fails(poli
 @pytest.mark.parametrize("costs", [[0.5, 0.51], [0.5, 0.49], [0.25, 0.25, 0.25, 0.26],
                                    [0.3, 0.3, 0.39]])
 def test_cost_sum_exactly_one_plus_or_minus_the_tolerance_passes(costs):
-    j = placement.judge_plan(plan_evidence(costs))
+    j = placement_rules.judge_plan(plan_evidence(costs))
     assert j.status is Status.PASS, j.detail
 
 
@@ -453,13 +458,13 @@ def test_cost_sum_exactly_one_plus_or_minus_the_tolerance_passes(costs):
                                    [0.5, math.nextafter(0.49, 0.0)],
                                    [0.5, 0.5101], [0.5, 0.4899]])
 def test_cost_sum_just_past_the_tolerance_fails(costs):
-    j = placement.judge_plan(plan_evidence(costs))
+    j = placement_rules.judge_plan(plan_evidence(costs))
     assert j.status is Status.FAIL and "not 1 +/- 0.01" in j.detail
 
 
 def test_a_nan_cost_does_not_pass_the_sum_check():
     # NaN compares false with everything: "not within the tolerance" must not be "> 0.01".
-    j = placement.judge_plan(plan_evidence([0.5, float("nan"), 0.5]))
+    j = placement_rules.judge_plan(plan_evidence([0.5, float("nan"), 0.5]))
     assert j.status is Status.FAIL and "not a finite number" in j.detail
 
 
@@ -560,7 +565,7 @@ def lifecycle_doc(patched_rcs, n: int, unpatched_rcs=(-11,)):
             outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
         sides[side] = {"available": True, "binary": binary, "binary_sha256": sha,
                        "runs": runs, "counts": dict(sorted(outcomes.items()))}
-    doc = {"schema": rules.LIFECYCLE_SCHEMA, "runs_per_side": n, "timeout_s": 60.0,
+    doc = {"schema": canary_schemas.LIFECYCLE_SCHEMA, "runs_per_side": n, "timeout_s": 60.0,
            "trigger": ["-nfa", "-dtw", "large.v3"], "sides": sides}
     return doc, streams.get
 
@@ -568,7 +573,7 @@ def lifecycle_doc(patched_rcs, n: int, unpatched_rcs=(-11,)):
 @pytest.mark.parametrize("n", [1, 3])
 def test_lifecycle_n_of_n_clean_runs_pass(n):
     doc, stream = lifecycle_doc([3] * n, n)
-    j = rules.judge_lifecycle(doc, stream)
+    j = canary_rules.judge_lifecycle(doc, stream)
     assert j.status is Status.PASS, j.detail
     assert f"{n}/{n} runs exit 3 with both markers" in j.detail
 
@@ -576,20 +581,20 @@ def test_lifecycle_n_of_n_clean_runs_pass(n):
 @pytest.mark.parametrize("bad_rc", [2, 4, -6])
 def test_lifecycle_one_unclean_run_of_n_fails(bad_rc):
     doc, stream = lifecycle_doc([3, 3, bad_rc], 3)
-    j = rules.judge_lifecycle(doc, stream)
+    j = canary_rules.judge_lifecycle(doc, stream)
     assert j.status is Status.FAIL and "1/3 runs not clean" in j.detail and "run 2" in j.detail
 
 
 @pytest.mark.parametrize("recorded", [2, 4])
 def test_lifecycle_needs_exactly_n_runs(recorded):
     doc, stream = lifecycle_doc([3] * recorded, 3)
-    j = rules.judge_lifecycle(doc, stream)
+    j = canary_rules.judge_lifecycle(doc, stream)
     assert j.status is Status.FAIL and f"patched: {recorded} runs recorded, expected 3" in j.detail
 
 
 def test_lifecycle_zero_runs_per_side_is_malformed():
     doc, stream = lifecycle_doc([], 0)
-    j = rules.judge_lifecycle(doc, stream)
+    j = canary_rules.judge_lifecycle(doc, stream)
     assert j.status is Status.FAIL and "malformed runs_per_side 0" in j.detail
 
 

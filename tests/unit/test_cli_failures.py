@@ -2,7 +2,7 @@
 
 Fast: ``run_one`` is replaced, so no stage runs. The model that raises ends ERROR with
 a failure record and is on the index, as with ``--jobs`` workers and Ray tasks
-(``test_jobs.py``, ``test_ray.py``); the other models still run, and the command prints
+(``tests/notebooks/test_jobs.py``, ``tests/notebooks/test_ray.py``); the other models still run, and the command prints
 the index path even when no model published a run.
 """
 
@@ -19,9 +19,13 @@ from verifylib import canonical
 from verifylib.cli import main as cli
 from verifylib.batch import local as executors, audit as orchestrate
 from verifylib.views import report
+from verifylib.evidence import failures as failure_records
 from verifylib.evidence.gates import Verdict
+from verifylib.batch import executors as batch_executors
+from verifylib.evidence import failures as failure_records
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 HOSTILE = "<b>no kernel</b>"
 ESCAPED = "&lt;b&gt;no kernel&lt;/b&gt;"
 
@@ -72,18 +76,18 @@ def test_a_model_that_raises_gets_a_failure_record_and_the_next_one_runs(
     assert f"  index:   {reports / report.INDEX}" in lines
     assert "ERROR: no run published for model-a" in lines
     assert "Traceback" in out.err and "RuntimeError" in out.err
-    (record,) = (reports / "model-a" / report.FAILED).iterdir()
+    (record,) = (reports / "model-a" / failure_records.FAILED).iterdir()
     rec = canonical.read_json(record)
     assert rec["name"] == "model-a" and rec["status"] == "ERROR"
     assert rec["reason"] == f"RuntimeError: kernel did not start: {HOSTILE}"
     assert rec["parameters"] == str(tmp_path / "model-a.yaml")
     assert rec["executor"] == {"kind": "local", "node": socket.gethostname()}
-    assert not (reports / "model-b" / report.FAILED).exists()
+    assert not (reports / "model-b" / failure_records.FAILED).exists()
     index = (reports / report.INDEX).read_text()
     assert "<b>no kernel" not in index
     assert '<td class="vl-ERROR"><b>ERROR</b></td>' in index
     assert f"no run published: RuntimeError: kernel did not start: {ESCAPED}" in index
-    assert f"model-a/{report.FAILED}/{record.name}" in index
+    assert f"model-a/{failure_records.FAILED}/{record.name}" in index
     assert "model-b/20990101T000000Z-00000001/report.html" in index
 
 
@@ -102,7 +106,7 @@ def test_when_every_model_fails_the_index_is_still_printed(tmp_path, monkeypatch
     assert "No run is published here." in index
     assert index.count('<td class="vl-ERROR"><b>ERROR</b></td>') == 2
     for name in ("model-a", "model-b"):
-        assert len(list((reports / name / report.FAILED).iterdir())) == 1
+        assert len(list((reports / name / failure_records.FAILED).iterdir())) == 1
 
 
 def test_a_single_failed_model_prints_its_index(tmp_path, monkeypatch, capsys):
@@ -120,7 +124,7 @@ def test_no_index_path_when_no_index_could_be_written(tmp_path, monkeypatch, cap
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(executors, "run_one", _fake_run_one({"model-a"}, []))
-    monkeypatch.setattr(report, "publish_failure", full_disk)
+    monkeypatch.setattr(failure_records, "publish_failure", full_disk)
     reports = tmp_path / "reports"
     code = cli.main(["run", str(_params(tmp_path, "model-a")), "--reports", str(reports)])
     lines = capsys.readouterr().out.splitlines()
@@ -134,11 +138,11 @@ def test_an_error_after_an_interrupt_stops_the_batch_unrecorded(tmp_path, monkey
     # stops there, and no failure record blames the model.
     calls: list[str] = []
     monkeypatch.setattr(executors, "run_one", _fake_run_one({"model-a"}, calls))
-    monkeypatch.setattr(executors, "_interrupt_pending", lambda: signal.SIGTERM)
+    monkeypatch.setattr(executors, "interrupt_pending", lambda: signal.SIGTERM)
     params = orchestrate.load_all([_params(tmp_path, "model-a"), _params(tmp_path, "model-b")])
     reports = tmp_path / "reports"
     with pytest.raises(orchestrate.Interrupted) as info:
-        executors.run_batch(params, reports, log=lambda line: None)
+        batch_executors.run_batch(params, reports, log=lambda line: None)
     assert info.value.signum == signal.SIGTERM
     assert calls == ["model-a"]
-    assert not (reports / "model-a" / report.FAILED).exists()
+    assert not (reports / "model-a" / failure_records.FAILED).exists()

@@ -1,52 +1,16 @@
-"""The CTranslate2 reader: synthetic files for every rule, then the real registry model."""
+"""The CTranslate2 reader on synthetic files, one per rule (tests/helpers/ct2_files.py writes
+them independently of the reader). The real registry model is read in
+tests/physical/test_ct2.py."""
 
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from verifylib.models.ct2 import CT2Model, ModelError, read_ct2
-
-# dtype name -> (code, numpy dtype of the raw bytes), as CTranslate2 numbers them.
-CODES = {"float32": (0, "<f4"), "int8": (1, "i1"), "int16": (2, "<i2"), "int32": (3, "<i4"),
-         "float16": (4, "<f2"), "bfloat16": (5, "<u2")}
-
-
-def _string(text: str) -> bytes:
-    raw = text.encode("utf-8") + b"\0"
-    return struct.pack("<H", len(raw)) + raw
-
-
-def write_ct2_file(path: Path, variables: list[tuple[str, np.ndarray, str]], *,
-                   aliases: dict[str, str] | None = None, spec: str = "WhisperSpec",
-                   revision: int = 3, version: int = 6) -> Path:
-    """Write a CTranslate2 model.bin independently of the reader under test.
-
-    ``variables`` holds (name, array, dtype name); a bfloat16 array is given as float32
-    and truncated to its upper 16 bits.
-    """
-    out = [struct.pack("<I", version), _string(spec), struct.pack("<I", revision),
-           struct.pack("<I", len(variables))]
-    for name, arr, dtype in variables:
-        code, np_dtype = CODES[dtype]
-        if dtype == "bfloat16":
-            data = (np.asarray(arr, dtype="<f4").view("<u4") >> 16).astype("<u2").tobytes()
-        else:
-            data = np.ascontiguousarray(arr, dtype=np_dtype).tobytes()
-        arr = np.asarray(arr)
-        out.append(_string(name) + struct.pack("<B", arr.ndim)
-                   + b"".join(struct.pack("<I", d) for d in arr.shape)
-                   + struct.pack("<BI", code, len(data)) + data)
-    aliases = aliases or {}
-    out.append(struct.pack("<I", len(aliases)))
-    for a, t in aliases.items():
-        out.append(_string(a) + _string(t))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(out))
-    return path
+from tests.helpers.ct2_files import write_ct2_file
 
 
 def _sample_vars():
@@ -141,21 +105,3 @@ def test_missing_file_refused(tmp_path):
         read_ct2(tmp_path)
 
 
-def test_real_faster_whisper_tiny_en(tiny_en_ct2_dir):
-    m = read_ct2(tiny_en_ct2_dir / "model.bin")
-    assert (m.version, m.spec_name, m.revision) == (6, "WhisperSpec", 3)
-    assert len(m.variables) == 148
-    assert m.aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
-    assert m.variables["decoder/embeddings/weight"].shape == (51864, 384)
-    assert m.dtypes["decoder/embeddings/weight"] == "float16"
-    assert m.scalar("encoder/num_heads") == 6 and m.scalar("decoder/num_heads") == 6
-    assert m.scalar("decoder/activation") == 3  # GELU
-    counts = {}
-    for d in m.dtypes.values():
-        counts[d] = counts.get(d, 0) + 1
-    assert counts == {"float16": 139, "int8": 5, "int16": 4}
-    total = sum(v.nbytes for k, v in m.variables.items() if m.dtypes[k] != "bfloat16")
-    assert total < (tiny_en_ct2_dir / "model.bin").stat().st_size  # data + headers, parsed exactly
-
-
-from tests.test_model import cache_root, tiny_en_ct2_dir  # noqa: E402,F401  (shared fixtures)

@@ -8,7 +8,8 @@ import yaml
 from verifylib import params
 from verifylib.canonical import sha256_file
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 FIX = ROOT / "parameters" / "fixtures"
 
 

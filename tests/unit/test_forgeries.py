@@ -1,10 +1,10 @@
 """Consistent forgeries are rejected, each with a reason naming the gate.
 
-Every forgery here refreshes every digest (``tests/forge.py``), so only the validator's own
+Every forgery here refreshes every digest (``tests/helpers/forge.py``), so only the validator's own
 knowledge can catch it: the gate registry, the rules registry, the packaged policies, the
 pin manifest, the runtime contract, the host capability checks and the launch ledger.
-The synthetic runs use a stand-in rule (``tests/synthetic.py``) and run in milliseconds;
-``tests/test_forgeries_physical.py`` forges the real default audit.
+The synthetic runs use a stand-in rule (``tests/helpers/synthetic.py``) and run in milliseconds;
+``tests/notebooks/test_forgeries_physical.py`` forges the real default audit.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 
 from verifylib import canonical
+from verifylib.evidence.gates import Status, Verdict
 from verifylib.evidence import gates, receipt
 
-from .forge import clone, edit_gate, edit_json, problems_naming, relabel, reseal
-from .synthetic import install_rules, make_run, params_with
+from tests.helpers.forge import clone, edit_gate, edit_json, problems_naming, relabel, reseal
+from tests.helpers.synthetic import install_rules, make_run, params_with
 
 
 @pytest.fixture
@@ -201,24 +202,24 @@ def test_receipt_building_never_aborts_without_a_verdict(tmp_path, rules):
     run_dir = make_run(tmp_path / "broken", receipt_too=False)
     (run_dir / "gates" / "02_export.json").write_text("{not json")
     rec = receipt.build_receipt(run_dir)
-    st = {g["id"]: g for g in rec["gates"]}
-    assert rec["verdict"] == "REJECTED"
-    assert st["export.contract"]["status"] == "ERROR"
-    assert st["export.contract"]["evidence"][0]["name"] == "traceback"
-    assert st["build.ggml"]["status"] == "PASS"
+    assert rec.verdict is Verdict.REJECTED
+    assert rec.gate("export.contract").record.status is Status.ERROR
+    assert rec.gate("export.contract").record.evidence[0].name == "traceback"
+    assert rec.gate("build.ggml").record.status is Status.PASS
 
 
 def test_a_stage_never_runs_twice_into_one_run_directory(tmp_path, rules):
     from verifylib import params
-    from verifylib.stages.context import StageContext, StageRefused
+    from verifylib.errors import StageRefusal
+    from verifylib.stages.context import StageContext
 
-    from .synthetic import ROOT
+    from tests.helpers.synthetic import ROOT
     run_dir = make_run(tmp_path / "twice", receipt_too=False)
     p = params.load(ROOT / "parameters" / "tiny-en.yaml")
     before = canonical.read_json(run_dir / "gates" / "03_canary.json")
-    with pytest.raises(StageRefused, match="new run"):
+    with pytest.raises(StageRefusal, match="new run"):
         StageContext("03_canary", p, run_dir)
     assert canonical.read_json(run_dir / "gates" / "03_canary.json") == before
     receipt.build_receipt(run_dir)
-    with pytest.raises(StageRefused, match="published run"):
+    with pytest.raises(StageRefusal, match="published run"):
         StageContext("06_placement", p, tmp_path / "twice" / "run")

@@ -1,4 +1,4 @@
-"""The registry's gate table (documented in docs/gates.md; tests/test_docs.py keeps the two
+"""The registry's gate table (documented in docs/gates.md; tests/unit/test_docs.py keeps the two
 in step); verdict and exit codes follow it."""
 
 import re
@@ -8,11 +8,12 @@ import pytest
 
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Status, Verdict
+from tests.helpers import ROOT
 
 # Optional cross-check, test data only: when the leads' design notes happen to sit beside
 # the checkout, the registry must also match the table there. The project never depends
 # on that file (the test is skipped without it); docs/gates.md is the reference.
-DESIGN = Path(__file__).resolve().parents[2] / "shared" / "DESIGN.md"
+DESIGN = ROOT.parent / "shared" / "DESIGN.md"
 
 
 def _design_rows():
@@ -31,11 +32,18 @@ def _design_rows():
 @pytest.mark.skipif(not DESIGN.exists(), reason="../shared/DESIGN.md not present")
 def test_registry_matches_design_table():
     rows = _design_rows()
-    assert set(rows) == set(gates.BY_ID)
-    for gid, (stage, required) in rows.items():
-        g = gates.gate(gid)
+    assert set(gates.BY_ID) <= set(rows)
+    for gid, g in gates.BY_ID.items():
+        stage, required = rows[gid]
         assert g.stage.startswith(stage), gid
         assert g.required == (required == "yes"), gid
+
+
+@pytest.mark.skipif(not DESIGN.exists(), reason="../shared/DESIGN.md not present")
+@pytest.mark.xfail(strict=True, reason="the design's export.pair gate (wave 3, step 2: the pair "
+                   "gate) is not in this version's registry yet; strict, so it fails once it is")
+def test_every_design_gate_is_in_the_registry():
+    assert set(_design_rows()) == set(gates.BY_ID)
 
 
 def test_prerequisites_are_known_and_earlier_or_same_stage():
@@ -105,7 +113,7 @@ def test_a_gate_declared_unimplemented_ends_not_run_and_verifies(tmp_path, monke
     monkeypatch.setattr(gates, "GATES", table)
     monkeypatch.setattr(gates, "BY_ID", {g.id: g for g in table})
     monkeypatch.delitem(rules.RULES, "canary.sanitizer")
-    root = Path(__file__).resolve().parents[1]
+    from tests.helpers import ROOT as root
     ctx = StageContext("03_canary", params.load(root / "parameters" / "tiny-en.yaml"),
                        tmp_path / "run")
     recs = {r.id: r for r in ctx.finish().records}

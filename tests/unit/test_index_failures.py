@@ -1,7 +1,7 @@
 """Audits that ended ERROR without a run: their failure records and the index page.
 
 Fast: no audit runs. The physical cases (a ``--jobs`` worker and a Ray worker that die)
-are in ``test_jobs.py`` and ``test_ray.py``.
+are in ``tests/notebooks/test_jobs.py`` and ``tests/notebooks/test_ray.py``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from pathlib import Path
 from verifylib import canonical
 from verifylib.batch import local as executors, audit as orchestrate
 from verifylib.views import report
-from verifylib.stages import context as stage
-from verifylib.batch.local import FailedRun
+from verifylib.batch.failures import FailedRun
 from verifylib.evidence.gates import Verdict
 from verifylib.params import load
+from verifylib.evidence import failures as failure_records, layout
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
@@ -30,36 +31,36 @@ def _run(root: Path, name: str, run_id: str, verdict: str) -> orchestrate.RunOut
 
 
 def _fail(root: Path, name: str, reason: str, monkeypatch, record_id: str) -> Path:
-    monkeypatch.setattr(stage, "new_run_id", lambda: record_id)
-    return report.publish_failure(root, name=name, parameters=f"/p/{name}.yaml", reason=reason,
+    monkeypatch.setattr(layout, "new_run_id", lambda: record_id)
+    return failure_records.publish_failure(root, name=name, parameters=f"/p/{name}.yaml", reason=reason,
                                   executor={"kind": "local", "node": "host-1", "jobs": 2})
 
 
 def test_a_failure_record_is_published_whole_and_never_replaced(tmp_path, monkeypatch):
     root = tmp_path / "reports"
     path = _fail(root, "m", "worker killed by SIGKILL", monkeypatch, "20990101T000000Z-0000000a")
-    assert path == root / "m" / report.FAILED / "20990101T000000Z-0000000a.json"
+    assert path == root / "m" / failure_records.FAILED / "20990101T000000Z-0000000a.json"
     assert canonical.read_json(path) == {
-        "format": report.FAILURE_FORMAT, "id": "20990101T000000Z-0000000a", "name": "m",
+        "format": failure_records.FAILURE_FORMAT, "id": "20990101T000000Z-0000000a", "name": "m",
         "parameters": "/p/m.yaml", "status": "ERROR", "reason": "worker killed by SIGKILL",
         "executor": {"kind": "local", "node": "host-1", "jobs": 2},
         "time": "2099-01-01T00:00:00Z"}
     # The same id drawn again: the first record stays, the second gets another id.
     draws = iter(["20990101T000000Z-0000000a", "20990101T000000Z-0000000b"])
-    monkeypatch.setattr(stage, "new_run_id", lambda: next(draws))
-    second = report.publish_failure(root, name="m", parameters="/p/m.yaml", reason="again",
+    monkeypatch.setattr(layout, "new_run_id", lambda: next(draws))
+    second = failure_records.publish_failure(root, name="m", parameters="/p/m.yaml", reason="again",
                                     executor={"kind": "local", "node": None})
     assert second.name == "20990101T000000Z-0000000b.json"
     assert canonical.read_json(path)["reason"] == "worker killed by SIGKILL"
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name, second.name]
     # The run folder of the model holds no run: the records are out of the runs' way.
-    assert [p.name for p in (root / "m").iterdir()] == [report.FAILED]
+    assert [p.name for p in (root / "m").iterdir()] == [failure_records.FAILED]
 
 
 def test_a_long_reason_is_cut(tmp_path):
-    path = report.publish_failure(tmp_path, name="m", parameters="p", reason="x" * 10_000,
+    path = failure_records.publish_failure(tmp_path, name="m", parameters="p", reason="x" * 10_000,
                                   executor={"kind": "local", "node": None})
-    assert len(canonical.read_json(path)["reason"]) == report.MAX_REASON_CHARS
+    assert len(canonical.read_json(path)["reason"]) == failure_records.MAX_REASON_CHARS
 
 
 def test_index_lists_failures_beside_runs_by_time_and_escapes_them(tmp_path, monkeypatch):
@@ -95,7 +96,7 @@ def test_index_of_failures_only_and_of_an_unreadable_record(tmp_path, monkeypatc
     root = tmp_path / "reports"
     _fail(root, "model-a", "no node of the Ray cluster offers ['macos']", monkeypatch,
           "20990101T000000Z-00000001")
-    broken = root / "model-b" / report.FAILED / "20990101T000000Z-00000002.json"
+    broken = root / "model-b" / failure_records.FAILED / "20990101T000000Z-00000002.json"
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
     # A record still being written (its staging name) is not read.
@@ -138,7 +139,7 @@ def test_a_record_that_cannot_be_written_does_not_stop_the_batch(tmp_path, monke
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report, "publish_failure", full_disk)
+    monkeypatch.setattr(failure_records, "publish_failure", full_disk)
     lines, seen = [], []
     record = executors.failure_recorder([], tmp_path, seen.append, log=lines.append)
     record(FailedRun("tiny-en", "worker exit 1"))

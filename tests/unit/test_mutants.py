@@ -12,20 +12,22 @@ import math
 
 import pytest
 
-from tests.test_boundaries import (ENCODER, LIFECYCLE_STDERR, MODEL, NEGATIVE_STDERR, TRANSCRIPT,
+from tests.unit.test_boundaries import (ENCODER, LIFECYCLE_STDERR, MODEL, NEGATIVE_STDERR, TRANSCRIPT,
                                    clean_load, coreml_argv, counts, ggml_stderr, lifecycle_argv,
                                    parity_evidence, plan_evidence, positive_stderr, run_record,
                                    wer_clip, wer_evidence)
 from verifylib.runtime import contracts
 from verifylib.evidence import gates
 from verifylib.models import compute_plan as placement
-from verifylib.runtime.contracts import ContractError, check_cli_argv
+from verifylib.errors import ContractBroken, PolicyInvalid
+from verifylib.runtime.contracts import check_cli_argv
 from verifylib.evidence.gates import Judgement, Status, Verdict
-from verifylib.numerics.parity import (FP32_POLICY, as_float, cosine_from_sums, judge_parity,
-                                       recheck_measurement, snr_from_energies)
+from verifylib.numerics.parity import FP32_POLICY, as_float, cosine_from_sums, snr_from_energies
+from verifylib.evidence.rules.parity import judge_parity, recheck_measurement
 from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
-                                        judge_ggml_vs_source, judge_hybrid, policy_fraction,
-                                        PolicyError)
+                                        policy_fraction)
+from verifylib.evidence.rules.wer import judge_ggml_vs_source, judge_hybrid
+from verifylib.evidence.rules import placement as placement_rules
 
 # ============================================================================ contracts
 
@@ -269,16 +271,16 @@ def test_processor_and_forbidden_flags_in_every_spelling():
     base = ["/b/whisper-cli", "-m", MODEL, "-f", "/a/jfk.wav"]
     check_cli_argv(base + ["-p", "1"])
     check_cli_argv(base + ["--processors=1"])
-    with pytest.raises(ContractError) as e:
+    with pytest.raises(ContractBroken) as e:
         check_cli_argv(base + ["-p"])
     assert str(e.value) == "whisper-cli -p '': gate runs use exactly one processor"
     # The value is all that follows the first '=': "1=1" is not "1".
-    with pytest.raises(ContractError, match=r"whisper-cli -p '1=1'"):
+    with pytest.raises(ContractBroken, match=r"whisper-cli -p '1=1'"):
         check_cli_argv(base + ["-p=1=1"])
     # "-p=2" gives 2 processors, whatever the next argument says.
-    with pytest.raises(ContractError, match=r"whisper-cli -p '2'"):
+    with pytest.raises(ContractBroken, match=r"whisper-cli -p '2'"):
         check_cli_argv(base + ["-p=2", "1"])
-    with pytest.raises(ContractError) as e:
+    with pytest.raises(ContractBroken) as e:
         check_cli_argv(base + ["--audio-ctx=750=x"])
     assert str(e.value) == "whisper-cli flag --audio-ctx is forbidden in gate runs"
 
@@ -350,7 +352,7 @@ def test_policy_fraction_is_the_decimal_written():
     assert policy_fraction(0.05) * 20 == 1
     assert policy_fraction(1) == 1
     for bad in (True, "0.05", float("nan"), float("inf"), None):
-        with pytest.raises(PolicyError, match="is not a finite number"):
+        with pytest.raises(PolicyInvalid, match="is not a finite number"):
             policy_fraction(bad)
 
 
@@ -554,23 +556,23 @@ def test_plan_rule_words_for_word():
     ev = plan_evidence([0.5, 0.51])
     ev["ops"][1]["preferred"] = "CPU"
     ev["cost_by_device"] = {"GPU": 0.5, "CPU": 0.51}
-    j = placement.judge_plan(ev)
+    j = placement_rules.judge_plan(ev)
     assert j == Judgement(Status.PASS, "2 operations planned (2 costed, sum 1.0100); cost share by "
                                        "preferred device: CPU 50.5%, GPU 49.5%")
-    assert placement.judge_plan({"ops": []}) == Judgement(Status.FAIL, "the plan lists no operations")
+    assert placement_rules.judge_plan({"ops": []}) == Judgement(Status.FAIL, "the plan lists no operations")
     ev = plan_evidence([0.5])
     ev["ops"][0]["cost"] = None
-    assert placement.judge_plan(ev) == Judgement(Status.FAIL,
+    assert placement_rules.judge_plan(ev) == Judgement(Status.FAIL,
                                                  "the plan gives no cost for any operation")
     ev = plan_evidence([1.0])
     ev["ops"][0]["preferred"] = None
-    assert placement.judge_plan(ev) == Judgement(
+    assert placement_rules.judge_plan(ev) == Judgement(
         Status.FAIL, "1 costed operation(s) without a preferred device")
-    assert placement.judge_plan(plan_evidence([0.5, 0.4])) == Judgement(
+    assert placement_rules.judge_plan(plan_evidence([0.5, 0.4])) == Judgement(
         Status.FAIL, "cost shares sum to 0.9000, not 1 +/- 0.01")
     ev = plan_evidence([0.5, 0.5])
     ev["ops"][1]["cost"] = "0.5"
-    assert placement.judge_plan(ev) == Judgement(
+    assert placement_rules.judge_plan(ev) == Judgement(
         Status.FAIL, "1 operation(s) with a cost that is not a finite number")
 
 
@@ -592,8 +594,8 @@ def test_verify_refuses_what_is_not_a_receipt(tmp_path):
 
 
 def test_a_simulated_host_is_refused_unless_asked_for(tmp_path, monkeypatch):
-    from tests.forge import edit_json, reseal
-    from tests.synthetic import install_rules, make_run
+    from tests.helpers.forge import edit_json, reseal
+    from tests.helpers.synthetic import install_rules, make_run
     from verifylib.evidence import receipt
     install_rules(monkeypatch)
     run_dir = make_run(tmp_path / "run")

@@ -7,7 +7,8 @@ import nbformat
 
 from verifylib.params import PARAMETER_KEYS
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_notebooks  # noqa: E402
 

@@ -6,6 +6,7 @@ import pytest
 
 from verifylib.models import compute_plan as placement
 from verifylib.evidence.gates import Status
+from verifylib.evidence.rules import placement as placement_rules
 
 
 # Classes named like coremltools' device classes: the analysis names devices by class.
@@ -66,7 +67,7 @@ def test_analysis_and_claim_fp32():
     ev = placement.placement_evidence(a, "fp32", "d" * 64)
     assert ev["claim"].startswith("MLComputePlan: 0.0% of estimated cost prefers the Neural Engine")
     assert "not expected" in ev["claim"]
-    j = placement.judge_plan(ev)
+    j = placement_rules.judge_plan(ev)
     assert j.status is Status.PASS and "GPU 80.0%" in j.detail
 
 
@@ -80,14 +81,14 @@ def test_neural_engine_share_is_worded_from_the_plan():
 
 def test_rule_fails_incomplete_plans():
     bad_sum = FakePlan([(_op("ios17.conv", "c"), (GPU, [GPU]), 0.5)])
-    j = placement.judge_plan(placement.placement_evidence(
+    j = placement_rules.judge_plan(placement.placement_evidence(
         placement.analyze_plan(bad_sum), "fp32", "d" * 64))
     assert j.status is Status.FAIL and "sum to 0.5000" in j.detail
     no_device = FakePlan([(_op("ios17.conv", "c"), None, 1.0)])
-    j = placement.judge_plan(placement.placement_evidence(
+    j = placement_rules.judge_plan(placement.placement_evidence(
         placement.analyze_plan(no_device), "fp32", "d" * 64))
     assert j.status is Status.FAIL and "without a preferred device" in j.detail
-    j = placement.judge_plan({"ops": [], "cost_by_device": {}})
+    j = placement_rules.judge_plan({"ops": [], "cost_by_device": {}})
     assert j.status is Status.FAIL
 
 
@@ -108,11 +109,11 @@ def test_rule_recomputes_the_shares_from_the_per_op_rows():
     ops = [{"operator": "conv", "preferred": "GPU", "cost": 0.75},
            {"operator": "add", "preferred": "CPU", "cost": 0.25}]
     good = {"ops": ops, "cost_by_device": {"GPU": 0.75, "CPU": 0.25}, "cost_sum": 1.0}
-    j = placement.judge_plan(good)
+    j = placement_rules.judge_plan(good)
     assert j.status is Status.PASS and "GPU 75.0%" in j.detail and "CPU 25.0%" in j.detail
     # A summary claiming the Neural Engine, over rows that never name it, is refused.
     forged = dict(good, cost_by_device={"NeuralEngine": 0.75, "CPU": 0.25})
-    j = placement.judge_plan(forged)
+    j = placement_rules.judge_plan(forged)
     assert j.status is Status.FAIL and "per-op rows" in j.detail
-    j = placement.judge_plan(dict(good, cost_by_device={"GPU": 0.7, "CPU": 0.3}))
+    j = placement_rules.judge_plan(dict(good, cost_by_device={"GPU": 0.7, "CPU": 0.3}))
     assert j.status is Status.FAIL

@@ -7,12 +7,12 @@ import pytest
 
 from verifylib import canonical, params
 from verifylib.evidence import gates, receipt
-from verifylib.evidence.gates import Status
+from verifylib.evidence.gates import Status, Verdict
 from verifylib.stages.context import StageContext
 
-from .synthetic import install_rules, make_run
+from tests.helpers.synthetic import install_rules, make_run
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 @pytest.fixture
@@ -137,9 +137,10 @@ def test_crashed_stage_becomes_error_and_dependants_not_run(tmp_path, rules):
     for stage in gates.STAGES[1:]:
         StageContext(stage, p, run_dir).finish()
     rec = receipt.build_receipt(run_dir, {"01_build": "RuntimeError: boom"})
-    st = {g["id"]: g for g in rec["gates"]}
-    assert st["build.ggml"]["status"] == "ERROR" and "boom" in st["build.ggml"]["reason"]["detail"]
-    assert rec["verdict"] == "REJECTED"
+    ggml = rec.gate("build.ggml").record
+    assert ggml.status is Status.ERROR and "boom" in ggml.reason.detail
+    assert rec.verdict is Verdict.REJECTED
+    assert rec.to_json() == canonical.read_json(run_dir / "receipt.json")
     assert receipt.verify(run_dir).ok
 
 

@@ -1,7 +1,7 @@
 """The validator's exact words for each kind of tampering.
 
 An auditor reads these lines, so they are part of the contract: each case pins the whole
-problem list, not a fragment of it. Synthetic runs (``tests/synthetic.py``) keep this fast.
+problem list, not a fragment of it. Synthetic runs (``tests/helpers/synthetic.py``) keep this fast.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from verifylib.evidence import gates, receipt
 
-from .forge import clone, edit_json, reseal
-from .synthetic import install_rules, make_run
+from tests.helpers.forge import clone, edit_json, reseal
+from tests.helpers.synthetic import install_rules, make_run
 
 ANY_GATES = [g.id for g in gates.GATES if g.capability is gates.Capability.ANY
              and g.implemented]

@@ -209,7 +209,7 @@ def test_justification_messages_word_for_word(tmp_path):
 def test_error_traceback_document_is_checked(tmp_path):
     from verifylib import canonical
     from verifylib.evidence.records import EvidenceRef
-    from verifylib.stages.context import error_document
+    from verifylib.evidence.layout import error_document
     chk = _checker(tmp_path)
     g = gates.gate("build.ggml")
 
@@ -232,7 +232,7 @@ def test_error_traceback_document_is_checked(tmp_path):
 def test_error_kind_follows_the_exception_its_traceback_ends_with(tmp_path):
     from verifylib import canonical
     from verifylib.evidence.records import EvidenceRef
-    from verifylib.stages.context import error_document
+    from verifylib.evidence.layout import error_document
     chk = _checker(tmp_path)
     g = gates.gate("build.ggml")
     broken = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"

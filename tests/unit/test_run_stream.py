@@ -3,7 +3,7 @@
 Fast and without a cluster: the archive is checked byte for byte against :mod:`tarfile`,
 and :class:`verifylib.batch.ray.RunReceiver` is fed what a task yields (header,
 chunks, trailer) for a synthetic run that verifies. The real tasks are in
-``test_ray.py``.
+``tests/notebooks/test_ray.py``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests import synthetic
+from tests.helpers import synthetic
 from verifylib import canonical, params
 from verifylib.batch import audit as orchestrate
-from verifylib.batch.audit import RunImportRefused, import_run, plan_run_archive
+from verifylib.batch.archive import RunImportRefused, import_run, plan_run_archive
 from verifylib.batch.ray import RunReceiver, StreamHeader, StreamTrailer
 from verifylib.evidence.receipt import verify
 from verifylib.stages.context import init_run_dir
+from verifylib.evidence import layout
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 RUN_ID = "20990101T000000Z-0000abcd"
 
 
@@ -44,6 +46,7 @@ def pack_run(run_dir):
     """The whole archive in memory, for small runs (production streams its chunks)."""
     plan = plan_run_archive(run_dir)
     return b"".join(plan.chunks(max(plan.size, 1)))
+
 
 def _tarfile_bytes(folder: Path) -> bytes:
     buf = io.BytesIO()
@@ -200,4 +203,4 @@ def test_stream_items_are_checked_field_by_field():
     assert StreamTrailer.from_json(trailer).chunks == 1
     with pytest.raises(RunImportRefused):
         StreamTrailer.from_json(dict(trailer, chunks="1"))
-    assert orchestrate._RUN_ID.match(RUN_ID)
+    assert layout.RUN_ID_RE.match(RUN_ID)

@@ -1,15 +1,15 @@
-"""``benchmarks/scale.py``: its shape table and its model builder (fast; no export runs)."""
+"""``benchmarks/scale.py``: its shape table and its model builder (fast; no export runs). The
+conversion's memory release is in tests/physical/test_scale.py."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -95,39 +95,3 @@ def test_least_squares_fits(scale):
     assert (round(a, 9), round(b, 9)) == (10.0, 2.0)
     c, k = scale.fit_power([1e6, 1e7, 1e8], [2.0 * x ** 0.5 for x in (1e6, 1e7, 1e8)])
     assert round(c, 6) == 2.0 and round(k, 9) == 0.5
-
-
-def test_release_conversion_frees_the_program_and_its_temporary_package(tmp_path):
-    """Stage 02 drops each converted program once saved; the saved package stays whole."""
-    import weakref
-
-    from transformers import WhisperConfig
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    from verifylib.models.coreml_export import (contract_of, convert_traced, discard_staged,
-                                                release_conversion, stage_mlpackage,
-                                                trace_encoder)
-
-    cfg = WhisperConfig(num_mel_bins=8, max_source_positions=16, d_model=32, encoder_layers=1,
-                        encoder_attention_heads=2, encoder_ffn_dim=64, decoder_layers=1,
-                        decoder_attention_heads=2, decoder_ffn_dim=64, vocab_size=64)
-    cfg._attn_implementation = "eager"
-    encoder = WhisperEncoder(cfg).eval()
-    contract = contract_of(encoder)
-    traced, _, _ = trace_encoder(encoder, contract)
-    conv = convert_traced(traced, contract, "fp16")
-    program = weakref.ref(conv.model._mil_program)
-    temporary = Path(conv.model.package_path)
-    assert temporary.is_dir()
-    staged = stage_mlpackage(conv.model, tmp_path / "fp16" / "ggml-model-encoder.mlpackage",
-                             contract, "fp16")
-    try:
-        release_conversion(conv)
-        assert conv.model is None
-        assert program() is None, "the MIL program (a reference cycle) must be collected"
-        assert not temporary.exists()
-        assert conv.options["compute_precision"] == "FLOAT16" and conv.seconds > 0
-        assert staged.ok and (staged.path / "Manifest.json").is_file()
-        release_conversion(conv)  # a second call is harmless
-    finally:
-        discard_staged(staged)

@@ -5,9 +5,11 @@ import math
 
 import pytest
 
+from verifylib.errors import PolicyInvalid
 from verifylib.numerics import scoring
 from verifylib.evidence.gates import Status
-from verifylib.numerics.scoring import WordCounts, count_words, corpus_wer, judge_ggml_vs_source
+from verifylib.numerics.scoring import WordCounts, count_words, corpus_wer
+from verifylib.evidence.rules.wer import judge_ggml_vs_source
 
 
 def test_normalizer_is_openais_with_the_pinned_mapping():
@@ -77,5 +79,5 @@ def test_policy_resource_is_versioned():
     p = scoring.load_policy("wer-v1")
     assert p.id == "wer-v1" and len(p.sha256) == 64
     assert p.rules["ggml_vs_source"]["max_corpus_wer_delta"] == 0.05
-    with pytest.raises(scoring.PolicyError):
+    with pytest.raises(PolicyInvalid):
         scoring.load_policy("wer-v0")

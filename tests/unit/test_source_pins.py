@@ -6,9 +6,10 @@ import pytest
 
 from verifylib import canonical
 from verifylib.evidence.gates import Status
-from verifylib.whispercpp.source.pins import judge_source_identity, load_pins
+from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.whispercpp.source.pins import load_pins
 
-from tests.source_synth import V185_PATCH_SHA256, V185_TREE
+from tests.helpers.source_synth import V185_PATCH_SHA256, V185_TREE
 
 
 # ----------------------------------------------------------------------------- pins
@@ -75,5 +76,8 @@ def test_load_pins_accepts_good_entry_and_patches_dir_override(tmp_path):
     ("a" * 64, "a" * 64, False),
 ])
 def test_judge_source_identity(computed, pinned, ok):
-    j = judge_source_identity({"computed_tree": computed, "pin_tree": pinned})
+    # A complete source document as source_evidence writes it (parsed strictly).
+    j = judge_source_identity({"pin": "v1.8.5", "pin_commit": "c" * 40, "pin_tree": pinned,
+                               "computed_tree": computed, "origin": None, "path": None,
+                               "cached": None})
     assert j.status is (Status.PASS if ok else Status.FAIL)
