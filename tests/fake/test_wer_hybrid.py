@@ -1,6 +1,5 @@
 """wer.hybrid's real macOS code path, driven against the fake whisper-cli on Linux."""
 
-from pathlib import Path
 
 import pytest
 

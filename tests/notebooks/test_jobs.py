@@ -1,6 +1,6 @@
 """`verifylib run --jobs N`: several models at once on this host, one worker process each.
 
-The batches run stage 01 only (``executors.DEFAULT_STAGES`` narrowed): what is tested is
+The batches run stage 01 only (``verifylib.batch.executors.DEFAULT_STAGES`` narrowed): what is tested is
 the batch (workers, one shared build, prefixed progress, publication, index, ERROR
 outcomes, interrupts), not the stages. A run of stage 01 alone is REJECTED (the other
 stages' gates have no record), and still verifies.
@@ -24,6 +24,7 @@ import yaml
 from verifylib import canonical
 from verifylib.cli import main as cli
 from verifylib.batch import local as executors
+from verifylib.batch import executors as batch_executors
 from verifylib.views import report
 from verifylib.cli.main import EXIT_INTERRUPTED, EXIT_TERMINATED
 from verifylib.batch.failures import FailedRun
@@ -52,7 +53,7 @@ def _published(reports: Path, name: str) -> list[Path]:
 
 
 def test_jobs_two_models_at_once_share_one_build(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(executors, "DEFAULT_STAGES", ("01_build",))
+    monkeypatch.setattr(batch_executors, "DEFAULT_STAGES", ("01_build",))
     a, b = _params(tmp_path, "model-a"), _params(tmp_path, "model-b")
     reports = tmp_path / "reports"
     code = cli.main(["run", str(a), str(b), "--jobs", "2", "--reports", str(reports)])
@@ -100,7 +101,6 @@ if json.loads(data)["params"]["name"] == "model-a":
     os.kill(os.getpid(), signal.SIGKILL)
 sys.stdin = io.TextIOWrapper(io.BytesIO(data))
 from verifylib.batch.local import _worker_main
-from verifylib.batch import executors as batch_executors
 sys.exit(_worker_main(sys.argv[1:]))
 """
 

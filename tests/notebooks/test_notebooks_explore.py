@@ -9,7 +9,6 @@ verifying; the executed notebook goes where the caller says, outside the run.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat

@@ -1,7 +1,8 @@
 """`verifylib run --executor ray`: audits as Ray tasks, runs returned, verified, published.
 The cluster is a local one (``ray.init`` with this machine's cores and capabilities),
-started once for the module; the batches run stage 01 only (``executors.DEFAULT_STAGES``
-narrowed, or ``stages=``): what is tested is the executor, not the stages."""
+started once for the module; the batches run stage 01 only
+(``verifylib.batch.executors.DEFAULT_STAGES`` narrowed, or ``stages=``): what is tested is
+the executor, not the stages."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import yaml
 
 from tests.helpers import ROOT
 from verifylib import canonical
-from verifylib.batch import local as executors
+from verifylib.batch import executors as batch_executors
 from verifylib.batch import ray as ray_executor
 from verifylib.batch.audit import RunOutcome
 from verifylib.batch.failures import FailedRun
@@ -65,7 +66,7 @@ def ray_cluster():
 @pytest.mark.physical
 @pytest.mark.notebook
 def test_ray_batch_of_two_models(ray_cluster, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(executors, "DEFAULT_STAGES", ("01_build",))
+    monkeypatch.setattr(batch_executors, "DEFAULT_STAGES", ("01_build",))
     a, b = _params(tmp_path, "model-a"), _params(tmp_path, "model-b")
     reports = tmp_path / "reports"
     code = cli.main(["run", str(a), str(b), "--executor", "ray", "--reports", str(reports)])

@@ -19,7 +19,6 @@ from verifylib import canonical
 from verifylib.cli import main as cli
 from verifylib.batch import local as executors, audit as orchestrate
 from verifylib.views import report
-from verifylib.evidence import failures as failure_records
 from verifylib.evidence.gates import Verdict
 from verifylib.batch import executors as batch_executors
 from verifylib.evidence import failures as failure_records

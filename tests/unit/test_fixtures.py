@@ -1,7 +1,6 @@
 """The committed spoken fixtures: our own synthesized data, digests and format checked."""
 
 import wave
-from pathlib import Path
 
 import yaml
 

@@ -2,7 +2,6 @@
 in step); verdict and exit codes follow it."""
 
 import re
-from pathlib import Path
 
 import pytest
 

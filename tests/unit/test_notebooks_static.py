@@ -1,7 +1,6 @@
 """The committed notebooks are exactly what scripts/make_notebooks.py generates."""
 
 import sys
-from pathlib import Path
 
 import nbformat
 

@@ -4,7 +4,6 @@ wheel is built and installed in tests/fake/test_packaging.py."""
 
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement

@@ -1,7 +1,6 @@
 """Parameter files are validated before any work: the shipped files validate, bad ones are
 refused naming file and key. The command line's exit 2 is in tests/fake/test_params.py."""
 
-from pathlib import Path
 
 import pytest
 import yaml
