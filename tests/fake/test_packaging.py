@@ -44,7 +44,7 @@ def test_wheel_carries_notebooks_patches_parameters_fixtures_templates_policies(
             inside = f"verifylib/_data/{rel}"
             assert inside in names, f"{inside} missing from {wheel.name}"
             assert zf.read(inside) == (ROOT / rel).read_bytes(), inside
-        package_data = [p for p in (ROOT / "verifylib").glob("templates/audit/*")]
+        package_data = [p for p in (ROOT / "verifylib").glob("views/templates/audit/*")]
         package_data += list((ROOT / "verifylib").glob("policies/*.json"))
         assert len(package_data) >= 4
         for p in package_data:

@@ -45,7 +45,7 @@ def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
                                                            ("random", "coreml-all")]
     assert 55 < meas[0]["metrics"]["snr_db"] < 65   # a 1e-3 relative error is 60 dB
     assert "layers_unavailable" in drift and len(drift["frames"]["coreml-all"]) == 5
-    ev = {"policy": policy_record(load_policy(FP32_POLICY)), "variant": "fp32",
+    ev = {"policy": policy_record(load_policy(FP32_POLICY)), "variant": "fp32", "kind": "runtime",
           "artifact": {"tree_digest": "c" * 64, "exported_tree_digest": "c" * 64},
           "measurements": canonical.loads(canonical.dumps(meas))}
     j = judge_parity(ev, FP32_POLICY, "runtime")
@@ -233,8 +233,8 @@ def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run)
     ref = res.reference_outputs
     assert ref["fixture"].shape == (1, 1500, 384)
     again = compare(ref["fixture"], res.candidates["parity.program"].outputs["fixture"])
-    stored = res.candidates["parity.program"].measurements[0]["metrics"]
-    assert again.noise_energy == pytest.approx(float(stored["noise_energy"]), rel=1e-12)
+    stored = res.candidates["parity.program"].measurements[0].metrics
+    assert again.noise_energy == pytest.approx(float(stored.noise_energy), rel=1e-12)
     # The stage's result is what open_run's builder reads back from the evidence.
     from verifylib.evidence.layout import recorded_gates
     from verifylib.evidence.results.parity import parity_result_from_evidence
