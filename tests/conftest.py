@@ -14,7 +14,8 @@ addition to the marks it carries itself.
 
 The fixtures here are the ones several tiers share: the pinned whisper.cpp v1.8.5 source,
 its patched work tree and builds, and the README's default audit, each made once per
-session in the session cache.
+session in the session cache; and the published run of the simulated Mac (``published``)
+with its forged clones (``runs``), for the simmac and notebooks tiers.
 """
 
 from __future__ import annotations
@@ -183,3 +184,20 @@ def v185_asan_builds(v185_source, v185_patched, v185_pin, verifylib_cache) -> As
     assert source.git_tree_id(v185_source.path) == v185_pin.tree
     assert source.check_patch_exact(v185_patched.path, v185_pin).ok
     return AsanBuilds(unpatched=unpatched, patched=patched)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The session's published run of the simulated Mac (:mod:`tests.helpers.published_runs`)."""
+    from tests.helpers.published_runs import simulated_published_run
+    return simulated_published_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def runs(published, tmp_path_factory):
+    """The published run and its forged variants (one clone each per module)."""
+    from tests.helpers.forged_runs import checkpoint2, parity_not_run, three_blocks
+    base = tmp_path_factory.mktemp("compare-runs")
+    a = published.run_dir
+    return {"a": a, "b": checkpoint2(a, base / "ckpt2"), "short": three_blocks(a, base / "short"),
+            "not_run": parity_not_run(a, base / "not-run")}

@@ -8,26 +8,6 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.helpers.forge import snapshot
-from tests.helpers.forged_runs import checkpoint2, parity_not_run, three_blocks
-from tests.helpers.published_runs import simulated_published_run
-
-# ----------------------------------------------------------------------------- forging runs
-
-
-# ----------------------------------------------------------------------------- fixtures
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    return simulated_published_run(tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="module")
-def runs(published, tmp_path_factory):
-    """The published run and its forged variants (one clone each per module)."""
-    base = tmp_path_factory.mktemp("compare-runs")
-    a = published.run_dir
-    return {"a": a, "b": checkpoint2(a, base / "ckpt2"), "short": three_blocks(a, base / "short"),
-            "not_run": parity_not_run(a, base / "not-run")}
 
 
 @pytest.mark.physical

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
 from verifylib import canonical
 from verifylib.cli import main as cli
@@ -32,24 +31,14 @@ from verifylib.batch.audit import RunOutcome
 from verifylib.params import load
 from verifylib.evidence.receipt import verify
 
-from tests.helpers import ROOT
+from tests.helpers.batches import published_dirs, tiny_en_params
 
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 
 def _params(folder: Path, name: str) -> Path:
-    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
-    data["name"] = name
-    data["fixtures"] = data["fixtures"][:1]  # jfk only: this test is about the batch
-    data["canary"]["runs"] = 3
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _published(reports: Path, name: str) -> list[Path]:
-    area = reports / name
-    return [p for p in area.iterdir() if not p.name.startswith(".")] if area.exists() else []
+    """tiny-en.yaml with jfk only (this test is about the batch) and three canary runs."""
+    return tiny_en_params(folder, name, **{"canary.runs": 3})
 
 
 def test_jobs_two_models_at_once_share_one_build(tmp_path, monkeypatch, capsys):
@@ -75,7 +64,7 @@ def test_jobs_two_models_at_once_share_one_build(tmp_path, monkeypatch, capsys):
     shas = set()
     runs = {}
     for name in ("model-a", "model-b"):
-        (run_dir,) = _published(reports, name)
+        (run_dir,) = published_dirs(reports, name)
         runs[name] = run_dir
         assert not (reports / name / ".staging").exists()
         res = verify(run_dir)
@@ -123,7 +112,7 @@ def test_a_worker_that_dies_is_an_error_and_the_other_model_finishes(tmp_path, m
     assert isinstance(done, RunOutcome) and done.name == "model-b"
     assert verify(done.run_dir).ok
     assert [o.name for o in seen] == ["model-a", "model-b"]
-    assert _published(reports, "model-a") == []
+    assert published_dirs(reports, "model-a") == []
     assert "[model-b] [1/1] model-b: stage 01_build" in lines
     # No receipt lists model-a: its failure record does, and the index shows it at once.
     assert failed.record is not None and failed.record.parent == reports / "model-a" / ".failed"

@@ -19,18 +19,13 @@ from verifylib.evidence import gates, receipt
 from verifylib import notebook as vnb
 from verifylib.errors import ParametersInvalid
 
-from tests.helpers.published_runs import run_params, simulated_published_run
+from tests.helpers.published_runs import run_params
 from tests.helpers.forge import snapshot
 
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_notebooks  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    return simulated_published_run(tmp_path_factory.getbasetemp())
 
 
 NAMED = {"01_build": ("facts", "records"), "02_export": ("facts", "records"),

@@ -11,13 +11,11 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
-from tests.helpers import ROOT
+from tests.helpers.batches import published_dirs, tiny_en_params
 from verifylib import canonical
 from verifylib.batch import executors as batch_executors
 from verifylib.batch import ray as ray_executor
@@ -28,23 +26,6 @@ from verifylib.cli import main as cli
 from verifylib.evidence.receipt import verify
 from verifylib.params import load
 from verifylib.views import report
-
-
-def _params(folder: Path, name: str, **changes) -> Path:
-    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
-    data["name"] = name
-    data["fixtures"] = data["fixtures"][:1]
-    for key, value in changes.items():
-        section, _, leaf = key.partition(".")
-        data[section][leaf] = value
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _published(reports: Path, name: str) -> list[Path]:
-    area = reports / name
-    return [p for p in area.iterdir() if not p.name.startswith(".")] if area.exists() else []
 
 
 # ----------------------------------------------------------------------------- local cluster
@@ -67,7 +48,7 @@ def ray_cluster():
 @pytest.mark.notebook
 def test_ray_batch_of_two_models(ray_cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(batch_executors, "DEFAULT_STAGES", ("01_build",))
-    a, b = _params(tmp_path, "model-a"), _params(tmp_path, "model-b")
+    a, b = tiny_en_params(tmp_path, "model-a"), tiny_en_params(tmp_path, "model-b")
     reports = tmp_path / "reports"
     code = cli.main(["run", str(a), str(b), "--executor", "ray", "--reports", str(reports)])
     out = capsys.readouterr()
@@ -77,7 +58,7 @@ def test_ray_batch_of_two_models(ray_cluster, tmp_path, monkeypatch, capsys):
     node_id = ray_cluster.get_runtime_context().get_node_id()
     runs = {}
     for name in ("model-a", "model-b"):
-        (run_dir,) = _published(reports, name)
+        (run_dir,) = published_dirs(reports, name)
         runs[name] = run_dir
         assert not (reports / name / ".staging").exists()
         res = verify(run_dir)
@@ -96,8 +77,9 @@ def test_ray_batch_of_two_models(ray_cluster, tmp_path, monkeypatch, capsys):
 @pytest.mark.notebook
 def test_require_admissible_needs_a_mac_node(ray_cluster, tmp_path, capsys):
     reports = tmp_path / "reports"
-    code = cli.main(["run", str(_params(tmp_path, "model-a")), str(_params(tmp_path, "model-b")),
-                     "--executor", "ray", "--require", "admissible", "--reports", str(reports)])
+    code = cli.main(["run", str(tiny_en_params(tmp_path, "model-a")),
+                     str(tiny_en_params(tmp_path, "model-b")), "--executor", "ray",
+                     "--require", "admissible", "--reports", str(reports)])
     out = capsys.readouterr().out
     assert code == 1, out
     for name in ("model-a", "model-b"):
@@ -125,7 +107,7 @@ def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp
             os._exit(1)
         yield from ray_executor.audit_task(spec)
 
-    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    params = [load(tiny_en_params(tmp_path, n)) for n in ("model-a", "model-b")]
     reports = tmp_path / "reports"
     outcomes = ray_executor.run_batch_ray(
         params, reports, stages=("01_build",), node_root=tmp_path / "node",
@@ -134,7 +116,7 @@ def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp
     assert isinstance(failed, FailedRun) and failed.name == "model-a"
     assert "WorkerCrashedError" in failed.reason, failed.reason
     assert isinstance(done, RunOutcome) and verify(done.run_dir).ok
-    assert _published(reports, "model-a") == []
+    assert published_dirs(reports, "model-a") == []
     assert list((tmp_path / "node").rglob("*")) == []
     # The dead worker's model is on the index, marked ERROR with the reason.
     rec = canonical.read_json(failed.record)
@@ -161,7 +143,7 @@ def test_a_run_streams_back_in_small_chunks_and_a_damaged_one_is_refused(ray_clu
                 item = bytes([item[0] ^ 1]) + item[1:]
             yield item
 
-    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    params = [load(tiny_en_params(tmp_path, n)) for n in ("model-a", "model-b")]
     reports = tmp_path / "reports"
     lines: list[str] = []
     done, refused = ray_executor.run_batch_ray(
@@ -175,7 +157,7 @@ def test_a_run_streams_back_in_small_chunks_and_a_damaged_one_is_refused(ray_clu
     assert isinstance(refused, FailedRun), refused
     assert refused.reason.startswith("model-b: the returned run arrived damaged"), refused.reason
     assert refused.node == socket.gethostname()
-    assert _published(reports, "model-b") == []
+    assert published_dirs(reports, "model-b") == []
     assert not (reports / "model-b" / ".staging").exists()
     assert list((tmp_path / "node").rglob("*")) == []
     assert canonical.read_json(refused.record)["executor"]["ray_node_id"] == \
@@ -202,7 +184,7 @@ def test_a_stream_cut_short_is_an_error_and_leaves_nothing(ray_cluster, tmp_path
                 time.sleep(0.05)
             os._exit(1)
 
-    params = [load(_params(tmp_path, "model-a"))]
+    params = [load(tiny_en_params(tmp_path, "model-a"))]
     (failed,) = ray_executor.run_batch_ray(params, reports, stages=("01_build",),
                                            log=lambda line: None, task=ray_cluster.remote(cut),
                                            chunk_bytes=1024)
@@ -235,7 +217,7 @@ def _audit_processes() -> list[psutil.Process]:
 @pytest.mark.physical
 @pytest.mark.notebook
 def test_interrupt_cancels_every_task(ray_cluster, tmp_path):
-    params = [load(_params(tmp_path, n)) for n in ("model-a", "model-b")]
+    params = [load(tiny_en_params(tmp_path, n)) for n in ("model-a", "model-b")]
     reports, node_root = tmp_path / "reports", tmp_path / "node"
     kernels: list[psutil.Process] = []
 
@@ -261,4 +243,4 @@ def test_interrupt_cancels_every_task(ray_cluster, tmp_path):
     gone, alive = psutil.wait_procs(kernels, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
     assert list(node_root.rglob("*")) == []
-    assert _published(reports, "model-a") == _published(reports, "model-b") == []
+    assert published_dirs(reports, "model-a") == published_dirs(reports, "model-b") == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import verifylib.models.ggml_writer as gw
+from tests.helpers.ggml import assert_same_result, forbid_full_load, write_loaded
 from tests.helpers.model_data import JFK_TEXT, normalize
 from verifylib.canonical import sha256_file
 from verifylib.models.ct2 import read_ct2
@@ -135,39 +135,13 @@ def test_read_refuses_bad_magic_and_truncation(tiny_en_ggml, tmp_path):
 
 # ----------------------------------------------------------------------------- streaming
 
-def _forbid_full_load(monkeypatch) -> None:
-    """Make loading the whole model fail, so a write that succeeds was streamed."""
-    from transformers import WhisperForConditionalGeneration
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the whole model was loaded")
-
-    monkeypatch.setattr(WhisperForConditionalGeneration, "from_pretrained", refuse)
-
-
-def _write_loaded(hf_dir: Path, out: Path, monkeypatch) -> gw.GgmlWriteResult:
-    """Write through ``from_pretrained`` (the writer's only path before streaming)."""
-    with monkeypatch.context() as m:
-        m.setattr(gw, "_streamed_weights", lambda *a: None)
-        return write_ggml_model(hf_dir, out)
-
-
-def _same_result(a: gw.GgmlWriteResult, b: gw.GgmlWriteResult) -> None:
-    assert a.path.read_bytes() == b.path.read_bytes()
-    assert (a.sha256, a.bytes, a.n_tensors, a.n_vocab_entries, a.hparams) == \
-        (b.sha256, b.bytes, b.n_tensors, b.n_vocab_entries, b.hparams)
-    assert a.lossless == b.lossless
-    assert a.max_abs_rounding == b.max_abs_rounding or (np.isnan(a.max_abs_rounding)
-                                                        and np.isnan(b.max_abs_rounding))
-
-
 def test_default_model_streams_to_the_same_bytes(tiny_en_info, tiny_en_ggml, tmp_path, monkeypatch):
-    loaded = _write_loaded(tiny_en_info.hf_dir, tmp_path / "loaded" / "ggml-model.bin", monkeypatch)
-    _same_result(tiny_en_ggml, loaded)
+    loaded = write_loaded(tiny_en_info.hf_dir, tmp_path / "loaded" / "ggml-model.bin", monkeypatch)
+    assert_same_result(tiny_en_ggml, loaded)
     with monkeypatch.context() as m:
-        _forbid_full_load(m)
+        forbid_full_load(m)
         streamed = write_ggml_model(tiny_en_info.hf_dir, tmp_path / "streamed" / "ggml-model.bin")
-    _same_result(streamed, loaded)
+    assert_same_result(streamed, loaded)
 
 
 # ----------------------------------------------------------------------------- whisper-cli

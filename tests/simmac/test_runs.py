@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.forge import clone, snapshot
-from tests.helpers.published_runs import simulated_published_run
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
 from verifylib.evidence import gates, receipt
@@ -45,11 +44,6 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 # ----------------------------------------------------------------------------- the physical run
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    return simulated_published_run(tmp_path_factory.getbasetemp())
-
 
 @pytest.mark.physical
 def test_open_run_gives_the_receipt_typed(published):

@@ -12,6 +12,7 @@ import pytest
 
 
 import verifylib.models.ggml_writer as gw
+from tests.helpers.ggml import assert_same_result, forbid_full_load, write_loaded
 from verifylib.models.ggml_writer import GgmlError, ggml_name, write_ggml_model
 
 
@@ -42,32 +43,6 @@ def test_refuses_ffn_width_whisper_cpp_cannot_load(tmp_path):
 
 
 # ----------------------------------------------------------------------------- streaming
-
-def _forbid_full_load(monkeypatch) -> None:
-    """Make loading the whole model fail, so a write that succeeds was streamed."""
-    from transformers import WhisperForConditionalGeneration
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the whole model was loaded")
-
-    monkeypatch.setattr(WhisperForConditionalGeneration, "from_pretrained", refuse)
-
-
-def _write_loaded(hf_dir: Path, out: Path, monkeypatch) -> gw.GgmlWriteResult:
-    """Write through ``from_pretrained`` (the writer's only path before streaming)."""
-    with monkeypatch.context() as m:
-        m.setattr(gw, "_streamed_weights", lambda *a: None)
-        return write_ggml_model(hf_dir, out)
-
-
-def _same_result(a: gw.GgmlWriteResult, b: gw.GgmlWriteResult) -> None:
-    assert a.path.read_bytes() == b.path.read_bytes()
-    assert (a.sha256, a.bytes, a.n_tensors, a.n_vocab_entries, a.hparams) == \
-        (b.sha256, b.bytes, b.n_tensors, b.n_vocab_entries, b.hparams)
-    assert a.lossless == b.lossless
-    assert a.max_abs_rounding == b.max_abs_rounding or (np.isnan(a.max_abs_rounding)
-                                                        and np.isnan(b.max_abs_rounding))
-
 
 def _small_config(**kw):
     from transformers import WhisperConfig
@@ -110,11 +85,11 @@ def test_checkpoint_dtypes_and_shards_stream_to_the_same_bytes(tmp_path, monkeyp
     assert (hf / "model.safetensors.index.json").is_file() == shard
     if shard:
         assert len(list(hf.glob("model-*.safetensors"))) > 2
-    loaded = _write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
+    loaded = write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
     with monkeypatch.context() as m:
-        _forbid_full_load(m)
+        forbid_full_load(m)
         streamed = write_ggml_model(hf, tmp_path / "streamed.bin")
-    _same_result(streamed, loaded)
+    assert_same_result(streamed, loaded)
     # float16 weights fit f16 exactly; float32 ones round (bfloat16's tiny values can too).
     if dtype != "bfloat16":
         assert streamed.lossless == (dtype == "float16")
@@ -130,11 +105,11 @@ def test_non_finite_weights_stream_to_the_same_bytes_and_exactness(tmp_path, mon
     import torch
 
     hf = _small_folder(tmp_path / "hf", edit=edit)
-    loaded = _write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
+    loaded = write_loaded(hf, tmp_path / "loaded.bin", monkeypatch)
     with monkeypatch.context() as m:
-        _forbid_full_load(m)
+        forbid_full_load(m)
         streamed = write_ggml_model(hf, tmp_path / "streamed.bin")
-    _same_result(streamed, loaded)
+    assert_same_result(streamed, loaded)
     assert not streamed.lossless and streamed.max_abs_rounding == float("inf")
 
 
@@ -173,7 +148,7 @@ def test_chunked_exactness_equals_the_whole_array_rule(tmp_path, monkeypatch, va
 def test_untied_projection_is_refused_when_streamed(tmp_path, monkeypatch):
     hf = _small_folder(tmp_path / "hf", config=_small_config(tie_word_embeddings=False))
     with monkeypatch.context() as m:
-        _forbid_full_load(m)
+        forbid_full_load(m)
         with pytest.raises(GgmlError, match="proj_out.weight differs"):
             write_ggml_model(hf, tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists()
@@ -189,7 +164,7 @@ def test_stored_projection_differing_from_a_tied_embedding_is_refused(tmp_path, 
             if force_load:
                 m.setattr(gw, "_streamed_weights", lambda *a: None)
             else:
-                _forbid_full_load(m)
+                forbid_full_load(m)
             with pytest.raises(GgmlError, match="proj_out.weight differs"):
                 write_ggml_model(hf, tmp_path / "out.bin")
 
@@ -208,7 +183,7 @@ def test_other_folders_go_through_from_pretrained(tmp_path, monkeypatch):
     (binf / "model.safetensors").unlink()
     torch.save(state, binf / "pytorch_model.bin")
     assert gw._streamed_weights(binf, cfg) is None
-    _same_result(write_ggml_model(binf, tmp_path / "bin.bin"), want)
+    assert_same_result(write_ggml_model(binf, tmp_path / "bin.bin"), want)
 
     # Keys from_pretrained would not load as stored: an extra one, a base-model prefix.
     def extra(s):

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
-
-import yaml
 
 from verifylib.runtime import capabilities
 from verifylib.cli import main as cli
@@ -16,22 +13,10 @@ from verifylib.batch import ray as ray_executor
 from verifylib.runtime.capabilities import HostCapabilities
 from verifylib.params import load
 
-from tests.helpers import ROOT
+from tests.helpers.batches import tiny_en_params
 
 LINUX = HostCapabilities("Linux", "x86_64", None, None)
 MAC = HostCapabilities("Darwin", "arm64", (14, 5), "/Applications/Xcode.app/Contents/x/coremlc")
-
-
-def _params(folder: Path, name: str, **changes) -> Path:
-    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
-    data["name"] = name
-    data["fixtures"] = data["fixtures"][:1]
-    for key, value in changes.items():
-        section, _, leaf = key.partition(".")
-        data[section][leaf] = value
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 # ----------------------------------------------------------------------------- no cluster
@@ -48,7 +33,7 @@ def test_capabilities_become_resource_names():
 
 def test_task_resources_follow_the_required_gates(tmp_path):
     share = ray_executor.TASK_SHARE
-    p = load(_params(tmp_path, "m"))
+    p = load(tiny_en_params(tmp_path, "m"))
     assert ray_executor.task_resources(p, require_admissible=False) == {}
     assert ray_executor.task_resources(p, require_admissible=True) == {
         "macos": share, "macos_xcode": share, "macos_14_4": share}
@@ -56,7 +41,7 @@ def test_task_resources_follow_the_required_gates(tmp_path):
     assert ray_executor.task_resources(p, require_admissible=True, stages=("01_build",)) == {
         "macos_xcode": share}
     # Switched-off gates need nothing: without the canaries, stage 03 asks for no Mac.
-    off = load(_params(tmp_path, "off", **{"canary.enabled": False}))
+    off = load(tiny_en_params(tmp_path, "off", **{"canary.enabled": False}))
     assert ray_executor.task_resources(off, require_admissible=True,
                                        stages=("03_canary",)) == {}
     assert ray_executor.task_resources(p, require_admissible=True,
@@ -78,7 +63,7 @@ def test_ray_node_resources_command(capsys):
 def test_missing_ray_exits_2_before_any_work(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     reports = tmp_path / "reports"
-    code = cli.main(["run", str(_params(tmp_path, "m")), "--executor", "ray",
+    code = cli.main(["run", str(tiny_en_params(tmp_path, "m")), "--executor", "ray",
                      "--reports", str(reports)])
     assert code == 2
     err = capsys.readouterr().err

@@ -15,7 +15,6 @@ from verifylib.evidence.gates import Status
 from verifylib.evidence.runs import RunInvalid, RunNotFound, open_run
 
 from tests.helpers.forge import clone, edit_gate, reseal
-from tests.helpers.published_runs import simulated_published_run
 from tests.helpers.synthetic import install_rules, make_run
 
 
@@ -23,13 +22,6 @@ def _replace(path: Path, data: bytes) -> None:
     # A clone shares inodes with its original (hard links): replace, never write in place.
     path.unlink()
     path.write_bytes(data)
-
-
-# ----------------------------------------------------------------------------- the physical run
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    return simulated_published_run(tmp_path_factory.getbasetemp())
 
 
 # ----------------------------------------------------------------------------- synthetic runs

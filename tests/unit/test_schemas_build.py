@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.edits import delete_at, set_at
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
@@ -176,58 +177,42 @@ def test_unknown_keys_are_not_read(tmp_path):
 
 # ----------------------------------------------------------------------------- refusals
 
-def _del(*keys):
-    def edit(d):
-        for k in keys[:-1]:
-            d = d[k]
-        del d[keys[-1]]
-    return edit
-
-
-def _set(value, *keys):
-    def edit(d):
-        for k in keys[:-1]:
-            d = d[k]
-        d[keys[-1]] = value
-    return edit
-
-
 SOURCE_EDITS = [
-    (_del("computed_tree"), "computed_tree"),
-    (_set(None, "pin_tree"), "pin_tree"),
-    (_set("yes", "cached"), "cached"),
-    (_set([], "origin"), "origin"),
+    (delete_at("computed_tree"), "computed_tree"),
+    (set_at(None, "pin_tree"), "pin_tree"),
+    (set_at("yes", "cached"), "cached"),
+    (set_at([], "origin"), "origin"),
 ]
 
 PATCH_EDITS = [
-    (_del("patch_file"), "patch_file"),
-    (_set("x", "checks"), "checks"),
-    (_set(True, "checks", "before", "diff_bytes"), "checks.before.diff_bytes"),
-    (_set(["a", 3], "checks", "after", "status_lines"), "checks.after.status_lines[1]"),
-    (_del("checks", "after", "head_tree"), "checks.after.head_tree"),
-    (_set(5, "checks", "apply_error"), "checks.apply_error"),
-    (_set("src/a.c", "touches"), "touches"),
+    (delete_at("patch_file"), "patch_file"),
+    (set_at("x", "checks"), "checks"),
+    (set_at(True, "checks", "before", "diff_bytes"), "checks.before.diff_bytes"),
+    (set_at(["a", 3], "checks", "after", "status_lines"), "checks.after.status_lines[1]"),
+    (delete_at("checks", "after", "head_tree"), "checks.after.head_tree"),
+    (set_at(5, "checks", "apply_error"), "checks.apply_error"),
+    (set_at("src/a.c", "touches"), "touches"),
 ]
 
 GGML_EDITS = [
-    (_del("built"), "built"),
-    (_set("true", "built"), "built"),
-    (_del("key"), "key"),
-    (_set("1", "seconds"), "seconds"),
-    (_set("libc.so.6", "needed_libs"), "needed_libs"),
-    (_set(True, "probe", "returncode"), "probe.returncode"),
-    (_set(None, "probe", "timed_out"), "probe.timed_out"),
-    (_del("probe", "stderr_sha256"), "probe.stderr_sha256"),
-    (_set("0", "probe", "coreml"), "probe.coreml"),
-    (_set([], "probe", "launch"), "probe.launch"),
+    (delete_at("built"), "built"),
+    (set_at("true", "built"), "built"),
+    (delete_at("key"), "key"),
+    (set_at("1", "seconds"), "seconds"),
+    (set_at("libc.so.6", "needed_libs"), "needed_libs"),
+    (set_at(True, "probe", "returncode"), "probe.returncode"),
+    (set_at(None, "probe", "timed_out"), "probe.timed_out"),
+    (delete_at("probe", "stderr_sha256"), "probe.stderr_sha256"),
+    (set_at("0", "probe", "coreml"), "probe.coreml"),
+    (set_at([], "probe", "launch"), "probe.launch"),
 ]
 
 COREML_EDITS = [
-    (_del("bench"), "bench"),
-    (_del("bench", "probe", "argv"), "bench.probe.argv"),
-    (_set(None, "bench", "cli_key"), "bench.cli_key"),
-    (_set("", "patch_after_problems"), "patch_after_problems"),
-    (_set(7, "ggml_key"), "ggml_key"),
+    (delete_at("bench"), "bench"),
+    (delete_at("bench", "probe", "argv"), "bench.probe.argv"),
+    (set_at(None, "bench", "cli_key"), "bench.cli_key"),
+    (set_at("", "patch_after_problems"), "patch_after_problems"),
+    (set_at(7, "ggml_key"), "ggml_key"),
 ]
 
 

@@ -15,6 +15,7 @@ import copy
 
 import pytest
 
+from tests.helpers.edits import delete_at, set_at
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
@@ -159,22 +160,6 @@ def test_compile_round_trip_and_pass(tmp_path, with_sha):
 
 # ----------------------------------------------------------------------------- refusals
 
-def _del(*keys):
-    def edit(d):
-        for k in keys[:-1]:
-            d = d[k]
-        del d[keys[-1]]
-    return edit
-
-
-def _set(value, *keys):
-    def edit(d):
-        for k in keys[:-1]:
-            d = d[k]
-        d[keys[-1]] = value
-    return edit
-
-
 def _refused(parse, doc, edit, path) -> dict:
     d = copy.deepcopy(doc)
     edit(d)
@@ -186,13 +171,13 @@ def _refused(parse, doc, edit, path) -> dict:
 
 
 @pytest.mark.parametrize("edit,path", [
-    (_del("sha256"), "sha256"),
-    (_set("75", "bytes"), "bytes"),
-    (_set([], "hparams"), "hparams"),
-    (_set(None, "probe"), "probe"),
-    (_set(False, "probe", "returncode"), "probe.returncode"),
-    (_set([1], "probe", "argv"), "probe.argv[0]"),
-    (_del("probe", "stdout_bytes"), "probe.stdout_bytes"),
+    (delete_at("sha256"), "sha256"),
+    (set_at("75", "bytes"), "bytes"),
+    (set_at([], "hparams"), "hparams"),
+    (set_at(None, "probe"), "probe"),
+    (set_at(False, "probe", "returncode"), "probe.returncode"),
+    (set_at([1], "probe", "argv"), "probe.argv[0]"),
+    (delete_at("probe", "stdout_bytes"), "probe.stdout_bytes"),
 ])
 def test_ggml_model_refusals(tmp_path, edit, path):
     d = _refused(schemas.GgmlModelEvidence.from_json, ggml_doc(), edit, path)
@@ -200,8 +185,8 @@ def test_ggml_model_refusals(tmp_path, edit, path):
     assert j.status is Status.FAIL and path in j.detail, j.detail
 
 
-@pytest.mark.parametrize("edit,path", [(_del("source_digest"), "source_digest"),
-                                       (_set(1, "cached"), "cached")])
+@pytest.mark.parametrize("edit,path", [(delete_at("source_digest"), "source_digest"),
+                                       (set_at(1, "cached"), "cached")])
 def test_model_intake_refusals(tmp_path, edit, path):
     d = _refused(schemas.ModelIntake.from_json, model_doc(), edit, path)
     j = judge_ggml_model(tmp_path, ggml_doc(), d)
@@ -209,15 +194,15 @@ def test_model_intake_refusals(tmp_path, edit, path):
 
 
 @pytest.mark.parametrize("edit,path", [
-    (_del("model"), "model"),
-    (_del("model", "from"), "model.from"),
-    (_set({}, "variants"), "variants"),
-    (_set("yes", "variants", 0, "placed"), "variants[0].placed"),
-    (_set([], "variants", 0, "description"), "variants[0].description"),
-    (_del("variants", 0, "conversion", "seconds"), "variants[0].conversion.seconds"),
-    (_del("build", "torch"), "build.torch"),
-    (_set(None, "build", "torch_version_warning"), "build.torch_version_warning"),
-    (_set({"x": {"from": "a", "how": "copy"}}, "model_copies"), "model_copies.x.sha256"),
+    (delete_at("model"), "model"),
+    (delete_at("model", "from"), "model.from"),
+    (set_at({}, "variants"), "variants"),
+    (set_at("yes", "variants", 0, "placed"), "variants[0].placed"),
+    (set_at([], "variants", 0, "description"), "variants[0].description"),
+    (delete_at("variants", 0, "conversion", "seconds"), "variants[0].conversion.seconds"),
+    (delete_at("build", "torch"), "build.torch"),
+    (set_at(None, "build", "torch_version_warning"), "build.torch_version_warning"),
+    (set_at({"x": {"from": "a", "how": "copy"}}, "model_copies"), "model_copies.x.sha256"),
 ])
 def test_contract_refusals(tmp_path, edit, path):
     d = _refused(schemas.ContractEvidence.from_json, contract_doc(), edit, path)
@@ -226,11 +211,11 @@ def test_contract_refusals(tmp_path, edit, path):
 
 
 @pytest.mark.parametrize("edit,path", [
-    (_set(None, "variants"), "variants"),
-    (_del("variants", 0, "placed_path"), "variants[0].placed_path"),
-    (_set(1.5, "variants", 0, "coremlc", "returncode"), "variants[0].coremlc.returncode"),
-    (_set(None, "variants", 0, "coremlc", "stderr_sha256"), "variants[0].coremlc.stderr_sha256"),
-    (_del("coremlc"), "coremlc"),
+    (set_at(None, "variants"), "variants"),
+    (delete_at("variants", 0, "placed_path"), "variants[0].placed_path"),
+    (set_at(1.5, "variants", 0, "coremlc", "returncode"), "variants[0].coremlc.returncode"),
+    (set_at(None, "variants", 0, "coremlc", "stderr_sha256"), "variants[0].coremlc.stderr_sha256"),
+    (delete_at("coremlc"), "coremlc"),
 ])
 def test_compile_refusals(tmp_path, edit, path):
     d = _refused(schemas.CompileEvidence.from_json, compile_doc(), edit, path)
