@@ -14,6 +14,7 @@ import pytest
 
 from verifylib.runtime import contracts
 from verifylib.runtime.contracts import coreml_encoder_path
+from tests.helpers.contract_cases import GUIDE_TABLE
 
 
 def _block(text: str, signature: str) -> str:
@@ -180,14 +181,6 @@ def test_the_lifecycle_preset_has_more_text_layers_than_the_tree_test_model(whis
 
 # ----------------------------------------------------------------------------- coreml_encoder_path
 
-GUIDE_TABLE = [  # the table of docs/runtime-contract.md §4.1
-    ("models/ggml-base.en.bin", "models/ggml-base.en-encoder.mlmodelc"),
-    ("/m/ggml-model.bin", "/m/ggml-model-encoder.mlmodelc"),
-    ("/m/ggml-base.en-q5_0.bin", "/m/ggml-base.en-encoder.mlmodelc"),
-    ("/m/ggml-model-q8_0.bin", "/m/ggml-model-encoder.mlmodelc"),
-    ("/m/ggml-tune-q1_5.bin", "/m/ggml-tune-encoder.mlmodelc"),
-    ("/data/v1.4/ggml-model", "/data/v1-encoder.mlmodelc"),
-]
 
 EDGE_CASES = [
     "/m/ggml-model-Q8_0.bin",          # upper-case Q: kept

@@ -42,18 +42,11 @@ def test_loaded_hparams_parse():
 
 
 from verifylib.runtime.contracts import coreml_encoder_path
+from tests.helpers.contract_cases import GUIDE_TABLE
 
 
 # ----------------------------------------------------------------------------- coreml_encoder_path
 
-GUIDE_TABLE = [  # the table of docs/runtime-contract.md §4.1
-    ("models/ggml-base.en.bin", "models/ggml-base.en-encoder.mlmodelc"),
-    ("/m/ggml-model.bin", "/m/ggml-model-encoder.mlmodelc"),
-    ("/m/ggml-base.en-q5_0.bin", "/m/ggml-base.en-encoder.mlmodelc"),
-    ("/m/ggml-model-q8_0.bin", "/m/ggml-model-encoder.mlmodelc"),
-    ("/m/ggml-tune-q1_5.bin", "/m/ggml-tune-encoder.mlmodelc"),
-    ("/data/v1.4/ggml-model", "/data/v1-encoder.mlmodelc"),
-]
 
 
 def test_coreml_encoder_path_reproduces_the_guide_table():
