@@ -28,6 +28,7 @@ from verifylib.runtime.runner import RunResult
 from verifylib.whispercpp import source
 from verifylib.whispercpp.build import (BenchBuild, BuildResult, SystemInfoProbe, build_evidence,
                                         effective_options)
+from verifylib.evidence.schemas.fields import SchemaError
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 KEY, CML_KEY = "4" * 64, "5" * 64
@@ -219,7 +220,7 @@ COREML_EDITS = [
 def _refused(parse, doc, edit, path):
     d = copy.deepcopy(doc)
     edit(d)
-    with pytest.raises(schemas.SchemaError) as info:
+    with pytest.raises(SchemaError) as info:
         parse(d)
     assert info.value.path == path, (path, str(info.value))
     assert isinstance(info.value, EvidenceInvalid)
@@ -270,7 +271,7 @@ def test_failed_build_needs_its_error_and_documents_must_be_objects():
     _refused(schemas.parse_build, {"built": False}, lambda d: None, "error")
     for parse in (schemas.parse_build, schemas.parse_coreml_build,
                   schemas.SourceEvidence.from_json, schemas.PatchEvidence.from_json):
-        with pytest.raises(schemas.SchemaError) as info:
+        with pytest.raises(SchemaError) as info:
             parse([])
         assert info.value.path == ""
     assert build_rules.judge_patch_exact([]).status is Status.FAIL

@@ -18,6 +18,7 @@ from verifylib.evidence.rules import canary as canary_rules
 from verifylib.evidence.schemas import canary as schemas
 from verifylib.runtime import contracts, sanitizer
 from verifylib.runtime.runner import RunResult, run_record
+from verifylib.evidence.schemas.fields import SchemaError
 
 BIN = {"unpatched": "/cache/builds/" + "a" * 64 + "/bin/whisper-cli",
        "patched": "/cache/builds/" + "b" * 64 + "/bin/whisper-cli"}
@@ -249,7 +250,7 @@ def _edit(doc: dict, path: list, value=None, delete: bool = False) -> dict:
 def test_a_malformed_document_is_refused_naming_the_field(name, path, value, delete,
                                                           want_path, want):
     make, cls = DOCS[name]
-    with pytest.raises(schemas.SchemaError) as info:
+    with pytest.raises(SchemaError) as info:
         cls.from_json(_edit(make(), path, value, delete))
     assert isinstance(info.value, EvidenceInvalid)
     assert (info.value.path, info.value.problem) == (want_path, want)

@@ -25,6 +25,7 @@ from verifylib.evidence.schemas import export as schemas
 from verifylib.models.coreml_export import EncoderContract
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
+from verifylib.evidence.schemas.fields import SchemaError
 
 HPARAMS = {"n_vocab": 51864, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6,
            "n_audio_layer": 4, "n_text_ctx": 448, "n_text_state": 384, "n_text_head": 6,
@@ -163,7 +164,7 @@ def test_compile_round_trip_and_pass(tmp_path, with_sha):
 def _refused(parse, doc, edit, path) -> dict:
     d = copy.deepcopy(doc)
     edit(d)
-    with pytest.raises(schemas.SchemaError) as info:
+    with pytest.raises(SchemaError) as info:
         parse(d)
     assert info.value.path == path, (path, str(info.value))
     assert isinstance(info.value, EvidenceInvalid)
@@ -226,7 +227,7 @@ def test_compile_refusals(tmp_path, edit, path):
 def test_documents_must_be_objects():
     for parse in (schemas.ModelIntake.from_json, schemas.GgmlModelEvidence.from_json,
                   schemas.ContractEvidence.from_json, schemas.CompileEvidence.from_json):
-        with pytest.raises(schemas.SchemaError) as info:
+        with pytest.raises(SchemaError) as info:
             parse(["not", "an", "object"])
         assert info.value.path == ""
 

@@ -12,7 +12,8 @@ from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
 from verifylib.evidence.rules.parity import judge_parity, recheck_measurement
 from verifylib.evidence.schemas.parity import (Artifact, Measurement, MeasurementMetrics,
-                                               ParityEvidence, PolicyRecord, SchemaError)
+                                               ParityEvidence, PolicyRecord)
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.numerics.parity import FP32_POLICY, compare, policy_record
 from verifylib.numerics.scoring import load_policy
 

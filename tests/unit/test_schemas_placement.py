@@ -12,7 +12,8 @@ from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.results.placement import PlacementResult
 from verifylib.evidence.rules.placement import judge_plan
-from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence, PlanOp, SchemaError
+from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence, PlanOp
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.models import compute_plan as placement
 
 

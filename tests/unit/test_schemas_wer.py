@@ -10,8 +10,8 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules import wer as wer_rules
-from verifylib.evidence.schemas.wer import (Counts, HybridClip, HybridEvidence, RunRecord,
-                                            SchemaError, WerClip, WerEvidence, WerPolicy)
+from verifylib.evidence.schemas.wer import (Counts, HybridClip, HybridEvidence, RunRecord, WerClip, WerEvidence, WerPolicy)
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.numerics.scoring import count_words, load_policy
 from verifylib.runtime.runner import RunResult, run_record
 

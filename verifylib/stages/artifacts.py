@@ -34,8 +34,7 @@ from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
 
 __all__ = [
-    "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "UNPATCHED_SIDECAR",
-    "UNPATCHED_IDENTITY", "ASAN_SIDECAR", "ASAN_SIDES", "BUILD_STAGE", "cache_dir",
+    "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
     "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
     "published_model", "model_source", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",

@@ -152,7 +152,7 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a ``parity`` document does not parse
-        (:class:`verifylib.evidence.schemas.parity.SchemaError`).
+        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
     """
     from pathlib import Path
 

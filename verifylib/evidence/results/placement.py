@@ -59,7 +59,7 @@ def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> Place
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a plan does not parse
-        (:class:`verifylib.evidence.schemas.placement.SchemaError`).
+        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
     """
     v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
     if v is None:

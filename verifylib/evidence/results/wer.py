@@ -174,7 +174,7 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a document does not parse
-        (:class:`verifylib.evidence.schemas.wer.SchemaError`).
+        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
     """
     from verifylib.numerics.scoring import corpus_wer
 

@@ -13,11 +13,11 @@ from verifylib.evidence.schemas.build import (
     FailedBuild,
     GgmlBuildEvidence,
     PatchEvidence,
-    SchemaError,
     SourceEvidence,
     parse_build,
     parse_coreml_build,
 )
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.build import (

@@ -15,8 +15,8 @@ from verifylib.evidence.schemas.export import (
     ContractEvidence,
     GgmlModelEvidence,
     ModelIntake,
-    SchemaError,
 )
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.runtime import contracts
 
 

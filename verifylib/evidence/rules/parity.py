@@ -12,7 +12,8 @@ from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.results.parity import ATTRIBUTION
 from verifylib.evidence.rules.common import policy_file_problems
-from verifylib.evidence.schemas.parity import Measurement, ParityEvidence, SchemaError
+from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (
     POLICY_OF_VARIANT,
@@ -89,7 +90,7 @@ def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, floa
 
     Raises
     ------
-    verifylib.evidence.schemas.parity.SchemaError
+    verifylib.evidence.schemas.fields.SchemaError
         If ``m`` is a mapping that does not parse.
     """
     if not isinstance(m, Measurement):

@@ -8,7 +8,8 @@ from fractions import Fraction
 from typing import Any, Callable, Mapping
 
 from verifylib.evidence.gates import Judgement
-from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence, SchemaError
+from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence
 from verifylib.models.compute_plan import COST_SUM_TOLERANCE
 
 

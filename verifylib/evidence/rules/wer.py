@@ -12,11 +12,11 @@ from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import policy_file_problems
+from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.evidence.schemas.wer import (
     Counts,
     HybridClip,
     HybridEvidence,
-    SchemaError,
     WerClip,
     WerEvidence,
 )

@@ -22,12 +22,12 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar, Union
 
 from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import NamedSchema, SchemaError, field, nullable, req
+from verifylib.evidence.schemas.fields import NamedSchema, field, nullable, req
 
 _T = TypeVar("_T")
 
 __all__ = [
-    "SchemaError", "RunRecord", "SystemInfoProbeRecord", "SourceEvidence", "PatchPhase",
+    "RunRecord", "SystemInfoProbeRecord", "SourceEvidence", "PatchPhase",
     "PatchChecks", "PatchEvidence", "FailedBuild", "GgmlBuildEvidence", "BenchRecord",
     "CoremlBuildEvidence", "parse_build", "parse_coreml_build",
 ]

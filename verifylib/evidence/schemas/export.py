@@ -21,10 +21,10 @@ from typing import Any
 
 from verifylib.evidence.schemas.build import RunRecord
 from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import NamedSchema, SchemaError, field, req
+from verifylib.evidence.schemas.fields import NamedSchema, field, req
 
 __all__ = [
-    "SchemaError", "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
+    "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
     "ExportVariant", "ConversionFacts", "ModelCopy", "ContractEvidence", "CoremlcRecord",
     "CompiledVariant", "CompileEvidence",
 ]

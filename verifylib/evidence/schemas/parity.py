@@ -27,7 +27,6 @@ from typing import Any
 
 from verifylib.evidence.schemas.fields import (
     Schema,
-    SchemaError,
     array_of,
     boolean,
     field,
@@ -38,7 +37,7 @@ from verifylib.evidence.schemas.fields import (
     string_or_null,
 )
 
-__all__ = ["SchemaError", "PolicyRecord", "Artifact", "MeasurementMetrics", "Measurement",
+__all__ = ["PolicyRecord", "Artifact", "MeasurementMetrics", "Measurement",
            "ParityEvidence"]
 
 

@@ -39,7 +39,7 @@ from verifylib.evidence.schemas.fields import (
     strings,
 )
 
-__all__ = ["SchemaError", "CostNotANumber", "PlanOp", "PlanEvidence"]
+__all__ = ["CostNotANumber", "PlanOp", "PlanEvidence"]
 
 
 class CostNotANumber(SchemaError):

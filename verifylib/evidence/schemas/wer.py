@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.schemas.canary import Launch, RunRecord
+from verifylib.evidence.schemas.canary import RunRecord
 from verifylib.evidence.schemas.fields import (
     Schema,
-    SchemaError,
     array_of,
     boolean,
     field,
@@ -39,8 +38,8 @@ from verifylib.evidence.schemas.fields import (
     strings,
 )
 
-__all__ = ["SchemaError", "Counts", "GgmlVsSourceRules", "HybridRules", "WerPolicy", "Launch",
-           "RunRecord", "WerClip", "WerEvidence", "HybridClip", "HybridEvidence"]
+__all__ = ["Counts", "GgmlVsSourceRules", "HybridRules", "WerPolicy", "WerClip", "WerEvidence",
+           "HybridClip", "HybridEvidence"]
 
 
 class Counts(Schema):
