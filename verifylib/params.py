@@ -62,7 +62,7 @@ MODEL_SCHEMA = {
     "required": ["kind"],
     "additionalProperties": False,
     "properties": {
-        "kind": {"enum": ["ct2-pypi", "ct2-dir", "hf-dir", "hf-hub"]},
+        "kind": {"enum": ["ct2-pypi", "ct2-dir", "hf-dir", "hf-hub", "ggml"]},
         "package": _STR,
         "subdir": _STR,
         "path": _STR,
@@ -73,11 +73,22 @@ MODEL_SCHEMA = {
     "allOf": [
         {"if": {"properties": {"kind": {"const": "ct2-pypi"}}},
          "then": {"required": ["package", "subdir"]}},
-        {"if": {"properties": {"kind": {"enum": ["ct2-dir", "hf-dir"]}}},
+        {"if": {"properties": {"kind": {"enum": ["ct2-dir", "hf-dir", "ggml"]}}},
          "then": {"required": ["path"]}},
         {"if": {"properties": {"kind": {"const": "hf-hub"}}}, "then": {"required": ["id"]}},
     ],
 }
+
+ENCODER_SCHEMA = {
+    "type": "object",
+    "required": ["path"],
+    "additionalProperties": False,
+    # a prebuilt ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, audited as given
+    "properties": {"path": _STR},
+}
+
+ENCODER_SUFFIXES = (".mlpackage", ".mlmodelc")
+"""What an ``encoder.path`` may end in: an ML package or a compiled Core ML model."""
 
 FIXTURE_SCHEMA = {
     "type": "object",
@@ -113,6 +124,7 @@ SCHEMA = {
             },
         },
         "model": MODEL_SCHEMA,
+        "encoder": ENCODER_SCHEMA,
         "fixtures": {"type": "array", "items": FIXTURE_SCHEMA},
         "canary": {
             "type": "object",
@@ -183,6 +195,22 @@ class ModelSection:
     kind: str
     language: str
     spec: dict
+
+
+@dataclass(frozen=True)
+class EncoderSection:
+    """The optional ``encoder`` section: a prebuilt Core ML encoder audited as given.
+
+    Attributes
+    ----------
+    path : str
+        The ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, resolved.
+    format : str
+        ``"mlpackage"`` or ``"mlmodelc"``, from the suffix.
+    """
+
+    path: str
+    format: str
 
 
 @dataclass(frozen=True)
@@ -279,6 +307,14 @@ class Params:
         """The ``model`` section, typed."""
         m = self.data["model"]
         return ModelSection(m["kind"], m.get("language") or "en", copy.deepcopy(m))
+
+    @property
+    def encoder(self) -> EncoderSection | None:
+        """The ``encoder`` section, typed, or None when stage 02 exports the encoder."""
+        e = self.data.get("encoder")
+        if e is None:
+            return None
+        return EncoderSection(e["path"], Path(e["path"]).suffix[1:])
 
     @property
     def fixtures(self) -> tuple[Fixture, ...]:
@@ -425,6 +461,16 @@ def validate(data: Any, origin: str, base_dir: Path,
         mp = base_dir / Path(model["path"]).expanduser()
         if not mp.is_dir():
             raise ParametersInvalid(f"{origin}: key model.path: {mp} is not a folder")
+    if model["kind"] == "ggml":
+        _check_ggml_file(origin, base_dir / Path(model["path"]).expanduser())
+    if "encoder" in p:
+        if data.get("export", {}).get("fp16") is True:
+            raise ParametersInvalid(f"{origin}: key export.fp16: a prebuilt encoder (key "
+                                    "encoder.path) is audited as given; no fp16 variant is "
+                                    "exported beside it")
+        # Nothing is exported: the fp16 variant's gates are NOT_RUN(disabled) by this key.
+        p["export"]["fp16"] = False
+        _check_encoder(origin, base_dir / Path(p["encoder"]["path"]).expanduser())
     seen = set()
     for i, fx in enumerate(p["fixtures"]):
         if fx["id"] in seen:
@@ -451,6 +497,55 @@ def validate(data: Any, origin: str, base_dir: Path,
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
 
 
+def _check_ggml_file(origin: str, path: Path) -> None:
+    """Refuse a ``model.path`` that is not a readable whisper.cpp model file.
+
+    The whole structure is walked (header, filters, vocabulary, every tensor header and its
+    extent), not the tensor data: a bad magic, a truncated tensor or an unsupported tensor
+    type is refused here, before any work, with the reader's own words.
+    """
+    if not path.exists():
+        raise ParametersInvalid(f"{origin}: key model.path: {path} does not exist")
+    if not path.is_file():
+        raise ParametersInvalid(f"{origin}: key model.path: {path} is not a file (a "
+                                "whisper.cpp ggml-*.bin model file is expected)")
+    if path.suffix != ".bin":
+        raise ParametersInvalid(f"{origin}: key model.path: {path.name} does not end in .bin "
+                                "(a whisper.cpp ggml-*.bin model file is expected)")
+    from verifylib.models.ggml_file import open_ggml
+    try:
+        open_ggml(path)
+    except ParametersInvalid as exc:
+        raise ParametersInvalid(f"{origin}: key model.path: {exc}") from None
+
+
+def _check_encoder(origin: str, path: Path) -> None:
+    """Refuse an ``encoder.path`` that is not an ML package or a compiled model.
+
+    Only the folder's shape is checked here (the suffix and the files Core ML needs); what
+    the encoder says about itself is read by stage 02, before anything is measured.
+    """
+    key = f"{origin}: key encoder.path"
+    if not path.exists():
+        raise ParametersInvalid(f"{key}: {path} does not exist")
+    if path.suffix not in ENCODER_SUFFIXES:
+        raise ParametersInvalid(f"{key}: {path.name} ends in neither .mlpackage nor .mlmodelc "
+                                "(a Core ML encoder such as ggml-tiny.en-encoder.mlmodelc is "
+                                "expected)")
+    if not path.is_dir():
+        raise ParametersInvalid(f"{key}: {path} is a file; a Core ML "
+                                f"{path.suffix} is a folder (unzip a downloaded .zip first)")
+    if path.suffix == ".mlpackage":
+        needed = ("Manifest.json", "Data/com.apple.CoreML/model.mlmodel")
+        what = "an ML package"
+    else:
+        needed = ("metadata.json", "coremldata.bin")
+        what = "a compiled Core ML model"
+    missing = [n for n in needed if not (path / n).is_file()]
+    if missing:
+        raise ParametersInvalid(f"{key}: {path} is not {what} (no {', '.join(missing)})")
+
+
 def _absolutize(p: dict, base_dir: Path) -> None:
     # Paths are stored resolved, so the same parameters give the same digest whether they
     # come from a file, from papermill's injection, or from a copy in another folder.
@@ -459,6 +554,8 @@ def _absolutize(p: dict, base_dir: Path) -> None:
             holder[key] = str((base_dir / Path(holder[key]).expanduser()).resolve())
     fix(p["runtime"]["source"], "path")
     fix(p["model"], "path")
+    if "encoder" in p:
+        fix(p["encoder"], "path")
     for fx in p["fixtures"]:
         fix(fx, "path")
         fix(fx, "text_file")

@@ -39,8 +39,6 @@ def test_registry_matches_design_table():
 
 
 @pytest.mark.skipif(not DESIGN.exists(), reason="../shared/DESIGN.md not present")
-@pytest.mark.xfail(strict=True, reason="the design's export.pair gate (wave 3, step 2: the pair "
-                   "gate) is not in this version's registry yet; strict, so it fails once it is")
 def test_every_design_gate_is_in_the_registry():
     assert set(_design_rows()) == set(gates.BY_ID)
 

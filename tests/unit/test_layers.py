@@ -40,7 +40,7 @@ LAYERS = (
     ("parameters", r"verifylib\.params"),
     ("records", r"verifylib\.evidence\.(records|layout|failures)"),
     ("judges", r"verifylib\.evidence\.(rules|schemas)(\..+)?|verifylib\.evidence\.results(\..+)?"),
-    ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting)"),
+    ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting|declarations)"),
     ("stages", r"verifylib\.stages(\..+)?"),
     ("views", r"verifylib\.views(\..+)?"),
     ("driver", r"verifylib\.(batch|compare|cli)(\..+)?|verifylib\.(notebook|__main__)"
@@ -130,7 +130,8 @@ def _closure(module: str, *, load_time: bool) -> set[str]:
 
 STAGE_NAMES = ["build", "canary", "export", "parity", "placement", "wer"]
 STAGES = [f"verifylib.stages.{s}" for s in STAGE_NAMES]
-PLUMBING = ["verifylib.stages.artifacts", "verifylib.stages.context"]
+PLUMBING = ["verifylib.stages.artifacts", "verifylib.stages.context",
+            "verifylib.stages.prebuilt", "verifylib.stages.pair"]
 
 
 def test_the_six_stage_modules_and_their_plumbing_are_found():

@@ -59,3 +59,89 @@ def test_missing_and_non_yaml_files(tmp_path):
     bad.write_text("name: [unclosed")
     with pytest.raises(ParametersInvalid, match="not valid YAML"):
         params.load(bad)
+
+
+# ----------------------------------------------------------------------------- encoder / ggml
+
+def _package(root, name="ggml-tiny.en-encoder.mlpackage", files=("Manifest.json",
+             "Data/com.apple.CoreML/model.mlmodel")):
+    pkg = root / name
+    for f in files:
+        (pkg / f).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / f).write_bytes(b"x")
+    return pkg
+
+
+def _only_jfk(d):
+    # The other fixtures are relative to parameters/, which a copy in tmp_path is not in.
+    d["fixtures"] = d["fixtures"][:1]
+
+
+def test_a_given_encoder_is_accepted_and_switches_the_fp16_export_off(tmp_path):
+    pkg = _package(tmp_path)
+    p = params.load(_write(tmp_path, lambda d: (d.__setitem__("encoder", {"path": str(pkg)}),
+                                                d.pop("export"), _only_jfk(d))))
+    assert p.encoder == params.EncoderSection(str(pkg), "mlpackage")
+    assert p.export.fp16 is False
+    assert params.load(ROOT / "parameters" / "tiny-en.yaml").encoder is None
+
+
+def test_a_relative_encoder_path_is_resolved_against_the_parameter_file(tmp_path):
+    _package(tmp_path, "enc.mlmodelc", ("metadata.json", "coremldata.bin"))
+    p = params.load(_write(tmp_path, lambda d: (d.__setitem__("encoder", {"path": "enc.mlmodelc"}),
+                                                d.pop("export"), _only_jfk(d))))
+    assert p.encoder.path == str((tmp_path / "enc.mlmodelc").resolve())
+    assert p.encoder.format == "mlmodelc"
+
+
+ENCODER_CASES = [
+    (lambda t: str(t / "absent.mlpackage"), "does not exist"),
+    (lambda t: str(_package(t, "enc.zip")), "ends in neither .mlpackage nor .mlmodelc"),
+    (lambda t: (t / "f.mlpackage").write_bytes(b"") or str(t / "f.mlpackage"), "is a file"),
+    (lambda t: str(_package(t, "e.mlpackage", ("Manifest.json",))),
+     "is not an ML package (no Data/com.apple.CoreML/model.mlmodel)"),
+    (lambda t: str(_package(t, "e.mlmodelc", ("model.mil",))),
+     "is not a compiled Core ML model (no metadata.json, coremldata.bin)"),
+]
+
+
+@pytest.mark.parametrize("make, message", ENCODER_CASES)
+def test_a_bad_encoder_path_is_refused_naming_the_key(tmp_path, make, message):
+    path = make(tmp_path)
+    f = _write(tmp_path, lambda d: (d.__setitem__("encoder", {"path": path}), d.pop("export")))
+    with pytest.raises(ParametersInvalid) as exc:
+        params.load(f)
+    assert str(f) in str(exc.value) and "key encoder.path" in str(exc.value)
+    assert message in str(exc.value)
+
+
+def test_an_fp16_export_beside_a_given_encoder_is_refused(tmp_path):
+    pkg = _package(tmp_path)
+    f = _write(tmp_path, lambda d: d.update(encoder={"path": str(pkg)}, export={"fp16": True}))
+    with pytest.raises(ParametersInvalid, match="key export.fp16: a prebuilt encoder"):
+        params.load(f)
+
+
+@pytest.mark.parametrize("body, message", [
+    (None, "does not exist"),
+    (b"lmgg" + b"\0" * 60, "magic"),
+    (b"lmgg", "truncated"),
+])
+def test_a_bad_ggml_model_file_is_refused_naming_the_key(tmp_path, body, message):
+    path = tmp_path / "ggml-tiny.en.bin"
+    if body is not None:
+        path.write_bytes(body[::-1] if message == "magic" else
+                         (0x67676D6C).to_bytes(4, "little") + body)
+    f = _write(tmp_path, lambda d: d.__setitem__("model", {"kind": "ggml", "path": str(path),
+                                                           "language": "en"}))
+    with pytest.raises(ParametersInvalid) as exc:
+        params.load(f)
+    assert "key model.path" in str(exc.value) and str(f) in str(exc.value)
+    assert message in str(exc.value).lower()
+
+
+def test_a_ggml_model_path_must_be_a_bin_file(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    f = _write(tmp_path, lambda d: d.__setitem__("model", {"kind": "ggml", "path": "m.gguf"}))
+    with pytest.raises(ParametersInvalid, match=r"key model.path: m.gguf does not end in .bin"):
+        params.load(f)

@@ -221,6 +221,33 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                       final / short.name, seconds)
 
 
+def preflight(params: Params) -> None:
+    """Read what the parameters hand over as files, before any work (a bad one exits 2).
+
+    The parameter validation checks a given encoder's folder shape; here the encoder is
+    read as stage 02 will read it (its protobuf or compiled metadata, its program), so an
+    unreadable one is refused with the parameter key before a run directory exists.
+
+    Parameters
+    ----------
+    params : Params
+        Validated parameters.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        Naming the parameter file, the key and what is wrong.
+    """
+    from verifylib.errors import ParametersInvalid
+
+    if params.encoder is not None:
+        from verifylib.models.encoder_card import describe_encoder
+        try:
+            describe_encoder(params.encoder.path)
+        except ParametersInvalid as exc:
+            raise ParametersInvalid(f"{params.origin}: key encoder.path: {exc}") from None
+
+
 def load_all(paths: Sequence[str | Path]) -> list[Params]:
     """Validate every parameter file (or folder of ``*.yaml``) before any work starts.
 
@@ -252,6 +279,8 @@ def load_all(paths: Sequence[str | Path]) -> list[Params]:
         else:
             files.append(p)
     out = [load(f) for f in files]
+    for params in out:
+        preflight(params)
     names = [p.name for p in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -163,9 +163,9 @@ def needed_capabilities(params: Params,
     list of Capability
         In the table's order of capabilities.
     """
-    needed = {g.capability for g in gates.GATES
+    needed = {gates.capability_of(g, params.data) for g in gates.GATES
               if g.required and g.implemented and g.stage in stages
-              and g.capability is not Capability.ANY
+              and gates.capability_of(g, params.data) is not Capability.ANY
               and gates.disabling_key(g, params.data) is None}
     return [c for c in Capability if c in needed]
 

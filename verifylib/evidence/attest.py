@@ -57,6 +57,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "https://verifylib.dev/audit-receipt/v1"
 PRECISIONS = ("fp32", "fp16")
 GGML_MODEL = "ggml-model.bin"
+GGML_MODEL_GLOB = "ggml-model*.bin"
 BUNDLE_SUFFIXES = (".mlpackage", ".mlmodelc")
 BINARY_IDENTITY_RE = re.compile(r"^binary\.(.+)\.sha256$")
 KIND_ANNOTATION = "verifylib.digest"
@@ -264,9 +265,11 @@ def collect_subjects(run_dir: str | os.PathLike, identities: dict) -> list[Subje
     run_dir = Path(run_dir)
     out: list[Subject] = []
     for prec in PRECISIONS:
-        model = run_dir / prec / GGML_MODEL
-        if model.is_file():
-            out.append(Subject(f"{prec}/{GGML_MODEL}", canonical.sha256_file(model), "file"))
+        # ggml-model.bin, or ggml-model-<qtype>.bin for a quantized file audited as given
+        for model in sorted((run_dir / prec).glob(GGML_MODEL_GLOB)):
+            if model.is_file():
+                out.append(Subject(f"{prec}/{model.name}", canonical.sha256_file(model),
+                                   "file"))
     for prec in PRECISIONS:
         base = run_dir / prec
         if base.is_dir():

@@ -114,6 +114,12 @@ GATES: tuple[Gate, ...] = (
        "saved fp32 .mlpackage has logmel_data/output, float32, contract shapes from config"),
     _g("export.compile", "02_export", True, Capability.MACOS_XCODE, ["export.contract"],
        ".mlmodelc compiled, placed at coreml_encoder_path(-m), tree digest recorded"),
+    _g("export.pair", "02_export", True, Capability.ANY,
+       ["export.ggml_model", "export.contract"],
+       "pair-v1: the encoder (its ML program; a .mlmodelc through CompiledMLModel on macOS) "
+       "and the encoder rebuilt from the .bin's own weights agree on the real and on a seeded "
+       "random log-mel, each above the floor for the .bin's ftype and the encoder's declared "
+       "precision"),
     _g("canary.lifecycle_ab", "03_canary", True, Capability.ANY, ["build.ggml"],
        "patched build: N/N exit 3 + both markers, no signal (unpatched outcomes recorded, "
        "not gated)", disabled_by=_CANARY_SWITCH),
@@ -155,6 +161,39 @@ GATES: tuple[Gate, ...] = (
 )
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
+
+PROGRAM_GATES: frozenset[str] = frozenset({"export.pair", "parity.program"})
+"""Gates that execute the audited encoder's ML program. A prebuilt ``.mlmodelc`` holds no
+program this package can read, so for one (parameter ``encoder.path``) these gates need
+macOS, where Core ML itself runs the compiled model."""
+
+
+def capability_of(g: Gate, params: Mapping[str, Any]) -> Capability:
+    """Return the capability ``g`` needs under the bound parameters.
+
+    Parameters
+    ----------
+    g : Gate
+        A registry row.
+    params : mapping
+        The run's parameter tree (``Params.data``, or the receipt's bound parameters).
+
+    Returns
+    -------
+    Capability
+        ``g.capability``, raised to :attr:`Capability.MACOS` for a program gate when the
+        audited encoder is a prebuilt ``.mlmodelc`` (and ``export.compile``, which then
+        compiles nothing, needs macOS but no Xcode).
+    """
+    enc = params.get("encoder") if isinstance(params, Mapping) else None
+    path = enc.get("path") if isinstance(enc, Mapping) else None
+    compiled = isinstance(path, str) and path.endswith(".mlmodelc")
+    if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY:
+        return Capability.MACOS
+    if compiled and g.id == "export.compile":
+        # Already compiled: placing it needs no compiler, and checking it needs Core ML.
+        return Capability.MACOS
+    return g.capability
 
 
 def gate(gate_id: str) -> Gate:

@@ -27,6 +27,18 @@ BINARY_COREML = "binary.coreml.sha256"
 MODEL_GGML = "model.ggml.sha256"
 """SHA-256 of the published ``ggml-model.bin``."""
 
+MODEL_GGML_FTYPE = "model.ggml.ftype"
+"""Tensor type of the published model file (``f16``, ``q5_0`` ...), from its header."""
+
+ENCODER_PRECISION = "encoder.precision"
+"""The audited encoder's declared compute precision (``fp32``, ``fp16``, ``mixed``)."""
+
+ENCODER_PARITY_POLICY = "encoder.parity_policy"
+"""The policy ``parity.program`` is judged under, chosen before measuring."""
+
+POLICY_PAIR_SHA256 = "policy.pair.sha256"
+"""SHA-256 of the packaged ``pair-v1`` policy."""
+
 MODEL_SOURCE_DIGEST = "model.source_digest"
 """Content digest of the source model the run audited."""
 

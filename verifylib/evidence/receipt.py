@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
 from verifylib.evidence import accounting, gates
+from verifylib.evidence.declarations import declaration_problems
 from verifylib.evidence.gates import NotRunKind, Status
 from verifylib.evidence.layout import (
     ERROR_SCHEMA,
@@ -428,17 +429,18 @@ class _Checker:
                 conflicts: dict) -> list[str]:
         """Problems with ``rec`` as the status of ``g``; empty when it is justified."""
         if rec.status in (Status.PASS, Status.FAIL):
-            return self._judged(g, rec, caps, conflicts)
+            return self._judged(g, rec, run, caps, conflicts)
         if rec.status is Status.ERROR:
             return self._error(g, rec)
         return self._not_run(g, rec, run, caps)
 
-    def _judged(self, g, rec, caps, conflicts) -> list[str]:
+    def _judged(self, g, rec, run, caps, conflicts) -> list[str]:
         out = []
         st = rec.status.value
-        if not caps.get(g.capability.value, False):
+        cap = gates.capability_of(g, run.get("params") or {})
+        if not caps.get(cap.value, False):
             out.append(f"gate {g.id}: {st} recorded on a host without capability "
-                       f"{g.capability.value}")
+                       f"{cap.value}")
         if not g.implemented or g.id not in rules.RULES:
             return out + [f"gate {g.id}: {st} but this version has no rule to re-judge it"]
         if not rec.evidence:
@@ -496,12 +498,13 @@ class _Checker:
         if rec.evidence:
             return [f"gate {g.id}: NOT_RUN but cites evidence"]
         if kind == NotRunKind.PLATFORM.value:
-            if g.capability.value not in caps:
+            cap = gates.capability_of(g, run.get("params") or {})
+            if cap.value not in caps:
                 return [f"gate {g.id}: NOT_RUN(platform) but no usable host record says "
                         f"what the host lacks"]
-            if caps[g.capability.value]:
+            if caps[cap.value]:
                 return [f"gate {g.id}: NOT_RUN(platform) but the host record has "
-                        f"{g.capability.value}"]
+                        f"{cap.value}"]
         elif kind == NotRunKind.PREREQUISITE.value:
             named = _named_gates(detail, g.prerequisites)
             unmet = [p for p in named if self.verified.get(p) is not Status.PASS]
@@ -615,6 +618,9 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         chk.problems += accounting.check(run_dir, records)
     except Exception as exc:  # noqa: BLE001 - an unreadable ledger rejects the run
         chk.problems.append(f"{ledger.LEDGER_FILE}: unreadable: {type(exc).__name__}: {exc}")
+
+    # The declarations the policies were chosen from, read from the published bytes.
+    chk.problems += declaration_problems(run_dir, records, run.get("params"))
 
     recomputed = None
     if len(statuses) == len(gates.GATES):

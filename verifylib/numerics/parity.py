@@ -33,6 +33,107 @@ FP16_POLICY = "fp16-v1"
 
 POLICY_OF_VARIANT = {"fp32": FP32_POLICY, "fp16": FP16_POLICY}
 
+PAIR_POLICY = "pair-v1"
+"""Policy of ``export.pair``, and of ``parity.program`` against a quantized model file."""
+
+FULL_PRECISION_FTYPES = ("f32", "f16")
+"""Model-file tensor types that store the weights without quantization."""
+
+QUANTIZED_FTYPES = ("q8_0", "q5_1", "q5_0", "q4_1", "q4_0")
+"""Quantized model-file tensor types the reader dequantizes (a lossy source)."""
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """Which parity policy applies, chosen before anything is measured.
+
+    Attributes
+    ----------
+    precision : str
+        The encoder's declared compute precision (``fp32``, ``fp16`` or ``mixed``).
+    source_ftype : str or None
+        The tensor type of the model file the reference is built from; None for a model
+        that is not a ggml file (a Hugging Face or CTranslate2 folder).
+    policy_id : str
+        The policy: ``fp32-v1`` for an fp32 program, ``fp16-v1`` for an fp16 or mixed one,
+        ``pair-v1`` (that ftype's floor) for any program against a quantized source.
+    why : str
+        The rule that chose it, in words.
+    """
+
+    precision: str
+    source_ftype: str | None
+    policy_id: str
+    why: str
+
+
+def choose_parity_policy(precision: str, source_ftype: str | None) -> PolicyChoice:
+    """Choose the policy of a program parity gate from what was declared, not measured.
+
+    A verifier calls this again on the recorded precision and ftype; the choice is a pure
+    function of the two.
+
+    Parameters
+    ----------
+    precision : str
+        The declared compute precision of the encoder: ``fp32``, ``fp16`` or ``mixed``.
+    source_ftype : str or None
+        The reference's model-file tensor type, or None for a non-ggml source.
+
+    Returns
+    -------
+    PolicyChoice
+
+    Raises
+    ------
+    EvidenceInvalid
+        For a precision or ftype outside the known sets.
+    """
+    if precision not in ("fp32", "fp16", "mixed"):
+        raise EvidenceInvalid(f"unknown declared precision {precision!r}")
+    if source_ftype is not None and source_ftype not in FULL_PRECISION_FTYPES + QUANTIZED_FTYPES:
+        raise EvidenceInvalid(f"unknown model-file tensor type {source_ftype!r}")
+    if source_ftype in QUANTIZED_FTYPES:
+        return PolicyChoice(precision, source_ftype, PAIR_POLICY,
+                            f"the reference is rebuilt from a {source_ftype} (quantized) model "
+                            f"file: its quantization error is not the encoder's, so that "
+                            f"ftype's floor in {PAIR_POLICY} applies; only a full-precision "
+                            f"source bounds the conversion error tightly")
+    if precision == "fp32":
+        return PolicyChoice(precision, source_ftype, FP32_POLICY,
+                            "the encoder declares float32 compute")
+    return PolicyChoice(precision, source_ftype, FP16_POLICY,
+                        f"the encoder declares {precision} compute (float16 values)")
+
+
+def pair_floor(rules: dict, ftype: str, precision: str) -> tuple[float, float]:
+    """Return ``(snr_db_min, cosine_min)`` of ``pair-v1`` for a model ftype and precision.
+
+    Parameters
+    ----------
+    rules : dict
+        The loaded ``pair-v1`` rules.
+    ftype : str
+        The model file's tensor type.
+    precision : str
+        The encoder's declared precision (``mixed`` reads the ``fp16`` row).
+
+    Returns
+    -------
+    tuple of float
+
+    Raises
+    ------
+    EvidenceInvalid
+        If the policy has no row for them.
+    """
+    row = rules.get("floors", {}).get(ftype, {}).get("fp16" if precision == "mixed"
+                                                     else precision)
+    if not isinstance(row, dict):
+        raise EvidenceInvalid(f"{rules.get('id')} has no floor for ftype {ftype!r} and "
+                              f"precision {precision!r}")
+    return float(row["snr_db_min"]), float(row["cosine_min"])
+
 
 def as_float(value: Any) -> float:
     """Read a number written by the canonical JSON (``"inf"``, ``"-inf"``, ``"nan"`` too)."""

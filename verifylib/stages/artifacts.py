@@ -16,10 +16,11 @@ run reader needs them as well.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verifylib.canonical import read_json, sha256_file
+from verifylib.canonical import read_json, sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence.layout import (
     ASAN_SIDECAR,
@@ -36,7 +37,8 @@ from verifylib.stages.context import StageContext
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
     "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
-    "published_model", "model_source", "fixture_audio",
+    "published_model", "published_model_name", "audited_encoder", "AuditedEncoder",
+    "model_source", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
     "export_variants",
 ]
@@ -254,8 +256,87 @@ def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
     return dict(ev)
 
 
+def published_model_name(ftype: str) -> str:
+    """Return the run-relative name of the published model file for a tensor type.
+
+    ``fp32/ggml-model.bin`` for a full-precision file; a quantized one keeps its ftype as
+    whisper.cpp's own files do (``fp32/ggml-model-q5_0.bin``), and whisper.cpp's Core ML
+    path rule drops exactly that suffix, so the encoder beside it is still
+    ``fp32/ggml-model-encoder.mlmodelc``.
+
+    Parameters
+    ----------
+    ftype : str
+        ``f32``, ``f16``, ``q8_0``, ``q5_1``, ``q5_0``, ``q4_1`` or ``q4_0``.
+
+    Returns
+    -------
+    str
+    """
+    if ftype in ("f32", "f16"):
+        return "/".join(GGML_MODEL)
+    return f"{GGML_MODEL[0]}/ggml-model-{ftype}.bin"
+
+
+@dataclass(frozen=True)
+class AuditedEncoder:
+    """The encoder the required gates audit, as ``export.contract`` placed it.
+
+    Attributes
+    ----------
+    path : Path
+        The placed ``.mlpackage`` or ``.mlmodelc`` (its tree digest checked again).
+    rel_path : str
+        Its run-relative path.
+    format : str
+        ``mlpackage`` or ``mlmodelc``.
+    precision : str
+        Its declared compute precision (``fp32`` for the suite's own export).
+    identity_key : str
+        The identity its tree digest is bound to.
+    prebuilt : bool
+        True for an encoder audited as given (parameter ``encoder.path``).
+    """
+
+    path: Path
+    rel_path: str
+    format: str
+    precision: str
+    identity_key: str
+    prebuilt: bool
+
+
+def audited_encoder(ctx: StageContext) -> AuditedEncoder:
+    """Return the encoder ``export.contract`` placed in the gated (``fp32``) slot.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    AuditedEncoder
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If the gate did not pass or the placed folder's bytes changed since.
+    """
+    exported = ctx.evidence_of("export.contract", "contract")
+    v = exported_variant(ctx, "fp32")
+    pre = exported.get("prebuilt")
+    fmt = pre["format"] if pre else "mlpackage"
+    precision = pre["precision"] if pre else "fp32"
+    path = ctx.run_dir / v["path"]
+    if not path.is_dir() or tree_digest(path) != v.get("tree_digest"):
+        raise PrerequisiteBroken(f"{path} is not the encoder export.contract placed")
+    return AuditedEncoder(path, v["path"], fmt, precision,
+                          f"artifact.fp32.{fmt}.tree_digest", pre is not None)
+
+
 def published_model(ctx: StageContext) -> tuple[Path, str]:
-    """Return the ``fp32/ggml-model.bin`` that ``export.ggml_model`` wrote, and its ``-m``.
+    """Return the model file that ``export.ggml_model`` published, and its ``-m``.
 
     Parameters
     ----------
@@ -275,9 +356,13 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
         If the gate did not pass or the file's bytes are not the ones it recorded.
     """
     ev = ctx.evidence_of("export.ggml_model", "ggml")
-    path = ctx.run_dir.joinpath(*GGML_MODEL)
+    rel = ev.get("path")
+    if rel not in (published_model_name(ev.get("ftype", "f16")),):
+        raise PrerequisiteBroken(f"export.ggml_model names {rel!r}, not a model file name "
+                                 f"this stage publishes")
+    path = ctx.run_dir / rel
     if not path.is_file() or sha256_file(path) != ev.get("sha256"):
-        raise PrerequisiteBroken(f"{path} is not the ggml-model.bin that passed "
+        raise PrerequisiteBroken(f"{path} is not the model file that passed "
                                  f"export.ggml_model")
     arg = ev.get("model_arg")
     return path, (arg if isinstance(arg, str) and Path(arg) == path else str(path))

@@ -304,7 +304,7 @@ class StageContext:
             return Reason(NotRunKind.DISABLED.value,
                           f"disabled by parameter {disabled_by} = "
                           f"{canonical.dumps(value).decode().strip()}")
-        missing = detect().missing(g.capability)
+        missing = detect().missing(gates.capability_of(g, self.params.data))
         if missing:
             return Reason(NotRunKind.PLATFORM.value, missing)
         prior = self.prior()

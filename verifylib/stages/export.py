@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 
 from verifylib import canonical
-from verifylib.canonical import sha256_file
+from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
@@ -52,6 +53,8 @@ from verifylib.stages.artifacts import (
     runtime_tree,
 )
 from verifylib.stages.context import StageContext
+from verifylib.stages.pair import run_pair
+from verifylib.stages.prebuilt import run_prebuilt_contract
 
 STAGE = "02_export"
 LOAD_PROBE_MS = "2000"
@@ -166,8 +169,19 @@ def _export_compile(ctx: StageContext) -> None:
             prec = v["precision"]
             pkg = ctx.run_dir / v["path"]
             dest = pkg.with_suffix(".mlmodelc")
-            res = compile_mlpackage(pkg, dest)
             model_arg = fp32_arg if prec == "fp32" else str(ctx.run_dir / prec / GGML_MODEL[1])
+            if pkg.suffix == ".mlmodelc":
+                # Audited as given, already compiled and placed by export.contract.
+                digest = tree_digest(pkg)
+                entries.append({
+                    "precision": prec, "package": v["path"],
+                    "package_tree_digest": v["tree_digest"],
+                    "model_arg": model_arg,
+                    "derived_path": contracts.coreml_encoder_path(model_arg),
+                    "placed_path": str(pkg), "tree_digest": digest})
+                ids[f"artifact.{prec}.mlmodelc.tree_digest"] = digest
+                continue
+            res = compile_mlpackage(pkg, dest)
             refs.append(ctx.write_bytes(f"coremlc_stderr_{prec}", res.run.stderr,
                                         f"coremlc-{prec}.stderr.txt"))
             entries.append({
@@ -184,6 +198,67 @@ def _export_compile(ctx: StageContext) -> None:
         refs.append(ctx.write_json("compile", _through_schema(
             CompileEvidence, {"variants": entries, "coremlc": detect().coremlc})))
         g.judge(refs, ids)
+
+
+@dataclass(frozen=True)
+class GivenModel:
+    """A whisper.cpp model file the parameters named, placed unchanged in the run.
+
+    Attributes
+    ----------
+    rel_path : str
+        Where it was placed (``fp32/ggml-model.bin``, or ``fp32/ggml-model-q5_0.bin`` for
+        a quantized file, the name whisper.cpp's Core ML path rule expects).
+    given : str
+        The file the parameters named.
+    sha256 : str
+        Its digest (the placed copy's, which must equal the given file's).
+    bytes : int
+        Its length.
+    hparams : dict
+        Its header's hyper-parameters.
+    n_tensors : int
+        Tensors in it.
+    ftype : str
+        Its tensor type.
+    lossless : bool
+        True: the file is the source itself (a quantized file is a lossy source, which the
+        ftype records).
+    """
+
+    rel_path: str
+    given: str
+    sha256: str
+    bytes: int
+    hparams: dict
+    n_tensors: int
+    ftype: str
+    lossless: bool = True
+
+
+def _place_given_model(ctx: StageContext, given) -> GivenModel:
+    """Copy the named model file into the run under the name whisper.cpp will be given.
+
+    A copy, not a link: the run must not change when the user's file does.
+    """
+    from verifylib.models.ggml_file import open_ggml
+    from verifylib.stages.artifacts import published_model_name
+
+    f = open_ggml(given)
+    rel = published_model_name(f.ftype_name)
+    dest = ctx.run_dir / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.staging-{os.getpid()}")
+    try:
+        shutil.copyfile(given, tmp)
+        digest = sha256_file(tmp)
+        if digest != sha256_file(given):
+            raise PrerequisiteBroken(f"{given} changed while it was copied into the run")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return GivenModel(rel_path=rel, given=str(given), sha256=digest, bytes=dest.stat().st_size,
+                      hparams=dict(f.hparams), n_tensors=len(f.tensors), ftype=f.ftype_name)
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
@@ -209,8 +284,15 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             model_ref = ctx.write_json("model", ModelIntake(
                 kind=info.kind, source_digest=info.source_digest, origin=dict(info.origin),
                 hf_dir=str(info.hf_dir), language=info.language, cached=info.cached).to_json())
-            out = ctx.artifact_path(*GGML_MODEL)
-            written = write_ggml_model(info.hf_dir, out)
+            for stale in ctx.run_dir.joinpath(GGML_MODEL[0]).glob("ggml-model*.bin"):
+                stale.unlink()
+            given: str | None = None
+            if params.model.kind == "ggml":
+                written = _place_given_model(ctx, params.resolve(params.model.spec["path"]))
+                out, ftype, given = ctx.run_dir / written.rel_path, written.ftype, written.given
+            else:
+                out, ftype = ctx.artifact_path(*GGML_MODEL), "f16"  # our writer's one ftype
+                written = write_ggml_model(info.hf_dir, out)
             binary, binary_sha = ggml_binary(ctx)
             audio = runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE
             model_arg = str(out)
@@ -223,15 +305,21 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                     ctx.write_bytes("load_stderr", res.stderr, "load.stderr.txt"),
                     ctx.write_bytes("load_stdout", res.stdout, "load.stdout.txt")]
             refs.append(ctx.write_json("ggml", GgmlModelEvidence(
-                path="/".join(GGML_MODEL), model_arg=model_arg, sha256=written.sha256,
-                bytes=written.bytes, hparams=dict(written.hparams),
+                path=out.relative_to(ctx.run_dir).as_posix(), model_arg=model_arg,
+                sha256=written.sha256, bytes=written.bytes, hparams=dict(written.hparams),
                 n_tensors=written.n_tensors, lossless=written.lossless,
-                binary_sha256=binary_sha, probe=RunRecord.from_json(run_record(res))).to_json()))
+                binary_sha256=binary_sha, probe=RunRecord.from_json(run_record(res)),
+                ftype=ftype, given=given).to_json()))
             g.judge(refs, {identities.MODEL_SOURCE_DIGEST: info.source_digest,
                            identities.MODEL_GGML: written.sha256,
+                           identities.MODEL_GGML_FTYPE: ftype,
                            identities.BINARY_GGML: binary_sha})
-    _export_contract(ctx)
+    if params.encoder is not None:
+        run_prebuilt_contract(ctx, _through_schema)
+    else:
+        _export_contract(ctx)
     _export_compile(ctx)
+    run_pair(ctx)
     report = ctx.finish()
     # The facts table comes from the files the gates cite, as open_run reads a published run.
     report.facts = export_facts_from_evidence(ctx.run_dir, ctx.records)

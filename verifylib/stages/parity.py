@@ -41,12 +41,15 @@ from verifylib.evidence.schemas.parity import (
     Measurement,
     MeasurementMetrics,
     ParityEvidence,
+    PolicyChoiceRecord,
     PolicyRecord,
 )
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (
     POLICY_OF_VARIANT,
+    PolicyChoice,
+    choose_parity_policy,
     compare,
     error_histogram,
     frame_snr_db,
@@ -158,6 +161,37 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
 
 
 # ----------------------------------------------------------------------------- candidates
+
+def policy_choice(ctx: StageContext) -> PolicyChoice | None:
+    """Return the recorded choice of ``parity.program``'s policy, or None for our own export.
+
+    The suite's own fp32 export from a full-precision model is judged under fp32-v1 as its
+    variant says. An encoder audited as given is judged at its declared precision, and any
+    encoder measured against a quantized ggml source under that ftype's floor in pair-v1;
+    both were decided by stage 02 before anything was measured, and are read back here.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 04's context.
+
+    Returns
+    -------
+    PolicyChoice or None
+    """
+    exported = ctx.evidence_of("export.contract", "contract")
+    pre = exported.get("prebuilt")
+    ftype = None
+    if ctx.params.model.kind == "ggml":
+        ftype = ctx.evidence_of("export.ggml_model", "ggml").get("ftype")
+    if pre is None and ftype is None:
+        return None
+    choice = choose_parity_policy(pre["precision"] if pre else "fp32", ftype)
+    if pre is not None and pre["parity_policy"] != choice.policy_id:
+        raise PrerequisiteBroken(f"export.contract chose {pre['parity_policy']}, the recorded "
+                                 f"declaration chooses {choice.policy_id}")
+    return choice
+
 
 def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
                     variant: str | None = None) -> tuple[list, dict, dict, Any]:
@@ -340,11 +374,13 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
         if not g:
             continue
         with g:
-            policy = load_policy(POLICY_OF_VARIANT[variant])
+            choice = policy_choice(ctx) if variant == "fp32" else None
+            policy = load_policy(choice.policy_id if choice else POLICY_OF_VARIANT[variant])
             # The policy is bound to the run before anything is measured.
             short = gate_id.split(".", 1)[1]
             refs = [ctx.write_json(f"policy_{short}", policy_record(policy))]
             exported = exported_variant(ctx, variant)
+            compiled_only = exported["path"].endswith(".mlmodelc")
             if ref is None:
                 ref = reference_run(ctx)
                 ref_outputs = ctx.write_bytes(
@@ -352,7 +388,18 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                                                      for k in ("fixture", "random")}),
                     "reference-outputs.npz")
             attribution = None
-            if kind == "program":
+            if kind == "program" and compiled_only:
+                # A .mlmodelc audited as given holds no program to read: on macOS (the only
+                # host this gate then runs on) Core ML itself executes it.
+                path = ctx.run_dir / exported["path"]
+                measured = tree_digest(path)
+                bound = exported["tree_digest"]
+                measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
+                ident_key = f"artifact.{variant}.mlmodelc.tree_digest"
+                candidate = {"runtime": "coremltools.models.CompiledMLModel",
+                             "compute_units": "ALL", "mlmodelc": str(path),
+                             "why": "a compiled model audited as given has no readable program"}
+            elif kind == "program":
                 path = ctx.run_dir / exported["path"]
                 measured = tree_digest(path)
                 bound = exported["tree_digest"]
@@ -378,7 +425,10 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                 measurements=tuple(Measurement.from_json(m, f"measurements[{i}]")
                                    for i, m in enumerate(measurements)),
                 candidate=candidate, reference=ref.description,
-                inputs=ref.input_records).to_json()
+                inputs=ref.input_records,
+                choice=PolicyChoiceRecord(choice.precision, choice.source_ftype,
+                                          choice.policy_id, choice.why) if choice else None,
+            ).to_json()
             refs.append(ctx.write_json("parity", record, f"{short}.json"))
             refs.append(ctx.write_json("drift", drift, f"{short}-drift.json"))
             refs.append(ref_outputs)
@@ -387,7 +437,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
             if attribution is not None:
                 refs.append(ctx.write_json(ATTRIBUTION, attribution.as_dict(),
                                            f"{short}-attribution.json"))
-            pol = POLICY_OF_VARIANT[variant].split("-")[0]
+            pol = policy.id.split("-")[0]
             ids = {identities.policy_id(pol): policy.id,
                    identities.policy_sha256(pol): policy.sha256,
                    f"fixture.{ref.input_records['fixture']['id']}.sha256":
@@ -395,6 +445,11 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                    identities.MODEL_SOURCE_DIGEST: ref.description["model_source_digest"]}
             if measured == bound:
                 ids[ident_key] = measured
+            if choice is not None:
+                ids[identities.ENCODER_PRECISION] = choice.precision
+                ids[identities.ENCODER_PARITY_POLICY] = choice.policy_id
+                if choice.source_ftype is not None:
+                    ids[identities.MODEL_GGML_FTYPE] = choice.source_ftype
             g.judge(refs, ids)
     # The result is read back from the evidence just written, through the same function
     # open_run uses, so what the notebook shows is what a published run will show.

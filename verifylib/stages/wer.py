@@ -42,7 +42,6 @@ from verifylib.runtime import contracts
 from verifylib.runtime.audio import audio_sha256, read_wav_16k
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.stages.artifacts import (
-    GGML_MODEL,
     coreml_binary,
     fixture_audio,
     ggml_binary,
@@ -135,7 +134,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
         raise ParametersInvalid("no fixtures in the parameters: nothing to transcribe")
     model_ev = ctx.evidence_of("export.ggml_model", "model")
     ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
-    model_file = ctx.run_dir.joinpath(*GGML_MODEL)
+    model_file, _ = published_model(ctx)
     binary, binary_sha = ggml_binary(ctx)
     bundle = load_hf(model_ev["hf_dir"])
     lang = model_language(params)
@@ -145,7 +144,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     # .mlmodelc can be near the model whatever the run directory holds.
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-ggml-"))
     try:
-        ggml_arg = str(scratch / GGML_MODEL[-1])
+        ggml_arg = str(scratch / model_file.name)
         try:
             os.link(model_file, ggml_arg)
         except OSError:

@@ -16,20 +16,48 @@ from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (
+    PAIR_POLICY,
     POLICY_OF_VARIANT,
     as_float,
+    choose_parity_policy,
     compare,
     cosine_from_sums,
+    pair_floor,
     snr_from_energies,
 )
 from verifylib.numerics.scoring import load_policy
 
 
-def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
-    policy_id = POLICY_OF_VARIANT[variant]
+def _chosen_policy(variant: str, doc: ParityEvidence | None) -> tuple[str, list[str]]:
+    # The policy a gate is judged under: its variant's, or the one its recorded choice
+    # re-derives (an encoder audited as given, a ggml-file source).
+    default = POLICY_OF_VARIANT[variant]
+    if doc is None or doc.choice is None:
+        return default, []
+    if variant != "fp32":
+        return default, [f"a {variant} variant records a policy choice; only the audited "
+                         "encoder's gates choose one"]
+    c = doc.choice
+    try:
+        again = choose_parity_policy(c.precision, c.source_ftype)
+    except EvidenceInvalid as exc:
+        return default, [f"the recorded policy choice is malformed: {exc}"]
+    if again.policy_id != c.policy_id:
+        return again.policy_id, [f"the recorded choice {c.policy_id} is not what its declared "
+                                 f"precision {c.precision} and source ftype {c.source_ftype} "
+                                 f"choose ({again.policy_id})"]
+    return again.policy_id, []
 
+
+def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
     def judge(ev) -> Judgement:
         problems = []
+        try:
+            first: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
+        except SchemaError:
+            first = None
+        policy_id, chosen = _chosen_policy(variant, first)
+        problems += chosen
         for name in ev.names():
             if name.startswith("policy_"):
                 problems += policy_file_problems(ev, name, policy_id)
@@ -47,6 +75,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
         if problems or doc is None:
             return Judgement(Status.FAIL, "; ".join(problems))
         return judge_parity(doc, policy_id, kind)
+    judge.__doc__ = f"Judge {variant} {kind} parity under its variant's or its chosen policy."
     return judge
 
 
@@ -147,12 +176,29 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
                                 f"packaged resource "
                                 f"(sha256 {pol.sha256} vs {packaged.sha256})")
     rules = packaged.rules
-    if doc.variant != rules["variant"]:
-        return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
-    want_input = rules["gated"]["input"]
-    want_exec = rules["gated"][f"{kind}_execution"]
+    if policy_id == PAIR_POLICY:
+        # A quantized source: the gated figure is the fixture through the program, against
+        # the ftype's floor (the choice record names the ftype and the precision).
+        if doc.choice is None or doc.choice.source_ftype is None:
+            return Judgement.failed(f"{PAIR_POLICY} applies only to a recorded quantized "
+                                    "source")
+        want_input = rules["inputs"][0]
+        want_exec = rules[f"{kind}_execution"]
+        try:
+            smin, cmin = pair_floor(rules, doc.choice.source_ftype, doc.choice.precision)
+        except EvidenceInvalid as exc:
+            return Judgement.failed(str(exc))
+    else:
+        if doc.variant != rules["variant"]:
+            return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
+        want_input = rules["gated"]["input"]
+        want_exec = rules["gated"][f"{kind}_execution"]
+        smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
     problems: list[str] = []
     art = doc.artifact
+    if kind == "program" and (art.path or "").endswith(".mlmodelc"):
+        # A compiled model audited as given: no program to execute, Core ML runs it.
+        want_exec = rules.get("runtime_execution") or rules["gated"]["runtime_execution"]
     if not art.tree_digest or art.tree_digest != art.exported_tree_digest:
         problems.append(f"the measured artifact (tree digest {art.tree_digest}) is not "
                         f"the exported one ({art.exported_tree_digest})")
@@ -168,7 +214,6 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
         if m is not gated[0]:
             extra.append(f"{m.label}: SNR {_fmt_db(snr)} dB, cosine {cos:.9f}")
     snr, cos, _ = recheck_measurement(gated[0])
-    smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
     met = gated[0].metrics
     figures = (f"{policy_id}, {want_input}/{want_exec}: SNR {_fmt_db(snr)} dB (min {smin:g}), "
                f"cosine {cos:.9f} (min {cmin:g}), max |err| "

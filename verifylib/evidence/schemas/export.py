@@ -26,7 +26,8 @@ from verifylib.evidence.schemas.fields import NamedSchema, field, req
 __all__ = [
     "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
     "ExportVariant", "ConversionFacts", "ModelCopy", "ContractEvidence", "CoremlcRecord",
-    "CompiledVariant", "CompileEvidence",
+    "CompiledVariant", "CompileEvidence", "PrebuiltEncoder", "PairInput", "PairFloor",
+    "PairEvidence",
 ]
 
 
@@ -82,6 +83,12 @@ class GgmlModelEvidence(NamedSchema):
         The ``build.ggml`` binary that loaded it.
     probe : RunRecord
         The load run.
+    ftype : str
+        The file's tensor type (``f16`` for every file our writer makes; for a given file,
+        what its header says: ``f32``, ``f16``, ``q5_0`` ...).
+    given : str or None
+        For model kind ``ggml``: the file the parameters named, placed here unchanged; None
+        when the file was written from the model.
     """
 
     path: str = field(_n.string)
@@ -93,6 +100,8 @@ class GgmlModelEvidence(NamedSchema):
     lossless: bool = field(_n.boolean)
     binary_sha256: str = field(_n.string)
     probe: RunRecord = field(RunRecord.from_json)
+    ftype: str = field(_n.string, optional=True, default="f16")
+    given: str | None = field(_n.string, optional=True, default=None)
 
 
 # ----------------------------------------------------------------------------- export.contract
@@ -151,8 +160,8 @@ class ExportVariant(NamedSchema):
         Whether it was renamed into place.
     tree_digest : str or None
         The placed package's tree digest.
-    conversion : Conversion
-        How it was converted.
+    conversion : Conversion or None
+        How it was converted; None for an encoder audited as given.
     """
 
     precision: str = field(_n.string)
@@ -161,7 +170,7 @@ class ExportVariant(NamedSchema):
     problems: tuple[str, ...] = field(_n.strings)
     placed: bool = field(_n.boolean)
     tree_digest: str | None = field(_n.string_or_null)
-    conversion: Conversion = field(Conversion.from_json)
+    conversion: Conversion | None = field(Conversion.from_json, optional=True, default=None)
 
 
 class ConversionFacts(NamedSchema):
@@ -228,6 +237,9 @@ class ContractEvidence(NamedSchema):
         Versions and the torch-above-tested warning.
     model_copies : dict of str to ModelCopy
         Run-relative path -> copy of ``ggml-model.bin``.
+    prebuilt : PrebuiltEncoder or None
+        For parameter ``encoder.path``: the encoder audited as given, and what it says about
+        itself; None when the encoder was exported here.
     """
 
     model: ModelRef = field(ModelRef)
@@ -237,6 +249,8 @@ class ContractEvidence(NamedSchema):
     build: ConversionFacts = field(ConversionFacts)
     model_copies: dict[str, ModelCopy] = field(
         lambda v, p: _n.map_of(v, p, ModelCopy.from_json))
+    prebuilt: "PrebuiltEncoder | None" = field(
+        lambda v, p: PrebuiltEncoder.from_json(v, p), optional=True, default=None)
 
     @classmethod
     def from_json(cls, doc: Any, path: str | None = None) -> "ContractEvidence":
@@ -249,6 +263,37 @@ class ContractEvidence(NamedSchema):
         """
         req(_n.obj(doc, ""), "model_copies", "", _n.mapping)
         return super().from_json(doc)
+
+
+class PrebuiltEncoder(NamedSchema):
+    """The ``prebuilt`` entry: an encoder audited as given (parameter ``encoder.path``).
+
+    Attributes
+    ----------
+    given : str
+        The path the parameters named.
+    format : str
+        ``mlpackage`` or ``mlmodelc``.
+    source_tree_digest : str
+        Tree digest of the given folder, before it was copied.
+    card : dict
+        What the encoder says about itself (``EncoderCard.to_json``): converter, declared
+        precision, weight compression, layout, IO contract.
+    precision : str
+        The declared compute precision the policies are chosen by (from the card).
+    parity_policy : str
+        The policy ``parity.program`` is judged under, chosen from the card and the model
+        file's ftype before anything was measured.
+    """
+
+    _path = "prebuilt"
+
+    given: str = field(_n.string)
+    format: str = field(_n.string)
+    source_tree_digest: str = field(_n.string)
+    card: dict[str, Any] = field(_n.mapping)
+    precision: str = field(_n.string)
+    parity_policy: str = field(_n.string)
 
 
 # ----------------------------------------------------------------------------- export.compile
@@ -302,8 +347,8 @@ class CompiledVariant(NamedSchema):
         Where the ``.mlmodelc`` was placed.
     tree_digest : str or None
         Its tree digest.
-    coremlc : CoremlcRecord
-        The compile run.
+    coremlc : CoremlcRecord or None
+        The compile run; None for a ``.mlmodelc`` audited as given (nothing compiled).
     """
 
     precision: str = field(_n.string)
@@ -313,7 +358,7 @@ class CompiledVariant(NamedSchema):
     derived_path: str = field(_n.string)
     placed_path: str = field(_n.string)
     tree_digest: str | None = field(_n.string_or_null)
-    coremlc: CoremlcRecord = field(CoremlcRecord.from_json)
+    coremlc: CoremlcRecord | None = field(CoremlcRecord.from_json, optional=True, default=None)
 
 
 class CompileEvidence(NamedSchema):
@@ -329,3 +374,99 @@ class CompileEvidence(NamedSchema):
 
     variants: tuple[CompiledVariant, ...] = field(_n.array_of(CompiledVariant.from_json))
     coremlc: str | None = field(_n.string_or_null)
+
+
+# ----------------------------------------------------------------------------- export.pair
+
+class PairInput(NamedSchema):
+    """One log-mel through both encoders of ``export.pair``.
+
+    Attributes
+    ----------
+    input : str
+        ``fixture`` (the runtime tree's sample through the file's own mel filters) or
+        ``random`` (seeded).
+    logmel_sha256 : str
+        Digest of the log-mel's float32 bytes.
+    snr_db : float
+        SNR of the candidate output against the rebuilt encoder's, float64, no floor.
+    cosine : float
+        Cosine similarity of the two outputs.
+    max_abs_error : float
+        Largest absolute difference.
+    block_snr_db : tuple of float
+        SNR of the residual stream after each encoder block (empty when the candidate's
+        blocks could not be tapped).
+    first_divergent_block : int or None
+        The first block below the floor, None when none is.
+    """
+
+    input: str = field(_n.string)
+    logmel_sha256: str = field(_n.string)
+    snr_db: float = field(_n.real)
+    cosine: float = field(_n.real)
+    max_abs_error: float = field(_n.real)
+    block_snr_db: tuple[float, ...] = field(_n.array_of(_n.real))
+    first_divergent_block: int | None = field(_n.integer_or_null)
+
+
+class PairFloor(NamedSchema):
+    """The ``floor`` entry: which row of ``pair-v1`` applies, and its thresholds.
+
+    Attributes
+    ----------
+    ftype : str
+        The model file's tensor type.
+    precision : str
+        The encoder's declared compute precision.
+    snr_db_min : float
+        SNR each input must reach.
+    cosine_min : float
+        Cosine each input must reach.
+    """
+
+    _path = "floor"
+
+    ftype: str = field(_n.string)
+    precision: str = field(_n.string)
+    snr_db_min: float = field(_n.real)
+    cosine_min: float = field(_n.real)
+
+
+class PairEvidence(NamedSchema):
+    """The ``pair`` document of ``export.pair``.
+
+    Attributes
+    ----------
+    policy : dict
+        ``id``, ``sha256`` and ``rules`` of ``pair-v1``, recorded before measuring.
+    model_file : str
+        Run-relative path of the audited ``.bin``.
+    model_sha256 : str
+        Its digest.
+    encoder : str
+        Run-relative path of the audited encoder.
+    encoder_tree_digest : str
+        Its tree digest.
+    reference : str
+        How the reference was built (the encoder rebuilt from the file's weights).
+    execution : str
+        ``program-float32`` (the ML program, executed here) or ``coreml-all``.
+    floor : PairFloor
+        The applicable thresholds.
+    inputs : tuple of PairInput
+        The fixture log-mel first, then the random one.
+    seconds : float
+        Time of the whole measurement.
+    """
+
+    policy: dict[str, Any] = field(_n.mapping)
+    model_file: str = field(_n.string)
+    model_sha256: str = field(_n.string)
+    encoder: str = field(_n.string)
+    encoder_tree_digest: str = field(_n.string)
+    reference: str = field(_n.string)
+    execution: str = field(_n.string)
+    floor: PairFloor = field(PairFloor)
+    inputs: tuple[PairInput, ...] = field(_n.array_of(PairInput.from_json))
+    seconds: float = field(_n.number)

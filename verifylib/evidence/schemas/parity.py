@@ -38,7 +38,7 @@ from verifylib.evidence.schemas.fields import (
 )
 
 __all__ = ["PolicyRecord", "Artifact", "MeasurementMetrics", "Measurement",
-           "ParityEvidence"]
+           "PolicyChoiceRecord", "ParityEvidence"]
 
 
 class PolicyRecord(Schema):
@@ -140,6 +140,29 @@ class Measurement(Schema):
         return f"{self.input}/{self.execution}"
 
 
+class PolicyChoiceRecord(Schema):
+    """The ``choice`` entry: why this policy, decided before measuring.
+
+    Attributes
+    ----------
+    precision : str
+        The encoder's declared compute precision.
+    source_ftype : str or None
+        The model-file tensor type the reference was rebuilt from (None: not a ggml file).
+    policy_id : str
+        The chosen policy.
+    why : str
+        The rule in words (shown).
+    """
+
+    _path = "choice"
+
+    precision: str = field(string)
+    source_ftype: str | None = field(string_or_null)
+    policy_id: str = field(string)
+    why: str = field(string)
+
+
 class ParityEvidence(Schema, kw_only=True):
     """The ``parity`` document of one parity gate.
 
@@ -157,6 +180,10 @@ class ParityEvidence(Schema, kw_only=True):
     candidate, reference, inputs : dict or None
         Descriptions of the candidate executor, the reference encoder and the two inputs,
         as stored (shown, not judged); None when omitted.
+    choice : PolicyChoiceRecord or None
+        For an encoder audited as given (or a ggml-file source): the declared precision and
+        source ftype the policy was chosen from; None for the suite's own export, whose
+        variant names its policy.
     """
 
     policy: PolicyRecord = field(PolicyRecord)
@@ -168,6 +195,7 @@ class ParityEvidence(Schema, kw_only=True):
     inputs: dict[str, Any] | None = field(mapping, optional=True, default=None)
     measurements: tuple[Measurement, ...] | None = field(
         array_of(Measurement.from_json), optional=True, default=None)
+    choice: PolicyChoiceRecord | None = field(PolicyChoiceRecord, optional=True, default=None)
 
     def measured(self) -> tuple[Measurement, ...]:
         """Return the measurements (empty when the record holds none).

@@ -1,0 +1,131 @@
+"""What the published files declare, read again by ``verify`` and held against the evidence.
+
+The policy of ``parity.program`` and the floor of ``export.pair`` are chosen from two
+declarations, before anything is measured: the audited encoder's compute precision (its
+card) and the model file's tensor type (its header). A forger who edits the evidence to
+claim an fp16 encoder (a looser policy) or a quantized file (a lower floor), and refreshes
+every digest, leaves the published files saying otherwise. So the validator reads the
+declarations from the published bytes, never from the evidence, chooses the policy again
+with the same pure function, and names every record that disagrees.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from verifylib.errors import VerifylibError
+from verifylib.evidence.gates import Status
+from verifylib.evidence.records import EvidenceView, GateRecord
+
+
+def _doc(run_dir: Path, rec: GateRecord | None, name: str) -> Any:
+    if rec is None or rec.status not in (Status.PASS, Status.FAIL):
+        return None
+    view = EvidenceView(run_dir, rec.evidence)
+    return view.json(name) if view.has(name) else None
+
+
+def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
+                         params: Mapping[str, Any] | None) -> list[str]:
+    """Check the recorded precision, ftype and policy choices against the published files.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The published run.
+    records : mapping
+        Gate id to its record, as the receipt lists them.
+    params : mapping or None
+        The bound parameters (``model.kind``, ``encoder.path``).
+
+    Returns
+    -------
+    list of str
+        Problems; empty when every recorded declaration is the published files' own.
+    """
+    from verifylib.numerics.parity import PAIR_POLICY, choose_parity_policy
+
+    run_dir = Path(run_dir)
+    params = params or {}
+    problems: list[str] = []
+    try:
+        ggml = _doc(run_dir, records.get("export.ggml_model"), "ggml")
+        contract = _doc(run_dir, records.get("export.contract"), "contract")
+        pair = _doc(run_dir, records.get("export.pair"), "pair")
+        parity = _doc(run_dir, records.get("parity.program"), "parity")
+    except (OSError, ValueError, VerifylibError) as exc:
+        return [f"declarations: evidence unreadable: {exc}"]
+
+    ftype = None
+    if isinstance(ggml, Mapping) and isinstance(ggml.get("path"), str):
+        model_file = run_dir / ggml["path"]
+        if model_file.is_file():
+            from verifylib.models.ggml_file import open_ggml
+            try:
+                ftype = open_ggml(model_file).ftype_name
+            except VerifylibError as exc:
+                problems.append(f"{ggml['path']}: the published model file is unreadable: {exc}")
+            else:
+                if ggml.get("ftype", "f16") != ftype:
+                    problems.append(f"export.ggml_model records ftype {ggml.get('ftype')!r}, "
+                                    f"the published {ggml['path']} says {ftype}")
+    source_ftype = ftype if (params.get("model") or {}).get("kind") == "ggml" else None
+
+    precision = "fp32"
+    pre = contract.get("prebuilt") if isinstance(contract, Mapping) else None
+    if isinstance(pre, Mapping):
+        variants = contract.get("variants") or [{}]
+        placed = run_dir / str(variants[0].get("path", ""))
+        if placed.is_dir():
+            from verifylib.models.encoder_card import describe_encoder
+            try:
+                card = describe_encoder(placed)
+            except VerifylibError as exc:
+                problems.append(f"{placed.name}: the published encoder is unreadable: {exc}")
+            else:
+                precision = card.precision
+                if pre.get("precision") != card.precision:
+                    problems.append(f"export.contract records a {pre.get('precision')} "
+                                    f"encoder; the published encoder declares "
+                                    f"{card.precision}")
+                if pre.get("card") != card.to_json():
+                    problems.append("export.contract's card is not what the published "
+                                    "encoder says about itself")
+        try:
+            want = choose_parity_policy(precision, source_ftype).policy_id
+        except VerifylibError as exc:
+            problems.append(f"declarations: {exc}")
+        else:
+            if pre.get("parity_policy") != want:
+                problems.append(f"export.contract chose {pre.get('parity_policy')}; the "
+                                f"published declarations choose {want}")
+
+    if isinstance(parity, Mapping):
+        choice = parity.get("choice")
+        needed = isinstance(pre, Mapping) or source_ftype is not None
+        if needed and not isinstance(choice, Mapping):
+            problems.append("parity.program records no policy choice, but the run audits a "
+                            "given encoder or a ggml-file source")
+        elif isinstance(choice, Mapping):
+            want_choice = choose_parity_policy(precision, source_ftype)
+            got = (choice.get("precision"), choice.get("source_ftype"), choice.get("policy_id"))
+            if got != (want_choice.precision, want_choice.source_ftype, want_choice.policy_id):
+                problems.append(f"parity.program's policy choice {got} is not what the "
+                                f"published files declare ({want_choice.precision}, "
+                                f"{want_choice.source_ftype}, {want_choice.policy_id})")
+            if not needed:
+                problems.append("parity.program records a policy choice for the suite's own "
+                                "export from a full-precision model")
+
+    if isinstance(pair, Mapping):
+        floor = pair.get("floor") or {}
+        if ftype is not None and floor.get("ftype") != ftype:
+            problems.append(f"export.pair was judged at the {floor.get('ftype')} floor; the "
+                            f"published model file is {ftype}")
+        if floor.get("precision") != precision:
+            problems.append(f"export.pair was judged for a {floor.get('precision')} encoder; "
+                            f"the published encoder declares {precision}")
+        if (pair.get("policy") or {}).get("id") != PAIR_POLICY:
+            problems.append(f"export.pair was not measured under {PAIR_POLICY}")
+    return problems

@@ -1,0 +1,117 @@
+"""Gate ``export.contract`` of stage 02 for an encoder audited as given (``encoder.path``).
+
+Most users never export an encoder: they download ``ggml-*-encoder.mlmodelc.zip`` or run
+upstream's converter. Such an encoder is read before anything is measured
+(:func:`verifylib.models.encoder_card.describe_encoder`: converter, declared compute
+precision, weight compression, layout, IO contract), checked against the contract derived
+from the model, and copied unchanged into the gated slot
+(``fp32/ggml-model-encoder.mlpackage`` or ``….mlmodelc``: the slot is named after the gated
+variant, the declared precision is recorded). The parity policy is chosen here, from the
+declaration and the model file's ftype, and recorded; ``verify`` chooses it again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from verifylib.canonical import publish_dir, tree_digest
+from verifylib.evidence import identities
+from verifylib.evidence.schemas.export import ContractEvidence
+from verifylib.stages.artifacts import ENCODER_COMPILED, ENCODER_PACKAGE, model_source
+from verifylib.stages.context import StageContext
+
+SLOT = "fp32"
+"""The gated variant's folder, which the audited encoder occupies."""
+
+
+def source_ftype(ctx: StageContext) -> str | None:
+    """Return the tensor type of a ggml-file source, or None for any other model kind.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    str or None
+        The header's ftype (``f16``, ``q5_0`` ...) when ``model.kind`` is ``ggml``.
+    """
+    if ctx.params.model.kind != "ggml":
+        return None
+    from verifylib.models.ggml_file import open_ggml
+
+    return open_ggml(ctx.params.resolve(ctx.params.model.spec["path"])).ftype_name
+
+
+def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
+    """Judge ``export.contract`` for the encoder the parameters name.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 02's context.
+    through_schema : callable
+        ``(schema, doc) -> doc`` as the export stage writes its documents.
+    """
+    from verifylib.evidence.rules.export import prebuilt_contract_problems
+    from verifylib.models.coreml_export import build_facts, contract_of
+    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.hf import load_hf_encoder
+    from verifylib.numerics.parity import choose_parity_policy
+
+    g = ctx.begin("export.contract")
+    if not g:
+        return
+    with g:
+        section = ctx.params.encoder
+        given = Path(section.path)
+        src = model_source(ctx)
+        encoder, _ = load_hf_encoder(src["hf_dir"])
+        contract = contract_of(encoder)
+        del encoder
+        card = describe_encoder(given)
+        description = card.description()
+        problems = prebuilt_contract_problems(description, contract, card.precision,
+                                              card.precision_reason)
+        # The choice is made from the declaration, before anything is measured.
+        policy_id = (choose_parity_policy(card.precision, source_ftype(ctx)).policy_id
+                     if card.precision != "unknown" else "undetermined")
+        name = ENCODER_COMPILED if card.format == "mlmodelc" else ENCODER_PACKAGE
+        for stale in (ENCODER_PACKAGE, ENCODER_COMPILED):
+            shutil.rmtree(ctx.run_dir / SLOT / stale, ignore_errors=True)
+        source_digest = tree_digest(given)
+        placed_digest = None
+        if not problems:
+            final = ctx.artifact_path(SLOT, name)
+            staging = Path(tempfile.mkdtemp(prefix=f".{name}.staging-", dir=final.parent))
+            try:
+                shutil.copytree(given, staging / name, symlinks=False)
+                placed_digest = tree_digest(staging / name)
+                if placed_digest != source_digest:
+                    problems.append(f"the copy of {given} differs from it (changed while it "
+                                    "was copied?)")
+                else:
+                    publish_dir(staging / name, final)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        placed = not problems
+        doc = {
+            "model": src, "config": contract.values(), "contract": contract.as_dict(),
+            "variants": [{"precision": SLOT, "path": f"{SLOT}/{name}",
+                          "description": description, "problems": problems,
+                          "placed": placed, "tree_digest": placed_digest if placed else None}],
+            "build": {**build_facts(), "trace_seconds": 0.0}, "model_copies": {},
+            "prebuilt": {"given": str(given), "format": card.format,
+                         "source_tree_digest": source_digest, "card": card.to_json(),
+                         "precision": card.precision, "parity_policy": policy_id},
+        }
+        ref = ctx.write_json("contract", through_schema(ContractEvidence, doc))
+        ids = {identities.MODEL_SOURCE_DIGEST: src["source_digest"],
+               identities.ENCODER_PRECISION: card.precision,
+               identities.ENCODER_PARITY_POLICY: policy_id}
+        if placed:
+            ids[f"artifact.{SLOT}.{card.format}.tree_digest"] = placed_digest
+        g.judge([ref], ids)
