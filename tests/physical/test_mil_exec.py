@@ -132,11 +132,12 @@ def test_conv_custom_padding_order_strides_dilations_groups(tmp_path):
 
 def test_unknown_op_stops_with_its_name(tmp_path):
     from coremltools.converters.mil import Builder as mb
-    path, (name,) = save_mil(tmp_path, lambda x: mb.silu(x=mb.add(x=x, y=1.0)), (2, 2))
+    path, (name,) = save_mil(tmp_path, lambda x: mb.cumsum(x=mb.add(x=x, y=1.0), axis=0),
+                             (2, 2))
     prog = load_program(path)
-    with pytest.raises(UnsupportedOpError, match="'silu'") as ei:
+    with pytest.raises(UnsupportedOpError, match="'cumsum'") as ei:
         execute(prog, {name: np.zeros((2, 2))})
-    assert ei.value.op_type == "silu"
+    assert ei.value.op_type == "cumsum"
 
 
 def test_residual_taps_refuse_other_structures(tmp_path):

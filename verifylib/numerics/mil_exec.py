@@ -32,10 +32,38 @@ computed, as the program declares; fp16 weight constants are widened exactly. So
 fp32 program in float64 shows the program's math without float32 rounding, and the fp16
 program keeps its float16 storage in both modes.
 
-Supported operations: ``const``, ``linear``, ``conv`` (1-D/2-D, ``valid``/``custom``
-padding), ``layer_norm``, ``gelu`` (all three modes), ``softmax``, ``matmul``,
-``transpose``, ``reshape``, ``add``, ``mul``, ``cast`` — the tiny.en encoder uses the first
-eleven, its fp16 variant adds ``cast``.
+Compressed weights (``constexpr_*`` operations: palettized, linearly quantized, sparse, in
+their iOS 16 and iOS 18 forms) are constants too: each is decompressed, from the stored
+indices, LUTs, scales and masks (sub-byte blobs unpacked from the mapped file), into the
+dense tensor of the dtype the program declares, when an op first reads it; the dense
+weight is kept for that execution until its last reader has run, then dropped.
+
+Supported operations (:data:`SUPPORTED_OPS`; kernels in :mod:`verifylib.numerics.mil_ops`):
+
+- constants: ``const``, ``constexpr_affine_dequantize``, ``constexpr_cast``,
+  ``constexpr_lut_to_dense``, ``constexpr_sparse_to_dense``,
+  ``constexpr_blockwise_shift_scale``, ``constexpr_lut_to_sparse``,
+  ``constexpr_sparse_blockwise_shift_scale``;
+- linear algebra: ``linear``, ``matmul``, ``einsum``, ``conv`` (1-D to 3-D, groups,
+  strides, dilations, ``valid``/``custom``/``same``/``same_lower`` padding),
+  ``scaled_dot_product_attention``;
+- normalization and activations: ``layer_norm``, ``batch_norm``, ``instance_norm``,
+  ``gelu`` (all three modes), ``softmax``, ``relu``, ``silu``, ``sigmoid``, ``tanh``,
+  ``leaky_relu``, ``clip``;
+- element-wise: ``add``, ``sub``, ``mul``, ``real_div``, ``pow``, ``maximum``, ``minimum``,
+  ``exp``, ``log``, ``erf``, ``sqrt``, ``rsqrt``, ``inverse``, ``abs``, ``square``,
+  ``identity``, ``cast``;
+- reductions: ``reduce_mean``, ``reduce_sum``, ``reduce_max``, ``reduce_min``;
+- shapes: ``reshape``, ``transpose``, ``expand_dims``, ``squeeze``, ``concat``, ``split``,
+  ``stack``, ``tile``, ``pad``, ``slice_by_index``, ``slice_by_size``, ``gather``,
+  ``gather_along_axis``.
+
+That covers this suite's export (tiny.en uses ``const``, ``linear``, ``conv``,
+``layer_norm``, ``gelu``, ``softmax``, ``matmul``, ``transpose``, ``reshape``, ``add``,
+``mul``; its fp16 variant adds ``cast``), both paths of whisper.cpp's
+``convert-whisper-to-coreml.py`` (the ``--optimize-ane`` one adds ``einsum``, ``split``,
+``concat``, ``expand_dims``, ``squeeze``), and coremltools' weight compression
+(``coremltools.optimize.coreml``).
 """
 
 from __future__ import annotations
@@ -49,18 +77,25 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from verifylib.errors import ExportFailure, ParametersInvalid
+from verifylib.errors import ParametersInvalid
 from verifylib.numerics.memory import trimmed
+from verifylib.numerics.mil_ops import (
+    CONSTEXPR_KERNELS,
+    KERNELS,
+    MilExecError,
+    as_tensor,
+    torch_dtype,
+    unpack_bits,
+)
 
-SUPPORTED_OPS = ("const", "linear", "conv", "layer_norm", "gelu", "softmax", "matmul",
-                 "transpose", "reshape", "add", "mul", "cast")
+__all__ = ["COMPUTE_MODES", "SUPPORTED_OPS", "Execution", "MilExecError", "Op", "Program",
+           "Stepper", "UnsupportedOpError", "Value", "check_supported", "execute",
+           "load_program", "residual_taps"]
+
+SUPPORTED_OPS = ("const", *CONSTEXPR_KERNELS, *KERNELS)
 """Every MIL operation type :func:`execute` implements."""
 
 COMPUTE_MODES = ("float32", "float64")
-
-
-class MilExecError(ExportFailure):
-    """The program cannot be loaded or executed as written."""
 
 
 class UnsupportedOpError(MilExecError):
@@ -99,7 +134,7 @@ class Value:
 
 @dataclass(frozen=True)
 class Op:
-    """One non-const operation: its type, inputs and outputs.
+    """One operation other than ``const``: its type, inputs and outputs.
 
     Attributes
     ----------
@@ -134,13 +169,17 @@ class Program:
     ops : tuple of Op
         Non-const operations in program order.
     consts : dict
-        Value name -> constant (numpy array, numpy scalar, Python scalar or str).
+        Value name -> constant (numpy array, numpy scalar, Python scalar or str; a blob of
+        a sub-byte type is a :class:`PackedInts`, unpacked when read).
     const_dtypes : dict
         Value name -> MIL dtype of the constant.
     op_counts : dict
-        Operation type -> count, ``const`` included.
+        Operation type -> count, ``const`` and ``constexpr_*`` included.
     specification_version : int
         The protobuf's specification version.
+    constexprs : dict
+        Output name -> the ``constexpr_*`` :class:`Op` computing it (compressed weights:
+        constants, decompressed when executed, so not in ``ops``).
     """
 
     path: Path
@@ -152,11 +191,12 @@ class Program:
     const_dtypes: dict[str, str]
     op_counts: dict[str, int]
     specification_version: int
+    constexprs: dict[str, Op] = field(default_factory=dict)
     _tensor_cache: dict = field(default_factory=dict, repr=False)
     _weights: Any = field(default=None, repr=False)
 
     def producer(self) -> dict[str, Op]:
-        """Map each value name to the op that computes it (consts excluded).
+        """Map each value name to the op that computes it (constants excluded).
 
         Returns
         -------
@@ -180,8 +220,49 @@ class Program:
 
 _BLOB_SENTINEL = 0xDEADBEEF
 _BLOB_DTYPES = {1: ("fp16", np.float16), 2: ("fp32", np.float32), 3: ("uint8", np.uint8),
-                4: ("int8", np.int8)}
+                4: ("int8", np.int8), 6: ("int16", np.int16), 7: ("uint16", np.uint16),
+                14: ("int32", np.int32), 15: ("uint32", np.uint32)}
 """MIL blob storage data type codes (``BlobDataType``) this reader maps without copying."""
+
+_BLOB_SUB_BYTE = {8: ("int4", 4, True), 9: ("uint1", 1, False), 10: ("uint2", 2, False),
+                  11: ("uint4", 4, False), 12: ("uint3", 3, False), 13: ("uint6", 6, False)}
+"""Sub-byte blob codes -> (MIL dtype, bits, signed): bit-packed, read as :class:`PackedInts`.
+
+Codes as coremltools' blob writer (``libmilstoragepython``) stores them; its packing is
+least significant bit first (:func:`verifylib.numerics.mil_ops.unpack_bits`)."""
+
+
+class PackedInts:
+    """A sub-byte integer tensor stored bit-packed (a view into the mapped weight file).
+
+    Only ``constexpr_*`` operations read such values (indices, masks, 4-bit data); the
+    unpacked copy (one byte per element) is made when one reads it, for that weight only.
+
+    Parameters
+    ----------
+    packed : numpy.ndarray
+        The packed bytes (``uint8``).
+    nbits : int
+        Bits per element.
+    signed : bool
+        Two's complement elements (``int4``).
+    shape : tuple of int
+        The declared shape.
+    """
+
+    def __init__(self, packed: np.ndarray, nbits: int, signed: bool, shape: tuple):
+        self.packed, self.nbits, self.signed, self.shape = packed, nbits, signed, shape
+        self.ndim = len(shape)
+
+    def __array__(self, dtype=None, copy=None):
+        """Unpack (numpy's array protocol, so ``np.asarray`` works)."""
+        count = int(np.prod(self.shape, dtype=np.int64))
+        out = unpack_bits(self.packed, self.nbits, count, self.signed).reshape(self.shape)
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        kind = "int" if self.signed else "uint"
+        return f"PackedInts({kind}{self.nbits}, shape={self.shape})"
 
 
 def _value_type(valuetype) -> tuple[str, tuple]:
@@ -229,8 +310,9 @@ class _Weights:
     def view(self, blob, dtype: str, shape: tuple):
         """View the blob at ``blob.offset`` as an array of ``shape``.
 
-        None when its stored type is not what the program declares, or the shape is
-        symbolic (the caller then reads it with coremltools).
+        A sub-byte blob is a :class:`PackedInts` over its bytes. None when the stored type
+        is not what the program declares, or the shape is symbolic (the caller then reads
+        it with coremltools).
         """
         import struct
 
@@ -245,10 +327,18 @@ class _Weights:
         if sentinel != _BLOB_SENTINEL:
             raise MilExecError(f"no blob metadata at offset {blob.offset} of {blob.fileName} "
                                f"(sentinel {sentinel:#x})")
+        count = int(np.prod(shape, dtype=np.int64))
+        sub = _BLOB_SUB_BYTE.get(code)
+        if sub is not None and sub[0] == dtype:
+            if size != -(-count * sub[1] // 8) or data + size > len(mm):
+                raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} "
+                                   f"holds {size} bytes; the program declares {dtype} "
+                                   f"{list(shape)}")
+            packed = np.frombuffer(mm, dtype=np.uint8, count=size, offset=data)
+            return PackedInts(packed, sub[1], sub[2], tuple(shape))
         known = _BLOB_DTYPES.get(code)
         if known is None or known[0] != dtype:
             return None
-        count = int(np.prod(shape, dtype=np.int64))
         if size != count * np.dtype(known[1]).itemsize or data + size > len(mm):
             raise MilExecError(f"weight blob at offset {blob.offset} of {blob.fileName} holds "
                                f"{size} bytes; the program declares {dtype} {list(shape)}")
@@ -275,7 +365,8 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     Returns
     -------
     Program
-        The function's inputs, outputs, non-const ops in order and constants.
+        The function's inputs, outputs, ops in order, constants and compressed constants
+        (``constexpr_*`` operations, decompressed when executed).
 
     Raises
     ------
@@ -319,6 +410,7 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     consts: dict[str, Any] = {}
     const_dtypes: dict[str, str] = {}
     ops: list[Op] = []
+    constexprs: dict[str, Op] = {}
     counts: Counter = Counter()
     for op in block.operations:
         counts[op.type] += 1
@@ -330,6 +422,14 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
             consts[out.name], const_dtypes[out.name] = value_of(op.attributes["val"])
             continue
         ins: dict[str, tuple[str, ...]] = {}
+        compressed = op.type.startswith("constexpr_")
+        if compressed:
+            # Up to iOS 17 a constexpr op's parameters are attributes (from iOS 18, inputs).
+            for pname, attr in op.attributes.items():
+                if pname != "name":
+                    inline = f"{op.outputs[0].name}::{pname}::0"
+                    consts[inline], const_dtypes[inline] = value_of(attr)
+                    ins[pname] = (inline,)
         for pname, arg in op.inputs.items():
             names = []
             for k, binding in enumerate(arg.arguments):
@@ -341,12 +441,15 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
                     names.append(inline)
             ins[pname] = tuple(names)
         outs = tuple(Value(v.name, *_value_type(v.type)) for v in op.outputs)
-        ops.append(Op(op.type, ins, outs))
+        if compressed:
+            constexprs.update({v.name: Op(op.type, ins, outs) for v in outs})
+        else:
+            ops.append(Op(op.type, ins, outs))
     return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
                    ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
                    op_counts=dict(sorted(counts.items())),
                    specification_version=int(spec.specificationVersion),
-                   _weights=weights)
+                   constexprs=constexprs, _weights=weights)
 
 
 def check_supported(program: Program) -> None:
@@ -360,12 +463,16 @@ def check_supported(program: Program) -> None:
     Raises
     ------
     UnsupportedOpError
-        Naming the first op whose type is not in :data:`SUPPORTED_OPS`.
+        Naming the first op (then the first compressed constant) whose type is not in
+        :data:`SUPPORTED_OPS`.
     """
     for i, op in enumerate(program.ops):
         if op.type not in SUPPORTED_OPS:
             where = f"op #{i}, output {op.outputs[0].name!r}" if op.outputs else f"op #{i}"
             raise UnsupportedOpError(op.type, where)
+    for name, op in program.constexprs.items():
+        if op.type not in CONSTEXPR_KERNELS:
+            raise UnsupportedOpError(op.type, f"constant {name!r}")
 
 
 # ----------------------------------------------------------------------------- execution
@@ -393,12 +500,9 @@ class Execution:
     compute: str
 
 
-def _torch_dtype(compute: str):
-    import torch
-    return {"float32": torch.float32, "float64": torch.float64}[compute]
-
-
 _FLOAT_MIL = ("fp16", "fp32", "fp64")
+_NP_FLOAT = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32),
+             "fp64": np.dtype(np.float64)}
 
 
 _CACHE_COPY_BYTES = 1 << 20
@@ -425,162 +529,13 @@ def _const_value(program: Program, name: str, compute: str):
     if dtype in _FLOAT_MIL and isinstance(val, (np.ndarray, np.generic, float)):
         arr = np.asarray(val)
         base = torch.as_tensor(arr)
-        out = base.to(_torch_dtype(compute))
+        out = base.to(torch_dtype(compute))
         if out.data_ptr() != base.data_ptr() and out.nbytes > _CACHE_COPY_BYTES:
             return out
     else:
         out = val
     program._tensor_cache[key] = out
     return out
-
-
-def _np_list(v) -> list:
-    return [int(x) for x in np.asarray(v).reshape(-1).tolist()]
-
-
-def _scalar(v):
-    a = np.asarray(v)
-    if a.size != 1:
-        raise MilExecError(f"expected a scalar parameter, got shape {a.shape}")
-    return a.reshape(-1)[0].item()
-
-
-def _as_tensor(v, compute: str):
-    import torch
-    if isinstance(v, torch.Tensor):
-        return v
-    return torch.as_tensor(np.asarray(v)).to(_torch_dtype(compute))
-
-
-def _op_linear(a, compute):
-    import torch.nn.functional as F
-    x, w = a["x"], a["weight"]
-    b = a.get("bias")
-    return F.linear(x, w, b)
-
-
-def _op_conv(a, compute):
-    import torch.nn.functional as F
-    x, w = a["x"], a["weight"]
-    nsp = x.dim() - 2
-    if nsp not in (1, 2):
-        raise MilExecError(f"conv over {nsp} spatial dimensions is not supported")
-    strides = _np_list(a["strides"]) if "strides" in a else [1] * nsp
-    dil = _np_list(a["dilations"]) if "dilations" in a else [1] * nsp
-    groups = int(_scalar(a["groups"])) if "groups" in a else 1
-    pad_type = str(_scalar(a["pad_type"])) if "pad_type" in a else "valid"
-    if pad_type == "valid":
-        pad = [0] * (2 * nsp)
-    elif pad_type == "custom":
-        pad = _np_list(a["pad"]) if "pad" in a else [0] * (2 * nsp)
-    else:
-        raise MilExecError(f"conv pad_type {pad_type!r} is not supported (valid, custom)")
-    if len(pad) != 2 * nsp:
-        raise MilExecError(f"conv pad has {len(pad)} values for {nsp} spatial dimensions")
-    if any(pad):
-        # MIL lists (begin, end) per spatial dim from the first; F.pad wants the last first.
-        tpad: list[int] = []
-        for i in reversed(range(nsp)):
-            tpad += [pad[2 * i], pad[2 * i + 1]]
-        x = F.pad(x, tpad)
-    fn = F.conv1d if nsp == 1 else F.conv2d
-    return fn(x, w, a.get("bias"), stride=strides, dilation=dil, groups=groups)
-
-
-def _op_layer_norm(a, compute):
-    import torch
-    import torch.nn.functional as F
-    x = a["x"]
-    rank = x.dim()
-    axes = sorted(int(i) % rank for i in _np_list(a["axes"])) if "axes" in a \
-        else list(range(rank))
-    eps = float(_scalar(a["epsilon"])) if "epsilon" in a else 1e-5
-    gamma, beta = a.get("gamma"), a.get("beta")
-    if axes == list(range(rank - len(axes), rank)):
-        shape = [x.shape[i] for i in axes]
-        return F.layer_norm(x, shape, gamma, beta, eps)
-    mean = x.mean(dim=axes, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=axes, keepdim=True)
-    y = (x - mean) / torch.sqrt(var + eps)
-    view = [x.shape[i] if i in axes else 1 for i in range(rank)]
-    if gamma is not None:
-        y = y * gamma.reshape(view)
-    if beta is not None:
-        y = y + beta.reshape(view)
-    return y
-
-
-def _op_gelu(a, compute):
-    import torch
-    import torch.nn.functional as F
-    mode = str(_scalar(a["mode"])) if "mode" in a else "EXACT"
-    x = a["x"]
-    if mode == "EXACT":
-        return F.gelu(x)
-    if mode == "TANH_APPROXIMATION":
-        return F.gelu(x, approximate="tanh")
-    if mode == "SIGMOID_APPROXIMATION":
-        return x * torch.sigmoid(1.702 * x)
-    raise MilExecError(f"gelu mode {mode!r} is not supported")
-
-
-def _op_softmax(a, compute):
-    import torch
-    axis = int(_scalar(a["axis"])) if "axis" in a else -1
-    return torch.softmax(a["x"], dim=axis)
-
-
-def _op_matmul(a, compute):
-    import torch
-    x, y = a["x"], a["y"]
-    if "transpose_x" in a and bool(_scalar(a["transpose_x"])) and x.dim() >= 2:
-        x = x.transpose(-1, -2)
-    if "transpose_y" in a and bool(_scalar(a["transpose_y"])) and y.dim() >= 2:
-        y = y.transpose(-1, -2)
-    return torch.matmul(x, y)
-
-
-def _op_transpose(a, compute):
-    return a["x"].permute(*_np_list(a["perm"]))
-
-
-def _op_reshape(a, compute):
-    x = a["x"]
-    shape = _np_list(a["shape"])
-    if 0 in shape:
-        if len(shape) != x.dim():
-            raise MilExecError("reshape: 0 in shape needs len(shape) == rank(x)")
-        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
-    return x.reshape(shape)
-
-
-def _op_add(a, compute):
-    return _as_tensor(a["x"], compute) + _as_tensor(a["y"], compute)
-
-
-def _op_mul(a, compute):
-    return _as_tensor(a["x"], compute) * _as_tensor(a["y"], compute)
-
-
-def _op_cast(a, compute):
-    import torch
-    target = str(_scalar(a["dtype"]))
-    x = _as_tensor(a["x"], compute)
-    if target in ("fp16", "fp32", "fp64"):
-        return x.to(_torch_dtype(compute))  # fp16 rounding is applied by the output type
-    if target in ("int32", "int16", "int8", "uint8", "uint16", "int64"):
-        return x.to(torch.int64)
-    if target == "bool":
-        return x.to(torch.bool)
-    raise MilExecError(f"cast to {target!r} is not supported")
-
-
-_IMPL: dict[str, Callable] = {
-    "linear": _op_linear, "conv": _op_conv, "layer_norm": _op_layer_norm,
-    "gelu": _op_gelu, "softmax": _op_softmax, "matmul": _op_matmul,
-    "transpose": _op_transpose, "reshape": _op_reshape, "add": _op_add, "mul": _op_mul,
-    "cast": _op_cast,
-}
 
 
 class Stepper:
@@ -624,7 +579,7 @@ class Stepper:
             raise ParametersInvalid(f"compute must be one of {COMPUTE_MODES}, got {compute!r}")
         check_supported(program)
         self.program, self.compute, self.round_fp16 = program, compute, round_fp16
-        self._tdtype = tdtype = _torch_dtype(compute)
+        self._tdtype = tdtype = torch_dtype(compute)
         self.env: dict[str, Any] = {}
         for v in program.inputs:
             if v.name not in feeds:
@@ -634,7 +589,12 @@ class Stepper:
             if all(isinstance(d, int) for d in want) and tuple(arr.shape) != want:
                 raise MilExecError(f"input {v.name!r} has shape {arr.shape}, the program "
                                    f"declares {want}")
-            t = torch.as_tensor(arr).to(tdtype)
+            if v.dtype in _FLOAT_MIL:
+                t = torch.as_tensor(arr).to(tdtype)
+            elif v.dtype == "bool":
+                t = torch.as_tensor(arr.astype(bool))
+            else:  # the integer types: exact as int64 (mil_ops holds every integer so)
+                t = torch.as_tensor(arr.astype(np.int64))
             if v.dtype == "fp16" and round_fp16:
                 t = t.to(torch.float16).to(tdtype)
             self.env[v.name] = t
@@ -670,11 +630,13 @@ class Stepper:
                             vals.append(env[n])
                         elif n in program.consts:
                             vals.append(_const_value(program, n, self.compute))
+                        elif n in program.constexprs:
+                            vals.append(self._decompressed(n))
                         else:
                             raise MilExecError(f"op #{i} {op.type}: input {n!r} is not "
                                                f"computed yet")
                     args[pname] = vals[0] if len(vals) == 1 else vals
-                result = _IMPL[op.type](args, self.compute)
+                result = KERNELS[op.type](args, self.compute)
                 results = result if isinstance(result, (list, tuple)) else (result,)
                 if len(results) != len(op.outputs):
                     raise MilExecError(f"op #{i} {op.type}: produced {len(results)} values, "
@@ -696,6 +658,53 @@ class Stepper:
                     if self._last_use.get(n) == i and n not in self._keep:
                         env.pop(n, None)
 
+    def _decompressed(self, name: str):
+        """Return a compressed constant, decompressed on its first read in this execution.
+
+        Every output of its ``constexpr_*`` op that a later op reads goes into ``env`` as
+        a tensor of the compute dtype (an fp16 weight widened exactly) and is freed after
+        its last reader, like any value: so a weight several ops share is decompressed
+        once per execution, and none is kept across executions.
+        """
+        op = self.program.constexprs[name]
+        raw = self._decompress(op, {})
+        for arr, out in zip(raw, op.outputs):
+            if out.name == name or out.name in self._last_use or out.name in self._keep:
+                self.env[out.name] = as_tensor(arr, self.compute)
+        return self.env[name]
+
+    def _decompress(self, op: Op, memo: dict) -> tuple:
+        """Run one ``constexpr_*`` op on its stored inputs (recursively through others)."""
+        program = self.program
+        args: dict[str, Any] = {}
+        for pname, names in op.inputs.items():
+            vals = []
+            for n in names:
+                if n in program.consts:
+                    vals.append(program.consts[n])
+                elif n in program.constexprs:
+                    src = program.constexprs[n]
+                    if id(src) not in memo:
+                        memo[id(src)] = self._decompress(src, memo)
+                    vals.append(memo[id(src)][[v.name for v in src.outputs].index(n)])
+                else:
+                    raise MilExecError(f"{op.type} -> {op.outputs[0].name!r}: input {n!r} "
+                                       "is not a constant")
+            args[pname] = vals[0] if len(vals) == 1 else vals
+        raw = CONSTEXPR_KERNELS[op.type](args)
+        if len(raw) != len(op.outputs):
+            raise MilExecError(f"{op.type}: produced {len(raw)} values, the program declares "
+                               f"{len(op.outputs)}")
+        for arr, out in zip(raw, op.outputs):
+            want = _NP_FLOAT.get(out.dtype)
+            if want is not None and arr.dtype != want:
+                raise MilExecError(f"{op.type} -> {out.name!r}: decompressed to {arr.dtype}, "
+                                   f"the program declares {out.dtype}")
+            if all(isinstance(d, int) for d in out.shape) and tuple(arr.shape) != out.shape:
+                raise MilExecError(f"{op.type} -> {out.name!r}: shape {tuple(arr.shape)}, "
+                                   f"the program declares {out.shape}")
+        return raw
+
     def outputs(self) -> dict[str, np.ndarray]:
         """Collect the function outputs, once :meth:`steps` is exhausted.
 
@@ -715,6 +724,8 @@ class Stepper:
                 outputs[name] = self.env[name].detach().cpu().numpy()
             elif name in self.program.consts:
                 outputs[name] = np.asarray(self.program.consts[name])
+            elif name in self.program.constexprs:
+                outputs[name] = self._decompressed(name).detach().cpu().numpy()
             else:
                 raise MilExecError(f"output {name!r} was never computed")
         return outputs
