@@ -201,3 +201,26 @@ def runs(published, tmp_path_factory):
     a = published.run_dir
     return {"a": a, "b": checkpoint2(a, base / "ckpt2"), "short": three_blocks(a, base / "short"),
             "not_run": parity_not_run(a, base / "not-run")}
+
+
+@pytest.fixture(scope="session")
+def upstream_encoders(verifylib_cache, v185_source):
+    """whisper.cpp's own Core ML encoders of the default model (:mod:`tests.helpers.upstream`).
+
+    ``plain`` (``convert-whisper-to-coreml.py``), ``ane`` (its ``--optimize-ane``) and ``h5``
+    (``convert-h5-to-coreml.py`` on the Hugging Face folder), each converted by the pinned
+    tree's own script functions in a child Python process with the pinned openai-whisper and
+    ane_transformers sdists, and cached in the session cache by content key (cold: a pip
+    download and about 15 s per package on 2 cores; warm: re-hashed only).
+
+    Returns
+    -------
+    tests.helpers.upstream.UpstreamEncoders
+        ``.paths[<path>]`` the packages, ``.made[<path>]`` what made each.
+    """
+    from tests.helpers.model_data import default_model_spec
+    from tests.helpers.upstream import upstream_encoders as build
+    from verifylib.models.intake import obtain_model
+
+    info = obtain_model(default_model_spec(), verifylib_cache, log=lambda _msg: None)
+    return build(verifylib_cache, v185_source, info)

@@ -36,3 +36,29 @@ def assert_same_result(a: gw.GgmlWriteResult, b: gw.GgmlWriteResult) -> None:
     assert a.lossless == b.lossless
     assert a.max_abs_rounding == b.max_abs_rounding or (np.isnan(a.max_abs_rounding)
                                                         and np.isnan(b.max_abs_rounding))
+
+
+def swapped_layers_folder(hf_dir: Path, dest: Path, i: int, j: int) -> Path:
+    """Copy a Hugging Face Whisper folder with encoder layers ``i`` and ``j`` swapped.
+
+    The result has every shape of the original and other weights where it matters: a model
+    that is *not* the one the original's encoder computes, for the pair gate's mismatch.
+    """
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    dest = Path(dest)
+    shutil.copytree(hf_dir, dest, ignore=shutil.ignore_patterns("model.safetensors",
+                                                                  "verifylib-import.json"))
+    tensors = load_file(str(Path(hf_dir) / "model.safetensors"))
+    a, b = f"model.encoder.layers.{i}.", f"model.encoder.layers.{j}."
+    out = {}
+    for name, value in tensors.items():
+        if name.startswith(a):
+            name = b + name[len(a):]
+        elif name.startswith(b):
+            name = a + name[len(b):]
+        out[name] = value
+    save_file(out, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return dest

@@ -14,7 +14,13 @@ import os
 from dataclasses import dataclass, field
 
 from verifylib.errors import ParametersInvalid
-from verifylib.numerics.drift import TOP_N, Attribution, attribute
+from verifylib.numerics.drift import (
+    TOP_N,
+    Attribution,
+    attribute,
+    empty_ranking_sentence,
+    mapping_sentence,
+)
 
 
 @dataclass
@@ -124,17 +130,21 @@ def format_top(att: Attribution, n: int = TOP_N) -> str:
     Returns
     -------
     str
-        Both tables, one line per op (``none: no op loses anything`` for an empty one).
+        Both tables, one line per op. An empty one says what it covers
+        (:func:`~verifylib.numerics.drift.empty_ranking_sentence`): ``no op loses anything``
+        only when every op was compared, else how many were and that the others were not.
     """
     lines = []
-    for title, ops, snr, delta in (
-            ("conversion drift (against the Hugging Face modules)", att.top, "snr_db",
-             "delta_snr_db"),
-            ("precision drift (against the program in float64)", att.precision_top,
-             "precision_snr_db", "precision_delta_snr_db")):
+    for kind, title, ops, snr, delta in (
+            ("conversion", "conversion drift (against the Hugging Face modules)", att.top,
+             "snr_db", "delta_snr_db"),
+            ("precision", "precision drift (against the program in float64)",
+             att.precision_top, "precision_snr_db", "precision_delta_snr_db")):
         lines.append(f"{title}: worst ops by ΔSNR")
+        if kind == "conversion" and att.mapped < att.executed:
+            lines.append(f"  ({mapping_sentence(att)})")
         if not ops:
-            lines.append("  none: no op loses anything")
+            lines.append(f"  none: {empty_ranking_sentence(att, kind)}")
             continue
         lines.append(f"  {'#':>4}  {'op':<28} {'type':<11} {'module / scope':<34} "
                      f"{'SNR dB':>8} {'ΔSNR dB':>8}")
@@ -176,8 +186,8 @@ def cli_main(args) -> int:
         print(f"verifylib drift: {exc}", file=sys.stderr)
         return 2
     att = res.attribution
-    print(f"{res.package}: {len(att.ops)} ops ({att.unmapped} without a Hugging Face "
-          f"counterpart), fixture {res.fixture}, {res.compute}, {att.seconds:.1f} s")
+    print(f"{res.package}: {mapping_sentence(att)}; fixture {res.fixture}, {res.compute}, "
+          f"{att.seconds:.1f} s")
     print(format_top(att, args.top))
     if args.json:
         canonical.write_json(args.json, att.as_dict())

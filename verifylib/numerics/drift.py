@@ -25,23 +25,46 @@ lists; a broken weight shows up first at the op that reads it.
 
 How MIL ops are mapped to torch modules (documented in docs/drift.md): coremltools
 names a weight constant after the torch parameter it came from, with dots as underscores
-(``encoder_layers_2_fc1_weight``, in an fp16 program ``…_weight_to_fp16``). So
+(``encoder_layers_2_fc1_weight``, in an fp16 program ``…_weight_to_fp16``). A program
+traced from openai-whisper's modules (whisper.cpp's own ``convert-whisper-to-coreml.py``)
+carries openai-whisper's names instead (``blocks_2_mlp_0_weight``, ``blocks_2_attn_ln``,
+``ln_post``, ``positional_embedding``); each is an alias of the same HF module
+(:func:`openai_module_path`), so attribution compares it with the same HF reference
+output. So
 
 1. an op reading a ``*_weight`` / ``*_bias`` / gamma constant is the op of that module
-   (the longest module path whose underscored form ends the constant's name): ``linear``
-   -> ``layers.k.fc1``, ``conv`` -> ``conv1``, ``layer_norm`` -> ``layers.k.final_layer_norm``;
-   its output is that module's output, except for a weight read by an elementwise op (the
-   positional embedding's ``add``), whose output is the ``embeddings`` point (the input of
-   ``layers.0``, as the HF encoder feeds it). A constant read by several ops names no
-   module: coremltools merges identical constants (a freshly initialized model's layer
-   norms all have gamma 1 and beta 0), so its name says nothing about which op is whose;
-2. the output of ``layers.k.self_attn.out_proj`` is also ``layers.k.self_attn``'s output;
-3. a ``gelu`` applied to ``layers.k.fc1``'s output is ``layers.k.activation_fn``;
-4. the ``x`` of the layer norm opening block ``k + 1`` (or of the final ``layer_norm``) is
-   block ``k``'s output, ``layers.k``;
-5. every other op (reshapes, transposes, the attention's matmuls and softmax, casts) has
+   (the longest module path, HF or openai alias, whose underscored form ends the
+   constant's name): ``linear`` -> ``layers.k.fc1``, ``conv`` -> ``conv1``, ``layer_norm`` ->
+   ``layers.k.final_layer_norm``; its output is that module's output, except for a weight
+   read by an elementwise op (the positional embedding's ``add``), whose output is the
+   ``embeddings`` point (the input of ``layers.0``, as the HF encoder feeds it). A
+   constant read by several ops names no module: coremltools merges identical constants
+   (a freshly initialized model's layer norms all have gamma 1 and beta 0), so its name
+   says nothing about which op is whose;
+2. a weight or gamma constant whose name says nothing (``const_4_to_fp16``: openai-whisper's
+   layers cast their weights in ``forward``, and coremltools names the folded result
+   anonymously) is identified by its values, when the HF encoder's parameters are given:
+   it is that module's when its values are exactly one HF weight's, as stored (float32)
+   or rounded to float16. A value two weights share, or none (a weight the converter
+   folded with a scale, a bias divided by a gamma), identifies nothing;
+3. the output of ``layers.k.self_attn.out_proj`` is also ``layers.k.self_attn``'s output;
+4. a ``gelu`` applied to ``layers.k.fc1``'s output (a ``linear``, or the 1x1 ``conv`` the
+   ANE-optimized converter puts in its place) is ``layers.k.activation_fn``;
+5. the ``x`` of the layer norm opening block ``k + 1`` (or of the final ``layer_norm``) is
+   block ``k``'s output, ``layers.k``; the ``x`` of the one opening block 0 is the
+   ``embeddings`` point;
+6. every other op (reshapes, transposes, the attention's matmuls and softmax, casts) has
    no HF counterpart: it is listed with ``module`` None and its ``scope`` (the region it
    sits in: the common prefix of the weighted ops around it), never dropped.
+
+A value is compared with its HF module's output when it has the same shape, or when it is
+that output in the ANE layout (``(batch, channels, 1, frames)`` for HF's
+``(batch, frames, channels)``, as the ANE-optimized converter lays out every value between
+its 1x1 convs): the same numbers, read in the other order. How many ops were compared is
+part of the result (:attr:`Attribution.mapped` of :attr:`Attribution.executed`); drift an
+unmapped op introduces is not attributed to it (it shows at the next compared value), and
+:func:`mapping_sentence` and :func:`empty_ranking_sentence` say so wherever the result is
+printed or displayed.
 
 Why hand-written: coremltools' ``MLModelComparator`` needs the Core ML runtime (macOS) and
 compares two Core ML models, not a program with its torch source; nothing else attributes
@@ -58,6 +81,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from verifylib.canonical import sha256_bytes
 from verifylib.errors import ParametersInvalid
 from verifylib.numerics.memory import release_memory, trimmed
 
@@ -72,8 +96,27 @@ EMBEDDINGS = "embeddings"
 """The pseudo-module of the encoder's embedded input (the input of ``layers.0``)."""
 
 _PARAM_SUFFIXES = ("_weight", "_bias")
-_REARRANGING = ("transpose", "reshape")
+_REARRANGING = ("transpose", "reshape", "expand_dims", "squeeze", "split")
+"""Ops that move values without arithmetic: the output (for ``split``, its outputs taken
+together) has exactly the input's sums, so the input's precision figures are reused."""
 _WEIGHT_PARAMS = ("weight", "gamma", "y", "x", "bias", "beta")
+_VALUE_PARAMS = ("weight", "gamma")
+"""The parameters whose anonymous constants are identified by value: a module's own
+weights. Biases and elementwise operands are not (zero biases and scalars are shared)."""
+
+# openai-whisper's AudioEncoder names, per HF WhisperEncoder module (whisper/model.py:
+# ``blocks.N.attn.{query,key,value,out}``, ``attn_ln``, ``mlp`` = Linear, GELU, Linear,
+# ``mlp_ln``, ``ln_post``; the positions are a bare tensor, ``positional_embedding``).
+_OPENAI_TOP = {"conv1": "conv1", "conv2": "conv2", "layer_norm": "ln_post",
+               "embed_positions": "positional_embedding"}
+_OPENAI_LEAVES = {"self_attn": "attn", "self_attn.q_proj": "attn.query",
+                  "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
+                  "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln",
+                  "fc1": "mlp.0", "activation_fn": "mlp.1", "fc2": "mlp.2",
+                  "final_layer_norm": "mlp_ln"}
+_BARE_TENSORS = ("embed_positions",)
+"""HF modules whose openai-whisper counterpart is a tensor, not a module (its constant
+has no ``_weight`` suffix)."""
 
 
 # ----------------------------------------------------------------------------- results
@@ -190,7 +233,8 @@ class Attribution:
     fixture : str or None
         The input's fixture id.
     unmapped : int
-        Ops without an HF counterpart.
+        Ops without an HF counterpart (:attr:`mapped` and :attr:`executed` count the
+        others and all of them).
     seconds : float
         Wall time of the attribution.
     ceiling_db : float
@@ -212,6 +256,21 @@ class Attribution:
     ceiling_db: float = CEILING_DB
     input_precision: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def executed(self) -> int:
+        """Ops executed (every op of the program but its constants)."""
+        return len(self.ops)
+
+    @property
+    def mapped(self) -> int:
+        """Ops compared with an HF module's output (the ones conversion drift covers)."""
+        return sum(1 for o in self.ops if o.module is not None)
+
+    @property
+    def precision_compared(self) -> int:
+        """Ops whose output was compared with the float64 execution (floating values)."""
+        return sum(1 for o in self.ops if o.precision_snr_db is not None)
+
     def as_dict(self) -> dict:
         """Return the JSON document (``ops``, ``top``, ``modules`` and the rest).
 
@@ -220,13 +279,15 @@ class Attribution:
         dict
             ``ops``, ``top`` and ``precision_top`` as :meth:`OpDrift.row` rows,
             ``modules``, ``points``, ``compute``, ``variant``, ``fixture``, ``unmapped``,
-            ``seconds`` (rounded to ms), ``ceiling_db`` and ``input_precision``.
+            ``mapped``, ``executed``, ``seconds`` (rounded to ms), ``ceiling_db`` and
+            ``input_precision``.
         """
         return {"ops": [o.row() for o in self.ops], "top": [o.row() for o in self.top],
                 "precision_top": [o.row() for o in self.precision_top],
                 "modules": [asdict(m) for m in self.modules], "points": list(self.points),
                 "compute": self.compute, "variant": self.variant, "fixture": self.fixture,
-                "unmapped": self.unmapped, "seconds": round(self.seconds, 3),
+                "unmapped": self.unmapped, "mapped": self.mapped, "executed": self.executed,
+                "seconds": round(self.seconds, 3),
                 "ceiling_db": self.ceiling_db, "input_precision": dict(self.input_precision)}
 
     @classmethod
@@ -304,6 +365,69 @@ class Attribution:
         return [o.row() for o in (self.ops if ops is None else ops)]
 
 
+def mapping_sentence(att: Attribution) -> str:
+    """Say how much of the program conversion drift covers.
+
+    Parameters
+    ----------
+    att : Attribution
+        The attribution.
+
+    Returns
+    -------
+    str
+        ``"N of M ops mapped to a reference module; conversion drift was not attributed
+        for the other M-N"`` (``"all M ops mapped to a reference module"`` when every op
+        was compared).
+    """
+    m, n = att.mapped, att.executed
+    if n and m == n:
+        return f"all {n} ops mapped to a reference module"
+    return (f"{m} of {n} ops mapped to a reference module; conversion drift was not "
+            f"attributed for the other {n - m}")
+
+
+def empty_ranking_sentence(att: Attribution, kind: str) -> str:
+    """Say what an empty ranking means, claiming nothing about ops that were not compared.
+
+    Parameters
+    ----------
+    att : Attribution
+        The attribution.
+    kind : {"conversion", "precision"}
+        Which ranking is empty (:attr:`Attribution.top` or
+        :attr:`Attribution.precision_top`).
+
+    Returns
+    -------
+    str
+        ``"no op loses anything"`` only when every op was compared; otherwise how many
+        were compared, and that the others were not.
+
+    Raises
+    ------
+    ValueError
+        For another ``kind``.
+    """
+    n = att.executed
+    if kind == "conversion":
+        m = att.mapped
+        if n and m == n:
+            return "no op loses anything"
+        if m == 0:
+            return (f"nothing to rank: none of the {n} ops was mapped to a reference "
+                    f"module, so conversion drift was not attributed at all")
+        return (f"none of the {m} mapped ops loses anything against its reference "
+                f"module; conversion drift was not attributed for the other {n - m}")
+    if kind == "precision":
+        k = att.precision_compared
+        if n and k == n:
+            return "no op loses anything"
+        return (f"none of the {k} ops compared loses anything; the other {n - k} (values "
+                f"that are not floating point) were not compared")
+    raise ValueError(f"kind must be 'conversion' or 'precision', got {kind!r}")
+
+
 def _num(v):
     if v is None:
         return None
@@ -345,8 +469,39 @@ class OpMapping:
     weight_module: str | None
 
 
+def openai_module_path(hf_path: str) -> str | None:
+    """Name an HF WhisperEncoder module as openai-whisper's AudioEncoder names it.
+
+    Parameters
+    ----------
+    hf_path : str
+        Dotted HF encoder module path (``layers.2.self_attn.q_proj``).
+
+    Returns
+    -------
+    str or None
+        The openai-whisper path (``blocks.2.attn.query``; ``layer_norm`` -> ``ln_post``,
+        ``layers.k.fc1`` -> ``blocks.k.mlp.0``, ``embed_positions`` ->
+        ``positional_embedding``), or None for a module openai-whisper does not have.
+    """
+    if hf_path in _OPENAI_TOP:
+        return _OPENAI_TOP[hf_path]
+    parts = hf_path.split(".")
+    if len(parts) >= 2 and parts[0] == "layers" and parts[1].isdigit():
+        if len(parts) == 2:
+            return f"blocks.{parts[1]}"
+        leaf = _OPENAI_LEAVES.get(".".join(parts[2:]))
+        if leaf is not None:
+            return f"blocks.{parts[1]}.{leaf}"
+    return None
+
+
 def module_keys(module_paths: Iterable[str]) -> dict[str, str]:
     """Map underscored forms to dotted HF module paths (``layers_0_fc1`` -> ``layers.0.fc1``).
+
+    Each module's openai-whisper name (:func:`openai_module_path`) is a key too, to the
+    same HF path (``blocks_0_mlp_0`` -> ``layers.0.fc1``), so a program traced from
+    openai-whisper's modules maps onto the same reference modules.
 
     Parameters
     ----------
@@ -356,9 +511,17 @@ def module_keys(module_paths: Iterable[str]) -> dict[str, str]:
     Returns
     -------
     dict
-        Underscored form -> dotted path.
+        Underscored form -> dotted HF path.
     """
-    return {p.replace(".", "_"): p for p in module_paths if p}
+    keys = {}
+    for p in module_paths:
+        if not p:
+            continue
+        keys[p.replace(".", "_")] = p
+        alias = openai_module_path(p)
+        if alias is not None:
+            keys.setdefault(alias.replace(".", "_"), p)
+    return keys
 
 
 def weight_module(const_name: str, keys: Mapping[str, str]) -> str | None:
@@ -375,7 +538,9 @@ def weight_module(const_name: str, keys: Mapping[str, str]) -> str | None:
     -------
     str or None
         The dotted path of the longest key that ends the name before its ``_weight`` or
-        ``_bias`` suffix, or None when the name has no such suffix or no key matches.
+        ``_bias`` suffix; for a name without a suffix, the HF module of an openai-whisper
+        bare tensor the name ends with (``positional_embedding`` -> ``embed_positions``);
+        None when nothing matches.
     """
     name = const_name
     if name.endswith("_to_fp16"):
@@ -385,6 +550,10 @@ def weight_module(const_name: str, keys: Mapping[str, str]) -> str | None:
             base = name[: -len(suf)]
             break
     else:
+        for path in _BARE_TENSORS:
+            bare = _OPENAI_TOP[path]
+            if keys.get(bare) == path and (name == bare or name.endswith("_" + bare)):
+                return path
         return None
     best = None
     for k, path in keys.items():
@@ -429,7 +598,48 @@ def region(path: str) -> str:
     return parts[0]
 
 
-def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
+class _ValueIndex:
+    """The HF weights by exact value, for constants whose name identifies no module.
+
+    Built on first use only: a program whose weights are all named (any program traced
+    from the HF modules) never pays for digesting the encoder's parameters.
+    """
+
+    def __init__(self, parameters):
+        self._parameters = parameters
+        self._index: dict[tuple, set[str]] | None = None
+
+    def _build(self) -> dict[tuple, set[str]]:
+        index: dict[tuple, set[str]] = {}
+        for pname, value in self._parameters:
+            module, _, leaf = pname.rpartition(".")
+            if leaf != "weight" or not module:
+                continue
+            arr = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+            # The program holds the weight as stored, or rounded to float16 by an fp16
+            # conversion (round to nearest even, as numpy rounds).
+            for dtype, rendered in (("fp32", arr), ("fp16", arr.astype(np.float16))):
+                key = (dtype, rendered.size, sha256_bytes(rendered.tobytes()))
+                index.setdefault(key, set()).add(module)
+        return index
+
+    def module_of(self, value, dtype: str) -> str | None:
+        if dtype not in ("fp16", "fp32"):
+            return None
+        arr = np.asarray(value)
+        if arr.size < 2:
+            return None
+        if self._index is None:
+            self._index = self._build()
+        arr = np.ascontiguousarray(arr, dtype=np.float16 if dtype == "fp16" else np.float32)
+        found = self._index.get((dtype, arr.size, sha256_bytes(arr.tobytes())), set())
+        # A value two weights share identifies neither.
+        return next(iter(found)) if len(found) == 1 else None
+
+
+def map_program(program, module_paths: Iterable[str],
+                parameters: Iterable[tuple[str, Any]] | None = None) -> list[OpMapping]:
     """Map every op of ``program`` to the HF encoder's modules (module docstring rules).
 
     Parameters
@@ -438,6 +648,10 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
         The loaded program whose ops (and constants) are mapped.
     module_paths : iterable of str
         The encoder's ``named_modules()`` paths.
+    parameters : iterable of (str, tensor), optional
+        The encoder's ``named_parameters()``: a weight or gamma constant whose name names
+        no module is then identified by its values (rule 2). Without them such a
+        constant identifies nothing.
 
     Returns
     -------
@@ -447,6 +661,7 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
     paths = [p for p in module_paths if p]
     keys = module_keys(paths)
     known = set(paths)
+    by_value = _ValueIndex(parameters) if parameters is not None else None
     readers: Counter = Counter(n for op in program.ops for names in op.inputs.values()
                                for n in set(names) if n in program.consts)
     wmods: list[str | None] = []
@@ -459,6 +674,9 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
                 # zero biases of a freshly initialized model), so it identifies none.
                 if n in program.consts and readers[n] == 1:
                     found = weight_module(n, keys)
+                    if found is None and by_value is not None and pname in _VALUE_PARAMS:
+                        found = by_value.module_of(program.consts[n],
+                                                   program.const_dtypes.get(n, ""))
                     if found:
                         break
             if found:
@@ -466,37 +684,45 @@ def map_program(program, module_paths: Iterable[str]) -> list[OpMapping]:
         wmods.append(found)
     producer = {v.name: i for i, op in enumerate(program.ops) for v in op.outputs}
     points: list[list[str]] = [[] for _ in program.ops]
+
+    def add_point(i: int, point: str) -> None:
+        if point not in points[i]:
+            points[i].append(point)
+
+    n_layers = len({p.split(".")[1] for p in paths if p.startswith("layers.")})
     for i, (op, wm) in enumerate(zip(program.ops, wmods)):
         if wm is None:
             continue
         if op.type in ("linear", "conv", "layer_norm"):
-            points[i].append(wm)
+            add_point(i, wm)
             if wm.endswith(".self_attn.out_proj"):
-                points[i].append(wm[: -len(".out_proj")])
+                add_point(i, wm[: -len(".out_proj")])
         elif op.type == "add" and wm == "embed_positions":
-            points[i].append(EMBEDDINGS)
+            add_point(i, EMBEDDINGS)
         if op.type == "layer_norm":
-            # The x of the norm opening block k+1 (or of the final norm) is block k's output.
+            # The x of the norm opening block k+1 (or of the final norm) is block k's
+            # output; the x of the norm opening block 0 is the embedded input.
             parts = wm.split(".")
             block = None
             if wm == "layer_norm":
-                n_layers = len({p.split(".")[1] for p in paths
-                                if p.startswith("layers.") and p.count(".") >= 1})
                 block = n_layers - 1
             elif len(parts) == 3 and parts[0] == "layers" and parts[2] == "self_attn_layer_norm":
                 block = int(parts[1]) - 1
-            if block is not None and block >= 0 and f"layers.{block}" in known:
-                src = producer.get(op.inputs["x"][0])
-                if src is not None:
-                    points[src].append(f"layers.{block}")
+            src = producer.get(op.inputs["x"][0]) if "x" in op.inputs else None
+            if src is None or block is None:
+                continue
+            if block >= 0 and f"layers.{block}" in known:
+                add_point(src, f"layers.{block}")
+            elif block == -1 and "layers.0" in known:
+                add_point(src, EMBEDDINGS)
     for i, op in enumerate(program.ops):
         if op.type == "gelu":
             src = producer.get(op.inputs["x"][0])
             if src is not None and wmods[src] and wmods[src].endswith(".fc1") \
-                    and program.ops[src].type == "linear":
+                    and program.ops[src].type in ("linear", "conv"):
                 act = wmods[src][: -len(".fc1")] + ".activation_fn"
                 if act in known:
-                    points[i].append(act)
+                    add_point(i, act)
     prev: list[str | None] = []
     last = None
     for wm in wmods:
@@ -698,6 +924,36 @@ def _agreement(reference, candidate) -> tuple[float, float]:
     return snr_from_energies(signal, noise), cosine_from_sums(dot, signal, cand)
 
 
+def reference_layout(value, shape: tuple):
+    """Return ``value`` laid out as an HF value of ``shape``, or None when it is not.
+
+    The ANE-optimized converter computes every value between its 1x1 convs as
+    ``(batch, channels, 1, frames)``; HF's is ``(batch, frames, channels)``. The two hold
+    the same numbers in another order, so such a value is compared after the relayout;
+    any other shape difference means the values are not the same quantity.
+
+    Parameters
+    ----------
+    value : torch.Tensor
+        The program's value.
+    shape : tuple of int
+        The HF module output's shape.
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``value`` itself when the shapes agree, its ``(batch, frames, channels)`` view for
+        the ANE layout, else None.
+    """
+    got = tuple(value.shape)
+    if got == tuple(shape):
+        return value
+    if len(got) == 4 and got[2] == 1 and len(shape) == 3 and \
+            tuple(shape) == (got[0], got[3], got[1]):
+        return value.squeeze(2).transpose(1, 2)
+    return None
+
+
 def _capped(v: float | None) -> float | None:
     if v is None or math.isnan(v):
         return None
@@ -843,7 +1099,8 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
     if all(isinstance(d, int) for d in want) and tuple(np.shape(mel)) != want:
         raise ParametersInvalid(f"the input log-mel has shape {tuple(np.shape(mel))}; the "
                                 f"program's input {inp.name!r} is {want}")
-    mapping = map_program(program, (n for n, _ in encoder.named_modules()))
+    mapping = map_program(program, (n for n, _ in encoder.named_modules()),
+                          parameters=encoder.named_parameters())
     needed = {p for m in mapping for p in m.points}
     if hf is not None and needed <= set(hf):
         fetch, stream = hf.get, None
@@ -861,6 +1118,8 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
 
 def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progress,
                t0) -> Attribution:
+    import torch
+
     from verifylib.numerics.mil_exec import Stepper
 
     inp = program.inputs[0]
@@ -872,27 +1131,35 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
     ops: list[OpDrift] = []
     points: list[dict] = []
     moved: dict[str, tuple] = {}
+    # An op is one row, named by its first output; an op with several outputs (split)
+    # is measured on all of them together, and a reader of any of them reads that row.
+    row_of: dict[str, str] = {}
     total = len(program.ops)
     # Both executions and the HF forward free activations out of order (memory.trimmed).
     for (i, op, cvals), (_, _, rvals) in trimmed(zip(cand.steps(), ref.steps())):
         m = mapping[i]
         c, r = cvals[0], rvals[0]
         floating = c.is_floating_point()
+        src = row_of.get(op.inputs["x"][0], op.inputs["x"][0]) if op.inputs.get("x") else None
         if not floating:
             psnr = pcos = None
-        elif op.type in _REARRANGING and op.inputs["x"][0] in moved:
-            # A transpose or reshape moves values without arithmetic: its output has
-            # exactly its input's sums, so its input's figures are reused.
-            psnr, pcos = moved[op.inputs["x"][0]]
+        elif op.type in _REARRANGING and src in moved:
+            # Moving values without arithmetic keeps exactly the input's sums, so the
+            # input's figures are reused.
+            psnr, pcos = moved[src]
+        elif len(cvals) > 1:
+            psnr, pcos = _agreement(torch.cat([t.reshape(-1) for t in rvals]),
+                                    torch.cat([t.reshape(-1) for t in cvals]))
         else:
             psnr, pcos = _agreement(r, c)
         snr = cos = None
         module = m.module
         for point in m.points:
             hv = fetch(point)
-            if not floating or hv is None or tuple(hv.shape) != tuple(c.shape):
+            cv = reference_layout(c, tuple(hv.shape)) if floating and hv is not None else None
+            if cv is None:
                 continue
-            psnr_, pcos_ = _agreement(hv, c)
+            psnr_, pcos_ = _agreement(hv, cv)
             points.append({"module": point, "value": op.outputs[0].name,
                            "snr_db": psnr_, "cosine": pcos_})
             if point == module:
@@ -900,8 +1167,10 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
         if snr is None:
             module = None
         moved[op.outputs[0].name] = (psnr, pcos)
-        ins = tuple(n for names in op.inputs.values() for n in names
+        ins = tuple(row_of.get(n, n) for names in op.inputs.values() for n in names
                     if n not in program.consts)
+        for v in op.outputs[1:]:
+            row_of[v.name] = op.outputs[0].name
         ops.append(OpDrift(i, op.outputs[0].name, op.type, module, m.scope, ins, snr, cos,
                            None, psnr, pcos, None))
         if progress is not None:
@@ -950,6 +1219,13 @@ def check_document(doc: Any) -> list[str]:
         return [f"the attribution used a ceiling of {att.ceiling_db} dB, not {CEILING_DB}"]
     derived = derive(att.ops, inputs, att.input_precision)
     problems = []
+    # The counts a reader is told (how much of the program conversion drift covers) must
+    # be the ops' own: a document claiming more mapped ops than it compared is refused.
+    counts = {"unmapped": att.executed - att.mapped, "mapped": att.mapped,
+              "executed": att.executed}
+    for key, want in counts.items():
+        if key in doc and doc[key] != want:
+            problems.append(f"the attribution says {key} {doc[key]!r}; its ops give {want}")
     for a, b in zip(att.ops, derived):
         for key in ("delta_snr_db", "precision_delta_snr_db"):
             x, y = getattr(a, key), getattr(b, key)

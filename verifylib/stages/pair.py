@@ -53,7 +53,7 @@ def run_pair(ctx: StageContext) -> None:
         return
     with g:
         from verifylib.models.coreml_export import contract_of
-        from verifylib.models.ggml_import import import_ggml
+        from verifylib.models.ggml_import import import_ggml_cached
         from verifylib.models.hf import load_hf_encoder
 
         t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def run_pair(ctx: StageContext) -> None:
         smin, cmin = pair_floor(policy.rules, ftype, enc.precision)
         # The floor is bound before anything is measured; the rule re-derives it.
         refs = [ctx.write_json("pair_policy", policy_record(policy), "pair-policy.json")]
-        imported = import_ggml(model_path, cache_dir(), log=print)
+        imported = import_ggml_cached(model_path, cache_dir(), log=print)
         encoder, fe = load_hf_encoder(imported.hf_dir)
         contract = contract_of(encoder)
         audio = read_wav_16k(runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE)
@@ -82,12 +82,12 @@ def run_pair(ctx: StageContext) -> None:
             program = load_program(enc.path)
             m = measure_pair(program, encoder, mels, compute=policy.rules["program_execution"],
                              threshold_db=smin)
-            inputs = [PairInput(input=name, logmel_sha256=sha256_bytes(mels[name].tobytes()),
+            inputs = [PairInput(input=r.input, logmel_sha256=sha256_bytes(mels[r.input].tobytes()),
                                 snr_db=r.snr_db, cosine=r.cosine,
                                 max_abs_error=r.max_abs_error,
                                 block_snr_db=tuple(r.block_snr_db),
                                 first_divergent_block=r.first_divergent_block)
-                      for name, r in m.items()]
+                      for r in m.inputs]
             del program
         del encoder
         release_memory()

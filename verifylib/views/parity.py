@@ -129,10 +129,17 @@ def attribution(candidate, *, plots: bool = True) -> None:
     plots : bool
         Also draw :func:`program_snr_plot` and :func:`worst_ops_plot`.
     """
+    from verifylib.numerics.drift import empty_ranking_sentence, mapping_sentence
+
     att = candidate.attribution
     if att is None:
         return
-    display_html("parity_attribution.html.j2", style=False, att=att, gate=candidate.gate)
+    # The coverage sentences come from the analysis, so the page never says more about
+    # the unmapped ops than the CLI does.
+    display_html("parity_attribution.html.j2", style=False, att=att, gate=candidate.gate,
+                 coverage=mapping_sentence(att),
+                 conversion_none=empty_ranking_sentence(att, "conversion"),
+                 precision_none=empty_ranking_sentence(att, "precision"))
     if plots:
         program_snr_plot(att)
         worst_ops_plot(att)
@@ -208,21 +215,33 @@ def _region_label(o) -> str:
 def worst_ops_plot(att, n: int = 10):
     """Bar charts of the ops that lose the most: conversion and precision ΔSNR.
 
+    An empty panel says what was compared (never that no op loses anything when some
+    ops were not compared), and the conversion panel's title carries the mapped count
+    when some ops have no reference module.
+
     Returns
     -------
     matplotlib.figure.Figure
     """
+    import textwrap
+
     import matplotlib.pyplot as plt
+
+    from verifylib.numerics.drift import empty_ranking_sentence, mapping_sentence
 
     fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
     colors = _op_colors(o.type for o in att.ops)
-    for ax, ops, key, title in ((axes[0], att.top[:n], "delta_snr_db",
-                                 "Worst ops: conversion ΔSNR (against HF)"),
-                                (axes[1], att.precision_top[:n], "precision_delta_snr_db",
-                                 "Worst ops: precision ΔSNR (against float64)")):
+    partial = att.mapped < att.executed
+    for ax, kind, ops, key, title in (
+            (axes[0], "conversion", att.top[:n], "delta_snr_db",
+             "Worst ops: conversion ΔSNR (against HF)"
+             + (f"\n{mapping_sentence(att)}" if partial else "")),
+            (axes[1], "precision", att.precision_top[:n], "precision_delta_snr_db",
+             "Worst ops: precision ΔSNR (against float64)")):
         if not ops:
             ax.set_axis_off()
-            ax.text(0.5, 0.5, "no op loses anything", ha="center")
+            ax.text(0.5, 0.5, textwrap.fill(empty_ranking_sentence(att, kind), 60),
+                    ha="center", va="center")
             continue
         labels = [f"{o.name} ({o.module or o.scope})" for o in ops][::-1]
         vals = [getattr(o, key) for o in ops][::-1]

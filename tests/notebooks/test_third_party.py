@@ -1,0 +1,149 @@
+"""Audits of artifacts this suite did not make, end to end through the CLI.
+
+What users ship: whisper.cpp's own Core ML encoder (the pinned tree's
+``convert-whisper-to-coreml.py``, an fp16 ML program) beside a ggml file — our f16
+``ggml-model.bin``, the same quantized to q5_0 by the tree's own ``whisper-quantize``, and a
+``.bin`` of another model. Each is named in a parameter file exactly as other tools write
+one (``model: {kind: ggml, path, language}``, ``encoder: {path}``) and audited with
+``verifylib run``; the published run must then pass ``verifylib verify``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import ROOT
+from verifylib import canonical
+
+pytestmark = [pytest.mark.physical, pytest.mark.notebook]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "verifylib", *args], capture_output=True,
+                          text=True)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, verifylib_cache, whisper_quantize):
+    """Our f16 file of the default model, its q5_0, and a file of another model."""
+    from tests.helpers.ggml import swapped_layers_folder
+    from tests.helpers.model_data import default_model_spec
+    from verifylib.models.ggml_writer import write_ggml_model
+    from verifylib.models.intake import obtain_model
+    from verifylib.runtime.runner import run
+
+    root = tmp_path_factory.mktemp("third-party")
+    info = obtain_model(default_model_spec(), verifylib_cache, log=lambda _m: None)
+    f16 = root / "ggml-tiny.en.bin"
+    write_ggml_model(info.hf_dir, f16)
+    q5 = root / "ggml-tiny.en-q5_0.bin"
+    run([str(whisper_quantize), str(f16), str(q5), "q5_0"], check=True, timeout=300,
+        what="whisper-quantize")
+    # Another model of the same shape: tiny.en with encoder blocks 1 and 2 swapped.
+    other = root / "ggml-other.bin"
+    write_ggml_model(swapped_layers_folder(info.hf_dir, root / "swapped", 1, 2), other)
+    return {"f16": f16, "q5_0": q5, "other": other}
+
+
+def _audit(tmp_path, name, model_file, encoder):
+    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
+    data["name"] = name
+    data["model"] = {"kind": "ggml", "path": str(model_file), "language": "en"}
+    data["encoder"] = {"path": str(encoder)}
+    data.pop("export")
+    data["fixtures"] = data["fixtures"][:1]  # jfk, from the verified runtime tree
+    data["canary"] = {"runs": 3}
+    pfile = tmp_path / f"{name}.yaml"
+    pfile.write_text(yaml.safe_dump(data))
+    reports = tmp_path / "reports"
+    res = _cli("run", str(pfile), "--reports", str(reports), "--no-progress")
+    runs = [p for p in (reports / name).iterdir() if not p.name.startswith(".")]
+    assert len(runs) == 1, res.stdout + res.stderr
+    receipt = canonical.read_json(runs[0] / "receipt.json")
+    return res, runs[0], receipt, {g["id"]: g for g in receipt["gates"]}
+
+
+def test_upstream_fp16_encoder_with_our_f16_file(tmp_path, files, upstream_encoders):
+    res, run_dir, receipt, gates = _audit(tmp_path, "up-f16", files["f16"],
+                                          upstream_encoders.paths["plain"])
+    assert receipt["verdict"] == "INCOMPLETE", res.stdout + res.stderr
+    for gid in ("export.ggml_model", "export.contract", "export.pair", "parity.program",
+                "wer.ggml_vs_source", "canary.lifecycle_ab"):
+        assert gates[gid]["status"] == "PASS", (gid, gates[gid]["reason"])
+    assert "fp16-v1" in gates["parity.program"]["reason"]["detail"]
+    assert "audited as given" in gates["export.contract"]["reason"]["detail"]
+    assert gates["parity.program_fp16"]["status"] == "NOT_RUN"
+    assert receipt["identities"]["encoder.precision"] == "fp16"
+    assert receipt["identities"]["encoder.parity_policy"] == "fp16-v1"
+    ver = _cli("verify", str(run_dir))
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+
+
+def test_upstream_fp16_encoder_with_a_q5_0_file(tmp_path, files, upstream_encoders):
+    res, run_dir, receipt, gates = _audit(tmp_path, "up-q5", files["q5_0"],
+                                          upstream_encoders.paths["plain"])
+    assert receipt["verdict"] != "REJECTED", res.stdout + res.stderr
+    assert gates["export.pair"]["status"] == "PASS", gates["export.pair"]["reason"]
+    assert gates["export.ggml_model"]["status"] == "PASS", gates["export.ggml_model"]["reason"]
+    # Placed under the name whisper.cpp expects, beside the encoder it derives from it.
+    assert (run_dir / "fp32" / "ggml-model-q5_0.bin").is_file()
+    assert gates["parity.program"]["status"] == "PASS", gates["parity.program"]["reason"]
+    assert "pair-v1" in gates["parity.program"]["reason"]["detail"]
+    report = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "quantized reference" in report
+    ver = _cli("verify", str(run_dir))
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+
+
+def test_a_mismatched_pair_is_rejected(tmp_path, files, upstream_encoders):
+    res, run_dir, receipt, gates = _audit(tmp_path, "mismatch", files["other"],
+                                          upstream_encoders.paths["plain"])
+    assert receipt["verdict"] == "REJECTED"
+    pair = gates["export.pair"]
+    assert pair["status"] == "FAIL"
+    assert "does not compute the encoder of fp32/ggml-model.bin" in pair["reason"]["detail"]
+    assert "first diverge at encoder block 1" in pair["reason"]["detail"]
+    ver = _cli("verify", str(run_dir))
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+
+
+def test_a_forged_precision_claim_is_rejected_by_verify(tmp_path, files, upstream_encoders):
+    """Claim the fp16 encoder is fp32 wherever export.contract says so, digests resealed."""
+    from tests.helpers.forge import clone, edit_json, reseal
+
+    _, run_dir, _, _ = _audit(tmp_path, "forge", files["f16"], upstream_encoders.paths["plain"])
+    forged = clone(run_dir, tmp_path / "forged")
+    stage = canonical.read_json(forged / "gates" / "02_export.json")
+    (rec,) = [r for r in stage["gates"] if r["id"] == "export.contract"]
+    (ref,) = [e for e in rec["evidence"] if e["name"] == "contract"]
+
+    def claim_fp32(doc):
+        doc["prebuilt"].update(precision="fp32", parity_policy="fp32-v1")
+        doc["prebuilt"]["card"]["precision"] = "fp32"
+        doc["variants"][0]["description"]["compute_dtypes"] = ["FLOAT32"]
+    edit_json(forged, ref["path"], claim_fp32)
+    reseal(forged)
+    ver = _cli("verify", str(forged))
+    assert ver.returncode != 0
+    assert "the published encoder declares fp16" in ver.stdout + ver.stderr
+
+
+def test_a_bad_encoder_path_exits_2_and_leaves_nothing(tmp_path, files):
+    not_a_package = tmp_path / "enc.mlpackage"
+    not_a_package.mkdir()
+    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
+    data.update(name="bad", encoder={"path": str(not_a_package)})
+    data.pop("export")
+    pfile = tmp_path / "bad.yaml"
+    pfile.write_text(yaml.safe_dump(data))
+    res = _cli("run", str(pfile), "--reports", str(tmp_path / "reports"), "--no-progress")
+    assert res.returncode == 2
+    assert "key encoder.path" in res.stderr and str(pfile) in res.stderr
+    assert not (tmp_path / "reports" / "bad").exists()
+    shutil.rmtree(not_a_package)
