@@ -156,7 +156,7 @@ def prebuilt_contract(precision="fp16", policy=FP16_POLICY, dtypes=("FLOAT16", "
     doc = contract_doc()
     v = doc["variants"][0]
     del v["conversion"]
-    v["description"] = dict(DESC, compute_dtypes=list(dtypes))
+    v["description"] = copy.deepcopy(dict(DESC, compute_dtypes=list(dtypes)))
     doc["build"]["trace_seconds"] = 0.0
     doc["prebuilt"] = {"given": "/dl/ggml-tiny.en-encoder.mlpackage", "format": "mlpackage",
                        "source_tree_digest": v["tree_digest"],
@@ -179,7 +179,8 @@ def test_a_given_fp16_encoder_passes_its_contract_at_its_declared_precision(tmp_
 @pytest.mark.parametrize("edit, words", [
     (lambda d: d["prebuilt"].__setitem__("precision", "fp32"), "is not the card's"),
     (lambda d: d["prebuilt"].__setitem__("parity_policy", FP32_POLICY), "cannot be chosen"),
-    (lambda d: d["prebuilt"].__setitem__("source_tree_digest", "9" * 64), "is not the given one"),
+    (lambda d: d["prebuilt"].__setitem__("source_tree_digest", "9" * 64),
+     "is not the given one"),
     (lambda d: d["variants"].append(dict(d["variants"][0], precision="fp16")), "fp32 slot only"),
 ])
 def test_prebuilt_contract_forgeries_fail(tmp_path, edit, words):

@@ -259,11 +259,19 @@ def describe_mlpackage(path: str | os.PathLike) -> dict:
     return out
 
 
+FLOAT16_IO_REASON = (f"whisper.cpp's Core ML bridge builds a Float32 MLMultiArray for "
+                     f"{contracts.COREML_INPUT_NAME!r} and memcpys count * sizeof(float) bytes "
+                     f"from {contracts.COREML_OUTPUT_NAME!r}'s dataPointer, so a Float16 "
+                     f"output is read past its buffer (docs/runtime-contract.md §4.2)")
+"""Why an encoder with a Float16 input or output breaks the contract (guide §4.2)."""
+
+
 def contract_problems(description: Mapping[str, Any], contract: EncoderContract,
                       precision: str) -> list[str]:
     """Every way a package description breaks the contract (empty when it holds).
 
-    Pure: the ``export.contract`` rule calls it again on the stored description.
+    Pure: the ``export.contract`` rule calls it again on the stored description. A Float16
+    input or output is refused with :data:`FLOAT16_IO_REASON`.
 
     Parameters
     ----------
@@ -297,7 +305,11 @@ def contract_problems(description: Mapping[str, Any], contract: EncoderContract,
             if f.get("type") != "multiArrayType":
                 problems.append(f"{want_name}: feature type {f.get('type')!r}, not a multi-array")
                 continue
-            if f.get("dtype") != contracts.COREML_IO_DTYPE:
+            if f.get("dtype") == "FLOAT16":
+                # The one wrong type with a known silent failure: name it, with its cause.
+                problems.append(f"{want_name}: dtype FLOAT16, a Float16 interface: "
+                                f"{FLOAT16_IO_REASON}")
+            elif f.get("dtype") != contracts.COREML_IO_DTYPE:
                 problems.append(f"{want_name}: dtype {f.get('dtype')}, the runtime copies "
                                 f"{contracts.COREML_IO_DTYPE}")
             if list(f.get("shape") or []) != list(want_shape):
