@@ -224,3 +224,18 @@ def upstream_encoders(verifylib_cache, v185_source):
 
     info = obtain_model(default_model_spec(), verifylib_cache, log=lambda _msg: None)
     return build(verifylib_cache, v185_source, info)
+
+
+@pytest.fixture(scope="session")
+def quantize_build(v185_source, verifylib_cache):
+    """whisper-quantize and ggml's static libraries and headers from the pristine v1.8.5
+    source, built once per machine into the session cache (tests/helpers/quantize.py)."""
+    from tests.helpers.quantize import build_quantize
+    return build_quantize(v185_source.path, v185_source.tree_id, verifylib_cache,
+                          log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def whisper_quantize(quantize_build) -> Path:
+    """The pinned tree's ``whisper-quantize`` binary (``IN OUT q5_0`` quantizes a model)."""
+    return quantize_build.binary

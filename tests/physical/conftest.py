@@ -112,3 +112,4 @@ def tiny_en_export(tiny_en_bundle, tmp_path_factory) -> TinyExport:
         seconds[prec] = conv.seconds
         paths[prec] = place_mlpackage(conv.model, root / prec / PACKAGE, contract, prec).final
     return TinyExport(contract, paths["fp32"], paths["fp16"], seconds, root)
+

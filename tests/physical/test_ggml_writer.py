@@ -13,8 +13,9 @@ from tests.helpers.ggml import assert_same_result, forbid_full_load, write_loade
 from tests.helpers.model_data import JFK_TEXT, normalize
 from verifylib.canonical import sha256_file
 from verifylib.models.ct2 import read_ct2
-from verifylib.models.ggml_writer import (GGML_FILE_MAGIC, GgmlError, expected_tensors, ggml_name,
-                                          read_ggml, write_ggml_model)
+from verifylib.models.ggml_file import GgmlFileInvalid, open_ggml
+from verifylib.models.ggml_writer import (GGML_FILE_MAGIC, expected_tensors, ggml_name,
+                                          write_ggml_model)
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import run
 
@@ -27,7 +28,8 @@ def tiny_en_ggml(tiny_en_info, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_en_ggml_file(tiny_en_ggml):
-    return read_ggml(tiny_en_ggml.path)
+    with open_ggml(tiny_en_ggml.path) as gf:
+        yield gf
 
 
 def test_result_describes_the_file(tiny_en_ggml):
@@ -47,7 +49,7 @@ def test_hparams_round_trip(tiny_en_ggml, tiny_en_ggml_file, tiny_en_bundle):
     want = {"n_vocab": cfg.vocab_size, "n_audio_ctx": 1500, "n_audio_state": 384,
             "n_audio_head": 6, "n_audio_layer": 4, "n_text_ctx": 448, "n_text_state": 384,
             "n_text_head": 6, "n_text_layer": 4, "n_mels": 80, "ftype": 1}
-    assert tiny_en_ggml_file.hparams == tiny_en_ggml.hparams == want
+    assert dict(tiny_en_ggml_file.hparams) == tiny_en_ggml.hparams == want
 
 
 def test_mel_filters_are_the_slaney_bank(tiny_en_ggml_file):
@@ -82,10 +84,10 @@ def test_tensor_names_shapes_types_match_the_loader(tiny_en_ggml_file):
     assert list(got) == list(exp)
     for name, (dims, gtype) in exp.items():
         assert got[name].dims == dims, name
-        assert got[name].dtype == ("f16" if gtype == 1 else "f32"), name
+        assert got[name].type_name == ("f16" if gtype == 1 else "f32"), name
     assert got["encoder.conv1.bias"].dims == (1, 384)
-    assert got["encoder.conv1.weight"].dtype == "f16"
-    assert got["decoder.positional_embedding"].dtype == "f32"
+    assert got["encoder.conv1.weight"].type_name == "f16"
+    assert got["decoder.positional_embedding"].type_name == "f32"
     assert got["decoder.token_embedding.weight"].dims == (384, 51864)
 
 
@@ -100,15 +102,14 @@ def test_tensor_names_shapes_types_match_the_loader(tiny_en_ggml_file):
 ])
 def test_tensor_values_equal_the_hf_weights(tiny_en_ggml_file, tiny_en_bundle, hf):
     want = tiny_en_bundle.model.state_dict()[hf].numpy()
-    t = tiny_en_ggml_file.tensors[ggml_name(hf)]
-    got = t.data.astype(np.float32).reshape(want.shape)
+    got = tiny_en_ggml_file.tensor(ggml_name(hf)).reshape(want.shape)
     np.testing.assert_array_equal(got, want)  # lossless: the source is fp16
 
 
 def test_bytes_trace_back_to_the_registry_file(tiny_en_ggml_file, tiny_en_ct2_dir):
     ct2 = read_ct2(tiny_en_ct2_dir / "model.bin")
     kv = ct2.variables["decoder/layer_1/attention/linear_1/weight"]
-    got = tiny_en_ggml_file.tensors["decoder.blocks.1.cross_attn.value.weight"].data
+    got = tiny_en_ggml_file.raw("decoder.blocks.1.cross_attn.value.weight")
     assert got.dtype == np.float16
     assert got.tobytes() == np.ascontiguousarray(kv[384:]).tobytes()
 
@@ -124,13 +125,13 @@ def test_overwrite_is_atomic_and_repeatable(tiny_en_info, tiny_en_ggml, tmp_path
 def test_read_refuses_bad_magic_and_truncation(tiny_en_ggml, tmp_path):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"GGUF" + b"\0" * 60)
-    with pytest.raises(GgmlError, match="bad magic"):
-        read_ggml(bad)
+    with pytest.raises(GgmlFileInvalid, match="bad magic"):
+        open_ggml(bad)
     with open(tiny_en_ggml.path, "rb") as fh:
         head = fh.read(1_000_000)
     bad.write_bytes(head)
-    with pytest.raises(GgmlError, match="truncated"):
-        read_ggml(bad)
+    with pytest.raises(GgmlFileInvalid, match="truncated"):
+        open_ggml(bad)
 
 
 # ----------------------------------------------------------------------------- streaming

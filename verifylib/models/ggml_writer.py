@@ -1,4 +1,4 @@
-"""Write (and read back) whisper.cpp's legacy ggml model file from a Hugging Face folder.
+"""Write whisper.cpp's legacy ggml model file from a Hugging Face folder.
 
 Why this is hand-written: the only writers are scripts inside whisper.cpp's source tree
 (``models/convert-h5-to-ggml.py`` needs a clone of the openai-whisper repository for its
@@ -39,6 +39,8 @@ float32, written and released before the next is read, so a large-v3 export hold
 one tensor (plus its f16 copy) instead of the whole model. Every other folder (``.bin``
 weights, renamed or missing keys, non-float tensors, quantized or adapter folders) is
 loaded whole through ``from_pretrained`` as before; both paths write the same bytes.
+
+Reading a file back is :mod:`verifylib.models.ggml_file`'s job (the one reader).
 """
 
 from __future__ import annotations
@@ -70,7 +72,6 @@ GGML_TYPE_F32 = 0
 GGML_TYPE_F16 = 1
 WRITTEN_FTYPE = 1
 """The ftype :func:`write_ggml_model` writes (f16 matrices and conv kernels; see above)."""
-_TYPE_NAMES = {GGML_TYPE_F32: "f32", GGML_TYPE_F16: "f16"}
 _NUMPY = {GGML_TYPE_F32: np.dtype("<f4"), GGML_TYPE_F16: np.dtype("<f2")}
 
 # whisper.cpp hard-codes its audio front end (WHISPER_SAMPLE_RATE, WHISPER_N_FFT,
@@ -143,50 +144,6 @@ class GgmlWriteResult:
     lossless: bool
     max_abs_rounding: float
     seconds: float
-
-
-@dataclass(frozen=True)
-class GgmlTensor:
-    """One tensor of a ggml file.
-
-    Attributes
-    ----------
-    dims : tuple of int
-        Extents in ggml order (fastest-varying first).
-    dtype : str
-        ``"f32"`` or ``"f16"``.
-    data : numpy.ndarray
-        The values, shaped as numpy sees them (``dims`` reversed).
-    """
-
-    dims: tuple
-    dtype: str
-    data: np.ndarray
-
-
-@dataclass(frozen=True)
-class GgmlFile:
-    """The parsed content of a legacy whisper.cpp ggml model file.
-
-    Attributes
-    ----------
-    path : Path
-        The file read.
-    hparams : dict
-        The eleven hparams by name.
-    mel_filters : numpy.ndarray
-        float32 array of shape ``(n_mel, n_fft)``.
-    vocab : list of bytes
-        Token bytes by id.
-    tensors : dict of str to GgmlTensor
-        Tensors by name, in file order.
-    """
-
-    path: Path
-    hparams: dict
-    mel_filters: np.ndarray
-    vocab: list
-    tensors: dict
 
 
 def expected_tensors(hparams: dict) -> dict[str, tuple[tuple[int, ...], int]]:
@@ -483,7 +440,8 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
     ----------
     hf_dir : path-like
         Hugging Face Whisper folder (config, weights, ``tokenizer.json`` or ``vocab.json``,
-        ``preprocessor_config.json``).
+        ``preprocessor_config.json``; the filter bank written is the folder's
+        ``mel_filters.npy`` when it has one, as a folder imported from a ggml file does).
     out_path : path-like
         Destination, e.g. ``.../fp32/ggml-model.bin``.
 
@@ -500,11 +458,9 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
         output projection, unmapped parameters) or the tokenizer is not byte-level BPE.
     """
     import torch
-    from transformers import (
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-    )
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    from verifylib.models.hf import load_feature_extractor
 
     t0 = time.monotonic()
     hf_dir, out_path = Path(hf_dir), Path(out_path)
@@ -530,14 +486,15 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
                             f"({4 * cfg.d_model}); whisper.cpp's loader assumes 4 x")
     expected = expected_tensors(hparams)
 
-    fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
+    fe = load_feature_extractor(hf_dir)
     if (fe.sampling_rate, fe.n_fft, fe.hop_length) != (_WHISPER_SAMPLE_RATE, _WHISPER_N_FFT,
                                                        _WHISPER_HOP):
         raise GgmlError(f"{hf_dir}: feature extractor uses {fe.sampling_rate} Hz, n_fft "
                         f"{fe.n_fft}, hop {fe.hop_length}; whisper.cpp computes 16000 Hz, "
                         "400, 160")
-    # The Hugging Face front end's own filter bank (slaney mel scale and norm), so both
-    # sides compute the same log-mel features.
+    # The Hugging Face front end's own filter bank (slaney mel scale and norm, or the bank
+    # a folder imported from a ggml file carries), so both sides compute the same log-mel
+    # features.
     filters = np.ascontiguousarray(np.asarray(fe.mel_filters, dtype=np.float32).T)
     if filters.shape != (cfg.num_mel_bins, 1 + _WHISPER_N_FFT // 2):
         raise GgmlError(f"{hf_dir}: mel filters have shape {filters.shape}, expected "
@@ -607,65 +564,3 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
                            lossless=lossless, max_abs_rounding=max_err,
                            seconds=time.monotonic() - t0)
 
-
-def read_ggml(path: str | os.PathLike) -> GgmlFile:
-    """Read a legacy whisper.cpp ggml model file completely.
-
-    Parameters
-    ----------
-    path : path-like
-        The file.
-
-    Returns
-    -------
-    GgmlFile
-        Hparams, mel filters, vocabulary and every tensor (read-only arrays).
-
-    Raises
-    ------
-    GgmlError
-        On a bad magic, an unknown tensor type, a duplicate tensor or truncation.
-    """
-    path = Path(path)
-    data = memoryview(path.read_bytes())
-    pos = 0
-
-    def take(n: int, what: str) -> memoryview:
-        nonlocal pos
-        if n < 0 or pos + n > len(data):
-            raise GgmlError(f"{path}: truncated while reading {what} (offset {pos})")
-        out = data[pos:pos + n]
-        pos += n
-        return out
-
-    def ints(fmt: str, what: str) -> tuple:
-        return struct.unpack(fmt, take(struct.calcsize(fmt), what))
-
-    (magic,) = ints("<I", "the magic")
-    if magic != GGML_FILE_MAGIC:
-        raise GgmlError(f"{path}: bad magic {magic:#x} (expected {GGML_FILE_MAGIC:#x})")
-    hparams = dict(zip(HPARAM_NAMES, ints("<11i", "the hparams")))
-    n_mel, n_fft = ints("<ii", "the mel filter header")
-    mel = np.frombuffer(take(4 * n_mel * n_fft, "the mel filters"),
-                        dtype="<f4").reshape(n_mel, n_fft)
-    (n_vocab,) = ints("<i", "the vocabulary size")
-    vocab = []
-    for i in range(n_vocab):
-        (n,) = ints("<i", f"the length of token {i}")
-        vocab.append(bytes(take(n, f"token {i}")))
-    tensors: dict[str, GgmlTensor] = {}
-    while pos < len(data):
-        n_dims, name_len, gtype = ints("<iii", "a tensor header")
-        if not 1 <= n_dims <= 4:
-            raise GgmlError(f"{path}: tensor header at offset {pos - 12} has {n_dims} dims")
-        dims = ints(f"<{n_dims}i", "tensor extents")
-        name = bytes(take(name_len, "a tensor name")).decode("utf-8")
-        if gtype not in _NUMPY:
-            raise GgmlError(f"{path}: tensor {name!r} has ggml type {gtype} (only f32/f16 known)")
-        if name in tensors:
-            raise GgmlError(f"{path}: tensor {name!r} appears twice")
-        count = int(np.prod(dims))
-        arr = np.frombuffer(take(count * _NUMPY[gtype].itemsize, f"the data of {name!r}"),
-                            dtype=_NUMPY[gtype]).reshape(tuple(reversed(dims)))
-        tensors[name] = GgmlTensor(dims=tuple(dims), dtype=_TYPE_NAMES[gtype], data=arr)
-    return GgmlFile(path=path, hparams=hparams, mel_filters=mel, vocab=vocab, tensors=tensors)

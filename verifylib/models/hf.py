@@ -16,6 +16,11 @@ import numpy as np
 from verifylib.errors import ParametersInvalid
 from verifylib.models.ct2 import ModelError
 
+MEL_FILTERS_FILE = "mel_filters.npy"
+"""A folder's own mel filter bank, float32 ``(n_mels, n_freq)`` as a ggml file stores it
+(:mod:`verifylib.models.ggml_import` writes it); when present it replaces the bank the
+feature extractor computes."""
+
 
 @dataclass(frozen=True)
 class HFBundle:
@@ -57,17 +62,13 @@ def load_hf(hf_dir: str | os.PathLike) -> HFBundle:
         tokenizer.
     """
     import torch
-    from transformers import (
-        AutoTokenizer,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-    )
+    from transformers import AutoTokenizer, WhisperForConditionalGeneration
 
     hf_dir = Path(hf_dir)
     model = WhisperForConditionalGeneration.from_pretrained(
         hf_dir, dtype=torch.float32, attn_implementation="eager", local_files_only=True)
     model = model.to("cpu").eval()
-    fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
+    fe = load_feature_extractor(hf_dir)
     tok = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
     if fe.feature_size != model.config.num_mel_bins:
         raise ModelError(f"{hf_dir}: preprocessor has {fe.feature_size} mels, the model "
@@ -75,6 +76,50 @@ def load_hf(hf_dir: str | os.PathLike) -> HFBundle:
     multi = bool(getattr(model.generation_config, "is_multilingual", False))
     return HFBundle(model=model, feature_extractor=fe, tokenizer=tok, hf_dir=hf_dir,
                     is_multilingual=multi)
+
+
+def load_feature_extractor(hf_dir: str | os.PathLike):
+    """Load a folder's Whisper feature extractor, with the folder's own mel filters if any.
+
+    A folder imported from a whisper.cpp file carries the filter bank that file holds
+    (:data:`MEL_FILTERS_FILE`), which whisper.cpp applies; the reference must apply the
+    same bank, not the one ``WhisperFeatureExtractor`` computes from its settings.
+
+    Parameters
+    ----------
+    hf_dir : path-like
+        Folder with ``preprocessor_config.json`` and optionally :data:`MEL_FILTERS_FILE`.
+
+    Returns
+    -------
+    transformers.WhisperFeatureExtractor
+        Its ``mel_filters`` (``(n_freq, n_mels)``, float64 as transformers keeps them) are
+        the folder's bank when it has one.
+
+    Raises
+    ------
+    ModelError
+        If the folder's bank is not a finite float32 array of ``(feature_size, n_freq)``.
+    """
+    from transformers import WhisperFeatureExtractor
+
+    hf_dir = Path(hf_dir)
+    fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
+    path = hf_dir / MEL_FILTERS_FILE
+    if path.is_file():
+        try:
+            bank = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise ModelError(f"{path}: not a numpy array file ({exc})") from None
+        want = (fe.feature_size, 1 + fe.n_fft // 2)
+        if bank.dtype != np.float32 or bank.shape != want or not np.isfinite(bank).all():
+            raise ModelError(f"{path}: expected finite float32 {want}, got {bank.dtype} "
+                             f"{bank.shape}")
+        if np.asarray(fe.mel_filters).shape != want[::-1]:
+            raise ModelError(f"{hf_dir}: the feature extractor's bank has shape "
+                             f"{np.asarray(fe.mel_filters).shape}, expected {want[::-1]}")
+        fe.mel_filters = bank.T.astype(np.float64)
+    return fe
 
 
 def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = None) -> str:
@@ -152,7 +197,7 @@ def load_hf_encoder(hf_dir: str | os.PathLike):
     """
     import torch
     from safetensors import safe_open
-    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     hf_dir = Path(hf_dir)
@@ -177,7 +222,7 @@ def load_hf_encoder(hf_dir: str | os.PathLike):
         raise ModelError(f"{hf_dir}: the encoder's tensors do not fit its config: {exc}") \
             from None
     encoder = encoder.eval()
-    fe = WhisperFeatureExtractor.from_pretrained(hf_dir, local_files_only=True)
+    fe = load_feature_extractor(hf_dir)
     if fe.feature_size != config.num_mel_bins:
         raise ModelError(f"{hf_dir}: preprocessor has {fe.feature_size} mels, the model "
                          f"{config.num_mel_bins}")

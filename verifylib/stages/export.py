@@ -257,8 +257,11 @@ def _place_given_model(ctx: StageContext, given) -> GivenModel:
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+    # As the loader prints them: the stored ftype carries the quantization version
+    # (2008 for q5_0), which whisper.cpp splits off and prints as qntvr.
+    hparams = {**f.hparams, "ftype": f.ftype, "qntvr": f.qntvr}
     return GivenModel(rel_path=rel, given=str(given), sha256=digest, bytes=dest.stat().st_size,
-                      hparams=dict(f.hparams), n_tensors=len(f.tensors), ftype=f.ftype_name)
+                      hparams=hparams, n_tensors=len(f.tensors), ftype=f.ftype_name)
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
