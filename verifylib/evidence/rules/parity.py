@@ -189,7 +189,9 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
         except EvidenceInvalid as exc:
             return Judgement.failed(str(exc))
     else:
-        if doc.variant != rules["variant"]:
+        # An audited encoder's slot is fp32 whatever it declares: its recorded choice
+        # (re-derived above and by verify) names the policy instead of the variant.
+        if doc.choice is None and doc.variant != rules["variant"]:
             return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
         want_input = rules["gated"]["input"]
         want_exec = rules["gated"][f"{kind}_execution"]
