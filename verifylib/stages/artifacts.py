@@ -356,8 +356,9 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
         If the gate did not pass or the file's bytes are not the ones it recorded.
     """
     ev = ctx.evidence_of("export.ggml_model", "ggml")
-    rel = ev.get("path")
-    if rel not in (published_model_name(ev.get("ftype", "f16")),):
+    # A record without a path names the writer's file (what every written model is).
+    rel = ev.get("path", "/".join(GGML_MODEL))
+    if rel != published_model_name(ev.get("ftype", "f16")):
         raise PrerequisiteBroken(f"export.ggml_model names {rel!r}, not a model file name "
                                  f"this stage publishes")
     path = ctx.run_dir / rel

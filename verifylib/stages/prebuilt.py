@@ -12,6 +12,7 @@ declaration and the model file's ftype, and recorded; ``verify`` chooses it agai
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,6 +81,10 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
         policy_id = (choose_parity_policy(card.precision, source_ftype(ctx)).policy_id
                      if card.precision != "unknown" else "undetermined")
         name = ENCODER_COMPILED if card.format == "mlmodelc" else ENCODER_PACKAGE
+        # The card is recorded as the placed folder reads (``verify`` describes that copy
+        # again and compares whole cards): its name is the slot's, the given one is
+        # ``prebuilt.given``. Nothing else in a card depends on the folder's name.
+        card = dataclasses.replace(card, name=name)
         for stale in (ENCODER_PACKAGE, ENCODER_COMPILED):
             shutil.rmtree(ctx.run_dir / SLOT / stale, ignore_errors=True)
         source_digest = tree_digest(given)

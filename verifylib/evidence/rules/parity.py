@@ -275,7 +275,8 @@ def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any], ev) -> list
     except SchemaError as exc:
         return [_refusal(exc)]
     out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
-    execution = "float32" if parsed.kind == "program" else "coreml-all"
+    compiled_only = (parsed.artifact.path or "").endswith(".mlmodelc")
+    execution = "float32" if parsed.kind == "program" and not compiled_only else "coreml-all"
     problems = []
     seen = 0
     for m in parsed.measured():
