@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
                        "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab",
-                       "export.contract", "parity.program", "parity.program_fp16",
+                       "export.contract", "export.pair", "parity.program", "parity.program_fp16",
                        "canary.sanitizer"}
 
 

@@ -69,9 +69,15 @@ def _audit(tmp_path, name, model_file, encoder):
     return res, runs[0], receipt, {g["id"]: g for g in receipt["gates"]}
 
 
-def test_upstream_fp16_encoder_with_our_f16_file(tmp_path, files, upstream_encoders):
-    res, run_dir, receipt, gates = _audit(tmp_path, "up-f16", files["f16"],
-                                          upstream_encoders.paths["plain"])
+@pytest.fixture(scope="module")
+def f16_audit(tmp_path_factory, files, upstream_encoders):
+    """Upstream's fp16 encoder beside our f16 file, audited once for this module."""
+    return _audit(tmp_path_factory.mktemp("up-f16"), "up-f16", files["f16"],
+                  upstream_encoders.paths["plain"])
+
+
+def test_upstream_fp16_encoder_with_our_f16_file(f16_audit):
+    res, run_dir, receipt, gates = f16_audit
     assert receipt["verdict"] == "INCOMPLETE", res.stdout + res.stderr
     for gid in ("export.ggml_model", "export.contract", "export.pair", "parity.program",
                 "wer.ggml_vs_source", "canary.lifecycle_ab"):
@@ -113,11 +119,11 @@ def test_a_mismatched_pair_is_rejected(tmp_path, files, upstream_encoders):
     assert ver.returncode == 0, ver.stdout + ver.stderr
 
 
-def test_a_forged_precision_claim_is_rejected_by_verify(tmp_path, files, upstream_encoders):
+def test_a_forged_precision_claim_is_rejected_by_verify(tmp_path, f16_audit):
     """Claim the fp16 encoder is fp32 wherever export.contract says so, digests resealed."""
     from tests.helpers.forge import clone, edit_json, reseal
 
-    _, run_dir, _, _ = _audit(tmp_path, "forge", files["f16"], upstream_encoders.paths["plain"])
+    _, run_dir, _, _ = f16_audit
     forged = clone(run_dir, tmp_path / "forged")
     stage = canonical.read_json(forged / "gates" / "02_export.json")
     (rec,) = [r for r in stage["gates"] if r["id"] == "export.contract"]
