@@ -111,7 +111,8 @@ def write_f32_file(f16_path: Path, out: Path) -> Path:
 
 def random_model_folder(hf_dir: Path, dest: Path, seed: int) -> Path:
     """A seeded random-weight Whisper of ``hf_dir``'s config, as a Hugging Face folder
-    (tokenizer, preprocessor and generation config copied from ``hf_dir``)."""
+    (tokenizer, preprocessor and generation config copied from ``hf_dir``).
+    """
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
@@ -261,8 +262,12 @@ def main() -> int:
     log("mismatch files written")
 
     # ---- encoders
-    from verifylib.models.coreml_export import (contract_of, convert_traced,
-                                                place_mlpackage, trace_encoder)
+    from verifylib.models.coreml_export import (
+        contract_of,
+        convert_traced,
+        place_mlpackage,
+        trace_encoder,
+    )
     from verifylib.models.hf import load_hf, load_hf_encoder
     bundle = load_hf(info.hf_dir)
     encoders: dict[str, Path] = {}

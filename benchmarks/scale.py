@@ -12,11 +12,10 @@ shapes), and runs the real stage entry points on it:
   NOT_RUN here, so by default the step first writes ``fp32/ggml-model.bin`` with the same
   writer (:func:`verifylib.models.ggml_writer.write_ggml_model`) in the same process, as the
   stage would (``--no-ggml`` skips it);
-- ``ggml_intake``: the written ``ggml-model.bin`` read and rebuilt as a Hugging Face
-  folder (:func:`verifylib.models.ggml_import.import_ggml`, model kind ``ggml``);
-- ``export_pair``: what ``export.pair`` measures, the fp32 program against the encoder
-  rebuilt from that file (:func:`verifylib.numerics.pair.measure_pair`, float32; the
-  random log-mel, as the shape's random weights give no speech to encode);
+- ``export_pair``: what ``export.pair`` measures, the fp32 program against the reference
+  encoder (:func:`verifylib.numerics.pair.measure_pair`, float32, per-block taps; the
+  random log-mel). The intake of a ggml file of each shape is measured by
+  ``benchmarks/ggml_intake.py``;
 - ``04_parity``: :func:`verifylib.stages.parity.run`: the reference encodings of the first
   fixture's log-mel and the seeded random log-mel, then ``measure_program`` on both
   packages (both inputs, float32 and float64, per-layer taps, op-level attribution); the
@@ -132,7 +131,7 @@ SHAPES: dict[str, Shape] = {
 }
 """The published ``openai/whisper-*`` sizes (multilingual vocabularies)."""
 
-STEPS = ("build", "02_export", "ggml_intake", "export_pair", "04_parity")
+STEPS = ("build", "02_export", "export_pair", "04_parity")
 
 
 def encoder_parameters(shape: Shape) -> int:
@@ -420,18 +419,6 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
             out["ggml_seconds"] = round(time.perf_counter() - t0, 2)
             out["ggml_bytes"] = written.bytes
         report = stage.run(params, run_dir)
-    elif step == "ggml_intake":
-        # Model kind ggml: the written file read back, every tensor dequantized and
-        # rebuilt as a Hugging Face folder (the reference export.pair needs).
-        from verifylib.models.ggml_import import import_ggml
-        out_dir = work / "ggml-import"
-        shutil.rmtree(out_dir, ignore_errors=True)
-        t0 = time.perf_counter()
-        imported = import_ggml(run_dir / "fp32" / "ggml-model.bin", out_dir)
-        out["seconds"] = time.perf_counter() - t0
-        out["ggml_import"] = {"ftype": imported.ftype_name,
-                              "n_parameters": imported.n_parameters}
-        return out
     elif step == "export_pair":
         # The measurement of export.pair (the gate itself needs stage 01's binary for
         # export.ggml_model): the fp32 program against the encoder rebuilt from the file.
@@ -441,7 +428,11 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
         from verifylib.numerics.pair import measure_pair
         from verifylib.numerics.reference import random_logmel
         t0 = time.perf_counter()
-        encoder, _fe = load_hf_encoder(work / "ggml-import")
+        # The random model's encoder stands for the one rebuilt from the file: an f16
+        # file of it dequantizes to the same values, and the shape's random vocabulary
+        # pairs a multilingual size with an English tokenizer, which the ggml importer
+        # rightly refuses (benchmarks/ggml_intake.py measures the intake on its own).
+        encoder, _fe = load_hf_encoder(hf_dir)
         contract = contract_of(encoder)
         program = load_program(run_dir / "fp32" / "ggml-model-encoder.mlpackage")
         m = measure_pair(program, encoder, {"random": random_logmel(contract)},
