@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verifylib.errors import VerifylibError
-from verifylib.evidence.gates import Status
-from verifylib.evidence.records import EvidenceView, GateRecord
+from verifylib.evidence.records import GateRecord
+from verifylib.evidence.results.common import judged_evidence
 
 
-def _doc(run_dir: Path, rec: GateRecord | None, name: str) -> Any:
-    if rec is None or rec.status not in (Status.PASS, Status.FAIL):
-        return None
-    view = EvidenceView(run_dir, rec.evidence)
-    return view.json(name) if view.has(name) else None
+def _doc(run_dir: Path, records: Mapping[str, GateRecord], gate_id: str, name: str) -> Any:
+    view = judged_evidence(run_dir, records, gate_id, name)
+    return None if view is None else view.json(name)
 
 
 def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
@@ -50,10 +48,10 @@ def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
     params = params or {}
     problems: list[str] = []
     try:
-        ggml = _doc(run_dir, records.get("export.ggml_model"), "ggml")
-        contract = _doc(run_dir, records.get("export.contract"), "contract")
-        pair = _doc(run_dir, records.get("export.pair"), "pair")
-        parity = _doc(run_dir, records.get("parity.program"), "parity")
+        ggml = _doc(run_dir, records, "export.ggml_model", "ggml")
+        contract = _doc(run_dir, records, "export.contract", "contract")
+        pair = _doc(run_dir, records, "export.pair", "pair")
+        parity = _doc(run_dir, records, "parity.program", "parity")
     except (OSError, ValueError, VerifylibError) as exc:
         return [f"declarations: evidence unreadable: {exc}"]
 

@@ -521,9 +521,54 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                      n_variables=len(ct2.variables), ct2_header=header)
 
 
-def _files_digests(folder: Path) -> dict[str, str]:
+def files_digests(folder: Path) -> dict[str, str]:
+    """Return every file of an import folder (the marker aside) -> its SHA-256.
+
+    Parameters
+    ----------
+    folder : Path
+        An import folder.
+
+    Returns
+    -------
+    dict
+        Run-relative POSIX path -> digest, sorted by path.
+    """
     return {p.relative_to(folder).as_posix(): sha256_file(p)
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MARKER}
+
+
+def current_marker(folder: Path, importer: str, key: str, digest: str) -> dict | None:
+    """Return an import folder's marker if it is complete, current and unmodified.
+
+    Parameters
+    ----------
+    folder : Path
+        A cached import.
+    importer : str
+        The importer the marker must name.
+    key, digest : str
+        The marker key holding the source's digest, and the digest it must hold.
+
+    Returns
+    -------
+    dict or None
+        The marker when it parses, names ``importer`` and ``digest``, and its ``files``
+        digests match the folder's files; otherwise None.
+    """
+    marker = folder / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        data = read_json(marker)
+    except ValueError:
+        return None
+    if (not isinstance(data, dict) or data.get("importer") != importer
+            or data.get(key) != digest):
+        return None
+    if data.get("files") != files_digests(folder):
+        return None
+    return data
 
 
 def valid_import(folder: Path, source_digest: str) -> dict | None:
@@ -542,19 +587,7 @@ def valid_import(folder: Path, source_digest: str) -> dict | None:
         The marker's content when it parses, names this importer and ``source_digest``,
         and its ``files`` digests match the folder's files; otherwise None.
     """
-    marker = folder / MARKER
-    if not marker.is_file():
-        return None
-    try:
-        data = read_json(marker)
-    except ValueError:
-        return None
-    if (not isinstance(data, dict) or data.get("importer") != IMPORTER
-            or data.get("source_digest") != source_digest):
-        return None
-    if data.get("files") != _files_digests(folder):
-        return None
-    return data
+    return current_marker(folder, IMPORTER, "source_digest", source_digest)
 
 
 def import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
@@ -611,7 +644,7 @@ def import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
                            "config": result.config, "n_parameters": result.n_parameters}
             write_json(staging / "hf" / MARKER, {
                 "importer": IMPORTER, "source_digest": digest, "origin": full_origin,
-                "files": _files_digests(staging / "hf")})
+                "files": files_digests(staging / "hf")})
             # Under the lock, ``final`` exists here only if it failed its check.
             publish_dir(staging / "hf", final)
         finally:

@@ -46,11 +46,11 @@ from typing import Callable
 
 import numpy as np
 
-from verifylib.canonical import publish_dir, read_json, sha256_file, write_json
+from verifylib.canonical import publish_dir, sha256_file, write_json
 from verifylib.errors import ParametersInvalid
 from verifylib.locks import LOCKS_DIR, produce_once
 from verifylib.models.ct2 import ModelError
-from verifylib.models.ct2_import import MARKER, log_nothing
+from verifylib.models.ct2_import import MARKER, current_marker, files_digests, log_nothing
 from verifylib.models.ggml_file import GgmlFileInvalid, GgmlModelFile, open_ggml
 from verifylib.models.ggml_writer import ggml_name
 from verifylib.models.hf import MEL_FILTERS_FILE
@@ -474,11 +474,6 @@ def import_ggml(path: str | os.PathLike, out_dir: str | os.PathLike, *,
                           cached=False)
 
 
-def _files_digests(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): sha256_file(p)
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MARKER}
-
-
 def valid_ggml_import(folder: Path, source_sha256: str) -> dict | None:
     """Return the marker of a complete, current, unmodified ggml import, else None.
 
@@ -495,20 +490,8 @@ def valid_ggml_import(folder: Path, source_sha256: str) -> dict | None:
         The marker when it parses, names this importer and ``source_sha256``, and its
         ``files`` digests match the folder's files; otherwise None.
     """
-    marker = folder / MARKER
-    if not marker.is_file():
-        return None
-    try:
-        data = read_json(marker)
-    except ValueError:
-        return None
-    if (not isinstance(data, dict) or data.get("importer") != IMPORTER
-            or data.get("source_sha256") != source_sha256
-            or not isinstance(data.get("result"), dict)):
-        return None
-    if data.get("files") != _files_digests(folder):
-        return None
-    return data
+    data = current_marker(folder, IMPORTER, "source_sha256", source_sha256)
+    return data if data is not None and isinstance(data.get("result"), dict) else None
 
 
 def import_ggml_cached(path: str | os.PathLike, cache_dir: str | os.PathLike,
@@ -580,7 +563,7 @@ def import_ggml_cached(path: str | os.PathLike, cache_dir: str | os.PathLike,
                            "lossy": result.lossy, "hparams": result.hparams,
                            "multilingual": result.multilingual,
                            "n_parameters": result.n_parameters},
-                "files": _files_digests(staging / "hf")})
+                "files": files_digests(staging / "hf")})
             publish_dir(staging / "hf", final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

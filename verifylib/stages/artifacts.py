@@ -38,7 +38,7 @@ __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
     "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
     "published_model", "published_model_name", "audited_encoder", "AuditedEncoder",
-    "model_source", "fixture_audio",
+    "model_source", "source_ftype", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
     "export_variants",
 ]
@@ -367,6 +367,34 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
                                  f"export.ggml_model")
     arg = ev.get("model_arg")
     return path, (arg if isinstance(arg, str) and Path(arg) == path else str(path))
+
+
+def source_ftype(ctx: StageContext) -> str | None:
+    """Return the tensor type of a ggml-file source, or None for any other model kind.
+
+    What ``export.ggml_model`` recorded of the published file when it passed (the file the
+    gates measure), else the named file's header (stage 02's contract does not wait for the
+    whisper.cpp build).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    str or None
+        The header's ftype (``f16``, ``q5_0`` ...) when ``model.kind`` is ``ggml``.
+    """
+    if ctx.params.model.kind != "ggml":
+        return None
+    try:
+        return ctx.evidence_of("export.ggml_model", "ggml").get("ftype")
+    except PrerequisiteBroken:
+        pass
+    from verifylib.models.ggml_file import open_ggml
+
+    return open_ggml(ctx.params.resolve(ctx.params.model.spec["path"])).ftype_name
 
 
 def model_source(ctx: StageContext) -> dict:

@@ -70,6 +70,7 @@ from verifylib.stages.artifacts import (
     exported_variant,
     fixture_audio,
     model_source,
+    source_ftype,
 )
 from verifylib.stages.context import StageContext
 
@@ -181,9 +182,7 @@ def policy_choice(ctx: StageContext) -> PolicyChoice | None:
     """
     exported = ctx.evidence_of("export.contract", "contract")
     pre = exported.get("prebuilt")
-    ftype = None
-    if ctx.params.model.kind == "ggml":
-        ftype = ctx.evidence_of("export.ggml_model", "ggml").get("ftype")
+    ftype = source_ftype(ctx)
     if pre is None and ftype is None:
         return None
     choice = choose_parity_policy(pre["precision"] if pre else "fp32", ftype)

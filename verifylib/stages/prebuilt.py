@@ -20,31 +20,16 @@ from pathlib import Path
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.evidence import identities
 from verifylib.evidence.schemas.export import ContractEvidence
-from verifylib.stages.artifacts import ENCODER_COMPILED, ENCODER_PACKAGE, model_source
+from verifylib.stages.artifacts import (
+    ENCODER_COMPILED,
+    ENCODER_PACKAGE,
+    model_source,
+    source_ftype,
+)
 from verifylib.stages.context import StageContext
 
 SLOT = "fp32"
 """The gated variant's folder, which the audited encoder occupies."""
-
-
-def source_ftype(ctx: StageContext) -> str | None:
-    """Return the tensor type of a ggml-file source, or None for any other model kind.
-
-    Parameters
-    ----------
-    ctx : StageContext
-        The asking stage.
-
-    Returns
-    -------
-    str or None
-        The header's ftype (``f16``, ``q5_0`` ...) when ``model.kind`` is ``ggml``.
-    """
-    if ctx.params.model.kind != "ggml":
-        return None
-    from verifylib.models.ggml_file import open_ggml
-
-    return open_ggml(ctx.params.resolve(ctx.params.model.spec["path"])).ftype_name
 
 
 def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:

@@ -276,17 +276,11 @@ def _fmt_db(x: float) -> str:
     return "+inf" if x == float("inf") else f"{x:.2f}"
 
 
-def _first_below(snrs: tuple[float, ...], floor: float) -> int | None:
-    for i, v in enumerate(snrs):
-        if not v >= floor:
-            return i
-    return None
-
-
 def _rule_pair(ev) -> Judgement:
     import math
 
     from verifylib.errors import EvidenceInvalid, PolicyInvalid
+    from verifylib.numerics.pair import first_divergent_block
     from verifylib.numerics.parity import PAIR_POLICY, pair_floor
     from verifylib.numerics.scoring import load_policy
     try:
@@ -322,7 +316,7 @@ def _rule_pair(ev) -> Judgement:
         return Judgement.failed(f"inputs {got} are not {PAIR_POLICY}'s {rules['inputs']}")
     problems, shown = [], []
     for i in d.inputs:
-        first = _first_below(i.block_snr_db, smin)
+        first = first_divergent_block(i.block_snr_db, smin)
         if first != i.first_divergent_block:
             problems.append(f"{i.input}: the stored first divergent block "
                             f"{i.first_divergent_block} is not the first block below "
