@@ -58,6 +58,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -250,24 +251,59 @@ def bench_params(shape_name: str, hf_dir: Path):
 
 # ----------------------------------------------------------------------------- memory trace
 
-def _rss_bytes(field: str = "VmRSS", pid: int | str = "self") -> int:
-    """A ``/proc/<pid>/status`` memory field in bytes (0 once the process is gone)."""
+PROC = Path("/proc")
+"""Linux's process file system. macOS has none: psutil (an ipykernel dependency, so
+installed with verifylib) or the kernel's resource usage stand in there."""
+
+
+def maxrss_bytes(ru_maxrss: int, system: str | None = None) -> int:
+    """``ru_maxrss`` in bytes: Linux reports kibibytes, macOS (``Darwin``) bytes already."""
+    return ru_maxrss if (system or platform.system()) == "Darwin" else ru_maxrss * 1024
+
+
+def _rss_bytes(field: str = "VmRSS", pid: int | str = "self") -> int | None:
+    """A process's memory in bytes (0 once the process is gone; None: not known here).
+
+    ``field`` of ``/proc/<pid>/status`` where there is a /proc. Elsewhere only the
+    resident set (``VmRSS``) is known: from psutil, else, for this process alone, its
+    peak (``ru_maxrss``), an upper bound.
+    """
+    if PROC.is_dir():
+        try:
+            with open(PROC / str(pid) / "status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+    if field != "VmRSS":
+        return None  # RssAnon and the other fields are Linux's own
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+        import psutil
+    except ImportError:
+        if pid != "self":
+            return None
+        import resource
+        return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    try:
+        return psutil.Process(None if pid == "self" else int(pid)).memory_info().rss
+    except psutil.Error:
+        return 0
 
 
 def _available_bytes() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """Memory available to a new process: ``MemAvailable``, psutil's, else all of RAM."""
+    if (PROC / "meminfo").is_file():
+        with open(PROC / "meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class MemoryTrace:
@@ -291,7 +327,7 @@ class MemoryTrace:
     def _sample(self) -> None:
         last = 0.0
         while True:
-            rss = _rss_bytes()
+            rss = _rss_bytes() or 0
             with self._lock:
                 for rec in self.open:
                     rec["peak"] = max(rec["peak"], rss)
@@ -314,7 +350,7 @@ class MemoryTrace:
         trace = self
 
         def wrapper(*args, **kwargs):
-            rss = _rss_bytes()
+            rss = _rss_bytes() or 0
             trace._seq += 1
             rec = {"call": label, "depth": len(trace.open), "seq": trace._seq,
                    "start_s": round(time.perf_counter() - trace._t0, 2),
@@ -325,7 +361,7 @@ class MemoryTrace:
             try:
                 return fn(*args, **kwargs)
             finally:
-                rss, anon = _rss_bytes(), _rss_bytes("RssAnon")
+                rss, anon = _rss_bytes() or 0, _rss_bytes("RssAnon")
                 with trace._lock:
                     trace.open.remove(rec)
                     rec.update(peak=max(rec["peak"], rss), rss_after=rss, anon_after=anon,
@@ -483,7 +519,7 @@ def _run_child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
             # The host is shared: a step that outgrows the limit is stopped before the
             # kernel's OOM killer picks a victim, possibly someone else's process.
             while proc.returncode is None and not killed.is_set():
-                if _rss_bytes("VmRSS", proc.pid) > limit:
+                if (_rss_bytes("VmRSS", proc.pid) or 0) > limit:
                     killed.set()
                     proc.kill()
                     return
@@ -501,13 +537,13 @@ def _run_child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
             _print_trace(shape_name, f"{step} (stopped)", json.loads(progress.read_text()))
         raise SystemExit(f"{shape_name} {step} stopped: its resident set passed "
                          f"{limit / GIB:.1f} GiB (--max-rss-gib) after {wall:.0f} s; peak "
-                         f"{usage.ru_maxrss * 1024 / GIB:.2f} GiB")
+                         f"{maxrss_bytes(usage.ru_maxrss) / GIB:.2f} GiB")
     if proc.returncode != 0 or not result.is_file():
         tail = (logs / f"{step}.log").read_text(errors="replace").splitlines()[-25:]
         raise SystemExit(f"{shape_name} {step} failed (exit {proc.returncode}); log "
                          f"{logs / (step + '.log')}:\n" + "\n".join(tail))
     out = json.loads(result.read_text())
-    out["peak_rss_bytes"] = usage.ru_maxrss * 1024  # kilobytes on Linux
+    out["peak_rss_bytes"] = maxrss_bytes(usage.ru_maxrss)
     out["process_seconds"] = round(wall, 2)
     return out
 
@@ -565,7 +601,9 @@ def _print_trace(shape_name: str, step: str, records: list[dict]) -> None:
             continue
         print(f"{r['start_s']:>8.1f} {name:<44}{r['seconds']:>9.1f}"
               f"{r['rss_before'] / GIB:>8.2f}{r['peak'] / GIB:>8.2f}"
-              f"{r['rss_after'] / GIB:>8.2f}{r['anon_after'] / GIB:>8.2f}", file=sys.stderr)
+              f"{r['rss_after'] / GIB:>8.2f}"
+              f"{'-' if r['anon_after'] is None else format(r['anon_after'] / GIB, '.2f'):>8}",
+              file=sys.stderr)
     sys.stderr.flush()
 
 

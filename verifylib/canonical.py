@@ -4,6 +4,9 @@ Written by hand because the evidence format has two rules no serializer offers
 together: strict JSON (no ``NaN``/``Infinity`` tokens, non-finite floats become the
 strings ``"nan"``, ``"inf"``, ``"-inf"``) and byte-stable output (sorted keys, UTF-8,
 fixed separators) so that a SHA-256 of a sidecar identifies its content.
+
+The digests count every file, so the files macOS writes into a folder on its own
+(``.DS_Store``, ``._*``) change them: :func:`os_litter` finds those for a refusal to name.
 """
 
 from __future__ import annotations
@@ -159,6 +162,85 @@ def tree_digest(root: str | os.PathLike) -> str:
         elif p.is_file():
             lines.append(f"{rel}\0{sha256_file(p)}\n")
     return sha256_bytes("".join(lines).encode("utf-8"))
+
+
+# What macOS writes into folders on its own: Finder's view settings, AppleDouble
+# companions (``._name``, on volumes and in archives without extended attributes), the
+# resource folder of Archive Utility's zips, a folder's custom icon, and a volume root's
+# indexes and trash. A digest or a git tree id counts each of them like any other file.
+_LITTER_FILES = frozenset({".DS_Store", "Icon\r"})
+_LITTER_FOLDERS = frozenset({"__MACOSX", ".Spotlight-V100", ".Trashes", ".fseventsd",
+                             ".TemporaryItems", ".DocumentRevisions-V100"})
+_APPLEDOUBLE_PREFIX = "._"
+
+
+def os_litter(root: str | os.PathLike) -> tuple[str, ...]:
+    """List the files and folders under ``root`` that macOS writes on its own.
+
+    They are counted by :func:`tree_digest` and by a git tree id like any other file, so
+    a folder that Finder opened no longer has its published identity. Nothing is removed
+    or skipped here: the caller names them in its refusal. ``.git`` folders are not
+    searched (no identity here covers them).
+
+    Parameters
+    ----------
+    root : path-like
+        The folder to search.
+
+    Returns
+    -------
+    tuple of str
+        Their paths relative to ``root`` (POSIX form, sorted); a litter folder is listed,
+        not what it holds. Empty when there are none or ``root`` is not a folder.
+    """
+    root = Path(root)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        for d in sorted(dirs):
+            if d in _LITTER_FOLDERS or d.startswith(_APPLEDOUBLE_PREFIX):
+                found.append((here / d).relative_to(root).as_posix())
+        dirs[:] = [d for d in dirs if d != ".git" and d not in _LITTER_FOLDERS
+                   and not d.startswith(_APPLEDOUBLE_PREFIX)]
+        for f in files:
+            if f in _LITTER_FILES or f.startswith(_APPLEDOUBLE_PREFIX):
+                found.append((here / f).relative_to(root).as_posix())
+    return tuple(sorted(found))
+
+
+def describe_litter(root: str | os.PathLike, found: tuple[str, ...], *, shown: int = 5) -> str:
+    """Name the litter :func:`os_litter` found and the commands that remove it.
+
+    Parameters
+    ----------
+    root : path-like
+        The folder searched.
+    found : tuple of str
+        What :func:`os_litter` returned (not empty).
+    shown : int
+        How many paths to name before counting the rest.
+
+    Returns
+    -------
+    str
+        ``found .DS_Store, sub/._x (…) in ROOT; remove them with `…```.
+    """
+    import shlex
+    q = shlex.quote(str(root))
+    names = ", ".join(repr(f) if "\r" in f else f for f in found[:shown])
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    leaves = {Path(f).name for f in found}
+    fixes = []
+    if ".DS_Store" in leaves:
+        fixes.append(f"find {q} -name .DS_Store -delete")
+    if any(n.startswith(_APPLEDOUBLE_PREFIX) for n in leaves):
+        fixes.append(f"find {q} -name '._*' -delete")
+    if "Icon\r" in leaves:
+        fixes.append(f"find {q} -name $'Icon\\r' -delete")
+    fixes += [f"rm -rf {shlex.quote(str(Path(root) / f))}" for f in found
+              if Path(f).name in _LITTER_FOLDERS]
+    return (f"found {names}{more} in {root} (files macOS writes on its own); remove them "
+            f"with `{' && '.join(fixes)}`")
 
 
 def is_sha256(value: Any) -> bool:

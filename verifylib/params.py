@@ -18,7 +18,7 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import fastjsonschema
 import yaml
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 from verifylib import resources
 from verifylib.errors import ParametersInvalid
+from verifylib.runtime.contracts import GGML_BACKENDS
 
 PARAMETERS_DIR = resources.parameters_dir()
 DEFAULT_PARAMETERS = resources.default_parameters()
@@ -120,6 +121,7 @@ SCHEMA = {
                 "pin": _STR,
                 "source": SOURCE_SCHEMA,
                 "ggml_native": {"type": "boolean"},
+                "ggml_backend": {"enum": list(GGML_BACKENDS)},
                 "jobs": {"type": "integer", "minimum": 1, "maximum": 64},
             },
         },
@@ -149,7 +151,8 @@ PARAMETER_KEYS: tuple[str, ...] = tuple(SCHEMA["properties"])
 
 DEFAULTS: dict[str, Any] = {
     "description": "",
-    "runtime": {"ggml_native": True, "jobs": 2},
+    # cpu: see RuntimeSection.ggml_backend.
+    "runtime": {"ggml_native": True, "ggml_backend": GGML_BACKENDS[0], "jobs": 2},
     "fixtures": [],
     "canary": {"runs": 20, "enabled": True, "timeout_s": 120, "first_run_timeout_s": 900},
     "export": {"fp16": True},
@@ -170,12 +173,21 @@ class RuntimeSection:
         Build with ``GGML_NATIVE``.
     jobs : int
         Parallel build jobs.
+    ggml_backend : str or None
+        The ggml backend of every build, hence of the GGML legs and of the hybrid decoder:
+        ``cpu`` (the default) or ``metal`` (macOS only); None only in the parameters of a
+        run recorded before the key existed. The default is the CPU because the Core ML
+        encoder is judged against the GGML leg: that reference should be the deterministic
+        CPU path the Linux evidence and the lifecycle defect reproduction were measured on,
+        while Metal changes numerics and scheduling; and the hybrid decoder runs on the
+        same backend as the GGML leg, so a WER difference between them is the encoder's.
     """
 
     pin: str
     source: dict
     ggml_native: bool
     jobs: int
+    ggml_backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -300,7 +312,8 @@ class Params:
     def runtime(self) -> RuntimeSection:
         """The ``runtime`` section, typed."""
         r = self.data["runtime"]
-        return RuntimeSection(r["pin"], copy.deepcopy(r["source"]), r["ggml_native"], r["jobs"])
+        return RuntimeSection(r["pin"], copy.deepcopy(r["source"]), r["ggml_native"], r["jobs"],
+                              r.get("ggml_backend"))
 
     @property
     def model(self) -> ModelSection:
@@ -442,6 +455,7 @@ def validate(data: Any, origin: str, base_dir: Path,
     if pin not in pins:
         raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
                                 f"(known: {', '.join(sorted(pins))}; see {manifest})")
+    _check_backend(origin, p["runtime"]["ggml_backend"])
     src = p["runtime"]["source"]
     if src["kind"] == "git":
         want = pins[pin].commit
@@ -456,11 +470,18 @@ def validate(data: Any, origin: str, base_dir: Path,
             raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a file")
         if src["kind"] == "folder" and not path.is_dir():
             raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a folder")
+        if src["kind"] == "folder":
+            # Only the subdir is copied; a missing one is the fetch's to report.
+            sub = path / src["subdir"] if src.get("subdir") else path
+            _refuse_litter(f"{origin}: key runtime.source.path", sub if sub.is_dir() else path,
+                           "the source's git tree id, which must be the pin's")
     model = p["model"]
     if model["kind"] in ("ct2-dir", "hf-dir"):
         mp = base_dir / Path(model["path"]).expanduser()
         if not mp.is_dir():
             raise ParametersInvalid(f"{origin}: key model.path: {mp} is not a folder")
+        _refuse_litter(f"{origin}: key model.path", mp,
+                       "the model's digest, its identity in every run")
     if model["kind"] == "ggml":
         _check_ggml_file(origin, base_dir / Path(model["path"]).expanduser())
     if "encoder" in p:
@@ -471,11 +492,19 @@ def validate(data: Any, origin: str, base_dir: Path,
         # Nothing is exported: the fp16 variant's gates are NOT_RUN(disabled) by this key.
         p["export"]["fp16"] = False
         _check_encoder(origin, base_dir / Path(p["encoder"]["path"]).expanduser())
-    seen = set()
+    seen: dict[str, str] = {}  # case-folded id -> its first spelling
     for i, fx in enumerate(p["fixtures"]):
-        if fx["id"] in seen:
+        first = seen.get(fx["id"].casefold())
+        if first == fx["id"]:
             raise ParametersInvalid(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
-        seen.add(fx["id"])
+        if first is not None:
+            # Evidence files are named by fixture id (ggml-<id>.stderr.txt): on a
+            # case-insensitive file system, macOS's default, the two would be one file.
+            raise ParametersInvalid(
+                f"{origin}: key fixtures[{i}].id: {fx['id']!r} and {first!r} differ only in "
+                "case; their evidence files would be one file on a case-insensitive file "
+                "system (macOS's default): rename one")
+        seen[fx["id"].casefold()] = fx["id"]
         if "path" in fx:
             fp = base_dir / Path(fx["path"]).expanduser()
             if not fp.is_file():
@@ -495,6 +524,23 @@ def validate(data: Any, origin: str, base_dir: Path,
                                         "does not exist")
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
+
+
+def _check_backend(origin: str, backend: str) -> None:
+    """Refuse a ``runtime.ggml_backend`` this host cannot build: Metal exists on macOS only.
+
+    Off macOS ggml's CMake cannot find the Metal framework, so a ``metal`` build would
+    fail in stage 01 after the source was fetched; refused here, before any work.
+    """
+    if backend == GGML_BACKENDS[0]:
+        return
+    from verifylib.evidence.gates import Capability
+    from verifylib.runtime.capabilities import detect
+    host = detect()
+    if not host.has(Capability.MACOS):
+        raise ParametersInvalid(f"{origin}: key runtime.ggml_backend: {backend!r} needs macOS "
+                                f"(this host: {host.system} {host.machine}); use "
+                                f"{GGML_BACKENDS[0]!r}, the default")
 
 
 def _check_ggml_file(origin: str, path: Path) -> None:
@@ -544,6 +590,61 @@ def _check_encoder(origin: str, path: Path) -> None:
     missing = [n for n in needed if not (path / n).is_file()]
     if missing:
         raise ParametersInvalid(f"{key}: {path} is not {what} (no {', '.join(missing)})")
+    _refuse_litter(key, path, "the encoder's tree digest, which every stage checks")
+
+
+def _refuse_litter(key: str, folder: Path, identity: str) -> None:
+    """Refuse a folder holding files macOS writes on its own (``.DS_Store``, ``._*`` …).
+
+    Nothing is skipped when a folder is identified (the tree id must stay what git
+    computes, a digest what anyone recomputes), so such a file would change the identity
+    with no word why; naming it here is the fix.
+    """
+    from verifylib.canonical import describe_litter, os_litter
+    found = os_litter(folder)
+    if found:
+        raise ParametersInvalid(f"{key}: {describe_litter(folder, found)}; they would change "
+                                f"{identity}")
+
+
+def check_distinct_names(all_params: Sequence[Params], reports_root: Path | None = None) -> None:
+    """Refuse models of one batch whose names are equal, also when only in case.
+
+    Each model's runs go to ``reports/<name>/``: on a case-insensitive file system (macOS's
+    default) ``Tiny`` and ``tiny`` would be one folder. So would a model and a folder of the
+    reports folder spelled like it in another case (a run of another batch).
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        The batch's parameters.
+    reports_root : Path, optional
+        The reports folder the batch publishes into, whose model folders are checked too.
+
+    Raises
+    ------
+    ParametersInvalid
+        Naming both spellings and where each comes from.
+    """
+    seen: dict[str, Params] = {}
+    for p in all_params:
+        other = seen.setdefault(p.name.casefold(), p)
+        if other is p:
+            continue
+        how = "the same name" if other.name == p.name else "names that differ only in case"
+        raise ParametersInvalid(
+            f"{other.origin} and {p.origin} use {how} ({other.name!r}, {p.name!r}); each "
+            "model's runs go to reports/<name>/, one folder for both on a case-insensitive "
+            "file system (macOS's default): rename one")
+    if reports_root is None or not Path(reports_root).is_dir():
+        return
+    for entry in Path(reports_root).iterdir():
+        p = seen.get(entry.name.casefold())
+        if p is not None and entry.is_dir() and entry.name != p.name:
+            raise ParametersInvalid(
+                f"{p.origin}: model {p.name!r} would publish into {entry}, the folder of "
+                f"model {entry.name!r}: on a case-insensitive file system (macOS's default) "
+                "they are one folder; rename the model or use another --reports folder")
 
 
 def _absolutize(p: dict, base_dir: Path) -> None:

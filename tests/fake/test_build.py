@@ -29,6 +29,7 @@ def test_compiler_identity_names_the_tools():
     ident = compiler_identity()
     assert ident["c++"] and ident["cc"] and ident["cmake"].startswith("cmake version")
     assert ident["machine"] and ident["system"]
+    assert "sdk" not in ident  # the Xcode and SDK facts are macOS's only
     canonical.dumps(ident)  # JSON-able
 
 
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
     (void)argc; (void)argv;
     @CRASH@
     fprintf(stderr, "whisper_init_from_file_with_params_no_state: loading model (%s)\n", __FILE__);
+    fprintf(stderr, "whisper_backend_init_gpu: @BACKEND@\n");
     fprintf(stderr, "system_info: n_threads = 2 / 2 | WHISPER : COREML = @COREML@ | OPENVINO = 0 |\n");
     printf(" [00:00:00.000 --> 00:00:01.000]  And so\n");
     return 0;
@@ -48,10 +50,11 @@ int main(int argc, char **argv) {
 """
 
 
-def fake_project(root: Path, *, coreml: int = 0, broken: str | None = None) -> Path:
-    """A CMake project whose whisper-cli target prints a system_info line."""
+def fake_project(root: Path, *, coreml: int = 0, broken: str | None = None,
+                 backend: str = "no GPU found") -> Path:
+    """A CMake project whose whisper-cli target prints a backend and a system_info line."""
     root.mkdir(parents=True)
-    body = FAKE_CLI.replace("@COREML@", str(coreml)).replace(
+    body = FAKE_CLI.replace("@COREML@", str(coreml)).replace("@BACKEND@", backend).replace(
         "@CRASH@", "raise(SIGSEGV);" if broken == "segv" else "")
     if broken == "compile":
         body += "\nthis is not C++;\n"
@@ -126,6 +129,9 @@ def test_probe_and_judge_on_a_fake_cli(tmp_path):
     assert not {"-np", "--no-prints", "-ac", "--audio-ctx"} & set(probe.result.argv)
     assert probe.coreml == 0 and probe.system_info_line.startswith(contracts.SYSTEM_INFO_PREFIX)
     ev = canonical.loads(canonical.dumps(build_evidence(res, probe)))
+    # What the build records is what its options pin and its launch logged, read back.
+    assert res.options["GGML_METAL"] == "OFF" and ev["ggml_backend"] == "cpu"
+    assert probe.backend == "cpu" and ev["probe"]["backend"] == "cpu"
     text = probe.result.stderr_text + "\n" + probe.result.stdout_text
     assert judge_ggml_build(ev, text).status is Status.PASS
 
@@ -135,7 +141,9 @@ def test_probe_of_a_crashing_or_coreml_cli_fails_the_judge(tmp_path):
     audio.write_bytes(b"RIFF")
     model.write_bytes(b"ggml")
     for name, kw, needle in [("segv", {"broken": "segv"}, "SIGSEGV"),
-                             ("coreml", {"coreml": 1}, "does not show 'COREML = 0'")]:
+                             ("coreml", {"coreml": 1}, "does not show 'COREML = 0'"),
+                             ("gpu", {"backend": "using MTL0 backend"},
+                              "built for ggml backend 'cpu', but the probe chose 'metal'")]:
         res = build_whisper_cli(fake_project(tmp_path / name, **kw), tree_id=TREE,
                                 patch_sha256=PATCH, variant="ggml", options={},
                                 cache_dir=tmp_path / f"c-{name}", log=quiet)

@@ -27,6 +27,7 @@ PROGRAM = r"""
 #include <cstdio>
 int main() {
     fprintf(stderr, "system_info: n_threads = 1 / 8 | WHISPER : COREML = @COREML@ | OPENVINO = 0 |\n");
+    fprintf(stderr, "whisper_backend_init_gpu: no GPU found\n");
     fprintf(stderr, "whisper_init_state: failed to load Core ML model from 'x-encoder.mlmodelc'\n");
     return @EXIT@;
 }
@@ -60,20 +61,25 @@ def coreml_gate(tmp_path, coreml=1, ggml_key=None, after=()):
     ctx = StageContext("01_build", params.load(params.DEFAULT_PARAMETERS), tmp_path / "run")
     refs, ids = stage_build.write_coreml_evidence(ctx, cli, bench, probe,
                                                   patch_after_problems=list(after),
-                                                  ggml_key=ggml_key)
+                                                  ggml_key=ggml_key, ggml_backend="cpu")
     return ctx, refs, ids, cli, bench, src
 
 
 def test_core_ml_build_reads_coreml_1_from_whisper_bench(tmp_path):
     ctx, refs, ids, cli, bench, src = coreml_gate(tmp_path)
-    j = rules.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs))
+    j = rules.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs, ids))
     assert j.status is Status.PASS, j.detail
     assert "'COREML = 1' read from whisper-bench built with the same options (exit 2)" in j.detail
     assert cli.options["WHISPER_COREML"] == "1"
     assert cli.options["WHISPER_COREML_ALLOW_FALLBACK"] == "OFF"
     assert bench.options == cli.options and bench.cli_key == cli.key
     assert cli.binary.parent.name == cli.key and bench.binary.parent.name == f"bench-{bench.key}"
-    assert ids == {"binary.coreml.sha256": cli.sha256}
+    assert ids == {"binary.coreml.sha256": cli.sha256, "binary.coreml.backend": "cpu",
+                   "binary.ggml.backend": "cpu"}
+    assert cli.options["GGML_METAL"] == "OFF" and bench.options["GGML_METAL"] == "OFF"
+    # Without its identities the gate fails: it must bind the backend its evidence records.
+    j = rules.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs))
+    assert j.status is Status.FAIL and "identity binary.coreml.backend is None" in j.detail
     assert sorted(p.name for p in src.iterdir()) == ["CMakeLists.txt", "bench.cpp", "cli.cpp"]
     again = build.build_bench(src, cli, cache_dir=tmp_path / "cache", log=quiet)
     assert again.cached and again.sha256 == bench.sha256

@@ -204,7 +204,7 @@ def test_a_crash_relabeled_as_exit_3_fails(files):
         "recorded signal 'SIGSEGV' disagrees with return code 3 (a normal exit)"
     hidden = dict(rec, signal=None)
     assert classify_negative(hidden, res.stderr, res.stdout).problems[0] == \
-        "recorded signal None disagrees with return code -11 (SIGSEGV)"
+        "recorded signal None disagrees with return code -11 (SIGSEGV in the Linux signal table)"
 
 
 # ----------------------------------------------------------------------------- lifecycle trigger

@@ -96,6 +96,19 @@ def test_signals_are_decoded(code, rc, sig):
     assert res.ok is False
 
 
+def test_a_signal_is_recorded_with_the_table_of_the_os_the_child_ran_on():
+    # SIGBUS is a different number on Linux and macOS: the record says whose it is.
+    import platform
+
+    from verifylib.runtime import contracts
+    res = run([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"], timeout=30)
+    assert (res.returncode, res.signal) == (-signal.SIGBUS, "SIGBUS")
+    assert res.signal_table == platform.system()
+    rec = run_record(res)
+    assert rec["signal_table"] == platform.system()
+    assert contracts.termination(rec) == ("SIGBUS", [])
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     code = ("import subprocess, sys, time; "

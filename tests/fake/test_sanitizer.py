@@ -271,10 +271,12 @@ def test_stage_01_records_each_side_of_the_asan_builds(tmp_path, monkeypatch):
     exe = install(tmp_path / "bin" / ("f" * 64), "ggml-unpatched-asan")
     built = []
 
-    def fake_build(src, *, tree_id, patch_sha256, variant, options, cache_dir, jobs, log):
+    def fake_build(src, *, tree_id, patch_sha256, variant, options, cache_dir, jobs, log,
+                   backend):
         built.append((Path(src), variant, patch_sha256))
         return build.BuildResult(exe, canonical.sha256_file(exe), "f" * 64, False, 66.7, variant,
-                                 build.effective_options(variant, options), {}, ("libasan.so.8",),
+                                 build.effective_options(variant, options, backend=backend), {},
+                                 ("libasan.so.8",),
                                  True, tree_id, patch_sha256, exe.parent / "build.json")
     monkeypatch.setattr(build_stage._build, "build_whisper_cli", fake_build)
     ctx = StageContext("01_build", make_params(), tmp_path / "run")

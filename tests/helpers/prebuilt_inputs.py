@@ -2,9 +2,9 @@
 file, and those parameters (tests/simmac/test_prebuilt_mlmodelc*.py).
 
 - ``ggml``: ``ggml-tiny.en.bin``, the default model written by our writer (f16);
-- ``encoder``: our fp32 export of the default model, compiled the way
-  :mod:`tests.helpers.compiled_models` compiles (the simulated ``coremlc`` plus coremlc's text
-  parts), named ``ggml-tiny.en-encoder.mlmodelc`` as downloaded encoders are;
+- ``encoder``: our fp32 export of the default model, compiled by the simulated ``coremlc``
+  (:mod:`tests.helpers.compiled_models`), named ``ggml-tiny.en-encoder.mlmodelc`` as
+  downloaded encoders are;
 - ``other``: the same export of an encoder with the same configuration and seeded random
   weights (another model of the same shapes), compiled the same way.
 

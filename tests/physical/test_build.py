@@ -59,6 +59,10 @@ def test_real_v185_probe_shows_coreml_off_from_the_published_path(v185_ggml_buil
     ev = canonical.loads(canonical.dumps(build_evidence(res, probe)))
     j = judge_ggml_build(ev, probe.result.stderr_text + "\n" + probe.result.stdout_text)
     assert j.status is Status.PASS, j.detail
+    # A Linux build is pinned to the CPU, and the real binary says so itself.
+    assert res.options["GGML_METAL"] == "OFF" and ev["ggml_backend"] == "cpu"
+    assert contracts.BACKEND_NO_GPU_MARKER in probe.result.stderr_text
+    assert probe.backend == ev["probe"]["backend"] == "cpu"
 
 
 @pytest.mark.physical

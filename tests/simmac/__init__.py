@@ -17,23 +17,26 @@ The stand-ins replace only what needs Apple's software, each at the narrowest se
   the real binary's own output, so transcripts and timings are physical;
 - ``xcrun`` (``--find coremlc``, ``coremlc compile``): ``xcrun.py``, launched in place of
   ``xcrun`` by the same redirection of verifylib's child processes;
-- ``coremltools.models.CompiledMLModel``: executes the compiled folder's program with
-  verifylib's MIL executor (so runtime parity measures a real computation);
-- ``MLComputePlan``: a plan over the program's operations.
+- Core ML itself: only coremltools' native proxies (``libcoremlpython``'s ``_MLModelProxy``,
+  ``_MLComputePlanProxy`` and the device proxies), patched where coremltools looks them up
+  (``native.py``), and the macOS version coremltools reads. coremltools' real Python classes
+  (``CompiledMLModel``, ``MLComputePlan``, the structure, usage, cost and device classes)
+  run unchanged on top: a compiled model executes its program with verifylib's MIL
+  executor (so runtime parity measures a real computation), a plan covers every operation
+  of the program as Core ML gives them. What loads is what the simulated ``coremlc``
+  compiled, remembered by the simulated framework (``framework_memory.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace as NS
 
 HERE = Path(__file__).resolve().parent
 MARKER = b"\n\0verifylib-simulated-coreml-build\0\n"
@@ -53,13 +56,14 @@ class Scenario:
     clip : str or None
         The fixture id a ``nonsense`` behaviour applies to.
     coremlc : str
-        The developer tools and compiler (``xcrun.py``): xcode, clt, fail, misname, other-os.
+        The developer tools and compiler (``xcrun.py``): xcode, clt, clt-selected, license,
+        fail, misname, other-os.
     compiled : str
         ``CompiledMLModel`` behaviour: ok, nil (no output), fp16 (float16 output),
         renamed (output under another name), oversized (extra frames), load-error.
     plan : str
         ``MLComputePlan`` behaviour: ok, no-cost (no op carries a cost), unbalanced
-        (costs that do not sum to 1).
+        (costs that do not sum to 1), no-device (a costed compute op without a device).
     macos : tuple of int
         The macOS version reported.
     """
@@ -105,16 +109,24 @@ class SimulatedMac:
     ----------
     scenario : Scenario
     state_dir : path-like, optional
-        Where run counters and the scenario file live (a new temporary folder by default).
+        Where run counters, the scenario file and the log of Core ML loads live (a new
+        temporary folder by default).
+    framework_dir : path-like, optional
+        The simulated Core ML framework's memory of compiled models
+        (``framework_memory.default_dir()``, shared by every simulated Mac, by default).
     """
 
-    def __init__(self, scenario: Scenario = Scenario(), state_dir: str | os.PathLike | None = None):
+    def __init__(self, scenario: Scenario = Scenario(), state_dir: str | os.PathLike | None = None,
+                 framework_dir: str | os.PathLike | None = None):
+        from . import framework_memory
         self.scenario = scenario
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="verifylib-simmac-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.framework_dir = Path(framework_dir or framework_memory.default_dir())
         self.scenario_file = self.state_dir / "scenario.json"
         self.scenario_file.write_text(json.dumps(
-            {**dataclasses.asdict(self.scenario), "state_dir": str(self.state_dir)}))
+            {**dataclasses.asdict(self.scenario), "state_dir": str(self.state_dir),
+             "framework_dir": str(self.framework_dir)}))
         self._undo: list = []
 
     @classmethod
@@ -122,17 +134,35 @@ class SimulatedMac:
         """The simulated Mac a scenario file describes (used by the stage kernels)."""
         data = json.loads(Path(scenario_file).read_text())
         state = data.pop("state_dir")
+        framework_dir = data.pop("framework_dir", None)
         data["macos"] = tuple(data["macos"])
-        return cls(Scenario(**data), state)
+        return cls(Scenario(**data), state, framework_dir)
 
     # ------------------------------------------------------------------ the host
     def host(self):
-        """The simulated host's capabilities."""
-        from verifylib.runtime.capabilities import HostCapabilities
-        coremlc = (None if self.scenario.coremlc == "clt" else
-                   str(self.state_dir / "Xcode.app/Contents/Developer/usr/bin/coremlc"))
-        return HostCapabilities("Darwin", "arm64", tuple(self.scenario.macos), coremlc,
-                                simulated=True)
+        """The simulated host's capabilities, detected by verifylib from the simulated tools.
+
+        The Mac's disk holds ``Xcode.app`` (its ``Contents/Developer`` folder, in the state
+        folder) unless the scenario has the Command Line Tools alone; ``xcode-select -p``
+        and ``xcrun`` answer as ``xcrun.py`` says. Which developer tools that makes, and
+        whether full Xcode is there, is decided by verifylib's own detection
+        (``capabilities.probe_xcode``), as on a real Mac.
+        """
+        from verifylib.runtime.capabilities import HostCapabilities, probe_xcode
+        from verifylib.runtime.runner import run
+        if self.scenario.coremlc != "clt":
+            (self.state_dir / "Xcode.app" / "Contents" / "Developer").mkdir(parents=True,
+                                                                          exist_ok=True)
+        script = [sys.executable, str(HERE / "xcrun.py"), str(self.scenario_file)]
+
+        def tool(argv):
+            # Apple's two tools, answered by the scenario (xcode-select through xcrun.py too).
+            return run([*script, *(argv if argv[0] == "xcode-select" else argv[1:])],
+                       timeout=30)
+
+        xcode = probe_xcode(tool=tool, environ={}, applications=(str(self.state_dir),))
+        return HostCapabilities("Darwin", "arm64", tuple(self.scenario.macos), xcode.coremlc,
+                                simulated=True, xcode=xcode)
 
     # ------------------------------------------------------------------ processes
     def redirect(self, argv: list) -> list:
@@ -152,9 +182,6 @@ class SimulatedMac:
 
     def activate(self) -> "SimulatedMac":
         """Install every stand-in in this process. Undo with :meth:`deactivate`."""
-        import coremltools.models
-        import coremltools.models.compute_plan as cp
-
         from verifylib.whispercpp import build
         from verifylib.runtime import capabilities, runner
 
@@ -162,9 +189,42 @@ class SimulatedMac:
         self._undo.append((capabilities, "simulate", None))
         self._patch(runner, "subprocess", _Subprocess(self))
         self._patch(build, "_cmake_target", _coreml_cmake_target(build._cmake_target))
-        self._patch(coremltools.models, "CompiledMLModel", _compiled_model_class(self))
-        self._patch(cp, "MLComputePlan", _plan_class(self))
+        for module, name, value in self.native_patches():
+            self._patch(module, name, value)
         return self
+
+    def native_patches(self) -> list:
+        """What :meth:`activate` puts where coremltools looks its native side up.
+
+        Returns
+        -------
+        list of (module, name, value)
+            The proxies of ``native.framework`` in each coremltools module that imported
+            them from ``libcoremlpython`` on the code paths verifylib uses (compiled
+            models, compute plans, compute devices), and the macOS version
+            ``CompiledMLModel`` checks (coremltools asks ``sw_vers``). ``MLModel`` keeps
+            no proxy: verifylib never predicts with a package.
+        """
+        import coremltools.models._compiled_model as compiled_model
+        import coremltools.models.compute_device as compute_device
+        import coremltools.models.compute_plan as compute_plan
+
+        from . import native
+        fw = native.framework({**dataclasses.asdict(self.scenario),
+                               "framework_dir": str(self.framework_dir)},
+                              self.state_dir, tuple(self.scenario.macos))
+        macos = tuple(self.scenario.macos)
+        return [
+            (compiled_model, "_MLModelProxy", fw._MLModelProxy),
+            (compiled_model, "_macos_version", lambda: macos),
+            (compute_plan, "_MLModelProxy", fw._MLModelProxy),
+            (compute_plan, "_MLComputePlanProxy", fw._MLComputePlanProxy),
+            (compute_device, "_MLModelProxy", fw._MLModelProxy),
+            (compute_device, "_MLCPUComputeDeviceProxy", fw._MLCPUComputeDeviceProxy),
+            (compute_device, "_MLGPUComputeDeviceProxy", fw._MLGPUComputeDeviceProxy),
+            (compute_device, "_MLNeuralEngineComputeDeviceProxy",
+             fw._MLNeuralEngineComputeDeviceProxy),
+        ]
 
     def deactivate(self) -> None:
         """Remove the stand-ins installed by :meth:`activate`."""
@@ -213,141 +273,6 @@ def _coreml_cmake_target(real):
         return built, configure
 
     return build
-
-
-# ---------------------------------------------------------------------- Core ML runtime
-
-def _program_of(mlmodelc: str, workdir: Path):
-    """The compiled folder's ML program, read back through a package rebuilt from it."""
-    import coremltools as ct
-    from coremltools.proto import Model_pb2
-
-    from verifylib.numerics.mil_exec import load_program
-
-    spec = Model_pb2.Model()
-    spec.ParseFromString((Path(mlmodelc) / "coremldata.bin").read_bytes())
-    weights = Path(mlmodelc) / "weights"
-    pkg = workdir / "program.mlpackage"
-    ct.models.MLModel(spec, weights_dir=str(weights), skip_model_load=True).save(str(pkg))
-    return load_program(pkg), spec
-
-
-def _loadable(path: str) -> bool:
-    sys.path.insert(0, str(HERE))
-    try:
-        from runtime import loadable
-    finally:
-        sys.path.remove(str(HERE))
-    return loadable(path)
-
-
-def _compiled_model_class(sim: SimulatedMac):
-    behaviour = sim.scenario.compiled
-
-    class SimulatedCompiledMLModel:
-        """``CompiledMLModel`` on the simulated Mac: the program, executed op by op."""
-
-        def __init__(self, path, compute_units=None, **_kw):
-            if behaviour == "load-error" or not _loadable(str(path)):
-                raise RuntimeError(f"Error compiling model: cannot load {path}")
-            self._tmp = tempfile.TemporaryDirectory(prefix="verifylib-simmac-model-")
-            self.program, spec = _program_of(str(path), Path(self._tmp.name))
-            self.output_name = spec.description.output[0].name
-            self.compute_units = compute_units
-
-        def predict(self, inputs):
-            import numpy as np
-
-            from verifylib.numerics.mil_exec import execute
-            if behaviour == "nil":
-                return {}
-            out = dict(execute(self.program, inputs, compute="float32").outputs)
-            y = out[self.output_name]
-            if behaviour == "fp16":
-                out[self.output_name] = y.astype(np.float16)
-            elif behaviour == "renamed":
-                out = {"encoder_output": y}
-            elif behaviour == "oversized":
-                out[self.output_name] = np.concatenate([y, y[:, :1]], axis=1)
-            return out
-
-    return SimulatedCompiledMLModel
-
-
-# ---------------------------------------------------------------------- MLComputePlan
-
-class MLCPUComputeDevice:
-    """Named like Core ML's CPU device class (devices are named by class)."""
-
-
-class MLGPUComputeDevice:
-    """Named like Core ML's GPU device class."""
-
-
-class MLNeuralEngineComputeDevice:
-    """Named like Core ML's Neural Engine device class."""
-
-    total_core_count = 16
-
-
-_CPU, _GPU, _ANE = MLCPUComputeDevice(), MLGPUComputeDevice(), MLNeuralEngineComputeDevice()
-_ANE_OPS = ("conv", "matmul", "linear", "add", "mul", "layer_norm", "softmax", "gelu",
-            "reshape", "transpose", "sub", "real_div")
-
-
-def _plan_class(sim: SimulatedMac):
-    behaviour = sim.scenario.plan
-
-    class SimulatedMLComputePlan:
-        """``MLComputePlan`` on the simulated Mac: one row per operation of the program.
-
-        Constants get no device and no cost. Other operations prefer the Neural Engine when
-        their type is one it runs (matrix products, convolutions, norms, elementwise), the
-        CPU otherwise; an operation's cost is its share of all output elements.
-        """
-
-        def __init__(self, ops, rows):
-            block = NS(operations=ops, inputs=[], output_names=[])
-            self.model_structure = NS(program=NS(functions={"main": NS(block=block, inputs=[])}),
-                                      neuralnetwork=None, pipeline=None)
-            self._rows = rows
-
-        @classmethod
-        def load_from_path(cls, path, compute_units=None, **_kw):
-            with tempfile.TemporaryDirectory(prefix="verifylib-simmac-plan-") as tmp:
-                program, _ = _program_of(str(path), Path(tmp))
-            ops, sizes = [], {}
-            for op in program.ops:
-                node = NS(operator_name=op.type, outputs=[NS(name=v.name) for v in op.outputs],
-                          blocks=[], inputs={})
-                ops.append(node)
-                sizes[id(node)] = max(1, sum(math.prod(v.shape) for v in op.outputs))
-            total = float(sum(sizes.values())) or 1.0
-            rows = {}
-            for node in ops:
-                if id(node) not in sizes:
-                    rows[id(node)] = (None, None)
-                    continue
-                kind = node.operator_name.split(".")[-1]
-                dev = _ANE if kind in _ANE_OPS else _CPU
-                cost = sizes[id(node)] / total
-                if behaviour == "no-cost":
-                    cost = None
-                elif behaviour == "unbalanced":
-                    cost *= 2
-                rows[id(node)] = ((dev, [_CPU, _GPU] + ([_ANE] if dev is _ANE else [])), cost)
-            return cls(ops, rows)
-
-        def get_compute_device_usage_for_mlprogram_operation(self, op):
-            usage = self._rows[id(op)][0]
-            return None if usage is None else NS(preferred_compute_device=usage[0],
-                                                 supported_compute_devices=usage[1])
-
-        def get_estimated_cost_for_mlprogram_operation(self, op):
-            cost = self._rows[id(op)][1]
-            return None if cost is None else NS(weight=cost)
-
-    return SimulatedMLComputePlan
 
 
 __all__ = ["Scenario", "SimulatedMac", "MARKER"]

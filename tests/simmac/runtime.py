@@ -16,9 +16,10 @@ so a rule and its stand-in cannot share a mistake), as v1.8.5 with
   freed and the CLI exits 3 with its init-failure line (fail closed);
 - ``system_info`` says ``COREML = 1``.
 
-A loadable ``.mlmodelc`` is a folder holding a readable ``coremldata.bin`` and
-``model.mil`` (what the simulated ``coremlc`` writes); any other folder fails to load.
-The scenario's ``coreml`` key switches one defect on (see :data:`BEHAVIOURS`).
+A loadable ``.mlmodelc`` is one the simulated framework's memory knows
+(``framework_memory.py``: compiled by the simulated ``coremlc`` for macOS, its ``model.mil``
+unchanged, its weights there); any other folder fails to load. The scenario's ``coreml``
+key switches one defect on (see :data:`BEHAVIOURS`).
 """
 
 import json
@@ -33,6 +34,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "helpers"))
 from fake_whisper_cli import encoder_path  # noqa: E402
+
+import framework_memory  # noqa: E402  (beside this script: sys.path[0])
 
 BEHAVIOURS = {
     "ok": "the supported runtime",
@@ -83,20 +86,9 @@ def _die(sig: int, stderr: bytes) -> None:
     os._exit(99)
 
 
-def loadable(path: str) -> bool:
+def loadable(path: str, scenario: dict) -> bool:
     """Whether the simulated Core ML framework can load the compiled model at ``path``."""
-    try:
-        for name in ("coremldata.bin", "model.mil"):
-            with open(os.path.join(path, name), "rb") as fh:
-                fh.read(1)
-        meta = os.path.join(path, "metadata.json")
-        if os.path.isfile(meta):
-            with open(meta) as fh:
-                # A model compiled for another platform does not load on macOS.
-                return json.load(fh).get("platform", "macOS") == "macOS"
-        return True
-    except (OSError, ValueError):
-        return False
+    return framework_memory.loadable(framework_memory.framework_dir(scenario), path)
 
 
 def _arg(argv, *names):
@@ -146,7 +138,7 @@ def cli(scenario: dict, argv: list) -> int:
         sys.stderr.buffer.write(head + early)
         sys.stderr.flush()
         time.sleep(3600)
-    ok = loadable(path)
+    ok = loadable(path, scenario)
     if behaviour == "abort-first" and ok and _count(state, "abort-first") == 1:
         # The first run that reaches a loadable model (the warm-up) crashes while loading.
         _die(signal.SIGABRT, head + early + b"libc++abi: terminating due to uncaught exception\n")

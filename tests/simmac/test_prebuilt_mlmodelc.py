@@ -3,16 +3,18 @@ model file: ``model: {kind: ggml, path: ggml-tiny.en.bin, language: en}`` and
 ``encoder: {path: ggml-tiny.en-encoder.mlmodelc}`` (:mod:`tests.helpers.prebuilt_inputs`).
 
 The encoder is our own fp32 export of the default model, compiled by the simulated
-``coremlc`` and given coremlc's text parts (:mod:`tests.helpers.compiled_models`), so the
-encoder card reads its precision from ``model.mil`` as from a real compiled model. Every
+``coremlc`` (:mod:`tests.helpers.compiled_models`), which writes coremlc's file set
+(``model.mil`` as MIL text, ``metadata.json`` as a list of one object), so the encoder card
+reads its precision from ``model.mil`` as from a real compiled model. Every
 stage runs in this process, as :mod:`tests.helpers.published_runs` runs them.
 
 - ``export.contract`` audits the folder as given; ``export.compile`` places it at the path
   whisper.cpp derives from ``-m`` without compiling (a compile is made an error here);
-- ``export.pair`` and ``parity.program`` have no program to read: the simulated
-  ``CompiledMLModel`` executes the compiled folder's ML program (``coremldata.bin``, the
-  specification, with its weights) with verifylib's MIL executor in float32, so what it
-  returns is a real computation of that encoder, not a replayed reference. Against the
+- ``export.pair`` and ``parity.program`` have no program to read: coremltools' real
+  ``CompiledMLModel`` runs on the simulated Mac's native proxy, which executes the program
+  the simulated framework remembers for that compile, with the folder's own
+  ``weights/weight.bin``, with verifylib's MIL executor in float32, so what it returns is a
+  real computation of that encoder, not a replayed reference. Against the
   encoder rebuilt from the .bin it agrees exactly (our writer's f16 file holds the same
   values as the f16 source); for another model's encoder (same shapes, seeded random
   weights, placed at the same ``encoder.path``) it does not, and ``export.pair`` fails

@@ -358,7 +358,9 @@ def test_scenario(row: Row, scenario_prefixes, tmp_path):
 
 def test_the_matrix_has_forty_distinct_named_scenarios():
     names = [r.name for r in ROWS] + [a.name for a in ARGV_ROWS] + [
-        "admissible-audit", "missing-audio-exit-2", "patch-drift", "interrupted-build"]
+        "admissible-audit", "missing-audio-exit-2", "patch-drift", "interrupted-build",
+        "cmake-missing", "xcode-license", "clt-selected", "mac-recorded-signal-verified-on-linux",
+        "long-tmpdir", "case-collision"]
     assert len(names) == len(set(names))
     assert len(names) >= 40
 
@@ -449,6 +451,189 @@ def test_interrupted_build(scenario_prefixes, tmp_path):
         shutil.rmtree(stray, ignore_errors=True)
 
 
+def _path_without(tmp: Path, *gone: str) -> str:
+    """A PATH folder holding links to the build tools (and Python) except ``gone``."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for name in ("git", "cc", "c++", "cmake"):
+        found = shutil.which(name)
+        if name not in gone and found:
+            (bin_dir / name).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_cmake_missing(tmp_path, monkeypatch, capsys):
+    """No cmake anywhere (not on PATH, no PyPI cmake package): ``verifylib run`` refuses
+    before any work, exit 2, naming ``pip install cmake``; no gate runs, nothing is left."""
+    from verifylib.cli.main import main
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "cmake"))
+    monkeypatch.setitem(sys.modules, "cmake", None)  # the PyPI package: not installed
+    reports = tmp_path / "reports"
+    assert main(["run", "--reports", str(reports), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "cmake" in err and "pip install cmake" in err, err
+    assert "missing build tool: cmake (" in err, err  # only what is missing is named
+    assert not reports.exists()
+
+
+def _blocked_compile(p, run_dir: Path):
+    """export.compile's NOT_RUN reason as stage 02 records it, and the run's host record."""
+    from verifylib.stages.context import StageContext
+    reason = StageContext("02_export", p, run_dir).blocked_reason("export.compile")
+    return reason, canonical.read_json(run_dir / "run.json")["host"]
+
+
+def _doctor_row(gate_id: str):
+    from verifylib.cli.doctor import doctor_report
+    report = doctor_report()
+    assert report.exit_code == 0  # the build tools are there: the audit itself can run
+    return next(g for g in report.gates if g.id == gate_id)
+
+
+def test_xcode_license(tmp_path):
+    """The Xcode license is not accepted (every xcrun call exits 69): full Xcode is missing
+    for that reason, and the stage, the host record and doctor name
+    ``sudo xcodebuild -license accept``."""
+    from verifylib.evidence.receipt import host_capabilities
+    p = _params(tmp_path)
+    with SimulatedMac(Scenario(coremlc="license"), tmp_path / "state"):
+        reason, host = _blocked_compile(p, tmp_path / "run")
+        row = _doctor_row("export.compile")
+    assert reason.kind == "platform" and "license is not accepted" in reason.detail
+    assert "sudo xcodebuild -license accept" in reason.detail
+    assert host["xcode"]["license"] == "not-accepted" and host["coremlc"] is None
+    assert host["capabilities"] == host_capabilities(host)  # verify re-derives the same
+    assert row.status == "NOT_RUN(platform)" and row.fix == "sudo xcodebuild -license accept"
+
+
+def test_clt_selected(tmp_path):
+    """Xcode is installed but xcode-select points at the Command Line Tools: the reason
+    says so and names ``sudo xcode-select -s <that Xcode>/Contents/Developer``."""
+    state = tmp_path / "state"
+    p = _params(tmp_path)
+    with SimulatedMac(Scenario(coremlc="clt-selected"), state):
+        reason, host = _blocked_compile(p, tmp_path / "run")
+        row = _doctor_row("export.compile")
+    select = f"sudo xcode-select -s {state / 'Xcode.app'}/Contents/Developer"
+    assert reason.kind == "platform" and "Command Line Tools" in reason.detail
+    assert select in reason.detail, reason.detail
+    assert host["xcode"]["state"] == "clt-selected"
+    assert host["xcode"]["installed"] == [str(state / "Xcode.app")]
+    assert row.fix == select
+
+
+def test_mac_recorded_signal_verified_on_linux(tmp_path):
+    """§6.2 a Mac's positive run killed by signal 10 (SIGBUS on macOS, SIGUSR1 on Linux),
+    re-judged on this Linux host by the project's own rule from stored files: FAIL naming
+    SIGBUS, and the record itself is sound (no "recorded signal disagrees"), because it
+    names the table it was decoded with. The same record without that name reads as Linux's
+    and is refused."""
+    import hashlib
+
+    from verifylib.evidence.records import EvidenceRef, EvidenceView
+    from verifylib.evidence.rules import registry as rules
+    from verifylib.runtime import contracts
+    model_arg = "/Users/me/run/fp32/ggml-model.bin"
+    encoder = "/Users/me/run/fp32/ggml-model-encoder.mlmodelc"
+    argv = ["/Users/me/cache/whisper-cli", "-m", model_arg, "-f", "/Users/me/jfk.wav", "-t",
+            "4", "-l", "en", "-p", "1"]
+    err = (f"whisper_init_state: loading Core ML model from '{encoder}'\n"
+           "whisper_init_state: Core ML model loaded\n"
+           "system_info: n_threads = 4 / 8 | WHISPER : COREML = 1 | OPENVINO = 0 |\n").encode()
+    out = b" And so my fellow Americans\n"
+
+    def record(rc, sig, stdout):
+        return {"argv": argv, "returncode": rc, "signal": sig, "signal_table": "Darwin",
+                "timed_out": False, "wall_s": 1.5, "encode_time_ms": None, "encode_runs": None,
+                "stdout_sha256": hashlib.sha256(stdout).hexdigest(),
+                "stderr_sha256": hashlib.sha256(err).hexdigest(),
+                "stdout_bytes": len(stdout), "stderr_bytes": len(err)}
+    measured = record(-10, "SIGBUS", b"")
+    doc = {"schema": "verifylib-coreml-positive/1", "binary": argv[0],
+           "binary_sha256": "1" * 64, "model_arg": model_arg,
+           "mlmodelc": {"path": encoder, "tree_digest_before": "3" * 64,
+                        "tree_digest_after": "3" * 64},
+           "timeouts_s": {"warmup": 900.0, "measured": 30}, "warmup": record(0, None, out),
+           "measured": measured, "outcome": "SIGBUS", "transcript_chars": 0}
+    files = {"positive": canonical.dumps(doc), "measured_stderr": err, "measured_stdout": b"",
+             "warmup_stderr": err, "warmup_stdout": out}
+    refs = []
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        refs.append(EvidenceRef(name, name, hashlib.sha256(data).hexdigest()))
+    j = rules.judge("canary.coreml_positive", EvidenceView(tmp_path, refs))
+    assert j.status is gates.Status.FAIL
+    assert j.detail == "killed by SIGBUS (return code -10)"
+    assert contracts.record_problems(measured, err, b"") == []
+    legacy = {k: v for k, v in measured.items() if k != "signal_table"}
+    assert contracts.record_problems(legacy, err, b"") == [
+        "recorded signal 'SIGBUS' disagrees with return code -10 (SIGUSR1 in the Linux signal "
+        "table)"]
+
+
+def test_long_tmpdir(tmp_path, monkeypatch):
+    """A 100-character ``$TMPDIR`` (macOS's own is ``/var/folders/…/T/``): a real stage kernel
+    starts and answers, every IPC socket it binds within macOS's 103 bytes."""
+    import os
+    import stat
+    import tempfile
+
+    from jupyter_core.utils import run_sync
+
+    from verifylib import resources
+    from verifylib.batch import kernel
+    long_tmp = tmp_path / ("t" * (100 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) == 100
+    monkeypatch.setenv("TMPDIR", str(long_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    old_place = long_tmp / f"verifylib-kernels-{os.getuid()}"
+    assert kernel.longest_socket_path(old_place) > 103
+    folder = kernel.socket_folder(system="Darwin")
+    km = kernel.start_kernel(str(resources.notebooks_dir()))
+    try:
+        info = km.get_connection_info()
+        sockets = [f"{info['ip']}-{info[k]}" for k in
+                   ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+        kc = km.client()
+        kc.start_channels()
+        try:
+            run_sync(kc.wait_for_ready)(timeout=120)  # a reply over the IPC sockets
+        finally:
+            kc.stop_channels()
+        assert all(stat.S_ISSOCK(os.lstat(s_).st_mode) for s_ in sockets), sockets
+        assert all(Path(s_).parent == folder for s_ in sockets), sockets
+        assert max(len(os.fsencode(s_)) for s_ in sockets) <= 103, sockets
+    finally:
+        kernel.stop_kernel(km)
+
+
+def test_case_collision(tmp_path, capsys):
+    """APFS is case-insensitive by default: fixtures ``A`` and ``a`` (evidence files are named
+    by id) and models ``Tiny`` and ``tiny`` (``reports/<name>/``) are refused, exit 2,
+    naming both spellings; nothing is written."""
+    import yaml
+
+    from verifylib.cli.main import main
+    data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
+    jfk = next(f for f in data["fixtures"] if f["id"] == "jfk")
+    reports = tmp_path / "reports"
+    fixtures = dict(data, name="fixtures", fixtures=[dict(jfk, id="A"), dict(jfk, id="a")])
+    (tmp_path / "fixtures.yaml").write_text(yaml.safe_dump(fixtures))
+    assert main(["run", str(tmp_path / "fixtures.yaml"), "--reports", str(reports)]) == 2
+    err = capsys.readouterr().err
+    assert "'a' and 'A' differ only in case" in err, err
+    for name, folder in (("Tiny", tmp_path / "one"), ("tiny", tmp_path / "two")):
+        folder.mkdir()
+        (folder / "model.yaml").write_text(yaml.safe_dump(dict(data, name=name,
+                                                               fixtures=[jfk])))
+    assert main(["run", str(tmp_path / "one" / "model.yaml"), str(tmp_path / "two" / "model.yaml"),
+                 "--reports", str(reports)]) == 2
+    err = capsys.readouterr().err
+    assert "('Tiny', 'tiny')" in err and "differ only in case" in err, err
+    assert not reports.exists()
+
+
 # ---------------------------------------------------------------------------- the full audit
 
 @pytest.mark.physical
@@ -499,6 +684,24 @@ def markdown() -> str:
                  "digest | 01_build | `build.patch_exact` | FAIL | - | REJECTED |")
     lines.append("| `interrupted-build` | Linux | §3 a staging folder left in the build "
                  "cache by an interrupted publication | 01_build | `build.ggml` | PASS | - | - |")
+    lines.append("| `cmake-missing` | Linux | no cmake on PATH and no PyPI cmake package | "
+                 "(preflight) | - | exit 2 before any work | `pip install cmake` | - |")
+    lines.append("| `xcode-license` | simulated Mac | the Xcode license is not accepted "
+                 "(`xcrun` exits 69) | (host check) | `export.compile` | NOT_RUN | "
+                 "`sudo xcodebuild -license accept` | - |")
+    lines.append("| `clt-selected` | simulated Mac | Xcode installed, the Command Line Tools "
+                 "selected | (host check) | `export.compile` | NOT_RUN | "
+                 "`sudo xcode-select -s …` | - |")
+    lines.append("| `mac-recorded-signal-verified-on-linux` | Linux | §6.2 a Mac run's record "
+                 "killed by signal 10 (SIGBUS there, SIGUSR1 here), naming its signal table | "
+                 "(one stored positive run) | `canary.coreml_positive` | FAIL | killed by SIGBUS "
+                 "| - |")
+    lines.append("| `long-tmpdir` | any | a 100-character `$TMPDIR`: the kernel sockets stay "
+                 "in a short private folder | (one kernel start) | - | every socket path "
+                 "within 103 bytes | - | - |")
+    lines.append("| `case-collision` | any | fixtures `A`/`a` and models `Tiny`/`tiny` on a "
+                 "case-insensitive file system | (validation) | - | exit 2 before any work | "
+                 "differ only in case | - |")
     lines.append("| `admissible-audit` | simulated Mac | the whole default audit through "
                  "papermill | all six | every required gate | PASS | - | ADMISSIBLE |")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
 """whisper-cli builds, the pure parts: build keys, effective options, the ``build.ggml``
-judge and the ``system_info`` parser. Builds of a tiny CMake project are in
+judge and the ``system_info`` parser. The ggml backend pins and what a launch logs choosing
+are in tests/unit/test_backends.py. Builds of a tiny CMake project are in
 tests/fake/test_build.py, the real v1.8.5 build in tests/physical/test_build.py."""
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
 SYSINFO = ("system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 | "
            "CPU : SSE3 = 1 | AVX2 = 1 | OPENMP = 1 |")
+# What a v1.8.5 state logs before system_info when no GPU backend exists (src/whisper.cpp:
+# whisper_backend_init_gpu).
+NO_GPU = ("whisper_backend_init_gpu: device 0: CPU (type: 0)\n"
+          "whisper_backend_init_gpu: no GPU found\n")
+PINS_CPU = {"GGML_ACCELERATE": "OFF", "GGML_BLAS": "OFF", "GGML_METAL": "OFF",
+            "GGML_METAL_EMBED_LIBRARY": "OFF"}
 
 
 def test_build_key_is_stable_and_sensitive():
@@ -31,8 +38,10 @@ def test_build_key_is_stable_and_sensitive():
         build_key(TREE, PATCH, "coreml", effective_options("coreml", {}), comp),
         build_key(TREE, PATCH, "ggml", effective_options("ggml", {"GGML_NATIVE": "OFF"}), comp),
         build_key(TREE, PATCH, "ggml", opts, {**comp, "c++": "clang 17"}),
+        build_key(TREE, PATCH, "ggml", effective_options("ggml", {}, backend="metal"), comp),
+        build_key(TREE, PATCH, "ggml", opts, {**comp, "sdk": {"developer_dir": "/A/Xcode.app"}}),
     }
-    assert k not in others and len(others) == 6
+    assert k not in others and len(others) == 8
 
 
 @pytest.mark.parametrize("args,match", [
@@ -49,7 +58,8 @@ def test_build_key_refuses_inconsistent_inputs(args, match):
 def test_effective_options_force_static_release_and_variant_flags():
     g = effective_options("ggml", {"GGML_NATIVE": False, "GGML_AVX": 1})
     assert g == {"BUILD_SHARED_LIBS": "OFF", "CMAKE_BUILD_TYPE": "Release", "GGML_AVX": "1",
-                 "GGML_NATIVE": "OFF", "WHISPER_BUILD_TESTS": "OFF", "WHISPER_COREML": "OFF"}
+                 "GGML_NATIVE": "OFF", "WHISPER_BUILD_TESTS": "OFF", "WHISPER_COREML": "OFF",
+                 **PINS_CPU}
     assert effective_options("ggml", None)["GGML_NATIVE"] == "ON"
     c = effective_options("coreml", {})
     assert c["WHISPER_COREML"] == "1" and c["WHISPER_COREML_ALLOW_FALLBACK"] == "OFF"
@@ -71,19 +81,22 @@ def good_evidence() -> dict:
             "options": effective_options("ggml", {"GGML_NATIVE": "ON"}),
             "compiler": {"c++": "c++ 12", "cc": "cc 12", "cmake": "cmake version 3.25.1"},
             "cached": False, "seconds": 61.5, "tree_id": TREE, "patch_sha256": PATCH,
+            "ggml_backend": "cpu",
             "probe": {"argv": ["/c/builds/k/whisper-cli", "-m", "m", "-f", "a", "-bs", "1"],
                       "returncode": 0, "signal": None, "timed_out": False, "wall_s": 0.4,
                       "stdout_sha256": "2" * 64, "stderr_sha256": "3" * 64,
                       "stdout_bytes": 10, "stderr_bytes": 200,
-                      "system_info_line": SYSINFO, "coreml": 0}}
+                      "system_info_line": SYSINFO, "coreml": 0, "backend": "cpu"}}
 
 
 def test_judge_ggml_build_pass_and_each_failure():
-    j = judge_ggml_build(good_evidence(), "noise\n" + SYSINFO + "\nmore\n")
+    j = judge_ggml_build(good_evidence(), "noise\n" + NO_GPU + SYSINFO + "\nmore\n")
     assert j.status is Status.PASS, j.detail
+    assert "ggml backend 'cpu' pinned, the probe logged" in j.detail
     # Substring matching: extra fields or reordering on the line do not matter.
     assert judge_ggml_build(good_evidence(),
-                            "system_info: X = 1 | COREML = 0 | Y = 2").status is Status.PASS
+                            NO_GPU + "system_info: X = 1 | COREML = 0 | Y = 2").status \
+        is Status.PASS
     cases = [
         ({}, SYSINFO.replace("COREML = 0", "COREML = 1"), "COREML = 0"),
         ({}, "whisper_print_timings: ...", "no 'system_info:' line"),
@@ -99,7 +112,7 @@ def test_judge_ggml_build_pass_and_each_failure():
     ]
     for change, text, needle in cases:
         ev = {**good_evidence(), **change}
-        j = judge_ggml_build(ev, text)
+        j = judge_ggml_build(ev, NO_GPU + text)
         assert j.status is Status.FAIL and needle in j.detail, (change, j.detail)
     for probe_change, needle in [({"returncode": 139, "signal": "SIGSEGV"}, "SIGSEGV"),
                                  ({"returncode": None, "timed_out": True}, "timed out True"),
@@ -109,7 +122,7 @@ def test_judge_ggml_build_pass_and_each_failure():
                                  ({"argv": ["/c/builds/k/whisper-cli", "-np"]}, "forbidden")]:
         ev = good_evidence()
         ev["probe"] = {**ev["probe"], **probe_change}
-        j = judge_ggml_build(ev, SYSINFO)
+        j = judge_ggml_build(ev, NO_GPU + SYSINFO)
         assert j.status is Status.FAIL and needle in j.detail, (probe_change, j.detail)
 
 

@@ -69,8 +69,8 @@ def test_link_or_copy_publishes_the_same_bytes(tmp_path):
 
 def _result(argv, rc=0, stderr=b""):
     return RunResult(argv=[str(a) for a in argv], returncode=rc,
-                     signal=contracts.decode_signal(rc), timed_out=False, stdout=b"",
-                     stderr=stderr, wall_s=0.1)
+                     signal=contracts.decode_signal(rc, "Linux"), timed_out=False, stdout=b"",
+                     stderr=stderr, wall_s=0.1, signal_table="Linux")
 
 
 def _fake_coremlc(produce=True, rc=0, name=None):

@@ -431,8 +431,9 @@ def test_hostile_compiled_models_are_refused_with_a_reason(tmp_path):
 
 
 def test_simulated_coremlc_output_is_read_honestly(tmp_path):
-    """The simulated Mac's compiler writes protobuf text as model.mil and a metadata
-    object without computePrecision: the card says it cannot tell."""
+    """A compiled folder whose model.mil is protobuf text (what an earlier simulated
+    compiler wrote) and whose metadata object has no computePrecision: the card says it
+    cannot tell."""
     meta = {"platform": "macOS", "specificationVersion": 6, "inputs": ["logmel_data"],
             "outputs": ["output"], "compiler": "verifylib simulated coremlc"}
     d = _compiled(tmp_path, mil='functions {\n  key: "main"\n}\n', meta=meta)

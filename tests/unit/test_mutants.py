@@ -150,7 +150,8 @@ def test_termination_reads_the_return_code_not_the_recorded_signal():
     assert contracts.termination({"timed_out": False, "returncode": True}) == (
         "no exit status", ["no return code recorded (True)"])
     assert contracts.termination({"timed_out": False, "returncode": -11, "signal": None}) == (
-        "SIGSEGV", ["recorded signal None disagrees with return code -11 (SIGSEGV)"])
+        "SIGSEGV", ["recorded signal None disagrees with return code -11 (SIGSEGV in the Linux "
+                    "signal table)"])
     assert contracts.termination({"timed_out": False, "returncode": 3, "signal": "SIGSEGV"}) == (
         "exit 3", ["recorded signal 'SIGSEGV' disagrees with return code 3 (a normal exit)"])
 
@@ -158,10 +159,9 @@ def test_termination_reads_the_return_code_not_the_recorded_signal():
 def test_record_problems_collects_integrity_and_termination_problems():
     assert contracts.record_problems("not a record", b"") == ["run record is not a mapping"]
     rec = run_record(coreml_argv(), -6, NEGATIVE_STDERR, b"")
-    assert contracts.record_problems(rec, NEGATIVE_STDERR, b"") == [
-        "recorded signal None disagrees with return code -6 (SIGABRT)"]
-    assert contracts.record_problems(rec, b"other", b"x") == [
-        STDERR_NOT_OWN, STDOUT_NOT_OWN, "recorded signal None disagrees with return code -6 (SIGABRT)"]
+    abrt = "recorded signal None disagrees with return code -6 (SIGABRT in the Linux signal table)"
+    assert contracts.record_problems(rec, NEGATIVE_STDERR, b"") == [abrt]
+    assert contracts.record_problems(rec, b"other", b"x") == [STDERR_NOT_OWN, STDOUT_NOT_OWN, abrt]
     rec["argv"] = coreml_argv() + ["-np"]
     assert contracts.record_problems(rec, NEGATIVE_STDERR, b"")[0] == (
         "argv breaks the runtime contract: whisper-cli flag -np is forbidden in gate runs")
@@ -567,7 +567,7 @@ def test_plan_rule_words_for_word():
     ev = plan_evidence([1.0])
     ev["ops"][0]["preferred"] = None
     assert placement_rules.judge_plan(ev) == Judgement(
-        Status.FAIL, "1 costed operation(s) without a preferred device")
+        Status.FAIL, "1 costed operation(s) without a preferred device: ios17.op0")
     assert placement_rules.judge_plan(plan_evidence([0.5, 0.4])) == Judgement(
         Status.FAIL, "cost shares sum to 0.9000, not 1 +/- 0.01")
     ev = plan_evidence([0.5, 0.5])

@@ -145,3 +145,37 @@ def test_a_ggml_model_path_must_be_a_bin_file(tmp_path):
     f = _write(tmp_path, lambda d: d.__setitem__("model", {"kind": "ggml", "path": "m.gguf"}))
     with pytest.raises(ParametersInvalid, match=r"key model.path: m.gguf does not end in .bin"):
         params.load(f)
+
+
+# ----------------------------------------------------------------------------- runtime.ggml_backend
+
+def test_the_ggml_backend_defaults_to_cpu_and_metal_needs_macos(tmp_path):
+    from verifylib.runtime import capabilities
+    assert params.load(ROOT / "parameters" / "tiny-en.yaml").runtime.ggml_backend == "cpu"
+    f = _write(tmp_path, lambda d: d["runtime"].__setitem__("ggml_backend", "cuda"))
+    with pytest.raises(ParametersInvalid, match=r"key runtime.ggml_backend: .*'cpu', 'metal'"):
+        params.load(f)
+    metal = _write(tmp_path, lambda d: d["runtime"].__setitem__("ggml_backend", "metal"))
+    assert capabilities.detect().system == "Linux"
+    with pytest.raises(ParametersInvalid) as exc:
+        params.load(metal)
+    assert str(metal) in str(exc.value)
+    assert "key runtime.ggml_backend: 'metal' needs macOS (this host: Linux" in str(exc.value)
+    # The host decides, as for every capability: a (simulated) Mac accepts it.
+    import shutil
+    shutil.copytree(ROOT / "parameters" / "fixtures", tmp_path / "fixtures")
+    capabilities.simulate(capabilities.HostCapabilities("Darwin", "arm64", (15, 1), None,
+                                                        simulated=True))
+    try:
+        assert params.load(metal).runtime.ggml_backend == "metal"
+    finally:
+        capabilities.simulate(None)
+
+
+def test_verifylib_run_with_metal_on_linux_exits_2_before_any_work(tmp_path, capsys):
+    from verifylib.cli import main as cli
+    metal = _write(tmp_path, lambda d: d["runtime"].__setitem__("ggml_backend", "metal"))
+    reports = tmp_path / "reports"
+    assert cli.main(["run", str(metal), "--reports", str(reports)]) == 2
+    assert "key runtime.ggml_backend: 'metal' needs macOS" in capsys.readouterr().err
+    assert not reports.exists()

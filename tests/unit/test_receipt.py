@@ -122,6 +122,20 @@ def test_malformed_digest_missing_and_planted_files(tmp_path, rules):
     assert any("not listed" in p for p in receipt.verify(run_dir).problems)
 
 
+def test_finder_litter_in_a_run_is_named_with_its_removal(tmp_path, rules):
+    # A Mac user who opens the run in Finder leaves .DS_Store files: still refused (the
+    # receipt lists every file), but named as what macOS writes, with the command.
+    run_dir = make_run(tmp_path)
+    (run_dir / "evidence" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (run_dir / "evidence" / "01_build" / "extra.json").write_text("{}")
+    problems = receipt.verify(run_dir).problems
+    litter = [p for p in problems if p.startswith("evidence/.DS_Store:")]
+    assert len(litter) == 1 and "macOS writes it on its own" in litter[0]
+    assert "-name .DS_Store -delete" in litter[0]
+    planted = [p for p in problems if p.startswith("evidence/01_build/extra.json:")]
+    assert planted == ["evidence/01_build/extra.json: present but not listed in the receipt"]
+
+
 def test_identity_disagreement_is_rejected(tmp_path, rules):
     run_dir = make_run(tmp_path)
     _rewrite(run_dir / "receipt.json",

@@ -35,6 +35,8 @@ KEY, CML_KEY = "4" * 64, "5" * 64
 SYSINFO = ("system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 | "
            "CPU : SSE3 = 1 | AVX2 = 1 | OPENMP = 1 |")
 LAUNCH = {"ledger": "launches.jsonl", "seq": 3, "sha256": "6" * 64}
+NO_GPU = "whisper_backend_init_gpu: no GPU found\n"
+BENCH_ERR = b"system_info: COREML = 1 |\n" + NO_GPU.encode()
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +86,9 @@ def patch_doc(pin) -> dict:
 
 def ggml_doc(tmp_path, launch=LAUNCH) -> dict:
     res = _build(tmp_path, "ggml", KEY, "7" * 64)
-    run = _result([str(res.binary), "-m", "m.bin", "-f", "jfk.wav"], err=SYSINFO.encode(),
-                  launch=launch)
-    probe = SystemInfoProbe(result=run, system_info_line=SYSINFO, coreml=0)
+    run = _result([str(res.binary), "-m", "m.bin", "-f", "jfk.wav"],
+                  err=(NO_GPU + SYSINFO).encode(), launch=launch)
+    probe = SystemInfoProbe(result=run, system_info_line=SYSINFO, coreml=0, backend="cpu")
     return canonical.loads(canonical.dumps(build_evidence(res, probe)))
 
 
@@ -111,7 +113,7 @@ def coreml_doc(tmp_path) -> dict:
     bench = BenchBuild(binary=tmp_path / f"bench-{KEY}" / "whisper-bench", sha256="8" * 64,
                        key="9" * 64, cli_key=CML_KEY, options=dict(cli.options), cached=True,
                        seconds=1.5)
-    probe = _result([str(bench.binary), "-m", "m.bin"], rc=2, err=b"system_info: COREML = 1 |")
+    probe = _result([str(bench.binary), "-m", "m.bin"], rc=2, err=BENCH_ERR)
     ctx = _Capture()
     stage_build.write_coreml_evidence(ctx, cli, bench, probe, patch_after_problems=[],
                                       ggml_key=KEY)
@@ -164,8 +166,7 @@ def test_coreml_build_round_trip(tmp_path):
     parsed = _round_trip(schemas.parse_coreml_build, doc)
     assert isinstance(parsed, schemas.CoremlBuildEvidence)
     assert parsed.bench.probe.returncode == 2 and parsed.ggml_key == KEY
-    assert build_rules.judge_coreml_build(doc, b"system_info: COREML = 1 |", b"").status \
-        is Status.PASS
+    assert build_rules.judge_coreml_build(doc, BENCH_ERR, b"").status is Status.PASS
     failed = {"built": False, "error": "no Xcode"}
     assert isinstance(_round_trip(schemas.parse_coreml_build, failed), schemas.FailedBuild)
 
@@ -206,6 +207,9 @@ GGML_EDITS = [
     (delete_at("probe", "stderr_sha256"), "probe.stderr_sha256"),
     (set_at("0", "probe", "coreml"), "probe.coreml"),
     (set_at([], "probe", "launch"), "probe.launch"),
+    (set_at(None, "ggml_backend"), "ggml_backend"),
+    (set_at(1, "probe", "backend"), "probe.backend"),
+    (set_at(-6, "probe", "signal_table"), "probe.signal_table"),
 ]
 
 COREML_EDITS = [
@@ -214,6 +218,8 @@ COREML_EDITS = [
     (set_at(None, "bench", "cli_key"), "bench.cli_key"),
     (set_at("", "patch_after_problems"), "patch_after_problems"),
     (set_at(7, "ggml_key"), "ggml_key"),
+    (set_at(["cpu"], "ggml_backend"), "ggml_backend"),
+    (set_at(None, "bench", "backend"), "bench.backend"),
 ]
 
 
@@ -253,7 +259,7 @@ def test_ggml_build_refusals(tmp_path, edit, path):
     _refused(schemas.parse_build, doc, edit, path)
     d = copy.deepcopy(doc)
     edit(d)
-    j = build_rules.judge_ggml_build(d, SYSINFO)
+    j = build_rules.judge_ggml_build(d, NO_GPU + SYSINFO)
     assert j.status is Status.FAIL and path in j.detail
 
 
@@ -263,7 +269,7 @@ def test_coreml_build_refusals(tmp_path, edit, path):
     _refused(schemas.parse_coreml_build, doc, edit, path)
     d = copy.deepcopy(doc)
     edit(d)
-    j = build_rules.judge_coreml_build(d, b"system_info: COREML = 1 |", b"")
+    j = build_rules.judge_coreml_build(d, BENCH_ERR, b"")
     assert j.status is Status.FAIL and path in j.detail
 
 
@@ -300,7 +306,7 @@ def test_build_facts_are_typed_and_give_the_table(pin, tmp_path):
                                                 {"source": src}),
                "build.ggml": _judged(run_dir, "build.ggml", {"build": ggml}),
                "build.coreml": _judged(run_dir, "build.coreml", {"coreml_build": cml},
-                                       {"bench_stderr": b"x\nsystem_info: COREML = 1 |\n"})}
+                                       {"bench_stderr": b"x\n" + BENCH_ERR})}
     unpatched = dict(ggml, variant="ggml-unpatched", patch_sha256=None, sha256="e" * 64)
     asan = {"unpatched": {"built": False, "error": "no ASan runtime"},
             "patched": dict(ggml, variant="ggml-asan", sha256="f" * 64)}
@@ -318,16 +324,19 @@ def test_build_facts_are_typed_and_give_the_table(pin, tmp_path):
         ("source", src["path"]),
         ("binary", ggml["binary"]), ("sha256", ggml["sha256"]), ("cached", ggml["cached"]),
         ("build_seconds", ggml["seconds"]), ("system_info", SYSINFO),
+        ("ggml backend", "cpu (pinned; the probe chose cpu)"),
         ("compiler", ggml["compiler"]),
         ("unpatched binary (lifecycle A/B only)", ggml["binary"]),
         ("unpatched sha256", "e" * 64), ("unpatched cached", ggml["cached"]),
         ("unpatched build_seconds", ggml["seconds"]),
+        ("unpatched ggml backend", "cpu (pinned)"),
         (f"{ua} build", "failed: no ASan runtime"),
         (f"{pa} sha256", "f" * 64), (f"{pa} build_seconds", ggml["seconds"]),
-        (f"{pa} cached", ggml["cached"]),
+        (f"{pa} cached", ggml["cached"]), (f"{pa} ggml backend", "cpu (pinned)"),
         ("Core ML binary", cml["binary"]), ("Core ML sha256", cml["sha256"]),
         ("Core ML build_seconds", cml["seconds"]),
-        ("whisper-bench system_info", "system_info: COREML = 1 |")]
+        ("whisper-bench system_info", "system_info: COREML = 1 |"),
+        ("Core ML ggml backend (hybrid decoder)", "cpu (pinned; whisper-bench chose cpu)")]
     empty = build_facts_from_evidence(run_dir, {}, None)
     assert empty == BuildFacts() and not empty and fact_rows(empty) == []
     assert fact_rows({}) == []

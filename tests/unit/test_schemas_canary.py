@@ -41,8 +41,9 @@ ASAN_ERR = (
 def _result(argv, returncode, stderr: bytes, stdout: bytes = b"", wall_s: float = 0.4321,
             launch=None) -> RunResult:
     return RunResult(argv=list(argv), returncode=returncode,
-                     signal=contracts.decode_signal(returncode), timed_out=False, stdout=stdout,
-                     stderr=stderr, wall_s=wall_s, launch=launch)
+                     signal=contracts.decode_signal(returncode, "Linux"), timed_out=False,
+                     stdout=stdout, stderr=stderr, wall_s=wall_s, launch=launch,
+                     signal_table="Linux")
 
 
 def _lifecycle_rows(side: str, rcs, with_report: bool = False) -> list[dict]:

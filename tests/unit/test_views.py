@@ -226,7 +226,8 @@ def test_stage_views_keep_their_plots_and_tables(shown):
     assert out[-1] == "PLOT" and "<th>hybrid (Core ML)</th>" in out[0]
     assert "<td><b>1/0/1</b></td><td><b>0.4000</b></td>" in out[1]  # corpus GGML S/D/I, WER
     out = _show("placement", facts["placement"], shown)
-    assert out[0] == "PLOT" and "<td>25.00%</td>" in out[1]
+    # The plan's rows open the stage's output; the cost share chart follows them.
+    assert out[-1] == "PLOT" and "<td>25.00%</td>" in out[0]
 
 
 # ----------------------------------------------------------------------------- one view contract

@@ -39,7 +39,7 @@ from verifylib.batch.staging import remove_staging, reserve_staging
 from verifylib.evidence import gates
 from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt
-from verifylib.params import Params, load
+from verifylib.params import Params, check_distinct_names, load
 from verifylib.stages.context import init_run_dir
 from verifylib.views import report
 
@@ -161,6 +161,11 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
     """
     import papermill as pm
 
+    if "01_build" in stages:
+        # Checked again on the host that builds (a Ray node, a --jobs worker): a missing
+        # tool refuses the audit before its run directory exists.
+        from verifylib.runtime.tools import require_tools
+        require_tools()
     # Reserved before the cleanup below guards it: a clash on the run id must never
     # remove the staging folder of the other run that holds that id.
     run_id, staging = reserve_staging(reports_root / params.name)
@@ -248,7 +253,7 @@ def preflight(params: Params) -> None:
             raise ParametersInvalid(f"{params.origin}: key encoder.path: {exc}") from None
 
 
-def load_all(paths: Sequence[str | Path]) -> list[Params]:
+def load_all(paths: Sequence[str | Path], *, build_tools: bool = True) -> list[Params]:
     """Validate every parameter file (or folder of ``*.yaml``) before any work starts.
 
     Parameters
@@ -256,6 +261,10 @@ def load_all(paths: Sequence[str | Path]) -> list[Params]:
     paths : sequence of path-like
         Parameter files, or folders whose ``*.yaml`` and ``*.yml`` files are all read
         (in sorted order).
+    build_tools : bool
+        Also refuse a host without the build tools every audit needs (cmake, git, a C and
+        a C++ compiler: :func:`verifylib.runtime.tools.require_tools`). False only for a
+        driver whose audits run on other hosts (the Ray executor).
 
     Returns
     -------
@@ -265,14 +274,21 @@ def load_all(paths: Sequence[str | Path]) -> list[Params]:
     Raises
     ------
     verifylib.errors.ParametersInvalid
-        For the first unusable file, naming it and the key.
+        For the first unusable file, naming it and the key; or for two files whose model
+        names are equal, also when only in case (:func:`~verifylib.params.check_distinct_names`).
+    verifylib.runtime.tools.ToolMissing
+        With ``build_tools``, for a missing build tool (a ``ParametersInvalid`` too).
     """
     from verifylib.errors import ParametersInvalid
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            found = sorted(list(p.glob("*.yaml")) + list(p.glob("*.yml")))
+            # ``._x.yaml`` is the AppleDouble companion macOS writes beside x.yaml on
+            # volumes without extended attributes (a USB stick, a network share): not a
+            # parameter file.
+            found = sorted(f for f in list(p.glob("*.yaml")) + list(p.glob("*.yml"))
+                           if not f.name.startswith("._"))
             if not found:
                 raise ParametersInvalid(f"{p}: folder holds no *.yaml parameter files")
             files += found
@@ -281,8 +297,10 @@ def load_all(paths: Sequence[str | Path]) -> list[Params]:
     out = [load(f) for f in files]
     for params in out:
         preflight(params)
-    names = [p.name for p in out]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ParametersInvalid(f"several parameter files use the same name: {sorted(dup)}")
+    check_distinct_names(out)
+    if build_tools:
+        # Every audit builds whisper.cpp and identifies its source with git: a missing
+        # tool exits 2 naming what installs it, before any run directory exists.
+        from verifylib.runtime.tools import require_tools
+        require_tools()
     return out

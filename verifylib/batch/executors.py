@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from verifylib.batch.failures import Outcome
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
-from verifylib.params import Params
+from verifylib.params import Params, check_distinct_names
 
 # Options every executor receives; the others only where its entry lists them.
 _COMMON_OPTIONS = ("stages", "log", "on_outcome")
@@ -203,6 +203,10 @@ def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str
     ------
     BatchOptionInvalid
         For an unusable option (nothing has run).
+    verifylib.errors.ParametersInvalid
+        For models whose names collide (also in case only), or, for the local executor,
+        no usable folder for the kernels' sockets
+        (:class:`~verifylib.batch.kernel.SocketFolderUnusable`); nothing has run.
     verifylib.batch.ray.RayUnavailable
         When Ray is not installed or the cluster cannot be reached.
     KeyboardInterrupt
@@ -211,11 +215,14 @@ def run_batch(all_params: Sequence[Params], reports_root: Path, *, executor: str
     """
     stages = check_stages(DEFAULT_STAGES if stages is None else stages)
     check_options(executor, jobs, address)
-    names = [p.name for p in all_params]
-    if len(set(names)) != len(names):
-        raise BatchOptionInvalid(f"several models share a name: {sorted(names)}")
+    check_distinct_names(all_params, Path(reports_root))
     on_outcome = on_outcome or (lambda outcome: None)
     entry = EXECUTORS[executor]
+    if executor == "local":
+        # The stage kernels start on this host: a socket folder the OS refuses is found
+        # now, not when the first kernel fails to bind.
+        from verifylib.batch.kernel import socket_folder
+        socket_folder()
     given = {"stages": stages, "log": log, "on_outcome": on_outcome, "jobs": jobs,
              "progress": progress, "address": address,
              "require_admissible": require_admissible, "node_root": node_root}

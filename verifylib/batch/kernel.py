@@ -1,17 +1,149 @@
-"""The stage notebooks' Jupyter kernels: local IPC sockets, start and stop, no tool left behind."""
+"""The stage notebooks' Jupyter kernels: local IPC sockets, start and stop, no tool left behind.
+
+The kernels talk over AF_UNIX sockets, whose paths the OS limits (``sizeof(sun_path) - 1``
+bytes: 103 on macOS, 107 on Linux; libzmq refuses a longer one). macOS's ``$TMPDIR`` is a
+long per-user folder (``/var/folders/xx/…/T/``), so the sockets live in a short private
+folder, ``/tmp/verifylib-kernels-<uid>``, and only fall back to ``$TMPDIR`` when that one
+is unusable and ``$TMPDIR`` is short enough (:func:`socket_folder`).
+"""
 
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import stat
 import subprocess
 import weakref
 from pathlib import Path
+from typing import Sequence
 
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from traitlets import CaselessStrEnum, default  # noqa: E402
 
 from verifylib.batch.signals import interrupt_pending
+from verifylib.errors import ParametersInvalid
+
+SOCKET_PATH_MAX = {"Darwin": 103, "Linux": 107}
+"""Longest AF_UNIX socket path each OS binds, in bytes: ``sizeof(sun_path)`` less the NUL."""
+
+_SOCKET_PATH_MAX_ELSEWHERE = 103
+"""Other systems get the smaller (BSD) size."""
+
+SHORT_ROOT = Path("/tmp")
+"""The short folder the socket folder is made in first (``/tmp`` on every Unix)."""
+
+# The longest socket name in the folder: the prefix ``k-<pid>-<8 hex>`` with a pid of
+# Linux's widest (pid_max is at most 4194304: 7 digits) and jupyter's channel suffix
+# ``-<n>`` (1 to 5 after a fresh prefix; two digits leave room).
+_LONGEST_NAME = "k-" + "9" * 7 + "-" + "f" * 8 + "-99"
+
+
+class SocketFolderUnusable(ParametersInvalid):
+    """No folder of this host gives the kernels' IPC sockets paths the OS accepts."""
+
+
+def socket_path_limit(system: str | None = None) -> int:
+    """Return the longest AF_UNIX socket path an OS binds.
+
+    Parameters
+    ----------
+    system : str, optional
+        ``platform.system()``'s value (``Darwin``, ``Linux``); this host's by default.
+
+    Returns
+    -------
+    int
+        Bytes, without the terminating NUL.
+    """
+    return SOCKET_PATH_MAX.get(system or platform.system(), _SOCKET_PATH_MAX_ELSEWHERE)
+
+
+def longest_socket_path(folder: Path) -> int:
+    """Return the byte length of the longest socket path a kernel could bind in ``folder``.
+
+    Parameters
+    ----------
+    folder : Path
+        The socket folder.
+
+    Returns
+    -------
+    int
+        Bytes of ``folder/k-<pid>-<hex>-<channel>`` at its widest.
+    """
+    return len(os.fsencode(str(Path(folder) / _LONGEST_NAME)))
+
+
+def _candidate_folders() -> list[Path]:
+    import tempfile
+    name = f"verifylib-kernels-{os.getuid()}"
+    out = [SHORT_ROOT / name, Path(tempfile.gettempdir()) / name]
+    return list(dict.fromkeys(out))  # one entry where $TMPDIR is /tmp
+
+
+def _make_private(folder: Path) -> None:
+    """Create ``folder`` (mode 0700) or accept it only as a real folder of ours, private."""
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    # In a shared /tmp another user can create the name first, or plant a symlink there:
+    # the kernels' sockets carry no key of their own, so only a folder we own will do.
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(f"{folder} is a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{folder} is not a folder")
+    if st.st_uid != os.getuid():
+        raise OSError(f"{folder} belongs to uid {st.st_uid}, not to this user ({os.getuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(folder, 0o700)
+
+
+def socket_folder(candidates: Sequence[Path] | None = None, *,
+                  system: str | None = None) -> Path:
+    """Return the private folder the stage kernels' IPC sockets are made in.
+
+    The first candidate whose longest socket path fits the OS's limit and that is (or is
+    made) a folder of this user's alone, mode 0700, not a symbolic link.
+
+    Parameters
+    ----------
+    candidates : sequence of Path, optional
+        Folders to try in order; by default ``/tmp/verifylib-kernels-<uid>``, then the
+        same name in ``tempfile.gettempdir()`` (``$TMPDIR``).
+    system : str, optional
+        The OS whose limit applies (:func:`socket_path_limit`); this host's by default.
+
+    Returns
+    -------
+    Path
+        The folder.
+
+    Raises
+    ------
+    SocketFolderUnusable
+        When no candidate will do, naming each one's problem and the fix.
+    """
+    limit = socket_path_limit(system)
+    problems = []
+    for folder in candidates if candidates is not None else _candidate_folders():
+        longest = longest_socket_path(folder)
+        if longest > limit:
+            problems.append(f"{folder} would give socket paths of {longest} bytes, above "
+                            f"this OS's limit of {limit}")
+            continue
+        try:
+            _make_private(folder)
+        except OSError as exc:
+            problems.append(str(exc))
+            continue
+        return folder
+    raise SocketFolderUnusable(
+        "no folder for the notebook kernels' sockets: " + "; ".join(problems)
+        + ". Remove or fix the first folder, or point TMPDIR at a short folder of your own "
+        "(for example `mkdir -m 700 -p /tmp/$USER && export TMPDIR=/tmp/$USER`)")
 
 
 class LocalKernelManager(AsyncKernelManager):
@@ -31,11 +163,10 @@ class LocalKernelManager(AsyncKernelManager):
         # sockets by the first free name, so two kernels launched before either has bound
         # (the next stage's kernel starts while this one boots; concurrent audits) would
         # pick the same paths: every kernel gets a prefix of its own.
+        # The folder is short and private (socket_folder): a long $TMPDIR, as macOS's is,
+        # would push the paths past the OS's limit and no kernel would start.
         import secrets
-        import tempfile
-        folder = Path(tempfile.gettempdir()) / f"verifylib-kernels-{os.getuid()}"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        return str(folder / f"k-{os.getpid()}-{secrets.token_hex(4)}")
+        return str(socket_folder() / f"k-{os.getpid()}-{secrets.token_hex(4)}")
 
     async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
         """Shut the kernel down; at once (SIGKILL to its process group) after an interrupt.

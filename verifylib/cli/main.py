@@ -2,7 +2,8 @@
 
 ``run`` an audit, ``verify`` a run directory, ``attest`` (sign) a published run,
 ``pin-check`` a candidate upstream source, ``drift`` (attribute a package's drift to its
-ops), ``compare`` published runs side by side and print ``ray-node-resources``.
+ops), ``compare`` published runs side by side, print ``ray-node-resources`` and check this
+host with ``doctor``.
 """
 
 from __future__ import annotations
@@ -83,8 +84,15 @@ def _cmd_run(args) -> int:
     except BatchOptionInvalid as exc:
         print(f"verifylib: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from verifylib.runtime.tools import ToolMissing
     try:
-        all_params = load_all(args.parameters or [resources.default_parameters()])
+        # A Ray driver builds nothing itself; each node checks its own tools (run_one).
+        all_params = load_all(args.parameters or [resources.default_parameters()],
+                              build_tools=args.executor == "local")
+    except ToolMissing as exc:
+        print(f"verifylib: cannot audit on this host: {exc} (see `verifylib doctor`)",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     except ParametersInvalid as exc:
         print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -112,7 +120,7 @@ def _cmd_run(args) -> int:
                              address=args.address,
                              require_admissible=args.require == "admissible",
                              progress=not (args.no_progress or together), on_outcome=show)
-    except (BatchOptionInvalid, RayUnavailable) as exc:
+    except (ParametersInvalid, RayUnavailable) as exc:  # BatchOptionInvalid among them
         print(f"verifylib: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     published = [o for o in outcomes if not isinstance(o, FailedRun)]
@@ -195,7 +203,19 @@ def _cmd_attest(args) -> int:
 
 
 def _cmd_pin_check(args) -> int:
+    from verifylib.runtime.tools import ToolMissing, require_tools
+    try:
+        # git obtains and identifies the candidate; cmake and the compilers build it.
+        require_tools(build=not args.no_build)
+    except ToolMissing as exc:
+        print(f"verifylib pin-check: {exc} (see `verifylib doctor`)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     from verifylib.whispercpp.pincheck import cli_main
+    return cli_main(args)
+
+
+def _cmd_doctor(args) -> int:
+    from verifylib.cli.doctor import cli_main
     return cli_main(args)
 
 
@@ -327,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="verify runs recorded on the test suite's simulated host (flagged "
                          "as not verifying otherwise)")
     cp.set_defaults(fn=_cmd_compare)
+    dc = sub.add_parser("doctor", help="check this host before an audit: build tools, Xcode, "
+                                       "disk, and which gates it can run (exit 2 when a "
+                                       "required tool is missing)")
+    dc.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    dc.set_defaults(fn=_cmd_doctor)
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:

@@ -24,6 +24,17 @@ BINARY_GGML_UNPATCHED_ASAN = "binary.ggml_unpatched_asan.sha256"
 BINARY_COREML = "binary.coreml.sha256"
 """SHA-256 of the Core ML ``whisper-cli``."""
 
+BINARY_GGML_BACKEND = "binary.ggml.backend"
+"""The ggml backend (``cpu``, ``metal``) the GGML ``whisper-cli`` is pinned to and its
+``build.ggml`` probe launch logged choosing: the backend of every launch of that binary
+(the lifecycle A/B's, the GGML transcripts'). Absent from runs made before backends were
+pinned."""
+
+BINARY_COREML_BACKEND = "binary.coreml.backend"
+"""The ggml backend of the Core ML ``whisper-cli``, the hybrid runs' decoder: pinned like
+the GGML build's, and logged by the ``whisper-bench`` built alike. Absent from runs made
+before backends were pinned."""
+
 MODEL_GGML = "model.ggml.sha256"
 """SHA-256 of the published ``ggml-model.bin``."""
 

@@ -377,9 +377,16 @@ class _Checker:
                 self.problems.append(f"{path}: missing")
             elif canonical.sha256_file(self.run_dir / path) != sha:
                 self.problems.append(f"{path}: changed (SHA-256 differs from the receipt)")
+        litter = set(canonical.os_litter(self.run_dir))
         for path in _covered_files(self.run_dir):
             if path not in listed:
-                self.problems.append(f"{path}: present but not listed in the receipt")
+                why = ""
+                if path in litter or any(path.startswith(f + "/") for f in litter):
+                    # Finder and macOS's tar write these on their own; say so, or a Mac
+                    # user who opened the run folder is left guessing.
+                    why = (" (macOS writes it on its own: "
+                           + canonical.describe_litter(self.run_dir, (path,)) + ")")
+                self.problems.append(f"{path}: present but not listed in the receipt{why}")
         if RUN_FILE not in listed:
             self.problems.append(f"{RUN_FILE}: not covered by the receipt")
 

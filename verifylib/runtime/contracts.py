@@ -2,12 +2,26 @@
 
 Log markers, flags and in-tree file names that the gates match against are defined here
 and nowhere else, so the rules and the validator cannot drift apart.
+
+Signals are decoded with a fixed table per OS (:data:`SIGNAL_TABLES`, written out from
+Linux's and macOS's headers), never with the running Python's ``signal`` module, because
+the host that verifies a run need not be the one that made it. The rule: the runner
+decodes a child's return code with the table of the OS the child ran on (its own
+process's, :func:`host_signal_table`) and records that table's name in the run record
+(``signal_table``); the verifier decodes with the table the record names
+(:func:`termination`). A record without the key predates it and was made on Linux
+(:data:`LEGACY_SIGNAL_TABLE`); a record naming an unknown table is refused. The host
+record is not consulted: under the simulated Mac it says Darwin while the children are
+Linux processes, and the record's own table is what the child's numbers mean.
 """
 
 import os
+import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
-from verifylib.errors import ContractBroken
+from verifylib.errors import ContractBroken, ParametersInvalid
 
 SYSTEM_INFO_PREFIX = "system_info:"
 """Start of whisper-cli's capability line (printed once the model and audio are loaded)."""
@@ -26,6 +40,113 @@ TEST_MODEL_IN_TREE = "models/for-tests-ggml-tiny.en.bin"
 
 TEST_AUDIO_IN_TREE = "samples/jfk.wav"
 """Public-domain 16 kHz mono sample shipped in the whisper.cpp tree."""
+
+# --- ggml backends (src/whisper.cpp: whisper_backend_init_gpu, whisper_backend_init) -------
+#
+# ``whisper_init_state`` starts every state by choosing its ggml backends and logs the
+# choice on stderr: the GPU device it takes ("using MTL0 backend"; Metal names its devices
+# MTL<n>), or "no GPU found", printed whenever it takes none (``-ng``, or no GPU backend
+# compiled in or loaded at run time); then one "using <name> backend" line per ACCEL
+# device (BLAS); the CPU backend comes last, without a line. A launch that never reaches
+# ``whisper_init_state`` (no model loaded) prints none of these lines. ``whisper-cli``
+# also calls ``ggml_backend_load_all()``, which can add a backend at run time from a
+# ``libggml-<name>-*`` library beside the binary or in its working folder, or from
+# ``$GGML_BACKEND_PATH``: so what a launch used is read from its own log, never inferred
+# from the CMake options alone.
+
+BACKEND_PATH_VARIABLE = "GGML_BACKEND_PATH"
+"""Environment variable naming a backend library ``ggml_backend_load_all()`` loads at run
+time: never handed to a child, so a static ``cpu`` build stays on the CPU."""
+
+BACKEND_CPU = "cpu"
+"""The CPU backend alone: the value of ``runtime.ggml_backend`` and of a launch that logs
+"no GPU found" and no ``using … backend`` line."""
+
+BACKEND_METAL = "metal"
+"""Apple's Metal GPU backend: the parameter value, and a launch whose GPU device is MTL<n>."""
+
+GGML_BACKENDS = (BACKEND_CPU, BACKEND_METAL)
+"""The values of ``runtime.ggml_backend``; the first is the default."""
+
+BACKEND_NOT_REPORTED = "none"
+"""What :func:`launch_backend` says of a launch that printed no backend line."""
+
+BACKEND_GPU_INIT_PREFIX = "whisper_backend_init_gpu: "
+"""``__func__`` prefix of the GPU choice lines."""
+
+BACKEND_ACCEL_INIT_PREFIX = "whisper_backend_init: "
+"""``__func__`` prefix of the ACCEL device lines."""
+
+BACKEND_NO_GPU_MARKER = BACKEND_GPU_INIT_PREFIX + "no GPU found"
+"""Printed by every state that takes no GPU device."""
+
+METAL_DEVICE_PREFIX = "MTL"
+"""Name prefix of Metal devices (``ggml-metal-device.m``: ``MTL<n>``) and of its registry."""
+
+ACCELERATE_FEATURE = "ACCELERATE = 1"
+"""Feature of the ``CPU`` section of ``system_info`` when Accelerate is compiled into the
+CPU backend (``GGML_ACCELERATE`` on APPLE)."""
+
+_BACKEND_USING_RE = (rf"^({re.escape(BACKEND_GPU_INIT_PREFIX)}|"
+                     rf"{re.escape(BACKEND_ACCEL_INIT_PREFIX)})using (.+) backend$")
+
+
+def launch_backend(text: str) -> str:
+    """Name the ggml backends one launch says it chose (the lines above, any number of states).
+
+    Parameters
+    ----------
+    text : str
+        The launch's log (stderr, optionally followed by stdout).
+
+    Returns
+    -------
+    str
+        :data:`BACKEND_CPU` for "no GPU found" and no ``using … backend`` line;
+        :data:`BACKEND_METAL` for a Metal GPU device and nothing else; otherwise every
+        choice joined by ``+`` in log order (``metal+BLAS``, ``cpu+BLAS``, ``CUDA0``; a
+        Metal device beside "no GPU found" in another state is ``metal+cpu``);
+        :data:`BACKEND_NOT_REPORTED` when the launch printed no such line.
+    """
+    gpu: list[str] = []
+    accel: list[str] = []
+    no_gpu = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line == BACKEND_NO_GPU_MARKER:
+            no_gpu = True
+            continue
+        m = re.match(_BACKEND_USING_RE, line)
+        if m:
+            name = m.group(2)
+            if m.group(1) == BACKEND_GPU_INIT_PREFIX:
+                gpu.append(BACKEND_METAL if name.startswith(METAL_DEVICE_PREFIX) else name)
+            else:
+                accel.append(name)
+    if not (gpu or accel or no_gpu):
+        return BACKEND_NOT_REPORTED
+    chosen = gpu + ([BACKEND_CPU] if no_gpu or not gpu else [])
+    return "+".join(dict.fromkeys(chosen + accel))
+
+
+def system_info_registries(line: str) -> tuple[str, ...]:
+    """List the sections of a ``system_info:`` line: ``WHISPER`` and one per ggml registry.
+
+    ``whisper_print_system_info`` writes ``<registry> : <feature> = <value> | …`` for every
+    registered backend that publishes features: ``CPU``, and ``MTL`` whenever the Metal
+    backend is compiled in (used or not); BLAS publishes none.
+
+    Parameters
+    ----------
+    line : str
+        The ``system_info:`` line.
+
+    Returns
+    -------
+    tuple of str
+        The section names in line order, e.g. ``("WHISPER", "CPU")``.
+    """
+    return tuple(re.findall(r"([A-Za-z][A-Za-z0-9_]*) : ", line))
 
 # --- whisper-cli command line -----------------------------------------------------------
 
@@ -153,8 +274,129 @@ EXIT_CODES = {EXIT_OK: "success", EXIT_BAD_ARGUMENTS: "argument parse failure",
 """Every exit status whisper-cli's ``main`` returns, with its meaning."""
 
 
-def decode_signal(returncode: int | None) -> str | None:
-    """Name the signal behind a return code, if any.
+# --- signals (docs/runtime-contract.md §6.2) ----------------------------------------------
+#
+# A return code of -N (or 128+N from a shell) names signal N, and N means a different signal
+# on each OS: 10 is SIGBUS on macOS and SIGUSR1 on Linux. The recording side and the verifying
+# side may be different hosts (a Mac run verified on Linux, a Ray driver checking a node's
+# run), so neither decodes with the running Python's ``signal`` module: each record names
+# the fixed table below that its signal was decoded with.
+
+
+@dataclass(frozen=True)
+class SignalTable:
+    """The signal numbers of one operating system, as its C headers define them.
+
+    Attributes
+    ----------
+    system : str
+        The OS, spelled as ``platform.system()`` reports it (``"Linux"``, ``"Darwin"``).
+    names : mapping of int to str
+        Signal number to its name; a number in ``1..highest`` without a name here is
+        named ``SIG<N>``.
+    highest : int
+        The largest signal number (``NSIG - 1``): ``128 + N`` is read as a signal only
+        for ``N`` from 1 to this.
+    """
+
+    system: str
+    names: Mapping[int, str]
+    highest: int
+
+    def name(self, number: int) -> str:
+        """Name signal ``number`` (``SIG<N>`` when the table has no name for it)."""
+        return self.names.get(number, f"SIG{number}")
+
+
+LINUX_SIGNALS = SignalTable("Linux", MappingProxyType({
+    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+    7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+    13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD",
+    18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU", 23: "SIGURG",
+    24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH",
+    29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS", 34: "SIGRTMIN", 64: "SIGRTMAX"}), 64)
+"""Linux on x86-64 and arm64 (the kernel's ``asm-generic``/x86 ``signal.h``; other
+architectures such as MIPS number differently and are not supported). 6 is named SIGABRT
+(SIGIOT is its alias), 29 SIGIO (SIGPOLL). The real-time range ends at 64; glibc reserves
+32 and 33 for its threads, so its SIGRTMIN is 34: the names glibc's Python reports, so a
+record written before records named their table decodes as it was recorded."""
+
+DARWIN_SIGNALS = SignalTable("Darwin", MappingProxyType({
+    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+    7: "SIGEMT", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGBUS", 11: "SIGSEGV", 12: "SIGSYS",
+    13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGURG", 17: "SIGSTOP", 18: "SIGTSTP",
+    19: "SIGCONT", 20: "SIGCHLD", 21: "SIGTTIN", 22: "SIGTTOU", 23: "SIGIO", 24: "SIGXCPU",
+    25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGINFO",
+    30: "SIGUSR1", 31: "SIGUSR2"}), 31)
+"""macOS (XNU's ``<sys/signal.h>``, ``NSIG`` 32: no real-time signals). Written out from the
+header, not read from a Python running on a Mac."""
+
+SIGNAL_TABLES: Mapping[str, SignalTable] = MappingProxyType(
+    {t.system: t for t in (LINUX_SIGNALS, DARWIN_SIGNALS)})
+"""Every table, by the ``platform.system()`` name a run record stores as ``signal_table``."""
+
+SIGNAL_TABLE_KEY = "signal_table"
+"""Key of a run record naming the table its ``signal`` was decoded with: the OS the child
+ran on (the recording process's own, since a child shares its kernel; under the simulated
+Mac that is Linux while the run's host record says Darwin)."""
+
+LEGACY_SIGNAL_TABLE = "Linux"
+"""The table of a run record without :data:`SIGNAL_TABLE_KEY`. Records gained the key when
+verifylib first ran on macOS; every record written before was decoded by verifylib on Linux
+with Linux's numbers (the simulated Mac's children are Linux processes too), so the key's
+absence means Linux. It is not a default for an unnamed or unknown table: a record that
+names one outside :data:`SIGNAL_TABLES` is refused."""
+
+
+class UnknownSignalTable(ParametersInvalid):
+    """An OS verifylib has no signal table for (it supports Linux and macOS)."""
+
+
+def signal_table(system: str) -> SignalTable:
+    """Return the signal table of an OS.
+
+    Parameters
+    ----------
+    system : str
+        The OS as ``platform.system()`` names it.
+
+    Returns
+    -------
+    SignalTable
+
+    Raises
+    ------
+    UnknownSignalTable
+        If verifylib has no table for ``system``.
+    """
+    table = SIGNAL_TABLES.get(system) if isinstance(system, str) else None
+    if table is None:
+        raise UnknownSignalTable(
+            f"no signal table for system {system!r}: verifylib decodes the signals of Linux "
+            f"and macOS children only (known: {', '.join(sorted(SIGNAL_TABLES))})")
+    return table
+
+
+def host_signal_table() -> str:
+    """Name the signal table of the children this process launches: its own OS's.
+
+    Returns
+    -------
+    str
+        ``platform.system()`` of this process (``"Linux"`` also under the simulated Mac,
+        whose children are Linux processes).
+
+    Raises
+    ------
+    UnknownSignalTable
+        On an OS verifylib has no table for (before anything is launched).
+    """
+    import platform
+    return signal_table(platform.system()).system
+
+
+def decode_signal(returncode: int | None, system: str) -> str | None:
+    """Name the signal behind a return code, by the signal numbers of the OS it came from.
 
     Parameters
     ----------
@@ -162,26 +404,28 @@ def decode_signal(returncode: int | None) -> str | None:
         A raw ``Popen.returncode``: negative N means killed by signal N; 128+N is how
         shells and some launchers report the same death (``134`` = SIGABRT, ``139`` =
         SIGSEGV). whisper-cli itself never exits above 10.
+    system : str
+        The OS the child ran on (a key of :data:`SIGNAL_TABLES`): ``-10`` is SIGBUS from
+        a ``"Darwin"`` child and SIGUSR1 from a ``"Linux"`` one.
 
     Returns
     -------
     str or None
         E.g. ``"SIGSEGV"``, or None for a normal exit (and for None).
+
+    Raises
+    ------
+    UnknownSignalTable
+        If ``system`` has no table (never a silent fall back to this host's numbers).
     """
-    import signal as _signal
+    table = signal_table(system)
     if returncode is None or isinstance(returncode, bool):
         return None
-    num = None
     if returncode < 0:
-        num = -returncode
-    elif 128 < returncode < 128 + 65:
-        num = returncode - 128
-    if num is None:
-        return None
-    try:
-        return _signal.Signals(num).name
-    except ValueError:
-        return f"SIG{num}"
+        return table.name(-returncode)
+    if 128 < returncode <= 128 + table.highest:
+        return table.name(returncode - 128)
+    return None
 
 
 # --- Core ML lines of whisper_init_state (docs/runtime-contract.md §2.1), on stderr -------
@@ -446,21 +690,48 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def recorded_signal_table(record) -> tuple[str | None, str | None]:
+    """Name the signal table a run record was decoded with.
+
+    Parameters
+    ----------
+    record : dict
+        A run record; its :data:`SIGNAL_TABLE_KEY` is read.
+
+    Returns
+    -------
+    (str or None, str or None)
+        The table's name and None; :data:`LEGACY_SIGNAL_TABLE` when the record has no
+        such key (it predates the key); or None and the problem when it names no known
+        table.
+    """
+    name = record.get(SIGNAL_TABLE_KEY, LEGACY_SIGNAL_TABLE)
+    if isinstance(name, str) and name in SIGNAL_TABLES:
+        return name, None
+    return None, (f"unknown signal table {name!r} (known: "
+                  f"{', '.join(sorted(SIGNAL_TABLES))})")
+
+
 def termination(record) -> tuple[str, list[str]]:
     """Re-derive how a recorded run ended from its return code.
+
+    The return code is decoded with the signal table the record names (the OS the child
+    ran on, :func:`recorded_signal_table`), not with this host's: a Mac's ``-10`` is
+    SIGBUS wherever it is verified.
 
     Parameters
     ----------
     record : dict
         A run record (as written by ``verifylib.runtime.runner.run_record``); its
-        ``timed_out``, ``returncode`` and ``signal`` fields are read.
+        ``timed_out``, ``returncode``, ``signal`` and ``signal_table`` fields are read.
 
     Returns
     -------
     (str, list of str)
-        ``"timeout"``, a signal name (from a negative code or 128+N), or ``"exit N"``;
-        and problems with the record itself (a recorded signal that disagrees with the
-        return code, a missing code, a malformed timeout flag).
+        ``"timeout"``, a signal name (from a negative code or 128+N), ``"exit N"``, or
+        ``"no exit status"`` / ``"no signal table"`` when the record cannot say; and
+        problems with the record itself (a recorded signal that disagrees with the return
+        code, a missing code, a malformed timeout flag, an unknown signal table).
     """
     problems: list[str] = []
     timed_out = record.get("timed_out")
@@ -473,10 +744,14 @@ def termination(record) -> tuple[str, list[str]]:
         return "timeout", problems
     if not _is_int(rc):
         return "no exit status", problems + [f"no return code recorded ({rc!r})"]
-    sig = decode_signal(rc)
+    table, bad_table = recorded_signal_table(record)
+    if table is None:
+        return "no signal table", problems + [str(bad_table)]
+    sig = decode_signal(rc, table)
     if record.get("signal") != sig:
+        implied = f"{sig} in the {table} signal table" if sig else "a normal exit"
         problems.append(f"recorded signal {record.get('signal')!r} disagrees with return code "
-                        f"{rc} ({sig or 'a normal exit'})")
+                        f"{rc} ({implied})")
     return (sig or f"exit {rc}"), problems
 
 

@@ -3,13 +3,15 @@
 Every external program (git, cmake, whisper-cli) goes through :func:`run`, so the rules
 of the headless contract (docs/runtime-contract.md §6) hold everywhere: no shell, a
 stripped environment, both streams captured and hashed, a timeout, no retry, and a decoded
-signal when the child was killed. whisper-cli gate runs go through :func:`run_whisper_cli`,
-which refuses a command line that breaks the runtime contract before anything is launched,
-and :func:`run_record` turns a result into the record the classifiers of
-:mod:`verifylib.runtime.contracts` judge (and ``verifylib verify`` judges again). Every
-launch of a whisper.cpp binary (:func:`run_whisper_cli`, :func:`run_whisper_binary`) is
-appended to the bound run directory's launch ledger (:mod:`verifylib.runtime.ledger`) and
-its result carries the entry's citation, which :func:`run_record` passes on to the evidence.
+signal when the child was killed (by the fixed signal table of the OS the child ran on,
+whose name the record carries: :mod:`verifylib.runtime.contracts`). whisper-cli gate runs
+go through :func:`run_whisper_cli`, which refuses a command line that breaks the runtime
+contract before anything is launched, and :func:`run_record` turns a result into the
+record the classifiers of :mod:`verifylib.runtime.contracts` judge (and ``verifylib
+verify`` judges again). Every launch of a whisper.cpp binary (:func:`run_whisper_cli`,
+:func:`run_whisper_binary`) is appended to the bound run directory's launch ledger
+(:mod:`verifylib.runtime.ledger`) and its result carries the entry's citation, which
+:func:`run_record` passes on to the evidence.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from typing import Mapping, Sequence
 from verifylib.canonical import sha256_bytes, sha256_file
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.runtime import contracts, ledger
-from verifylib.runtime.contracts import decode_signal  # noqa: F401  (re-exported: the contract owns it)
+from verifylib.runtime.contracts import (
+    BACKEND_PATH_VARIABLE,
+    decode_signal,  # noqa: F401  (re-exported: the contract owns it)
+)
 
 # Names that may carry credentials: never handed to a child process.
 _SECRET_PATTERNS = (
@@ -57,6 +62,9 @@ def sanitized_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items()
            if not any(p.search(k.upper()) for p in _SECRET_PATTERNS)}
+    # A backend library named here would be loaded by whisper-cli at run time and could
+    # move a pinned cpu build onto a GPU (docs/runtime-contract.md, ggml backends).
+    env.pop(BACKEND_PATH_VARIABLE, None)
     env["LC_ALL"] = "C"
     env["LANG"] = "C"
     if extra:
@@ -75,7 +83,8 @@ class RunResult:
     returncode : int or None
         Raw return code (negative N when killed by signal N); None on timeout.
     signal : str or None
-        Signal name when the child died by a signal (directly or as shell-style 128+N).
+        Signal name when the child died by a signal (directly or as shell-style 128+N),
+        decoded with the ``signal_table``.
     timed_out : bool
         True if the child was killed for exceeding its timeout.
     stdout, stderr : bytes
@@ -88,6 +97,10 @@ class RunResult:
         The launch-ledger citation ``{"seq", "binary_sha256"}`` of a whisper.cpp launch
         recorded in the bound run directory's ledger (:mod:`verifylib.runtime.ledger`); None
         when the run was not recorded.
+    signal_table : str or None
+        The signal table ``signal`` was decoded with: the OS the child ran on
+        (:func:`verifylib.runtime.contracts.host_signal_table`), set by :func:`run`; None
+        for a result made elsewhere, whose record then carries no ``signal_table``.
     """
 
     argv: list[str]
@@ -99,6 +112,7 @@ class RunResult:
     wall_s: float
     cwd: str | None = None
     launch: dict | None = None
+    signal_table: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -197,10 +211,15 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         If ``argv`` is empty.
     CommandError
         With ``check``, if the child did not exit normally with status 0.
+    verifylib.runtime.contracts.UnknownSignalTable
+        On an OS without a signal table (before anything is launched).
     """
     argv = [os.fspath(a) for a in argv]
     if not argv:
         raise ParametersInvalid("empty argv")
+    # The child shares this process's kernel, so its signal numbers are this OS's (Linux
+    # under the simulated Mac too): decoded and recorded by that table, whoever verifies.
+    table = contracts.host_signal_table()
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv, cwd=cwd, env=sanitized_env(env_extra), shell=False,
@@ -218,9 +237,10 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         out, err = proc.communicate()
     wall = time.monotonic() - t0
     rc = None if timed_out else proc.returncode
-    result = RunResult(argv=argv, returncode=rc, signal=None if timed_out else decode_signal(rc),
+    result = RunResult(argv=argv, returncode=rc,
+                       signal=None if timed_out else decode_signal(rc, table),
                        timed_out=timed_out, stdout=out or b"", stderr=err or b"", wall_s=wall,
-                       cwd=None if cwd is None else str(Path(cwd)))
+                       cwd=None if cwd is None else str(Path(cwd)), signal_table=table)
     if check and not result.ok:
         raise CommandError(result, what or Path(argv[0]).name)
     return result
@@ -345,12 +365,15 @@ def run_record(result: RunResult) -> dict:
     Returns
     -------
     dict
-        ``argv``, ``returncode`` (None on timeout), ``signal``, ``timed_out``, ``wall_s``,
-        the SHA-256 and length of both streams, and ``launch`` (the ledger citation) when
-        the run was recorded in a launch ledger. The streams themselves are stored beside
-        it as evidence files.
+        ``argv``, ``returncode`` (None on timeout), ``signal``, ``signal_table`` (the OS
+        whose numbers ``signal`` was decoded by; absent when the result names none),
+        ``timed_out``, ``wall_s``, the SHA-256 and length of both streams, and ``launch``
+        (the ledger citation) when the run was recorded in a launch ledger. The streams
+        themselves are stored beside it as evidence files.
     """
     return {"argv": list(result.argv), "returncode": result.returncode, "signal": result.signal,
+            **({contracts.SIGNAL_TABLE_KEY: result.signal_table}
+               if result.signal_table is not None else {}),
             "timed_out": result.timed_out, "wall_s": round(result.wall_s, 3),
             "stdout_sha256": result.stdout_sha256, "stderr_sha256": result.stderr_sha256,
             "stdout_bytes": len(result.stdout), "stderr_bytes": len(result.stderr),

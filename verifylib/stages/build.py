@@ -17,6 +17,13 @@ exactly the same CMake options: ``whisper-bench`` prints ``system_info`` before 
 model, whereas ``whisper-cli`` prints it only after a successful Core ML load, which needs
 an ``.mlmodelc`` that does not exist before stage 02. The Core ML ``whisper-cli`` binary's
 own ``COREML = 1`` is then asserted again by ``canary.coreml_positive`` (condition 2).
+
+Every build of the stage is pinned to one ggml backend, ``runtime.ggml_backend``
+(:func:`ggml_backend`; CMake options no parameter can contradict, so in each build key):
+the GGML legs and the Core ML build, whose ggml backend decodes the hybrid runs. The
+probe of ``build.ggml`` and the bench of ``build.coreml`` each record what their launch
+logged choosing, and the gates bind it as ``binary.ggml.backend`` and
+``binary.coreml.backend``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ STAGE = "01_build"
 def build_options(params: Params) -> dict:
     """Return the CMake options of the GGML build, part of the build cache key.
 
+    The ggml backend is not among them: it is passed to every build as ``backend``
+    (:func:`ggml_backend`), whose pins no option may contradict.
+
     Parameters
     ----------
     params : Params
@@ -66,6 +76,26 @@ def build_options(params: Params) -> dict:
         ``{"GGML_NATIVE": "ON" or "OFF"}``.
     """
     return {"GGML_NATIVE": "ON" if params.runtime.ggml_native else "OFF"}
+
+
+def ggml_backend(params: Params) -> str:
+    """Return the ggml backend every build of the run is pinned to (``runtime.ggml_backend``).
+
+    One value for every variant: the GGML legs (the ``build.ggml`` binary, the lifecycle
+    A/B and its AddressSanitizer sides) and the Core ML build, whose ggml backend runs the
+    hybrid decoder, so a hybrid-vs-GGML difference is the encoder's.
+
+    Parameters
+    ----------
+    params : Params
+        The run's parameters.
+
+    Returns
+    -------
+    str
+        ``cpu`` or ``metal``; ``cpu`` for parameters from before the key existed.
+    """
+    return params.runtime.ggml_backend or _build.DEFAULT_GGML_BACKEND
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
@@ -118,7 +148,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                         build_result = _build.build_whisper_cli(
                             patched.path, tree_id=pin.tree, patch_sha256=pin.patch_sha256,
                             variant="ggml", options=build_options(params), cache_dir=cache,
-                            jobs=params.runtime.jobs, log=print)
+                            jobs=params.runtime.jobs, log=print,
+                            backend=ggml_backend(params))
                     except _build.BuildError as exc:
                         build_error = str(exc)
                     checks["after"] = _source.check_patch_exact(patched.path, pin).to_evidence()
@@ -144,15 +175,19 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                                             "probe.stdout.txt"))
                 built = GgmlBuildEvidence.from_json(_build.build_evidence(build_result, probe))
                 refs.append(ctx.write_json("build", built.to_json()))
-                g.judge(refs, {identities.BINARY_GGML: build_result.sha256})
+                ids = {identities.BINARY_GGML: build_result.sha256}
+                if built.ggml_backend is not None:
+                    ids[identities.BINARY_GGML_BACKEND] = built.ggml_backend
+                g.judge(refs, ids)
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
-                        jobs=params.runtime.jobs)
+                        jobs=params.runtime.jobs, backend=ggml_backend(params))
         exact = ctx.records.get("build.patch_exact")
         sanitizer_builds(ctx, tree.path,
                          patched.path if patched is not None and exact is not None
                          and exact.status is Status.PASS else None,
-                         pin, build_options(params), cache, jobs=params.runtime.jobs)
+                         pin, build_options(params), cache, jobs=params.runtime.jobs,
+                         backend=ggml_backend(params))
     g = ctx.begin("build.coreml")
     if g:
         with g:
@@ -162,7 +197,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 cli, bench = _build.build_coreml_variant(patched.path, tree_id=pin.tree,
                                                   patch_sha256=pin.patch_sha256,
                                                   options=build_options(params), cache_dir=cache,
-                                                  jobs=params.runtime.jobs)
+                                                  jobs=params.runtime.jobs,
+                                                  backend=ggml_backend(params))
             except _build.BuildError as exc:
                 # A Core ML build that does not build is this gate's FAIL, with its log tail.
                 g.judge([ctx.write_json("coreml_build", FailedBuild(error=str(exc)).to_json())])
@@ -171,7 +207,8 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             probe = _build.probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
             refs, ids = write_coreml_evidence(
                 ctx, cli, bench, probe, patch_after_problems=list(after.problems),
-                ggml_key=build_result.key if build_result is not None else None)
+                ggml_key=build_result.key if build_result is not None else None,
+                ggml_backend=build_result.ggml_backend if build_result is not None else None)
             g.judge(refs, ids)
     return _finish(ctx)
 
@@ -192,8 +229,8 @@ def _finish(ctx: StageContext) -> StageReport:
 # ----------------------------------------------------------------------------- unpatched build
 
 def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", options: Mapping,
-                    cache: Path, *, jobs: int = 2,
-                    log: Callable[[str], None] = print) -> dict:
+                    cache: Path, *, jobs: int = 2, log: Callable[[str], None] = print,
+                    backend: str = _build.DEFAULT_GGML_BACKEND) -> dict:
     """Build the unpatched static GGML whisper-cli, the "A" side of the lifecycle A/B.
 
     The pristine source folder is a cache entry: the build runs outside it and its tree id
@@ -217,6 +254,8 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
         Parallel compile jobs.
     log : callable
         Receives build progress lines.
+    backend : str
+        The ggml backend, the patched build's (the A/B differs by the patch alone).
 
     Returns
     -------
@@ -226,7 +265,7 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
     try:
         res = _build.build_whisper_cli(pristine, tree_id=pin.tree, patch_sha256=None,
                                        variant="ggml-unpatched", options=options,
-                                       cache_dir=cache, jobs=jobs, log=log)
+                                       cache_dir=cache, jobs=jobs, log=log, backend=backend)
         after = _source.git_tree_id(pristine)
         if after != pin.tree:
             ev = {"built": False, "error": f"the pristine source {pristine} changed during the "
@@ -236,7 +275,8 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
                   "sha256": res.sha256, "key": res.key, "static": res.static,
                   "needed_libs": list(res.needed_libs), "options": dict(res.options),
                   "tree_id": res.tree_id, "patch_sha256": None, "cached": res.cached,
-                  "seconds": round(res.seconds, 3), "source_tree_after": after}
+                  "seconds": round(res.seconds, 3), "source_tree_after": after,
+                  "ggml_backend": res.ggml_backend}
     except _build.BuildError as exc:
         ev = {"built": False, "error": str(exc)}
     ctx.write_json(UNPATCHED_SIDECAR, ev)
@@ -252,12 +292,13 @@ def _sidecar_record(res: "_build.BuildResult") -> dict:
             "sha256": res.sha256, "key": res.key, "static": res.static,
             "needed_libs": list(res.needed_libs), "options": dict(res.options),
             "tree_id": res.tree_id, "patch_sha256": res.patch_sha256, "cached": res.cached,
-            "seconds": round(res.seconds, 3)}
+            "seconds": round(res.seconds, 3), "ggml_backend": res.ggml_backend}
 
 
 def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
                      pin: "_source.Pin", options: Mapping, cache: Path, *, jobs: int = 2,
-                     log: Callable[[str], None] = print) -> dict:
+                     log: Callable[[str], None] = print,
+                     backend: str = _build.DEFAULT_GGML_BACKEND) -> dict:
     """Build the AddressSanitizer whisper-cli of both sides of ``canary.sanitizer``.
 
     Variant ``ggml-unpatched-asan`` from the pristine source and ``ggml-asan`` from the
@@ -286,6 +327,8 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         Parallel compile jobs.
     log : callable
         Receives build progress lines.
+    backend : str
+        The ggml backend, the GGML builds'.
 
     Returns
     -------
@@ -303,7 +346,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         try:
             res = _build.build_whisper_cli(src, tree_id=pin.tree, patch_sha256=patch,
                                            variant=variant, options=options, cache_dir=cache,
-                                           jobs=jobs, log=log)
+                                           jobs=jobs, log=log, backend=backend)
         except _build.BuildError as exc:
             out[side] = {"built": False, "error": str(exc)}
             continue
@@ -329,7 +372,8 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
 def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
                           bench: "_build.BenchBuild", probe: RunResult, *,
                           patch_after_problems: list[str],
-                          ggml_key: str | None) -> tuple[list, dict]:
+                          ggml_key: str | None,
+                          ggml_backend: str | None = None) -> tuple[list, dict]:
     """Write ``build.coreml`` evidence (build facts, the bench run and its streams).
 
     Parameters
@@ -346,18 +390,23 @@ def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
         Problems of the patched tree's exact-diff check after the build.
     ggml_key : str or None
         The GGML build's cache key, when it built.
+    ggml_backend : str or None
+        The GGML build's ggml backend, when it built: bound by the gate, whose rule
+        requires the Core ML build's (the hybrid decoder's) to be the same.
 
     Returns
     -------
     refs : list
         The references of the ``coreml_build`` record and the bench's two streams.
     identities : dict
-        ``{binary.coreml.sha256: <digest>}``.
+        ``{binary.coreml.sha256: <digest>}``, with ``binary.coreml.backend`` when the
+        build pins a backend and ``binary.ggml.backend`` when ``ggml_backend`` is given.
     """
     try:
         recorded = read_json(cli.build_json).get("sha256")
     except (OSError, ValueError, AttributeError):
         recorded = None
+    backend = cli.ggml_backend
     ev = CoremlBuildEvidence(
         variant=cli.variant, key=cli.key, binary=str(cli.binary), sha256=cli.sha256,
         recorded_sha256=recorded, static=cli.static, needed_libs=tuple(cli.needed_libs),
@@ -366,8 +415,16 @@ def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
         patch_after_problems=tuple(patch_after_problems), ggml_key=ggml_key,
         bench=BenchRecord(binary=str(bench.binary), sha256=bench.sha256, key=bench.key,
                           cli_key=bench.cli_key, options=dict(bench.options),
-                          cached=bench.cached, probe=RunRecord.from_json(run_record(probe))))
+                          cached=bench.cached, probe=RunRecord.from_json(run_record(probe)),
+                          backend=None if backend is None else contracts.launch_backend(
+                              probe.stderr_text + "\n" + probe.stdout_text)),
+        ggml_backend=backend)
     refs = [ctx.write_json("coreml_build", ev.to_json()),
             ctx.write_bytes("bench_stderr", probe.stderr, "bench.stderr.txt"),
             ctx.write_bytes("bench_stdout", probe.stdout, "bench.stdout.txt")]
-    return refs, {identities.BINARY_COREML: cli.sha256}
+    ids = {identities.BINARY_COREML: cli.sha256}
+    if backend is not None:
+        ids[identities.BINARY_COREML_BACKEND] = backend
+    if ggml_backend is not None:
+        ids[identities.BINARY_GGML_BACKEND] = ggml_backend
+    return refs, ids

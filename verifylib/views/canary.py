@@ -20,7 +20,9 @@ SANITIZER_GATE = "canary.sanitizer"
 def show(report) -> None:
     """Display the A/B outcome table and chart, the sanitizer runs and the Core ML runs.
 
-    Each part that did not run is displayed as a note saying why.
+    Each part that did not run is displayed as a note saying why. A clean unpatched side
+    that ran on macOS is followed by the note that it is no evidence the defect is gone
+    (:meth:`~verifylib.evidence.results.canary.LifecycleSummary.unpatched_caveat`).
 
     Parameters
     ----------
@@ -29,8 +31,11 @@ def show(report) -> None:
     """
     result = report.result
     lc = result.lifecycle if result is not None else None
+    # A clean unpatched side on macOS is said to be no evidence next to the table itself,
+    # where a reader would otherwise take it for a fixed defect.
     display_html("canary_lifecycle.html.j2", style=True, lc=lc,
-                 sides=list(lc.sides) if lc else [])
+                 sides=list(lc.sides) if lc else [],
+                 caveat=lc.unpatched_caveat() if lc else None)
     if lc:
         _lifecycle_chart(lc)
     sz = result.sanitizer if result is not None else None

@@ -28,6 +28,25 @@ def stage_table(report) -> str:
                   identities=report.identities, seconds=report.seconds)
 
 
+def status_text(records, gate_id: str) -> str:
+    """Say how one gate ended, for a view's note on a gate that has no result to show.
+
+    Parameters
+    ----------
+    records : sequence of GateRecord
+        A stage's records (:attr:`verifylib.evidence.records.StageReport.records`).
+    gate_id : str
+        The gate.
+
+    Returns
+    -------
+    str
+        ``STATUS (reason kind): detail``, or ``no record`` when the stage holds none.
+    """
+    rec = next((r for r in records if r.id == gate_id), None)
+    return f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec else "no record"
+
+
 def receipt_summary(receipt: dict, receipt_sha256: str) -> str:
     """HTML of a receipt's verdict, gate table, identities, host and package versions.
 

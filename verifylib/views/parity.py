@@ -1,21 +1,140 @@
-"""Display of stage 04_parity: policies, measurements and the drift plots."""
+"""Display of stage 04_parity: Core ML's figures, policies, measurements, drift plots.
+
+The stage's output opens with what only a Mac measures, ``parity.runtime`` (and its fp16
+twin): the SNR and cosine of the compiled model under Core ML beside the ML program's own,
+or, when the gate did not run, its status and reason and no figure at all.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from verifylib.evidence.schemas.parity import Measurement
 from verifylib.numerics.parity import snr_series
 from verifylib.views import display_html
+from verifylib.views.formats import snr_change
+from verifylib.views.gates import status_text
 
 SNR_CAP_DB = 160.0
 """Where an exact (infinite-SNR) point is drawn; labelled as such in the legend."""
 
+RUNTIME_GATES = (("parity.runtime", "parity.program"),
+                 ("parity.runtime_fp16", "parity.program_fp16"))
+"""Each Core ML runtime parity gate, with the program gate of the same variant."""
+
+
+@dataclass(frozen=True)
+class RuntimeParity:
+    """What the report says about one Core ML runtime parity gate.
+
+    Attributes
+    ----------
+    gate : str
+        ``parity.runtime`` or ``parity.runtime_fp16``.
+    status : str
+        The gate's status as recorded.
+    why : str or None
+        Status, reason kind and detail when the gate was not judged (no figure is shown
+        then); None when it was.
+    detail : str
+        The rule's explanation of a judged gate (empty otherwise).
+    policy : str or None
+        The policy's id, with its thresholds when they are fixed numbers.
+    gated_input : str or None
+        The input the policy gates on (``fixture``).
+    measurements : tuple of Measurement
+        The Core ML measurements, the gated input first.
+    program_gate : str
+        The ML program's gate of the same variant.
+    program_snr_db : float or None
+        The program's SNR on the gated input (conversion drift alone), None when that
+        gate was not judged.
+    change : str
+        How the SNR moved from the program to the Core ML runtime
+        (:func:`verifylib.views.formats.snr_change`).
+    """
+
+    gate: str
+    status: str
+    why: str | None
+    detail: str = ""
+    policy: str | None = None
+    gated_input: str | None = None
+    measurements: tuple[Measurement, ...] = ()
+    program_gate: str = ""
+    program_snr_db: float | None = None
+    change: str = "not comparable"
+
+
+def _gated(policy: dict, kind: str) -> tuple[str | None, str | None]:
+    # The policies name the gated input and execution in one of two shapes: fp32-v1 and
+    # fp16-v1 under "gated", pair-v1 (a quantized source) at the top level.
+    gated = policy.get("gated")
+    if isinstance(gated, dict):
+        return gated.get("input"), gated.get(f"{kind}_execution")
+    inputs = policy.get("inputs") or [None]
+    return inputs[0], policy.get(f"{kind}_execution")
+
+
+def _policy_text(policy: dict) -> str | None:
+    pid = policy.get("id")
+    rule = policy.get("pass")
+    if isinstance(rule, dict):
+        return (f"{pid}: SNR ≥ {float(rule['snr_db_min']):g} dB and cosine ≥ "
+                f"{float(rule['cosine_min']):g}")
+    return f"{pid}: the floor for the model file's ftype (the gate's reason names it)"
+
+
+def runtime_parity(report) -> list[RuntimeParity]:
+    """Describe each Core ML runtime parity gate of a stage 04 report, measured or not.
+
+    Parameters
+    ----------
+    report : StageReport
+        The result of :func:`verifylib.stages.parity.run`.
+
+    Returns
+    -------
+    list of RuntimeParity
+        One per gate of :data:`RUNTIME_GATES` that has a record or a candidate; a gate
+        without a candidate carries ``why`` and no measurement.
+    """
+    cands = report.result.candidates if report.result is not None else {}
+    ids = {r.id for r in report.records}
+    out = []
+    for gid, program_gid in RUNTIME_GATES:
+        c = cands.get(gid)
+        if c is None:
+            if gid in ids:
+                rec = next(r for r in report.records if r.id == gid)
+                out.append(RuntimeParity(gid, rec.status.value, status_text(report.records, gid),
+                                         program_gate=program_gid))
+            continue
+        inp, exe = _gated(dict(c.policy), c.kind)
+        runs = [m for m in c.measurements if exe is None or m.execution == exe]
+        runs.sort(key=lambda m: m.input != inp)
+        program, program_snr = cands.get(program_gid), None
+        if program is not None:
+            pinp, pexe = _gated(dict(program.policy), program.kind)
+            program_snr = next((m.metrics.snr_db for m in program.measurements
+                                if m.input == pinp and m.execution == pexe), None)
+        runtime_snr = next((m.metrics.snr_db for m in runs if m.input == inp), None)
+        out.append(RuntimeParity(
+            gid, c.status.value, None, c.detail, _policy_text(dict(c.policy)), inp,
+            tuple(runs), program_gid, program_snr,
+            snr_change(program_snr, runtime_snr)))
+    return out
+
 
 def show(report) -> None:
-    """Display the policies, every measurement (escaped tables) and the drift plots.
+    """Display the Core ML runtime's figures, the policies, every measurement and the plots.
 
-    The plots are the error histogram, SNR along time frames and SNR per layer, then each
-    program candidate's op-level attribution (:func:`attribution`).
+    The runtime block (:func:`runtime_parity`) comes first: the SNR Core ML gave, or why no
+    Core ML figure exists on this run. The plots are the error histogram, SNR along time
+    frames and SNR per layer, then each program candidate's op-level attribution
+    (:func:`attribution`).
 
     Parameters
     ----------
@@ -25,11 +144,12 @@ def show(report) -> None:
     """
     result = report.result
     cands = result.candidates if result is not None else {}
+    runtime = runtime_parity(report)
     if not cands:
-        display_html("parity.html.j2", style=True, candidates={})
+        display_html("parity.html.j2", style=True, candidates={}, runtime=runtime)
         return
     policies = {c.policy["id"]: c.policy for c in cands.values()}
-    display_html("parity.html.j2", style=True, candidates=cands,
+    display_html("parity.html.j2", style=True, candidates=cands, runtime=runtime,
                  policies=sorted(policies.items()),
                  reference=result.reference or {}, inputs=result.inputs or {},
                  reference_seconds=next(iter(cands.values())).reference_seconds)

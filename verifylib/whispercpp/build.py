@@ -4,10 +4,11 @@ Why this is hand-written: the build-hygiene rules of docs/runtime-contract.md §
 separate build folder per variant, outside the source tree; the SHA-256 of the produced
 binary recorded; a binary whose digest covers the patched library code) are not what a
 generic CMake wrapper enforces. Here the key of a build is the SHA-256 of everything that
-decides its bytes (source tree id, patch digest, variant, CMake options, compiler and host
-CPU), the binary is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and
-published with its ``build.json`` through a staging folder, so a failed or interrupted
-build publishes nothing and a cached one is re-hashed before reuse. One process at a time
+decides its bytes (source tree id, patch digest, variant, CMake options with the pinned
+ggml backend, compiler and host CPU, and on macOS the selected Xcode and SDK), the binary
+is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with
+its ``build.json`` through a staging folder, so a failed or interrupted build publishes
+nothing and a cached one is re-hashed before reuse. One process at a time
 builds a key (its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that
 wanted the same key waits, then reuses that publication once it re-hashes. Every subprocess
 goes through :func:`verifylib.runtime.runner.run`.
@@ -36,7 +37,7 @@ from verifylib.canonical import (
 )
 from verifylib.errors import BuildFailure, ParametersInvalid
 from verifylib.locks import LOCKS_DIR, produce_once
-from verifylib.runtime import contracts
+from verifylib.runtime import contracts, tools
 from verifylib.runtime.runner import (
     RunResult,
     run,
@@ -74,7 +75,84 @@ _VARIANT_OPTIONS = {
 }
 _DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
 _OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KEY_SCHEMA = "verifylib-whisper-cli-build-v2"
+# v3: the ggml backend pins below and, on macOS, the SDK facts of compiler_identity.
+_KEY_SCHEMA = "verifylib-whisper-cli-build-v3"
+
+GGML_BACKENDS = contracts.GGML_BACKENDS
+"""The ggml backends a build can be pinned to (``runtime.ggml_backend``)."""
+
+DEFAULT_GGML_BACKEND = contracts.BACKEND_CPU
+"""The backend of every build unless the parameters choose another (see the README)."""
+
+# ggml/CMakeLists.txt (v1.8.5) turns GGML_METAL, hence GGML_METAL_EMBED_LIBRARY, and
+# GGML_BLAS (vendor Apple: Accelerate's BLAS as an ACCEL backend) on by default on APPLE,
+# and GGML_ACCELERATE (Accelerate inside the CPU backend, read on APPLE only) on
+# everywhere; every other GPU backend (CUDA, HIP, Vulkan, SYCL, OpenCL, WebGPU, …)
+# defaults OFF on every OS. All four are pinned from one value and forced, so the backend
+# is in the build key and no caller option contradicts it. On Linux "cpu" is what the
+# defaults already gave (none of the four has an effect there), so the binaries behave as
+# before. "metal" adds the Metal backend alone: BLAS and Accelerate stay off so the CPU
+# fallback of a Metal build runs the same code as a "cpu" build.
+_BACKEND_OPTIONS = {
+    contracts.BACKEND_CPU: {"GGML_METAL": "OFF", "GGML_METAL_EMBED_LIBRARY": "OFF",
+                            "GGML_BLAS": "OFF", "GGML_ACCELERATE": "OFF"},
+    # Embedded: a static binary run from the cache has no ggml-metal.metal file beside it.
+    contracts.BACKEND_METAL: {"GGML_METAL": "ON", "GGML_METAL_EMBED_LIBRARY": "ON",
+                              "GGML_BLAS": "OFF", "GGML_ACCELERATE": "OFF"},
+}
+
+
+def backend_options(backend: str) -> dict[str, str]:
+    """Return the CMake options that pin the ggml backends of a build to ``backend``.
+
+    Parameters
+    ----------
+    backend : str
+        One of :data:`GGML_BACKENDS`.
+
+    Returns
+    -------
+    dict of str to str
+        ``GGML_METAL``, ``GGML_METAL_EMBED_LIBRARY``, ``GGML_BLAS`` and ``GGML_ACCELERATE``.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        For an unknown backend.
+    """
+    if backend not in _BACKEND_OPTIONS:
+        raise ParametersInvalid(f"ggml backend must be one of {GGML_BACKENDS}, got {backend!r}")
+    return dict(_BACKEND_OPTIONS[backend])
+
+
+def backend_of_options(options: Mapping[str, Any]) -> str | None:
+    """Name the backend a build's recorded CMake options pin, if they pin one.
+
+    Parameters
+    ----------
+    options : mapping
+        Effective CMake options, as recorded.
+
+    Returns
+    -------
+    str or None
+        The backend whose every pin the options hold; None when they hold no complete
+        set (a build recorded before the pins existed, or options that contradict them).
+    """
+    for backend, pins in _BACKEND_OPTIONS.items():
+        if all(options.get(k) == v for k, v in pins.items()):
+            return backend
+    return None
+
+
+def backend_pin_names() -> tuple[str, ...]:
+    """Return the names of the CMake options the backend pins set (the same for each backend).
+
+    Returns
+    -------
+    tuple of str
+    """
+    return tuple(sorted({k for pins in _BACKEND_OPTIONS.values() for k in pins}))
 _FORBIDDEN_PROBE_FLAGS = contracts.FORBIDDEN_FLAGS
 _SHARED_RUNTIME_PREFIXES = ("libwhisper", "libggml")
 
@@ -120,15 +198,40 @@ def compiler_identity() -> dict[str, Any]:
         tool is missing); ``"machine"``, ``"system"`` and ``"cpu"``, because
         ``GGML_NATIVE`` compiles for the build host's CPU; and ``"env"``, the compiler
         variables CMake would pick up (``CC``, ``CXX``, ``CFLAGS``, ``CXXFLAGS``,
-        ``LDFLAGS``) when set.
+        ``LDFLAGS``) when set. On macOS also ``"sdk"``: ``developer_dir``
+        (``$DEVELOPER_DIR``, else ``xcode-select -p``), the SDK's ``version`` and ``path``
+        (``xcrun --show-sdk-version``, ``--show-sdk-path``) and ``deployment_target``
+        (``$MACOSX_DEPLOYMENT_TARGET``), each None when unknown; nothing more is run
+        elsewhere.
     """
     cxx = os.environ.get("CXX") or "c++"
     cc = os.environ.get("CC") or "cc"
     env = {k: os.environ[k] for k in ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
            if os.environ.get(k)}
     return {"c++": _first_line([cxx, "--version"]), "cc": _first_line([cc, "--version"]),
-            "cmake": _first_line(["cmake", "--version"]), "machine": platform.machine(),
-            "system": platform.system(), "cpu": _cpu_model(), "env": env}
+            # The cmake a build runs (tools.find_cmake): PATH first, then the PyPI package.
+            "cmake": _first_line([tools.find_cmake().path or "cmake", "--version"]),
+            "machine": platform.machine(), "system": platform.system(), "cpu": _cpu_model(),
+            "env": env, **_apple_sdk_identity()}
+
+
+def _apple_sdk_identity() -> dict[str, Any]:
+    """Describe the Xcode and SDK a macOS build compiles against: ``{"sdk": {...}}``, else {}.
+
+    They change a binary's bytes without changing the compiler's version line: the SDK's
+    headers and libraries, the deployment target CMake passes as ``-mmacosx-version-min``.
+    An AddressSanitizer build also reaches its runtime
+    (``libclang_rt.asan_osx_dynamic.dylib``) inside the selected Xcode by absolute path, so
+    a cached ASan binary breaks when another Xcode is selected or the old one is removed:
+    ``developer_dir`` in the key is what makes that a new build instead of a stale one.
+    """
+    if platform.system() != "Darwin":
+        return {}
+    return {"sdk": {
+        "developer_dir": os.environ.get("DEVELOPER_DIR") or _first_line(["xcode-select", "-p"]),
+        "version": _first_line(["xcrun", "--show-sdk-version"]),
+        "path": _first_line(["xcrun", "--show-sdk-path"]),
+        "deployment_target": os.environ.get("MACOSX_DEPLOYMENT_TARGET")}}
 
 
 def _norm_value(name: str, value: Any) -> str:
@@ -142,7 +245,8 @@ def _norm_value(name: str, value: Any) -> str:
                             f"or one-line string")
 
 
-def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[str, str]:
+def effective_options(variant: str, options: Mapping[str, Any] | None, *,
+                      backend: str = DEFAULT_GGML_BACKEND) -> dict[str, str]:
     """Merge a variant's CMake options with the caller's.
 
     Parameters
@@ -152,23 +256,25 @@ def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[s
     options : mapping, optional
         Extra ``-D`` cache entries, e.g. ``{"GGML_NATIVE": "OFF"}``; bools become
         ``ON``/``OFF``.
+    backend : str
+        One of :data:`GGML_BACKENDS`: its :func:`backend_options` are forced.
 
     Returns
     -------
     dict of str to str
         Sorted options actually passed to CMake (defaults, then the caller's, then the
-        fixed and variant-forced ones).
+        fixed, backend and variant-forced ones).
 
     Raises
     ------
     verifylib.errors.ParametersInvalid
-        For an unknown variant, a malformed option, or an attempt to change a fixed or
-        variant-forced option (e.g. ``BUILD_SHARED_LIBS=ON``, ``WHISPER_COREML`` on a
-        GGML variant).
+        For an unknown variant or backend, a malformed option, or an attempt to change a
+        fixed, backend or variant-forced option (e.g. ``BUILD_SHARED_LIBS=ON``,
+        ``WHISPER_COREML`` on a GGML variant, ``GGML_METAL=ON`` on a ``cpu`` build).
     """
     if variant not in VARIANTS:
         raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
-    forced = {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
+    forced = forced_options(variant, backend)
     merged = dict(_DEFAULT_OPTIONS)
     for name, value in (options or {}).items():
         if not isinstance(name, str) or not _OPTION_NAME_RE.match(name):
@@ -176,19 +282,22 @@ def effective_options(variant: str, options: Mapping[str, Any] | None) -> dict[s
         val = _norm_value(name, value)
         if name in forced and forced[name] != val:
             raise ParametersInvalid(f"CMake option {name} is fixed to {forced[name]} for variant "
-                                    f"{variant!r}, got {val}")
+                                    f"{variant!r} on ggml backend {backend!r}, got {val}")
         merged[name] = val
     merged.update(forced)
     return dict(sorted(merged.items()))
 
 
-def forced_options(variant: str) -> dict[str, str]:
+def forced_options(variant: str, backend: str | None = None) -> dict[str, str]:
     """Return the CMake options no caller can change for ``variant`` (fixed, variant-forced).
 
     Parameters
     ----------
     variant : str
         One of :data:`VARIANTS`.
+    backend : str, optional
+        One of :data:`GGML_BACKENDS`: its pins are included. Without it, only what every
+        build of the variant shares, also one recorded before the pins existed.
 
     Returns
     -------
@@ -199,11 +308,12 @@ def forced_options(variant: str) -> dict[str, str]:
     Raises
     ------
     verifylib.errors.ParametersInvalid
-        For an unknown variant.
+        For an unknown variant or backend.
     """
     if variant not in VARIANTS:
         raise ParametersInvalid(f"variant must be one of {VARIANTS}, got {variant!r}")
-    return {**_FIXED_OPTIONS, **_VARIANT_OPTIONS[variant]}
+    pins = {} if backend is None else backend_options(backend)
+    return {**_FIXED_OPTIONS, **pins, **_VARIANT_OPTIONS[variant]}
 
 
 def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Mapping[str, Any],
@@ -364,6 +474,11 @@ class BuildResult:
     patch_sha256: str | None
     build_json: Path
 
+    @property
+    def ggml_backend(self) -> str | None:
+        """The ggml backend the build's options pin (:func:`backend_of_options`), or None."""
+        return backend_of_options(self.options)
+
 
 def _result_from_publication(folder: Path, key: str, cached: bool, seconds: float) -> BuildResult:
     meta = read_json(folder / "build.json")
@@ -432,13 +547,17 @@ def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, l
     bdir.mkdir(parents=True)
     # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
     env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
-    configure = (["cmake", "-S", str(src), "-B", str(bdir)]
+    cmake = tools.cmake_executable()  # ToolMissing, never a FileNotFoundError, without one
+    configure = ([cmake, "-S", str(src), "-B", str(bdir)]
                  + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
-    build = ["cmake", "--build", str(bdir), "--target", target, "-j", str(jobs)]
+    build = [cmake, "--build", str(bdir), "--target", target, "-j", str(jobs)]
     for argv, step, note in ((configure, "configure", f"configuring {label} in {bdir} …"),
                              (build, "build", f"building {label} with {jobs} jobs …")):
         log(note)
-        res = run(argv, timeout=timeout, env_extra=env)
+        try:
+            res = run(argv, timeout=timeout, env_extra=env)
+        except FileNotFoundError:
+            raise tools.launch_failed(tools.CMAKE, cmake) from None
         step_log = bdir / f"verifylib-{step}.log"
         step_log.write_bytes(res.stdout + b"\n--- stderr ---\n" + res.stderr)
         if not res.ok:
@@ -452,7 +571,8 @@ def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, l
 
 def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, variant: str,
                       options: Mapping[str, Any] | None, cache_dir: Path, jobs: int = 2,
-                      log: Callable[[str], None] = print, timeout: float = 3600.0) -> BuildResult:
+                      log: Callable[[str], None] = print, timeout: float = 3600.0,
+                      backend: str = DEFAULT_GGML_BACKEND) -> BuildResult:
     """Build (or reuse) the static ``whisper-cli`` of one variant.
 
     CMake configures in ``cache_dir/cmake/<key>`` (outside the source tree, emptied
@@ -485,6 +605,8 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
         Receives one-line progress messages.
     timeout : float
         Seconds allowed for each of configure and build.
+    backend : str
+        The ggml backend the build is pinned to (:func:`backend_options`), part of its key.
 
     Returns
     -------
@@ -503,7 +625,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
         raise ParametersInvalid(f"jobs must be a positive integer, got {jobs!r}")
     src = Path(src).resolve()
     cache_dir = Path(cache_dir).expanduser().resolve()
-    opts = effective_options(variant, options)
+    opts = effective_options(variant, options, backend=backend)
     compiler = compiler_identity()
     key = build_key(tree_id, patch_sha256, variant, opts, compiler)
     builds = cache_dir / "builds"
@@ -603,11 +725,16 @@ class SystemInfoProbe:
         The ``system_info:`` line (stderr first, then stdout), or None.
     coreml : int or None
         Its ``COREML = <n>`` value, or None if absent.
+    backend : str or None
+        The ggml backends the launch logged choosing
+        (:func:`verifylib.runtime.contracts.launch_backend` of both streams); None when
+        not read.
     """
 
     result: RunResult
     system_info_line: str | None
     coreml: int | None
+    backend: str | None = None
 
     def to_evidence(self) -> dict[str, Any]:
         """Return the run's record plus what the probe read, as a JSON-able dict.
@@ -618,10 +745,13 @@ class SystemInfoProbe:
         Returns
         -------
         dict
-            The run record with the probe's fields added.
+            The run record with the probe's fields added (``backend`` only when read).
         """
-        return dict(run_record(self.result), system_info_line=self.system_info_line,
-                    coreml=self.coreml)
+        out = dict(run_record(self.result), system_info_line=self.system_info_line,
+                   coreml=self.coreml)
+        if self.backend is not None:
+            out["backend"] = self.backend
+        return out
 
 
 def probe_system_info(binary: Path, model: Path, audio: Path,
@@ -634,6 +764,12 @@ def probe_system_info(binary: Path, model: Path, audio: Path,
     first second, two threads; never with ``-np`` (it would hide the line) or ``-ac``.
     The run goes through :func:`verifylib.runtime.runner.run_whisper_cli`, so it is recorded in
     the bound launch ledger and :meth:`SystemInfoProbe.to_evidence` cites it.
+
+    Like every gate run it keeps whisper-cli's defaults (``use_gpu`` true, no ``-ng``), so
+    the backend it logs choosing is the one the binary's other launches get: a build
+    without a GPU backend logs "no GPU found" and runs on the CPU, which is why ``-ng`` is
+    not needed for ``cpu`` (``src/whisper.cpp``: ``whisper_backend_init_gpu`` only takes a
+    device of GPU type, and with Metal compiled out the CPU device is the only one).
 
     Parameters
     ----------
@@ -658,7 +794,8 @@ def probe_system_info(binary: Path, model: Path, audio: Path,
     line, coreml = parse_system_info(res.stderr_text)
     if line is None:
         line, coreml = parse_system_info(res.stdout_text)
-    return SystemInfoProbe(result=res, system_info_line=line, coreml=coreml)
+    backend = contracts.launch_backend(res.stderr_text + "\n" + res.stdout_text)
+    return SystemInfoProbe(result=res, system_info_line=line, coreml=coreml, backend=backend)
 
 
 def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]:
@@ -676,18 +813,23 @@ def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]
     dict
         ``{"built": True, "variant", "key", "binary", "sha256", "recorded_sha256",
         "static", "needed_libs", "options", "compiler", "cached", "seconds", "tree_id",
-        "patch_sha256", "probe": SystemInfoProbe.to_evidence()}``.
+        "patch_sha256", "ggml_backend", "probe": SystemInfoProbe.to_evidence()}``;
+        ``ggml_backend`` is the backend the options pin (left out when they pin none).
     """
     try:
         recorded = read_json(build.build_json).get("sha256")
     except (OSError, ValueError, AttributeError):
         recorded = None
-    return {"built": True, "variant": build.variant, "key": build.key, "binary": str(build.binary),
-            "sha256": build.sha256, "recorded_sha256": recorded, "static": build.static,
-            "needed_libs": list(build.needed_libs), "options": dict(build.options),
-            "compiler": dict(build.compiler), "cached": build.cached,
-            "seconds": round(build.seconds, 3), "tree_id": build.tree_id,
-            "patch_sha256": build.patch_sha256, "probe": probe.to_evidence()}
+    out = {"built": True, "variant": build.variant, "key": build.key, "binary": str(build.binary),
+           "sha256": build.sha256, "recorded_sha256": recorded, "static": build.static,
+           "needed_libs": list(build.needed_libs), "options": dict(build.options),
+           "compiler": dict(build.compiler), "cached": build.cached,
+           "seconds": round(build.seconds, 3), "tree_id": build.tree_id,
+           "patch_sha256": build.patch_sha256}
+    if build.ggml_backend is not None:
+        out["ggml_backend"] = build.ggml_backend
+    out["probe"] = probe.to_evidence()
+    return out
 
 
 # ----------------------------------------------------------------------------- whisper-bench
@@ -785,11 +927,13 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
 
 def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options: Mapping,
                          cache_dir: Path, jobs: int = 2,
-                         log: Callable[[str], None] = print) -> tuple[BuildResult, BenchBuild]:
+                         log: Callable[[str], None] = print,
+                         backend: str = DEFAULT_GGML_BACKEND) -> tuple[BuildResult, BenchBuild]:
     """Build the Core ML ``whisper-cli`` and a ``whisper-bench`` with its options.
 
     The ``whisper-cli`` is variant ``coreml``: ``WHISPER_COREML=1``, fallback OFF, static,
-    own content-keyed folder.
+    own content-keyed folder. Its ggml backend is the decoder's of the hybrid runs: pass
+    the GGML build's, so a WER difference between the two is the encoder's.
 
     Parameters
     ----------
@@ -807,6 +951,8 @@ def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options:
         Parallel compile jobs.
     log : callable
         Receives one-line progress messages.
+    backend : str
+        The ggml backend both binaries are pinned to (:func:`backend_options`).
 
     Returns
     -------
@@ -814,8 +960,8 @@ def build_coreml_variant(src: Path, *, tree_id: str, patch_sha256: str, options:
         The published ``whisper-cli`` and the ``whisper-bench`` built with its options.
     """
     cli = build_whisper_cli(src, tree_id=tree_id, patch_sha256=patch_sha256,
-                                   variant="coreml", options=options, cache_dir=cache_dir,
-                                   jobs=jobs, log=log)
+                            variant="coreml", options=options, cache_dir=cache_dir,
+                            jobs=jobs, log=log, backend=backend)
     return cli, build_bench(src, cli, cache_dir=cache_dir, jobs=jobs, log=log)
 
 

@@ -27,6 +27,9 @@ class LifecycleSide:
         Outcome label -> number of runs.
     wall_s_median, wall_s_total : float or None
         Wall times of the runs.
+    ran_on : str or None
+        The OS the runs ran on, from the signal table their records name
+        (:func:`verifylib.evidence.rules.canary.runs_system`).
     """
 
     available: bool
@@ -35,6 +38,7 @@ class LifecycleSide:
     counts: Mapping[str, int] = field(default_factory=dict)
     wall_s_median: float | None = None
     wall_s_total: float | None = None
+    ran_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class LifecycleSummary:
         """
         import statistics
 
+        from verifylib.evidence.rules.canary import runs_system
         from verifylib.evidence.schemas.canary import LifecycleEvidence
 
         ev = doc if isinstance(doc, LifecycleEvidence) else LifecycleEvidence.from_json(doc)
@@ -88,12 +93,31 @@ class LifecycleSummary:
             sides[side] = LifecycleSide(True, binary_sha256=s.binary_sha256,
                                         counts=dict(s.counts or {}),
                                         wall_s_median=round(statistics.median(walls), 3),
-                                        wall_s_total=round(sum(walls), 3))
+                                        wall_s_total=round(sum(walls), 3),
+                                        ran_on=runs_system(r.to_json() for r in s.runs))
         return cls(ev.runs_per_side, " ".join(ev.trigger), sides)
 
     def outcome_counts(self) -> dict[str, dict[str, int]]:
         """Build side -> run outcome -> number of runs (available sides only)."""
         return {side: dict(s.counts) for side, s in self.sides.items() if s.available}
+
+    def unpatched_caveat(self) -> str | None:
+        """Say why a clean unpatched side is no evidence the defect is gone, when it ran on macOS.
+
+        Returns
+        -------
+        str or None
+            :func:`verifylib.evidence.rules.canary.unpatched_caveat` of the unpatched side:
+            the caveat when every one of its runs was clean and they ran on macOS, else
+            None (also when the side is unavailable).
+        """
+        from verifylib.evidence.rules.canary import unpatched_caveat
+        from verifylib.runtime.contracts import CLEAN_LIFECYCLE
+        u = self.sides.get("unpatched")
+        if u is None or not u.available:
+            return None
+        clean = bool(u.counts) and set(u.counts) == {CLEAN_LIFECYCLE}
+        return unpatched_caveat(u.ran_on, clean)
 
 
 @dataclass(frozen=True)

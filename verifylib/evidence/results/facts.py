@@ -31,6 +31,31 @@ def _rows_bool(self) -> bool:
     return bool(self.rows())
 
 
+def backend_text(pinned: str | None, logged: str | None, probe: str) -> str:
+    """Describe a build's ggml backend for the facts table.
+
+    Parameters
+    ----------
+    pinned : str or None
+        The backend its options pin (None: not recorded).
+    logged : str or None
+        The backends its probe launch logged choosing.
+    probe : str
+        The probe's name (``the probe``, ``whisper-bench``).
+
+    Returns
+    -------
+    str
+        E.g. ``cpu (pinned; the probe chose cpu)``, or that a run from before the pins
+        records none.
+    """
+    if pinned is None:
+        return "not recorded (a run from before ggml backends were pinned)"
+    if logged is None:
+        return f"{pinned} (pinned)"
+    return f"{pinned} (pinned; {probe} chose {logged})"
+
+
 @dataclass(frozen=True)
 class SourceFacts:
     """The source folder ``build.source_identity`` judged.
@@ -60,6 +85,10 @@ class GgmlBuildFacts:
         The probe's ``system_info:`` line (None: absent).
     compiler : dict
         The compiler identity.
+    ggml_backend : str or None
+        The ggml backend its options pin (None: not recorded, a run from before the pins).
+    probe_backend : str or None
+        The backends the probe launch logged choosing (None: not recorded).
     """
 
     binary: str
@@ -68,6 +97,8 @@ class GgmlBuildFacts:
     build_seconds: float
     system_info: str | None
     compiler: dict
+    ggml_backend: str | None = None
+    probe_backend: str | None = None
 
     def rows(self) -> list[tuple[str, Any]]:
         """Return the (label, value) rows of this build, in display order.
@@ -78,7 +109,10 @@ class GgmlBuildFacts:
         """
         return [("binary", self.binary), ("sha256", self.sha256), ("cached", self.cached),
                 ("build_seconds", self.build_seconds),
-                ("system_info", self.system_info or "(absent)"), ("compiler", self.compiler)]
+                ("system_info", self.system_info or "(absent)"),
+                ("ggml backend", backend_text(self.ggml_backend, self.probe_backend,
+                                              "the probe")),
+                ("compiler", self.compiler)]
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,8 @@ class SidecarBuildFacts:
         Time spent.
     error : str or None
         Why it did not build (None when it built).
+    ggml_backend : str or None
+        The ggml backend its options pin (None: not built, or not recorded).
     """
 
     built: bool
@@ -105,6 +141,7 @@ class SidecarBuildFacts:
     cached: bool | None = None
     build_seconds: float | None = None
     error: str | None = None
+    ggml_backend: str | None = None
 
     @classmethod
     def from_record(cls, ev: Mapping[str, Any]) -> "SidecarBuildFacts":
@@ -120,7 +157,8 @@ class SidecarBuildFacts:
         SidecarBuildFacts
         """
         if ev["built"]:
-            return cls(True, ev["binary"], ev["sha256"], ev["cached"], ev["seconds"])
+            return cls(True, ev["binary"], ev["sha256"], ev["cached"], ev["seconds"],
+                       ggml_backend=ev.get("ggml_backend"))
         return cls(False, error=ev["error"])
 
 
@@ -136,12 +174,18 @@ class CoremlBuildFacts:
         Time spent.
     bench_system_info : str or None
         The ``system_info:`` line of the ``whisper-bench`` built alike (None: absent).
+    ggml_backend : str or None
+        The ggml backend its options pin, the hybrid decoder's (None: not recorded).
+    bench_backend : str or None
+        The backends the ``whisper-bench`` launch logged choosing (None: not recorded).
     """
 
     binary: str
     sha256: str
     build_seconds: float
     bench_system_info: str | None
+    ggml_backend: str | None = None
+    bench_backend: str | None = None
 
     def rows(self) -> list[tuple[str, Any]]:
         """Return the (label, value) rows of this build, in display order.
@@ -152,7 +196,9 @@ class CoremlBuildFacts:
         """
         return [("Core ML binary", self.binary), ("Core ML sha256", self.sha256),
                 ("Core ML build_seconds", self.build_seconds),
-                ("whisper-bench system_info", self.bench_system_info or "(absent)")]
+                ("whisper-bench system_info", self.bench_system_info or "(absent)"),
+                ("Core ML ggml backend (hybrid decoder)",
+                 backend_text(self.ggml_backend, self.bench_backend, "whisper-bench"))]
 
 
 @dataclass(frozen=True)
@@ -201,6 +247,8 @@ class BuildFacts:
             out += [("unpatched binary (lifecycle A/B only)", u.binary),
                     ("unpatched sha256", u.sha256), ("unpatched cached", u.cached),
                     ("unpatched build_seconds", u.build_seconds)]
+            if u.ggml_backend is not None:
+                out.append(("unpatched ggml backend", f"{u.ggml_backend} (pinned)"))
         elif u is not None:
             out.append(("unpatched build", f"failed: {u.error}"))
         for name in SIDES:
@@ -211,6 +259,8 @@ class BuildFacts:
                 out += [(f"{label} sha256", a.sha256),
                         (f"{label} build_seconds", a.build_seconds),
                         (f"{label} cached", a.cached)]
+                if a.ggml_backend is not None:
+                    out.append((f"{label} ggml backend", f"{a.ggml_backend} (pinned)"))
             else:
                 out.append((f"{label} build", f"failed: {a.error}"))
         if self.coreml is not None:
@@ -256,7 +306,8 @@ def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
         ev = v.json("build")
         if ev.get("built"):
             ggml = GgmlBuildFacts(ev["binary"], ev["sha256"], ev["cached"], ev["seconds"],
-                                  ev["probe"]["system_info_line"], ev["compiler"])
+                                  ev["probe"]["system_info_line"], ev["compiler"],
+                                  ev.get("ggml_backend"), ev["probe"].get("backend"))
     refs = {k: r for k, r in (sidecars or {}).items() if r is not None}
     side = EvidenceView(Path(run_dir), list(refs.values())) if refs else None
     if side is not None and "unpatched" in refs:
@@ -270,7 +321,8 @@ def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
         ev = v.json("coreml_build")
         if ev.get("built"):
             coreml = CoremlBuildFacts(ev["binary"], ev["sha256"], ev["seconds"],
-                                      _system_info_line(v.text("bench_stderr")))
+                                      _system_info_line(v.text("bench_stderr")),
+                                      ev.get("ggml_backend"), ev["bench"].get("backend"))
     return BuildFacts(source, ggml, unpatched, asan, coreml)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from verifylib.canonical import is_sha256
+from verifylib.evidence import identities
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.evidence.rules.common import pin_problems, stream_problems
 from verifylib.evidence.schemas.build import (
@@ -21,7 +22,11 @@ from verifylib.evidence.schemas.fields import SchemaError
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.build import (
+    GGML_BACKENDS,
     UNPATCHED_VARIANTS,
+    backend_of_options,
+    backend_options,
+    backend_pin_names,
     links_runtime_dynamically,
     parse_system_info,
 )
@@ -72,7 +77,96 @@ def _rule_ggml(ev) -> Judgement:
     if bound:
         return Judgement(Status.FAIL, "; ".join(bound))
     stream = ev.text("probe_stderr") + "\n" + ev.text("probe_stdout")
-    return judge_ggml_build(parsed, stream)
+    j = judge_ggml_build(parsed, stream)
+    if isinstance(parsed, GgmlBuildEvidence):
+        bound = _identity_problems(ev.identities, parsed.ggml_backend,
+                                   identities.BINARY_GGML_BACKEND)
+        if bound:
+            return Judgement.failed("; ".join(([j.detail] if j.status is Status.FAIL else [])
+                                              + bound))
+    return j
+
+
+def _identity_problems(ids: Any, recorded: str | None, key: str) -> list[str]:
+    """List why the gate does not bind the backend its evidence records (none if unrecorded)."""
+    have = ids.get(key) if hasattr(ids, "get") else None
+    if have != recorded:
+        return [f"identity {key} is {have!r}, but the evidence records ggml backend "
+                f"{recorded!r}"]
+    return []
+
+
+def backend_problems(options: Any, recorded: str | None, logged: str | None, text: str,
+                     system_info: str | None, what: str) -> tuple[list[str], str]:
+    """Check a build's ggml backend: pinned by its options, chosen by its probe launch.
+
+    A backend is recorded (``recorded``) when the build's options pin one. Then the
+    options must hold every pin of :func:`~verifylib.whispercpp.build.backend_options`;
+    the probe's stored log, read again with
+    :func:`~verifylib.runtime.contracts.launch_backend`, must give the value its record
+    states (``logged``) and the recorded backend: for ``cpu``, the line
+    ``whisper_backend_init_gpu: no GPU found`` and no ``using … backend`` line (a GPU or
+    BLAS chosen at run time fails); for ``metal``, a ``using MTL<n> backend`` line and
+    nothing else. The ``system_info`` line shows what is compiled in: an ``MTL`` section
+    exactly for ``metal``, and never Accelerate (both pins turn it off).
+
+    Evidence from before the pins existed records no backend: accepted as "not
+    recorded" when its options hold none of the pinned keys and its probe no backend.
+
+    Parameters
+    ----------
+    options : mapping
+        The build's recorded CMake options.
+    recorded : str or None
+        The evidence's ``ggml_backend``.
+    logged : str or None
+        The backend the probe's record states.
+    text : str
+        The probe's stored streams.
+    system_info : str or None
+        The probe's ``system_info:`` line, read from ``text``.
+    what : str
+        The probe's name, for messages (``the probe``, ``whisper-bench``).
+
+    Returns
+    -------
+    problems : list of str
+        Empty when the backend holds (or is honestly not recorded).
+    note : str
+        The clause a PASS detail names it with.
+    """
+    opts = options if isinstance(options, dict) else {}
+    if recorded is None:
+        pinned = [k for k in backend_pin_names() if k in opts]
+        if pinned or logged is not None:
+            return [f"no ggml_backend recorded, yet the options set {pinned} and {what} "
+                    f"records backend {logged!r}"], ""
+        return [], "ggml backend not recorded (a build from before backends were pinned)"
+    if recorded not in GGML_BACKENDS:
+        return [f"ggml_backend {recorded!r} is not one of {GGML_BACKENDS}"], ""
+    problems = []
+    if backend_of_options(opts) != recorded:
+        wrong = sorted(k for k, v in backend_options(recorded).items() if opts.get(k) != v)
+        problems.append(f"CMake options {wrong} do not pin ggml backend {recorded!r}")
+    seen = contracts.launch_backend(text)
+    if logged != seen:
+        problems.append(f"{what}'s record says it chose backend {logged!r}, its log says "
+                        f"{seen!r}")
+    if seen != recorded:
+        why = (" (no backend line: the launch never initialized a state)"
+               if seen == contracts.BACKEND_NOT_REPORTED else "")
+        problems.append(f"built for ggml backend {recorded!r}, but {what} chose {seen!r}{why}")
+    if system_info is not None:
+        metal_in = contracts.METAL_DEVICE_PREFIX in contracts.system_info_registries(system_info)
+        if metal_in != (recorded == contracts.BACKEND_METAL):
+            problems.append(f"system_info {'lists' if metal_in else 'lacks'} the Metal backend "
+                            f"({contracts.METAL_DEVICE_PREFIX}) on a {recorded!r} build")
+        if contracts.ACCELERATE_FEATURE in system_info:
+            problems.append(f"system_info shows {contracts.ACCELERATE_FEATURE!r}, which "
+                            "GGML_ACCELERATE=OFF compiles out")
+    chose = (f"{contracts.BACKEND_NO_GPU_MARKER!r} and no GPU or BLAS backend"
+             if recorded == contracts.BACKEND_CPU else f"backend {seen!r}")
+    return problems, f"ggml backend {recorded!r} pinned, {what} logged {chose}"
 
 
 def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Judgement:
@@ -83,7 +177,9 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
     ``BUILD_SHARED_LIBS=OFF``, links no ``libwhisper``/``libggml``, sits in its own folder
     (named by its key, not the GGML build's), the patched tree was still exact after the
     build, and the ``whisper-bench`` built with the same options and source printed a
-    ``system_info`` line with ``COREML = 1`` without crashing or timing out.
+    ``system_info`` line with ``COREML = 1`` without crashing or timing out, and the
+    ggml backend holds (:func:`backend_problems`, on the bench's launch: the hybrid
+    runs' decoder backend).
 
     ``ev`` is the ``coreml_build`` document (a mapping, parsed here with
     :func:`~verifylib.evidence.schemas.build.parse_coreml_build`) or its parsed form; a
@@ -137,20 +233,44 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
     if coreml != 1:
         problems.append(f"whisper-bench's system_info does not show {contracts.COREML_ON!r} "
                         f"(found {contracts.COREML_FLAG}{coreml})")
+    both = text + "\n" + bench_stdout.decode("utf-8", "replace")
+    line, _ = parse_system_info(text)
+    backend, note = backend_problems(opts, doc.ggml_backend, bench.backend, both, line,
+                                     "whisper-bench")
+    problems += backend
     if problems:
         return Judgement.failed("; ".join(problems))
     return Judgement.passed(f"static Core ML whisper-cli sha256 {sha} "
                             f"(WHISPER_COREML=1, fallback OFF) "
                             f"in its own folder; {contracts.COREML_ON!r} read from "
                             f"whisper-bench built "
-                            f"with the same options ({label})")
+                            f"with the same options ({label}); {note}")
 
 
 def _rule_coreml(ev) -> Judgement:
     def stream(name):
         return ev.bytes(name) if ev.has(name) else b""
-    return judge_coreml_build(ev.json("coreml_build"), stream("bench_stderr"),
-                              stream("bench_stdout"))
+    doc = ev.json("coreml_build")
+    j = judge_coreml_build(doc, stream("bench_stderr"), stream("bench_stdout"))
+    try:
+        parsed = parse_coreml_build(doc)
+    except SchemaError:
+        return j
+    if not isinstance(parsed, CoremlBuildEvidence):
+        return j
+    bound = _identity_problems(ev.identities, parsed.ggml_backend,
+                               identities.BINARY_COREML_BACKEND)
+    # The hybrid runs compare against the GGML leg: the same decoder backend on both sides
+    # makes a WER difference the encoder's. The gate binds the GGML build's backend when
+    # there is one, and ``verify`` holds that binding to the identity table.
+    ggml = ev.identities.get(identities.BINARY_GGML_BACKEND)
+    if ggml is not None and ggml != parsed.ggml_backend:
+        bound.append(f"the Core ML build's ggml backend {parsed.ggml_backend!r} (the hybrid "
+                     f"decoder's) is not the GGML build's {ggml!r}")
+    if bound:
+        return Judgement.failed("; ".join(([j.detail] if j.status is Status.FAIL else [])
+                                          + bound))
+    return j
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
@@ -182,9 +302,11 @@ def judge_ggml_build(evidence: Any, system_info_text: str, *,
         PASS iff the build exists with a well-formed SHA-256 equal to its recorded one,
         is the expected variant with a well-formed patch digest, links no
         ``libwhisper``/``libggml``, the probe ran that binary without forbidden flags and
-        exited 0 with no signal or timeout, and its ``system_info:`` line contains
-        ``COREML = 0`` (not ``COREML = 1``); FAIL otherwise, with the reason (a document
-        that does not parse is a FAIL naming the field).
+        exited 0 with no signal or timeout, its ``system_info:`` line contains
+        ``COREML = 0`` (not ``COREML = 1``), and its ggml backend holds
+        (:func:`backend_problems`: pinned by the options, chosen by the probe launch, or
+        not recorded by a build from before the pins); FAIL otherwise, with the reason (a
+        document that does not parse is a FAIL naming the field).
     """
     try:
         doc = (evidence if isinstance(evidence, (GgmlBuildEvidence, FailedBuild))
@@ -228,10 +350,14 @@ def judge_ggml_build(evidence: Any, system_info_text: str, *,
         problems.append(f"no {contracts.SYSTEM_INFO_PREFIX!r} line in the probe output")
     elif contracts.COREML_ON in line or contracts.COREML_OFF not in line:
         problems.append(f"system_info line does not show {contracts.COREML_OFF!r}: {line}")
+    backend, note = backend_problems(
+        doc.options, doc.ggml_backend, doc.probe.backend if doc.probe is not None else None,
+        system_info_text if isinstance(system_info_text, str) else "", line, "the probe")
+    problems += backend
     if problems:
         return Judgement.failed("; ".join(problems))
     return Judgement.passed(f"static whisper-cli [{expect_variant}] sha256 {sha}; probe exit 0; "
-                            f"system_info shows {contracts.COREML_OFF!r}")
+                            f"system_info shows {contracts.COREML_OFF!r}; {note}")
 
 
 def judge_source_identity(evidence: Any) -> Judgement:
@@ -248,7 +374,8 @@ def judge_source_identity(evidence: Any) -> Judgement:
     -------
     Judgement
         PASS iff both are 40 lower-case hex digits and equal, FAIL otherwise (also when
-        the document does not parse); with the reason.
+        the document does not parse); with the reason, which names the files macOS
+        writes on its own that the origin records (``os_litter``), if any.
     """
     try:
         doc = evidence if isinstance(evidence, SourceEvidence) else \
@@ -260,7 +387,15 @@ def judge_source_identity(evidence: Any) -> Judgement:
         if not is_oid(val):
             return Judgement.failed(f"{label} malformed: {val!r}")
     if computed != pinned:
-        return Judgement.failed(f"source tree id {computed} is not the pin's {pinned}")
+        litter = (doc.origin or {}).get("os_litter")
+        why = ""
+        if isinstance(litter, list) and litter:
+            # Never skipped by the tree id (git's own), so named as the likely cause.
+            shown = ", ".join(str(f) for f in litter[:5])
+            more = f" and {len(litter) - 5} more" if len(litter) > 5 else ""
+            why = (f"; the source holds files macOS writes on its own ({shown}{more}), "
+                   "which the tree id counts: remove them from the folder or archive")
+        return Judgement.failed(f"source tree id {computed} is not the pin's {pinned}{why}")
     return Judgement.passed(f"source tree id {computed} equals the pin's tree")
 
 

@@ -34,7 +34,55 @@ from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
 
 __all__ = ["stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
-           "judge_negative", "judge_positive", "RULES"]
+           "judge_negative", "judge_positive", "UNPATCHED_CLEAN_ON_MACOS", "runs_system",
+           "unpatched_caveat", "RULES"]
+
+UNPATCHED_CLEAN_ON_MACOS = (
+    "a clean unpatched side on macOS is not evidence the defect is gone (macOS's allocator "
+    "can hide the bad free); canary.sanitizer is the witness")
+"""What a clean unpatched lifecycle side that ran on macOS is followed by, wherever it is
+shown (the A/B judgement, the report, ``verifylib pin-check``)."""
+
+
+def runs_system(records) -> str | None:
+    """Name the OS a side's runs ran on, from the signal table their records name.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Run records (:func:`verifylib.runtime.runner.run_record`).
+
+    Returns
+    -------
+    str or None
+        The one table every record names (a record without one is Linux's,
+        :data:`verifylib.runtime.contracts.LEGACY_SIGNAL_TABLE`); None when there are no
+        records, they disagree, or one names an unknown table.
+    """
+    found = {contracts.recorded_signal_table(r)[0] for r in records}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def unpatched_caveat(system: str | None, clean: bool) -> str | None:
+    """Say what a clean unpatched lifecycle side does not show, when that must be said.
+
+    On Linux the unpatched build's bad free crashes (docs/facts.md); on macOS the allocator
+    may hand back zeroed memory, so the unpatched side can exit 3 every time although the
+    defect is still there. Only ``canary.sanitizer`` sees the bad free regardless.
+
+    Parameters
+    ----------
+    system : str or None
+        The OS the unpatched runs ran on (:func:`runs_system`).
+    clean : bool
+        Whether every unpatched run was clean (exit 3 with both markers).
+
+    Returns
+    -------
+    str or None
+        :data:`UNPATCHED_CLEAN_ON_MACOS` for a clean side that ran on macOS, else None.
+    """
+    return UNPATCHED_CLEAN_ON_MACOS if clean and system == "Darwin" else None
 
 
 def stream_name(sha: str) -> str:
@@ -83,7 +131,9 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
     a stream that is missing or not the run's own, or a signal that disagrees with the
     return code makes the evidence unusable (FAIL). Then: PASS iff the patched side has
     exactly ``runs_per_side`` runs, every one exit 3 with both markers and no signal. The
-    unpatched side's outcomes are reported, not gated.
+    unpatched side's outcomes are reported, not gated; when they are all clean and ran on
+    macOS, the detail adds that this is no evidence the defect is gone
+    (:func:`unpatched_caveat`).
 
     Parameters
     ----------
@@ -152,6 +202,10 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
         u = results["unpatched"]
         a_side = (f"unpatched {_short(unpatched.binary_sha256)}...: "
                   f"{_summary(Counter(c.outcome for _, c in u))} (recorded, not gated)")
+        caveat = unpatched_caveat(runs_system(r.to_json() for r in unpatched.runs),
+                                  bool(u) and all(c.ok for _, c in u))
+        if caveat:
+            a_side += f"; {caveat}"
     else:
         a_side = f"unpatched build not available ({unpatched.reason or ''})"
     p_sha = _short(patched_side.binary_sha256)

@@ -35,7 +35,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- run records
 
-class RunRecord(NamedSchema):
+class RunRecord(NamedSchema, kw_only=True):
     """One launch as :func:`verifylib.runtime.runner.run_record` records it.
 
     Attributes
@@ -46,6 +46,10 @@ class RunRecord(NamedSchema):
         Exit status (None on timeout).
     signal : str or None
         Name of the terminating signal.
+    signal_table : str or None
+        The OS whose signal numbers ``signal`` was decoded by
+        (:func:`verifylib.runtime.contracts.termination` decodes with it); None (key
+        absent) in a record written before records named it.
     timed_out : bool
         Whether the run was killed at its timeout.
     wall_s : float
@@ -61,6 +65,7 @@ class RunRecord(NamedSchema):
     argv: tuple[str, ...] = field(_n.strings)
     returncode: int | None = field(_n.integer_or_null)
     signal: str | None = field(_n.string_or_null)
+    signal_table: str | None = field(_n.string, optional=True, default=None)
     timed_out: bool = field(_n.boolean)
     wall_s: float = field(_n.number)
     stdout_sha256: str = field(_n.string)
@@ -81,11 +86,16 @@ class SystemInfoProbeRecord(NamedSchema):
         The ``system_info:`` line the probe read.
     coreml : int or None
         The ``COREML`` flag on that line.
+    backend : str or None
+        The ggml backends the launch logged choosing
+        (:func:`verifylib.runtime.contracts.launch_backend`); None: not recorded (key
+        absent, a run from before backends were pinned).
     """
 
     run: RunRecord = field(RunRecord, inline=True)
     system_info_line: str | None = field(_n.string_or_null)
     coreml: int | None = field(_n.integer_or_null)
+    backend: str | None = field(_n.string, optional=True, default=None)
 
 
 # ----------------------------------------------------------------------------- source
@@ -258,6 +268,9 @@ class GgmlBuildEvidence(NamedSchema):
         The applied patch (None for unpatched variants).
     probe : SystemInfoProbeRecord or None
         The ``system_info`` probe (null: none recorded, which the judge refuses).
+    ggml_backend : str or None
+        The ggml backend the options pin (``cpu``, ``metal``); None: not recorded (key
+        absent, a run from before backends were pinned).
     """
 
     built: bool = field(_n.literal(True), default=True, init=False)
@@ -275,6 +288,7 @@ class GgmlBuildEvidence(NamedSchema):
     tree_id: str = field(_n.string)
     patch_sha256: str | None = field(_n.string_or_null)
     probe: SystemInfoProbeRecord | None = field(nullable(SystemInfoProbeRecord.from_json))
+    ggml_backend: str | None = field(_n.string, optional=True, default=None)
 
 
 class BenchRecord(NamedSchema):
@@ -290,6 +304,9 @@ class BenchRecord(NamedSchema):
         Reused from the cache.
     probe : RunRecord
         Its run.
+    backend : str or None
+        The ggml backends the run logged choosing
+        (:func:`verifylib.runtime.contracts.launch_backend`); None: not recorded.
     """
 
     _path = "bench"
@@ -301,6 +318,7 @@ class BenchRecord(NamedSchema):
     options: dict[str, Any] = field(_n.mapping)
     cached: bool = field(_n.boolean)
     probe: RunRecord = field(RunRecord)
+    backend: str | None = field(_n.string, optional=True, default=None)
 
 
 class CoremlBuildEvidence(NamedSchema):
@@ -334,6 +352,9 @@ class CoremlBuildEvidence(NamedSchema):
         The GGML build's key (None when it was not built).
     bench : BenchRecord
         The ``whisper-bench`` built with the same options, and its run.
+    ggml_backend : str or None
+        The ggml backend the options pin, the hybrid runs' decoder backend; None: not
+        recorded (key absent, a run from before backends were pinned).
     """
 
     built: bool = field(_n.literal(True), default=True, init=False)
@@ -352,6 +373,7 @@ class CoremlBuildEvidence(NamedSchema):
     patch_after_problems: tuple[str, ...] = field(_n.strings)
     ggml_key: str | None = field(_n.string_or_null)
     bench: BenchRecord = field(BenchRecord)
+    ggml_backend: str | None = field(_n.string, optional=True, default=None)
 
 
 def _outcome(doc: Any, built: Callable[[Any], _T]) -> Union[_T, FailedBuild]:

@@ -178,6 +178,10 @@ class RunRecord(Schema, kw_only=True):
         Raw return code; None on timeout.
     signal : str or None
         Signal name when the child died by a signal.
+    signal_table : str or None
+        The OS whose signal numbers ``signal`` was decoded by
+        (:func:`verifylib.runtime.contracts.termination` decodes with it); None (and absent
+        from the JSON) in a record written before records named it.
     timed_out : bool
         Whether the child was killed for exceeding its timeout.
     wall_s : float
@@ -196,6 +200,7 @@ class RunRecord(Schema, kw_only=True):
     argv: tuple[str, ...] = field(strings)
     returncode: int | None = field(integer_or_null)
     signal: str | None = field(string_or_null)
+    signal_table: str | None = field(string, optional=True, default=None)
     timed_out: bool = field(boolean)
     wall_s: float = field(number)
     stdout_sha256: str = field(string)

@@ -9,10 +9,11 @@ share per preferred device, their sum and the claim worded from them.
 raises :class:`SchemaError` (an :class:`verifylib.errors.EvidenceInvalid`) whose ``path``
 names it, e.g. ``ops[3].preferred``. An operation's ``cost`` that is neither a number nor
 ``null`` raises :class:`CostNotANumber`, which names every such operation (the rule
-reports how many there are). The summary keys (``variant``, ``cost_by_device`` …) and an
-operation's ``function``, ``index``, ``outputs`` and ``supported`` are optional, because
-plans written by hand for the rule's own tests omit them; the rule refuses a plan whose
-summary is missing. ``to_json`` gives back exactly the dict the stage writes.
+reports how many there are). The summary keys (``variant``, ``cost_by_device``,
+``cost_without_device`` …) and an operation's ``function``, ``index``, ``outputs`` and
+``supported`` are optional, because plans written by hand for the rule's own tests omit
+them; the rule refuses a plan whose ``cost_by_device`` is missing. ``to_json`` gives back
+exactly the dict the stage writes.
 
 Shapes and types only; whether the shares sum to one and the summary agrees with the rows
 is the rule's job (:mod:`verifylib.evidence.rules.placement`). This module imports nothing
@@ -105,10 +106,14 @@ class PlanEvidence(Schema, kw_only=True):
     ----------
     ops : tuple of PlanOp
     cost_by_device : dict or None
-        Summed cost share per preferred device (``unplanned`` for costed operations
-        without one); None when the document omits it.
+        Summed cost share per preferred device, of the costed operations that name one;
+        None when the document omits it.
     cost_sum : float or None
-        Sum of all cost shares.
+        Sum of all cost shares, operations without a device included.
+    cost_without_device : float or None
+        Summed cost share of the costed operations that name no device (``cast``, see
+        :func:`verifylib.models.compute_plan.row_kind`); None when the document omits it
+        (documents written before it was recorded, hand-written plans).
     variant : str or None
         ``fp32`` or ``fp16``.
     mlmodelc_digest : str or None
@@ -125,6 +130,7 @@ class PlanEvidence(Schema, kw_only=True):
     ops: tuple[PlanOp, ...] = field(array_of(PlanOp.from_json))
     cost_by_device: dict[str, float] | None = field(number_map, optional=True, default=None)
     cost_sum: float | None = field(number, optional=True, default=None)
+    cost_without_device: float | None = field(number, optional=True, default=None)
     claim: str | None = field(string, optional=True, default=None)
 
     @classmethod

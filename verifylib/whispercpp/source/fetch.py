@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import (
     dumps,
+    os_litter,
     publish_dir,
     read_json,
     sha256_bytes,
@@ -296,7 +297,9 @@ class SourceTree:
         FAIL, not an exception.
     origin : dict
         Where the content came from: the spec's fields plus digests of what was fetched
-        (``sdist_sha256``, ``archive_sha256``, ...).
+        (``sdist_sha256``, ``archive_sha256``, ...), and ``os_litter`` when it holds files
+        macOS writes on its own (``.DS_Store``, ``._*``: :func:`verifylib.canonical.os_litter`),
+        which the tree id counts.
     cached : bool
         True if the folder was already in the cache.
     """
@@ -629,6 +632,11 @@ def _fetch_and_publish(spec: SourceSpec, cache_dir: Path, archive_sha: str | Non
             p = root / ".git"
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             origin["removed_dot_git"] = True
+        # Counted in the tree id like any file (git's own identity, nothing skipped), so
+        # recorded: a tree that is not the pin's because of them says so.
+        litter = os_litter(root)
+        if litter:
+            origin["os_litter"] = list(litter)
         tree = git_tree_id(root)
         final, reused = _publish_tree(root, sources, tree, cache_dir, log)
     except (CommandError, OSError) as exc:

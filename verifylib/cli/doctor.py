@@ -1,0 +1,332 @@
+"""``verifylib doctor``: can this host run an audit, and which gates, and if not, what fixes it.
+
+A preflight that touches no run and builds nothing: the build tools and their versions
+(:mod:`verifylib.runtime.tools`; cmake with where it came from), the developer tools of a
+Mac and their license (:mod:`verifylib.runtime.capabilities`), the Python packages that
+convert and run the encoder, the free disk under the cache, and for every gate of
+:data:`verifylib.evidence.gates.GATES` whether this host runs it, with the reason and the
+fixing command for each one it cannot. The same checks decide here and in an audit, so
+doctor never promises a gate the audit would then record NOT_RUN(platform).
+
+Exit status: 0 when the default audit can run on this host (on Linux too: its Core ML
+gates are then listed NOT_RUN(platform), and the verdict can be INCOMPLETE at best); 2 when
+a build tool is missing, the same condition on which ``verifylib run`` refuses to start
+(exit 2, "bad input" of the host).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from verifylib import resources
+from verifylib.evidence import gates
+from verifylib.runtime.capabilities import HostCapabilities, XcodeState, detect
+from verifylib.runtime.tools import Toolset, describe_missing, find_tools, with_versions
+
+EXIT_READY, EXIT_TOOL_MISSING = 0, 2
+"""Exit statuses of ``verifylib doctor``."""
+
+RUNS, NOT_RUN_PLATFORM, BLOCKED = "runs", "NOT_RUN(platform)", "blocked"
+"""What doctor says of a gate: it runs here, the host lacks its capability, or the audit
+cannot start (a build tool is missing)."""
+
+PACKAGES = ("coremltools", "torch")
+"""Python packages whose versions doctor reports (read from their metadata, not imported)."""
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """Whether this host runs one gate of the default audit.
+
+    Attributes
+    ----------
+    id : str
+        The gate id.
+    required : bool
+        Whether the verdict counts it.
+    capability : str
+        The :class:`~verifylib.evidence.gates.Capability` value it needs.
+    status : str
+        :data:`RUNS`, :data:`NOT_RUN_PLATFORM` or :data:`BLOCKED`.
+    why : str or None
+        Why it cannot run here (the same sentence an audit records), None when it runs.
+    fix : str or None
+        The command or step that lets it run, None when it runs.
+    """
+
+    id: str
+    required: bool
+    capability: str
+    status: str
+    why: str | None = None
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What ``verifylib doctor`` found on this host.
+
+    Attributes
+    ----------
+    system, machine : str
+        ``platform.system()`` and ``platform.machine()`` of the host record.
+    macos_version : str or None
+        Dotted macOS release, None off macOS.
+    python : str
+        The running Python's version.
+    packages : dict
+        Each of :data:`PACKAGES` to its installed version, or None when not installed.
+    tools : Toolset
+        cmake, cc, c++ and git, with their version lines.
+    xcode : XcodeState or None
+        A Mac's developer tools (``xcrun --find coremlc`` included), None off macOS.
+    cache : str
+        The cache folder (:func:`verifylib.resources.cache_dir`).
+    free_bytes : int or None
+        Free space on the cache's file system (its nearest existing folder), None when
+        it cannot be read.
+    gates : tuple of GateCheck
+        Every gate, in the table's order.
+    simulated : bool
+        True when the host is the test suite's simulated Mac.
+    """
+
+    system: str
+    machine: str
+    macos_version: str | None
+    python: str
+    packages: dict
+    tools: Toolset
+    xcode: XcodeState | None
+    cache: str
+    free_bytes: int | None
+    gates: tuple[GateCheck, ...]
+    simulated: bool = False
+
+    @property
+    def can_audit(self) -> bool:
+        """True when the default audit can start here (every build tool present)."""
+        return not self.tools.missing
+
+    @property
+    def exit_code(self) -> int:
+        """:data:`EXIT_READY` when :attr:`can_audit`, else :data:`EXIT_TOOL_MISSING`."""
+        return EXIT_READY if self.can_audit else EXIT_TOOL_MISSING
+
+    def summary(self) -> str:
+        """Say in one sentence whether and how far the default audit can run here.
+
+        Returns
+        -------
+        str
+            The closing line of the human output.
+        """
+        if not self.can_audit:
+            return f"the audit cannot start here: {describe_missing(self.tools.missing)}"
+        off = [g for g in self.gates if g.status == NOT_RUN_PLATFORM and g.required]
+        runs = sum(g.status == RUNS for g in self.gates)
+        if not off:
+            return (f"the default audit can run here: all {runs} gates run, so it can end "
+                    f"ADMISSIBLE")
+        return (f"the default audit can run here: {runs} gates run, {len(off)} required "
+                f"gate(s) NOT_RUN(platform), so it ends INCOMPLETE at best")
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the report as one JSON-able object.
+
+        Returns
+        -------
+        dict
+            Every attribute (tools and the Xcode state as records), ``can_audit``,
+            ``exit_code`` and ``summary``.
+        """
+        return {
+            "system": self.system, "machine": self.machine,
+            "macos_version": self.macos_version, "python": self.python,
+            "packages": dict(self.packages),
+            "tools": {t.name: t.as_record() for t in self.tools.tools},
+            "xcode": self.xcode.as_record() if self.xcode is not None else None,
+            "cache": {"path": self.cache, "free_bytes": self.free_bytes},
+            "gates": [{"id": g.id, "required": g.required, "capability": g.capability,
+                       "status": g.status, "why": g.why, "fix": g.fix} for g in self.gates],
+            "simulated": self.simulated, "can_audit": self.can_audit,
+            "exit_code": self.exit_code, "summary": self.summary(),
+        }
+
+    def text(self) -> str:
+        """Render the report as short aligned tables for a terminal.
+
+        Returns
+        -------
+        str
+            Tools, host, gates, and the summary line.
+        """
+        mac = f"macOS {self.macos_version}" if self.macos_version else "not macOS"
+        lines = [f"verifylib doctor: {self.system} {self.machine} ({mac}), Python "
+                 f"{self.python}{' [simulated host]' if self.simulated else ''}", "", "tools"]
+        rows = []
+        for t in self.tools.tools:
+            if t.found:
+                where = t.path + (f" (from {t.source})" if t.source else "")
+                rows.append((t.name, t.version or "(no version line)", where))
+            else:
+                rows.append((t.name, "MISSING", f"{t.note + '; ' if t.note else ''}"
+                                                f"install: {t.fix}"))
+        lines += _table(rows)
+        lines += ["", "host"]
+        rows = [("macOS", self.macos_version or "not macOS")]
+        if self.xcode is not None:
+            x = self.xcode
+            rows += [("developer dir", f"{x.developer_dir or 'none'}"
+                      + (f" (selected by {x.selected_by})" if x.selected_by else "")),
+                     ("Xcode bundles", ", ".join(x.installed) or "none found"),
+                     ("Xcode license", x.license),
+                     ("xcrun coremlc", x.coremlc or "does not resolve")]
+            if x.problem:
+                rows.append(("Xcode state", f"{x.state}: {x.problem}"))
+        rows += [(name, version or "not installed") for name, version in self.packages.items()]
+        free = "unknown" if self.free_bytes is None else f"{self.free_bytes / 2**30:.1f} GiB free"
+        rows.append(("cache", f"{self.cache} ({free})"))
+        lines += _table(rows)
+        lines += ["", "gates (what this host runs of the default audit)"]
+        lines += _table([(g.id, "required" if g.required else "informational", g.capability,
+                          g.status if g.why is None else f"{g.status}: {g.why}")
+                         for g in self.gates])
+        fixes: dict[str, list[str]] = {}
+        for g in self.gates:
+            if g.fix:
+                fixes.setdefault(g.fix, []).append(g.id)
+        if fixes:
+            lines += ["", "to run the gates this host cannot"]
+            for fix, ids in fixes.items():
+                lines += [f"  {fix}", f"    for: {', '.join(ids)}"]
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
+
+def _table(rows) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)] if rows else []
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+            for r in rows]
+
+
+def _free_bytes(folder: Path) -> int | None:
+    # The cache may not exist before the first audit: its file system is its nearest
+    # existing parent's.
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def gate_checks(host: HostCapabilities, tools: Toolset,
+                params: Mapping[str, Any] | None = None) -> tuple[GateCheck, ...]:
+    """Decide, for every gate, whether this host runs it.
+
+    Parameters
+    ----------
+    host : HostCapabilities
+        The host (:func:`verifylib.runtime.capabilities.detect`).
+    tools : Toolset
+        The build tools as found.
+    params : mapping, optional
+        A parameter tree for :func:`verifylib.evidence.gates.capability_of` (default: the
+        default audit's, which gives every gate its table capability).
+
+    Returns
+    -------
+    tuple of GateCheck
+        In the table's order: NOT_RUN(platform) with the host's own reason and fix when it
+        lacks the capability, else blocked while a build tool is missing, else runs.
+    """
+    out = []
+    blocked = describe_missing(tools.missing) if tools.missing else None
+    fixes = "; ".join(dict.fromkeys(t.fix for t in tools.missing)) or None
+    for g in gates.GATES:
+        cap = gates.capability_of(g, params or {})
+        why = host.missing(cap)
+        if why is not None:
+            out.append(GateCheck(g.id, g.required, cap.value, NOT_RUN_PLATFORM, why,
+                                 host.fix(cap)))
+        elif blocked is not None:
+            out.append(GateCheck(g.id, g.required, cap.value, BLOCKED, blocked, fixes))
+        else:
+            out.append(GateCheck(g.id, g.required, cap.value, RUNS))
+    return tuple(out)
+
+
+def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None = None,
+                  cache: Path | None = None,
+                  package_version: Callable[[str], str | None] = _package_version
+                  ) -> DoctorReport:
+    """Examine this host (or the given parts of one).
+
+    Parameters
+    ----------
+    host : HostCapabilities, optional
+        Default :func:`verifylib.runtime.capabilities.detect` (on macOS it runs
+        ``xcode-select -p`` and ``xcrun --find coremlc``, once per process).
+    tools : Toolset, optional
+        Default :func:`verifylib.runtime.tools.find_tools` with each version line probed
+        (each tool's ``--version`` is run).
+    cache : Path, optional
+        Default :func:`verifylib.resources.cache_dir`.
+    package_version : callable
+        ``name -> version or None`` (default: the installed distribution's metadata).
+
+    Returns
+    -------
+    DoctorReport
+        What was found.
+    """
+    host = host if host is not None else detect()
+    tools = tools if tools is not None else with_versions(find_tools())
+    cache = Path(cache) if cache is not None else resources.cache_dir()
+    return DoctorReport(
+        system=host.system, machine=host.machine,
+        macos_version=None if host.macos_version is None
+        else ".".join(map(str, host.macos_version)),
+        python=platform.python_version(),
+        packages={name: package_version(name) for name in PACKAGES},
+        tools=tools, xcode=host.xcode, cache=str(cache), free_bytes=_free_bytes(cache),
+        gates=gate_checks(host, tools), simulated=host.simulated)
+
+
+def cli_main(args) -> int:
+    """Run ``verifylib doctor`` (argparse namespace in, exit code out).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``json``: print one JSON object instead of the tables.
+
+    Returns
+    -------
+    int
+        :attr:`DoctorReport.exit_code`: 0 when the default audit can run here, 2 when a
+        build tool is missing.
+    """
+    report = doctor_report()
+    if getattr(args, "json", False):
+        print(json.dumps(report.as_json(), indent=1, sort_keys=True))
+    else:
+        print(report.text())
+    sys.stdout.flush()
+    return report.exit_code
