@@ -245,6 +245,9 @@ ROWS = [
         "placement.plan", "FAIL", "no cost", "REJECTED", Scenario(plan="no-cost")),
     Row("plan-costs-do-not-sum", "§7.2 cost shares that do not sum to 1", ("06_placement",),
         "placement.plan", "FAIL", "sum", "REJECTED", Scenario(plan="unbalanced")),
+    Row("plan-compute-op-without-device", "§7.2 a costed compute operation with no device "
+        "(a cast may have none)", ("06_placement",), "placement.plan", "FAIL",
+        "without a preferred device", "REJECTED", Scenario(plan="no-device")),
     Row("macos-14-0", "§7.2 MLComputePlan needs macOS 14.4", ("06_placement",),
         "placement.plan", "NOT_RUN", "14.4", "INCOMPLETE", Scenario(macos=(14, 0))),
     # ------------------------------------------------------------ plain Linux
