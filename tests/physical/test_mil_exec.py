@@ -182,10 +182,12 @@ def test_tiny_en_program_matches_the_hf_encoder(tiny_en_export, jfk_logmel, jfk_
     m64 = compare(jfk_reference, execute(p, {"logmel_data": jfk_logmel},
                                          compute="float64").outputs["output"])
     # float32: the program is op for op what the eager encoder computes (same CPU kernels),
-    # so the output is bit-identical; float64 is the independent-arithmetic check
-    # (docs/facts.md: 121.4 dB).
+    # so the output is bit-identical; float64 is the independent-arithmetic check. Its
+    # figure is the float32 reference's own rounding, which depends on the host's CPU
+    # kernels (docs/facts.md: 121.4 dB on one host, 114.0 dB on an AMD EPYC without
+    # AVX-512), hence the wide lower bound; a wrong op costs tens of dB.
     assert m32.snr_db >= 120 and m32.cosine >= 0.9999
-    assert 115 <= m64.snr_db < 140 and m64.cosine >= 0.9999
+    assert 105 <= m64.snr_db < 140 and m64.cosine >= 0.9999
 
 
 def test_fp16_program_keeps_float16_storage(tiny_en_export, jfk_logmel, jfk_reference):
@@ -273,7 +275,9 @@ def test_residual_taps_follow_the_blocks(tiny_en_export, tiny_en_bundle, jfk_log
     _, layers, _ = reference_encode(tiny_en_bundle.model.get_encoder(), jfk_logmel)
     ref = dict(layers)
     for label, v in taps[:-1]:
-        assert compare(ref[label], run.taps[v]).snr_db > 110, label
+        # The float32 reference's rounding, host-dependent (109.5 dB at block 3 on an AMD
+        # EPYC without AVX-512): see test_tiny_en_program_matches_the_hf_encoder.
+        assert compare(ref[label], run.taps[v]).snr_db > 100, label
     # Handed over as produced instead of kept: the same values, none retained.
     seen = {}
     streamed = execute(p, {"logmel_data": jfk_logmel}, compute="float64",
