@@ -381,8 +381,24 @@ def version_line(path: str) -> str | None:
     str or None
         The line, or None when the program cannot be launched or fails.
     """
+    return first_output_line([path, "--version"])
+
+
+def first_output_line(argv: list[str]) -> str | None:
+    """Run ``argv`` and return the first non-empty line of its output.
+
+    Parameters
+    ----------
+    argv : list of str
+        The command (stdout is read before stderr).
+
+    Returns
+    -------
+    str or None
+        The line, or None when the program cannot be launched or fails.
+    """
     try:
-        res = run([path, "--version"], timeout=60)
+        res = run(argv, timeout=60)
     except OSError:
         return None
     if not res.ok:

@@ -163,17 +163,7 @@ class BuildError(BuildFailure):
 
 # ----------------------------------------------------------------------------- identity
 
-def _first_line(argv: list[str]) -> str | None:
-    try:
-        res = run(argv, timeout=60)
-    except OSError:
-        return None
-    if not res.ok:
-        return None
-    for line in (res.stdout_text + "\n" + res.stderr_text).splitlines():
-        if line.strip():
-            return line.strip()
-    return None
+_first_line = tools.first_output_line
 
 
 def _cpu_model() -> str | None:
