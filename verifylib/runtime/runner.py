@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Mapping, Sequence
 
 from verifylib.canonical import sha256_bytes, sha256_file
 from verifylib.errors import ParametersInvalid, RunFailure
-from verifylib.runtime import contracts, ledger
+from verifylib.runtime import contracts, ledger, progress
 from verifylib.runtime.contracts import (
     BACKEND_PATH_VARIABLE,
     decode_signal,  # noqa: F401  (re-exported: the contract owns it)
@@ -180,7 +181,8 @@ class CommandError(RunFailure):
 
 def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
         timeout: float | None = 600.0, env_extra: Mapping[str, str] | None = None,
-        stdin: bytes | None = None, check: bool = False, what: str | None = None) -> RunResult:
+        stdin: bytes | None = None, check: bool = False, what: str | None = None,
+        ticker: "progress.Ticker | None" = None) -> RunResult:
     """Run one child process headlessly.
 
     Parameters
@@ -199,6 +201,10 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         Raise :class:`CommandError` unless the child exited 0.
     what : str, optional
         Human name of the step, used in error messages.
+    ticker : verifylib.runtime.progress.Ticker, optional
+        Started by this call and stopped when the child ends: prints a progress line
+        every few seconds, with the last ``[NN%]`` of the child's standard output (read
+        as it arrives). The captured streams are the same with or without it.
 
     Returns
     -------
@@ -227,7 +233,10 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     timed_out = False
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout)
+        if ticker is None:
+            out, err = proc.communicate(input=stdin, timeout=timeout)
+        else:
+            out, err, timed_out = _communicate_with_ticker(proc, stdin, timeout, ticker)
     except subprocess.TimeoutExpired:
         timed_out = True
         try:
@@ -244,6 +253,50 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     if check and not result.ok:
         raise CommandError(result, what or Path(argv[0]).name)
     return result
+
+
+def _communicate_with_ticker(proc: subprocess.Popen, stdin: bytes | None,
+                            timeout: float | None, ticker: "progress.Ticker") -> tuple:
+    """``proc.communicate`` that also shows the child's standard output to ``ticker``.
+
+    Each stream is drained by its own thread (a full pipe would stall the child), the
+    chunks are kept whole, and the ticker prints while the child runs. On timeout the
+    child's process group is killed, as :func:`run` does. Returns ``(out, err, timed_out)``.
+    """
+    chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+
+    def drain(stream, name: str) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            chunks[name].append(chunk)
+            if name == "out":
+                ticker.output(chunk)
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True)]
+    for t in readers:
+        t.start()
+    ticker.start()
+    try:
+        if stdin is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(stdin)
+            except BrokenPipeError:
+                pass
+            proc.stdin.close()
+        proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    finally:
+        ticker.stop()
+    for t in readers:
+        t.join()
+    return b"".join(chunks["out"]), b"".join(chunks["err"]), timed_out
 
 
 def run_whisper_cli(argv: Sequence[str | os.PathLike], *, timeout: float,

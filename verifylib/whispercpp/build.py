@@ -8,7 +8,21 @@ decides its bytes (source tree id, patch digest, variant, CMake options with the
 ggml backend, compiler and host CPU, and on macOS the selected Xcode and SDK), the binary
 is linked statically (``BUILD_SHARED_LIBS=OFF``, see docs/facts.md) and published with
 its ``build.json`` through a staging folder, so a failed or interrupted build publishes
-nothing and a cached one is re-hashed before reuse. One process at a time
+nothing and a cached one is re-hashed before reuse.
+
+ggml is built once and shared. Every variant compiles the same ggml tree with the same
+options: only ``src/whisper.cpp`` (the patch), the Core ML switch and the sanitizer flags
+differ, and those touch libwhisper and the CLI alone. So :func:`build_ggml` builds the
+static ggml libraries once per ggml identity (its source, its CMake options, the
+toolchain), through whisper.cpp's own CMake project (``--target ggml``) and ggml's own
+install rules, into ``<cache>/ggml/<key>/prefix``; each variant then configures with
+whisper.cpp's ``WHISPER_USE_SYSTEM_GGML`` route against that prefix and compiles only
+libwhisper, its examples' ``common`` library and the CLI. The libraries are static, so
+every binary still carries all the ggml code it runs and its digest covers it; the ggml
+build's key, options and library digests are in each variant's key and ``build.json``,
+and a cached ggml is re-hashed file by file before use. A source whose CMake project
+has no ``WHISPER_USE_SYSTEM_GGML`` (older pins) is built in one piece, as before, and
+records ``ggml: null``. One process at a time
 builds a key (its lock in ``<cache>/locks``, see :mod:`verifylib.locks`); another that
 wanted the same key waits, then reuses that publication once it re-hashes. Every subprocess
 goes through :func:`verifylib.runtime.runner.run`.
@@ -33,11 +47,12 @@ from verifylib.canonical import (
     read_json,
     sha256_bytes,
     sha256_file,
+    tree_digest,
     write_json,
 )
 from verifylib.errors import BuildFailure, ParametersInvalid
 from verifylib.locks import LOCKS_DIR, produce_once
-from verifylib.runtime import contracts, tools
+from verifylib.runtime import contracts, progress, tools
 from verifylib.runtime.runner import (
     RunResult,
     run,
@@ -76,7 +91,15 @@ _VARIANT_OPTIONS = {
 _DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
 _OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # v3: the ggml backend pins below and, on macOS, the SDK facts of compiler_identity.
-_KEY_SCHEMA = "verifylib-whisper-cli-build-v3"
+# v4: the key of the shared ggml build the binary links (None when built in one piece).
+_KEY_SCHEMA = "verifylib-whisper-cli-build-v4"
+_GGML_KEY_SCHEMA = "verifylib-ggml-build-v1"
+SYSTEM_GGML_OPTION = "WHISPER_USE_SYSTEM_GGML"
+"""whisper.cpp's CMake switch that links a prebuilt ggml instead of its ``ggml/`` folder."""
+# The ggml build configures whisper.cpp's own project only to reach ggml's rules: none of
+# whisper's targets is built, so its optional folders need not be configured either.
+_GGML_CONFIGURE_ONLY = {"WHISPER_BUILD_TESTS": "OFF", "WHISPER_BUILD_EXAMPLES": "OFF",
+                        "WHISPER_BUILD_SERVER": "OFF"}
 
 GGML_BACKENDS = contracts.GGML_BACKENDS
 """The ggml backends a build can be pinned to (``runtime.ggml_backend``)."""
@@ -307,7 +330,7 @@ def forced_options(variant: str, backend: str | None = None) -> dict[str, str]:
 
 
 def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Mapping[str, Any],
-              compiler: Mapping[str, Any]) -> str:
+              compiler: Mapping[str, Any], ggml_key: str | None = None) -> str:
     """Content key of a build: SHA-256 of the canonical JSON of its inputs.
 
     Parameters
@@ -322,6 +345,9 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
         CMake options (pass :func:`effective_options` output for a real build).
     compiler : mapping
         :func:`compiler_identity` output.
+    ggml_key : str, optional
+        :func:`ggml_key` of the shared ggml build the binary links, None when ggml is
+        built in one piece with it.
 
     Returns
     -------
@@ -344,9 +370,11 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
     elif not is_sha256(patch_sha256):
         raise ParametersInvalid(f"variant {variant!r} needs the applied patch's sha256, "
                                 f"got {patch_sha256!r}")
+    if ggml_key is not None and not is_sha256(ggml_key):
+        raise ParametersInvalid(f"ggml key must be a sha256, got {ggml_key!r}")
     payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
                "patch_sha256": patch_sha256, "variant": variant, "options": dict(options),
-               "compiler": dict(compiler)}
+               "compiler": dict(compiler), "ggml_key": ggml_key}
     return sha256_bytes(dumps(payload))
 
 
@@ -448,6 +476,9 @@ class BuildResult:
         Patch digest the build was keyed by.
     build_json : Path
         The published ``build.json``.
+    ggml : dict or None
+        :meth:`GgmlBuild.to_evidence` of the shared ggml it links, None when ggml was
+        built in one piece with it.
     """
 
     binary: Path
@@ -463,6 +494,7 @@ class BuildResult:
     tree_id: str
     patch_sha256: str | None
     build_json: Path
+    ggml: dict | None = None
 
     @property
     def ggml_backend(self) -> str | None:
@@ -478,7 +510,8 @@ def _result_from_publication(folder: Path, key: str, cached: bool, seconds: floa
                        seconds=seconds, variant=meta["variant"], options=dict(meta["options"]),
                        compiler=dict(meta["compiler"]), needed_libs=libs,
                        static=not links_runtime_dynamically(libs), tree_id=meta["tree_id"],
-                       patch_sha256=meta["patch_sha256"], build_json=folder / "build.json")
+                       patch_sha256=meta["patch_sha256"], build_json=folder / "build.json",
+                       ggml=meta.get("ggml"))
 
 
 def _cached_problem(folder: Path, key: str) -> str | None:
@@ -506,16 +539,18 @@ def _tail(res: RunResult, n: int = 40) -> str:
     return "\n".join(lines)
 
 
-def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path) -> dict[str, str]:
+def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path,
+                    extra: Mapping[Path, str] | None = None) -> dict[str, str]:
     """Add compiler flags that strip the source and build folders from embedded paths.
 
     ``__FILE__`` (assertions, log lines) would otherwise put the work tree's absolute path
     into the binary, so the same key would give different bytes in different folders.
-    The flags are not part of the key: they only normalize locations. CMake splits the
-    flag string on spaces, so a path containing whitespace is left unmapped.
+    ``extra`` maps further folders (the shared ggml prefix, whose headers the variant
+    compiles). The flags are not part of the key: they only normalize locations. CMake
+    splits the flag string on spaces, so a path containing whitespace is left unmapped.
     """
-    maps = [f"-ffile-prefix-map={path}={alias}"
-            for path, alias in ((src, "/whisper.cpp"), (bdir, "/build"))
+    folders = [(src, "/whisper.cpp"), (bdir, "/build"), *(extra or {}).items()]
+    maps = [f"-ffile-prefix-map={path}={alias}" for path, alias in folders
             if not any(c.isspace() for c in str(path))]
     out = dict(opts)
     if maps:
@@ -524,14 +559,18 @@ def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path) -> dict[str,
     return out
 
 
-def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, label: str,
-                  *, jobs: int, timeout: float, log: Callable[[str], None]
-                  ) -> tuple[Path, list[str]]:
-    """Configure ``src`` in a fresh ``bdir`` (outside the tree) and build one target.
+def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tuple[str, list]],
+                 label: str, *, timeout: float, log: Callable[[str], None],
+                 configure_extra: Mapping[str, str] | None = None,
+                 path_maps: Mapping[Path, str] | None = None) -> list[str]:
+    """Configure ``src`` in a fresh ``bdir`` (outside the tree), then run further cmake steps.
 
-    Each step's output goes to ``bdir/verifylib-<step>.log``; a failing step raises
-    :class:`BuildError` naming that log and ending with its last lines. Returns the built
-    binary and the configure argv (recorded with the build).
+    ``steps`` are ``(name, argv after the cmake program)``. Each step's output goes to
+    ``bdir/verifylib-<step>.log``; a failing step raises :class:`BuildError` naming that
+    log and ending with its last lines. While a step runs, a progress line (with cmake's
+    ``[NN%]``) is printed every few seconds. ``configure_extra`` are ``-D`` entries that
+    only locate things (the shared ggml prefix): passed, not keyed. Returns the configure
+    argv (recorded with the build).
     """
     shutil.rmtree(bdir, ignore_errors=True)
     bdir.mkdir(parents=True)
@@ -539,13 +578,16 @@ def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, l
     env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
     cmake = tools.cmake_executable()  # ToolMissing, never a FileNotFoundError, without one
     configure = ([cmake, "-S", str(src), "-B", str(bdir)]
-                 + [f"-D{k}={v}" for k, v in _with_path_maps(opts, src, bdir).items()])
-    build = [cmake, "--build", str(bdir), "--target", target, "-j", str(jobs)]
-    for argv, step, note in ((configure, "configure", f"configuring {label} in {bdir} …"),
-                             (build, "build", f"building {label} with {jobs} jobs …")):
-        log(note)
+                 + [f"-D{k}={v}" for k, v in
+                    _with_path_maps(opts, src, bdir, path_maps).items()]
+                 + [f"-D{k}={v}" for k, v in (configure_extra or {}).items()])
+    plan = [("configure", configure, f"configuring {label}")]
+    plan += [(name, [cmake, *argv], f"{name} {label}") for name, argv in steps]
+    for step, argv, what in plan:
+        log(f"{what} in {bdir} …")
         try:
-            res = run(argv, timeout=timeout, env_extra=env)
+            res = run(argv, timeout=timeout, env_extra=env,
+                      ticker=progress.Ticker(what, log))
         except FileNotFoundError:
             raise tools.launch_failed(tools.CMAKE, cmake) from None
         step_log = bdir / f"verifylib-{step}.log"
@@ -553,10 +595,294 @@ def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, l
         if not res.ok:
             raise BuildError(f"{label} {step} failed ({res.describe()}); log {step_log}\n"
                              f"{_tail(res)}")
+    return configure
+
+
+def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, label: str,
+                  *, jobs: int, timeout: float, log: Callable[[str], None],
+                  ggml: "GgmlBuild | None" = None) -> tuple[Path, list[str]]:
+    """Configure ``src`` in a fresh ``bdir`` and build one target; with ``ggml``, against it.
+
+    Returns the built binary and the configure argv (recorded with the build).
+    """
+    extra = None if ggml is None else ggml.configure_options()
+    maps = None if ggml is None else {ggml.prefix: "/ggml"}
+    configure = _cmake_steps(src, bdir, opts, [
+        ("build", ["--build", str(bdir), "--target", target, "-j", str(jobs)])],
+        label, timeout=timeout, log=log, configure_extra=extra, path_maps=maps)
     built = bdir / "bin" / target
     if not built.is_file():
         raise BuildError(f"build reported success but {built} does not exist")
     return built, configure
+
+
+# ----------------------------------------------------------------------------- shared ggml
+
+def uses_shared_ggml(src: Path) -> bool:
+    """Tell whether a source tree's CMake project can link a prebuilt ggml.
+
+    Parameters
+    ----------
+    src : Path
+        A whisper.cpp source folder.
+
+    Returns
+    -------
+    bool
+        True when it has a ``ggml/`` CMake project and its top-level ``CMakeLists.txt``
+        offers :data:`SYSTEM_GGML_OPTION` (whisper.cpp since v1.7).
+    """
+    top = Path(src) / "CMakeLists.txt"
+    try:
+        return ((Path(src) / "ggml" / "CMakeLists.txt").is_file()
+                and SYSTEM_GGML_OPTION in top.read_text(errors="replace"))
+    except OSError:
+        return False
+
+
+def ggml_options(variant: str, options: Mapping[str, str]) -> dict[str, str]:
+    """Return the CMake options of the shared ggml build a variant links.
+
+    Parameters
+    ----------
+    variant : str
+        One of :data:`VARIANTS`.
+    options : mapping
+        The variant's :func:`effective_options`.
+
+    Returns
+    -------
+    dict of str to str
+        Every option but whisper.cpp's own (``WHISPER_*``) and the variant's forced ones
+        (the sanitizer flags, the Core ML switch): so every variant of one parameter set
+        links the same ggml, and the sanitizers instrument libwhisper and the CLI only.
+    """
+    forced = _VARIANT_OPTIONS[variant]
+    return dict(sorted((k, v) for k, v in options.items()
+                       if not k.startswith("WHISPER_") and k not in forced))
+
+
+def ggml_source_digest(src: Path) -> str:
+    """Digest what decides a ggml build's code: the ``ggml/`` folder and the top CMake files.
+
+    Parameters
+    ----------
+    src : Path
+        A whisper.cpp source folder (pristine or patched: a patch confined to
+        ``src/whisper.cpp`` leaves this digest unchanged, so both share one ggml).
+
+    Returns
+    -------
+    str
+        SHA-256 over :func:`verifylib.canonical.tree_digest` of ``ggml/`` and ``cmake/``
+        and the digest of the top-level ``CMakeLists.txt``.
+    """
+    src = Path(src)
+    parts = {"ggml": tree_digest(src / "ggml"),
+             "cmake": tree_digest(src / "cmake") if (src / "cmake").is_dir() else None,
+             "CMakeLists.txt": sha256_file(src / "CMakeLists.txt")}
+    return sha256_bytes(dumps(parts))
+
+
+def ggml_key(tree_id: str, source_digest: str, options: Mapping[str, str],
+             compiler: Mapping[str, Any]) -> str:
+    """Content key of a shared ggml build.
+
+    Parameters
+    ----------
+    tree_id : str
+        The pristine tree id the variants are keyed by.
+    source_digest : str
+        :func:`ggml_source_digest` of the folder built.
+    options : mapping
+        :func:`ggml_options`.
+    compiler : mapping
+        :func:`compiler_identity`.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
+    return sha256_bytes(dumps({"schema": _GGML_KEY_SCHEMA, "target": "ggml",
+                               "tree_id": tree_id, "source_digest": source_digest,
+                               "options": dict(options), "compiler": dict(compiler),
+                               "configure_only": _GGML_CONFIGURE_ONLY}))
+
+
+@dataclass(frozen=True)
+class GgmlBuild:
+    """A published shared ggml: static libraries, headers and CMake package.
+
+    Attributes
+    ----------
+    prefix : Path
+        ``<cache>/ggml/<key>/prefix``, the install prefix.
+    key : str
+        :func:`ggml_key`.
+    options : dict
+        Its CMake options (:func:`ggml_options`).
+    source_digest : str
+        :func:`ggml_source_digest` of the folder it was built from.
+    files : dict
+        Every installed file (relative to ``prefix``) to its SHA-256, as recorded.
+    cached : bool
+        Reused from the cache (after every file was re-hashed).
+    seconds : float
+        Time spent in this call.
+    """
+
+    prefix: Path
+    key: str
+    options: dict
+    source_digest: str
+    files: dict
+    cached: bool
+    seconds: float
+
+    @property
+    def libraries(self) -> dict[str, str]:
+        """The static libraries among :attr:`files` (``lib/libggml*.a``), path to digest."""
+        return {k: v for k, v in self.files.items() if k.endswith((".a", ".lib"))}
+
+    def configure_options(self) -> dict[str, str]:
+        """Return the ``-D`` entries that make a whisper.cpp configure link this ggml."""
+        return {SYSTEM_GGML_OPTION: "ON", "ggml_DIR": str(self.prefix / "lib" / "cmake" / "ggml")}
+
+    def to_evidence(self) -> dict[str, Any]:
+        """Return the identity recorded with every binary that links it.
+
+        Returns
+        -------
+        dict
+            ``{"key", "options", "source_digest", "libraries", "files_sha256"}``:
+            ``libraries`` maps each static library to its SHA-256, ``files_sha256`` is the
+            digest of the whole install (headers and CMake package too).
+        """
+        return {"key": self.key, "options": dict(self.options),
+                "source_digest": self.source_digest, "libraries": self.libraries,
+                "files_sha256": sha256_bytes(dumps(self.files))}
+
+
+def _installed_files(prefix: Path) -> dict[str, str]:
+    return {p.relative_to(prefix).as_posix(): sha256_file(p)
+            for p in sorted(prefix.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+def _ggml_problem(folder: Path, key: str) -> tuple[str | None, dict]:
+    """Why a published ggml cannot be reused (None when every file matches its record)."""
+    try:
+        meta = read_json(folder / "ggml.json")
+    except (OSError, ValueError) as exc:
+        return f"ggml.json unreadable: {exc}", {}
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "ggml.json belongs to another key", {}
+    recorded = meta.get("files")
+    if not isinstance(recorded, dict) or not any(k.endswith(".a") for k in recorded):
+        return "ggml.json lists no static library", {}
+    prefix = folder / "prefix"
+    actual = _installed_files(prefix) if prefix.is_dir() else {}
+    if actual != recorded:
+        changed = sorted(set(actual) ^ set(recorded)
+                         | {k for k in actual if recorded.get(k) not in (None, actual[k])})
+        return f"installed files differ from ggml.json: {', '.join(changed[:5])}", {}
+    return None, meta
+
+
+def build_ggml(src: Path, *, tree_id: str, options: Mapping[str, str], cache_dir: Path,
+               jobs: int = 2, log: Callable[[str], None] = print, timeout: float = 3600.0,
+               compiler: Mapping[str, Any] | None = None) -> GgmlBuild:
+    """Build (or reuse) the static ggml libraries every variant of ``src`` links.
+
+    whisper.cpp's CMake project is configured in ``cache_dir/cmake/ggml-<key>`` with the
+    ggml options, only the ``ggml`` target is built (it pulls ``ggml-base`` and the
+    backends), and ggml's own install rules (``cmake --install <build>/ggml``) put the
+    libraries, headers and CMake package into a staging prefix, published with a
+    ``ggml.json`` (key, options, every file's SHA-256) to ``cache_dir/ggml/<key>/``. A
+    publication is reused only if every installed file still hashes to its record and no
+    file was added or removed. Built under the key's lock, like :func:`build_whisper_cli`.
+
+    Parameters
+    ----------
+    src : Path
+        A whisper.cpp source folder (:func:`uses_shared_ggml` true).
+    tree_id : str
+        Its pristine tree id.
+    options : mapping
+        :func:`ggml_options`.
+    cache_dir : Path
+        Cache root.
+    jobs : int
+        Parallel compile jobs.
+    log : callable
+        Receives progress lines.
+    timeout : float
+        Seconds allowed per cmake step.
+    compiler : mapping, optional
+        :func:`compiler_identity`, when the caller already has it.
+
+    Returns
+    -------
+    GgmlBuild
+
+    Raises
+    ------
+    BuildError
+        If a step fails or nothing was installed; nothing is published then.
+    """
+    src = Path(src).resolve()
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    opts = dict(sorted(options.items()))
+    compiler = dict(compiler) if compiler is not None else compiler_identity()
+    digest = ggml_source_digest(src)
+    key = ggml_key(tree_id, digest, opts, compiler)
+    final = cache_dir / "ggml" / key
+    t0 = time.monotonic()
+    reported: set[str] = set()
+
+    def reuse() -> GgmlBuild | None:
+        if not final.is_dir():
+            return None
+        problem, meta = _ggml_problem(final, key)
+        if problem is not None:
+            if problem not in reported:
+                reported.add(problem)
+                log(f"cached ggml at {final} not reusable ({problem}); rebuilding")
+            return None
+        got = GgmlBuild(final / "prefix", key, dict(meta["options"]), meta["source_digest"],
+                        dict(meta["files"]), True, time.monotonic() - t0)
+        log(f"ggml from cache: {final} ({len(got.libraries)} static libraries re-hashed)")
+        return got
+
+    def produce() -> GgmlBuild:
+        bdir = cache_dir / "cmake" / f"ggml-{key}"
+        root = cache_dir / "ggml"
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=root))
+        try:
+            prefix = staging / "prefix"
+            _cmake_steps(src, bdir, {**opts, **_GGML_CONFIGURE_ONLY}, [
+                ("build", ["--build", str(bdir), "--target", "ggml", "-j", str(jobs)]),
+                ("install", ["--install", str(bdir / "ggml"), "--prefix", str(prefix)])],
+                "ggml (shared by every variant)", timeout=timeout, log=log)
+            files = _installed_files(prefix)
+            if not any(k.endswith(".a") for k in files):
+                raise BuildError(f"the ggml install into {prefix} holds no static library")
+            seconds = time.monotonic() - t0
+            write_json(staging / "ggml.json", {
+                "key": key, "tree_id": tree_id, "source_digest": digest, "options": opts,
+                "compiler": compiler, "files": files, "seconds": round(seconds, 3),
+                "jobs": jobs})
+            publish_dir(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(bdir, ignore_errors=True)
+        got = GgmlBuild(final / "prefix", key, opts, digest, files, False, seconds)
+        log(f"built ggml in {seconds:.0f} s: {final} ({', '.join(sorted(got.libraries))})")
+        return got
+
+    return produce_once(cache_dir / LOCKS_DIR, "ggml", key, check=reuse, produce=produce,
+                        what=f"ggml build {key[:12]}", log=log)
 
 
 def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, variant: str,
@@ -617,7 +943,10 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     cache_dir = Path(cache_dir).expanduser().resolve()
     opts = effective_options(variant, options, backend=backend)
     compiler = compiler_identity()
-    key = build_key(tree_id, patch_sha256, variant, opts, compiler)
+    shared = uses_shared_ggml(src)
+    g_opts = ggml_options(variant, opts)
+    g_key = ggml_key(tree_id, ggml_source_digest(src), g_opts, compiler) if shared else None
+    key = build_key(tree_id, patch_sha256, variant, opts, compiler, g_key)
     builds = cache_dir / "builds"
     final = builds / key
 
@@ -644,9 +973,16 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
         # Keyed like the publication and only touched under its lock: two processes
         # never configure into one folder (one of them used to fail with cmake exit 2).
         bdir = cache_dir / "cmake" / key
+        # The ggml is produced (or re-hashed) only when this binary must be built: a
+        # cached binary already carries its ggml, named by the key and its build.json.
+        ggml = (build_ggml(src, tree_id=tree_id, options=g_opts, cache_dir=cache_dir,
+                           jobs=jobs, log=log, timeout=timeout, compiler=compiler)
+                if shared else None)
+        if ggml is not None and ggml.key != g_key:
+            raise BuildError(f"the shared ggml's key {ggml.key} is not the expected {g_key}")
         built, configure = _cmake_target(src, bdir, opts, "whisper-cli",
                                          f"whisper-cli [{variant}]", jobs=jobs,
-                                         timeout=timeout, log=log)
+                                         timeout=timeout, log=log, ggml=ggml)
         seconds = time.monotonic() - t0
 
         builds.mkdir(parents=True, exist_ok=True)
@@ -661,7 +997,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
                 "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
                 "static": not links_runtime_dynamically(libs), "configure_argv": configure,
-                "jobs": jobs})
+                "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence()})
             # Under the lock, ``final`` exists here only if it failed its check above, so
             # this replaces nothing another process could be using as a good build.
             publish_dir(staging, final)
@@ -803,8 +1139,10 @@ def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]
     dict
         ``{"built": True, "variant", "key", "binary", "sha256", "recorded_sha256",
         "static", "needed_libs", "options", "compiler", "cached", "seconds", "tree_id",
-        "patch_sha256", "ggml_backend", "probe": SystemInfoProbe.to_evidence()}``;
-        ``ggml_backend`` is the backend the options pin (left out when they pin none).
+        "patch_sha256", "ggml", "ggml_backend", "probe": SystemInfoProbe.to_evidence()}``;
+        ``ggml`` is the shared ggml's identity (:meth:`GgmlBuild.to_evidence`, None when
+        built in one piece), ``ggml_backend`` the backend the options pin (left out when
+        they pin none).
     """
     try:
         recorded = read_json(build.build_json).get("sha256")
@@ -816,6 +1154,8 @@ def build_evidence(build: BuildResult, probe: SystemInfoProbe) -> dict[str, Any]
            "compiler": dict(build.compiler), "cached": build.cached,
            "seconds": round(build.seconds, 3), "tree_id": build.tree_id,
            "patch_sha256": build.patch_sha256}
+    if build.ggml is not None:
+        out["ggml"] = dict(build.ggml)
     if build.ggml_backend is not None:
         out["ggml_backend"] = build.ggml_backend
     out["probe"] = probe.to_evidence()
@@ -893,9 +1233,17 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
     def produce() -> BenchBuild:
         bdir = cache_dir / "cmake" / f"bench-{key}"
         opts = dict(cli.options)
+        ggml = None
+        if cli.ggml is not None:  # the same ggml as the whisper-cli whose options it shares
+            ggml = build_ggml(src, tree_id=cli.tree_id, options=cli.ggml["options"],
+                              cache_dir=cache_dir, jobs=jobs, log=log, timeout=timeout,
+                              compiler=cli.compiler)
+            if ggml.key != cli.ggml["key"]:
+                raise BuildError(f"whisper-bench [{cli.variant}]: the shared ggml's key "
+                                 f"{ggml.key} is not the whisper-cli's {cli.ggml['key']}")
         built, _ = _cmake_target(src, bdir, opts, "whisper-bench",
                                  f"whisper-bench [{cli.variant}]", jobs=jobs, timeout=timeout,
-                                 log=log)
+                                 log=log, ggml=ggml)
         seconds = time.monotonic() - t0
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))

@@ -28,7 +28,8 @@ _T = TypeVar("_T")
 
 __all__ = [
     "RunRecord", "SystemInfoProbeRecord", "SourceEvidence", "PatchPhase",
-    "PatchChecks", "PatchEvidence", "FailedBuild", "GgmlBuildEvidence", "BenchRecord",
+    "PatchChecks", "PatchEvidence", "FailedBuild", "SharedGgmlRecord", "GgmlBuildEvidence",
+    "BenchRecord",
     "CoremlBuildEvidence", "parse_build", "parse_coreml_build",
 ]
 
@@ -239,6 +240,32 @@ class FailedBuild(NamedSchema):
     error: str = field(_n.string)
 
 
+class SharedGgmlRecord(NamedSchema):
+    """The shared ggml build a binary links (``GgmlBuild.to_evidence`` of whispercpp.build).
+
+    Attributes
+    ----------
+    key : str
+        The ggml build's content key.
+    options : dict
+        Its CMake options.
+    source_digest : str
+        Digest of the ``ggml/`` folder and the top-level CMake files it was built from.
+    libraries : dict
+        Each static library (``lib/libggml*.a``) to its SHA-256.
+    files_sha256 : str
+        Digest of the whole install (every file and its digest).
+    """
+
+    _path = "ggml"
+
+    key: str = field(_n.string)
+    options: dict[str, Any] = field(_n.mapping)
+    source_digest: str = field(_n.string)
+    libraries: dict[str, Any] = field(_n.mapping)
+    files_sha256: str = field(_n.string)
+
+
 class GgmlBuildEvidence(NamedSchema):
     """``build.ggml`` evidence of a built whisper-cli.
 
@@ -271,6 +298,9 @@ class GgmlBuildEvidence(NamedSchema):
     ggml_backend : str or None
         The ggml backend the options pin (``cpu``, ``metal``); None: not recorded (key
         absent, a run from before backends were pinned).
+    ggml : SharedGgmlRecord or None
+        The shared ggml build the binary links; None (key absent): ggml built in one
+        piece with it (a source without the shared route, or a run from before it).
     """
 
     built: bool = field(_n.literal(True), default=True, init=False)
@@ -289,6 +319,7 @@ class GgmlBuildEvidence(NamedSchema):
     patch_sha256: str | None = field(_n.string_or_null)
     probe: SystemInfoProbeRecord | None = field(nullable(SystemInfoProbeRecord.from_json))
     ggml_backend: str | None = field(_n.string, optional=True, default=None)
+    ggml: SharedGgmlRecord | None = field(SharedGgmlRecord, optional=True, default=None)
 
 
 class BenchRecord(NamedSchema):

@@ -1,0 +1,141 @@
+"""The shared ggml build on a tiny CMake project shaped like whisper.cpp: a ``ggml/`` project
+with install rules and a top level that offers ``WHISPER_USE_SYSTEM_GGML``. ggml is built
+once and every variant links it statically; its identity is in each variant's key and
+``build.json``; a tampered ggml is rebuilt, never reused (cmake, the compiler and readelf
+run for real; no whisper.cpp)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verifylib import canonical
+from verifylib.evidence.schemas.build import GgmlBuildEvidence
+from verifylib.whispercpp import build
+
+TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
+PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
+
+TOP = """cmake_minimum_required(VERSION 3.18)
+project(fake C CXX)
+option(WHISPER_USE_SYSTEM_GGML "use an installed ggml" OFF)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+if (WHISPER_USE_SYSTEM_GGML)
+    find_package(ggml REQUIRED)
+    add_library(ggml ALIAS ggml::ggml)
+else()
+    add_subdirectory(ggml)
+endif()
+add_executable(whisper-cli main.cpp)
+target_link_libraries(whisper-cli PRIVATE ggml)
+"""
+
+GGML = """add_library(ggml STATIC ggml.c)
+target_include_directories(ggml PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}>
+                                       $<INSTALL_INTERFACE:include>)
+install(TARGETS ggml EXPORT ggml-targets ARCHIVE DESTINATION lib)
+install(FILES ggml.h DESTINATION include)
+install(EXPORT ggml-targets NAMESPACE ggml:: DESTINATION lib/cmake/ggml FILE ggml-config.cmake)
+"""
+
+MAIN = """#include <cstdio>
+#include "ggml.h"
+int main() {
+    fprintf(stderr, "whisper_backend_init_gpu: no GPU found\\n");
+    fprintf(stderr, "system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | ggml %d |\\n",
+            ggml_fake());
+    return @EXIT@;
+}
+"""
+
+
+def project(root: Path, *, exit_code: int = 0) -> Path:
+    """A whisper.cpp-shaped project; ``exit_code`` stands in for the patch (src differs)."""
+    (root / "ggml").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text(TOP)
+    (root / "ggml" / "CMakeLists.txt").write_text(GGML)
+    (root / "ggml" / "ggml.h").write_text('#ifdef __cplusplus\nextern "C"\n#endif\n'
+                                          "int ggml_fake(void);\n")
+    (root / "ggml" / "ggml.c").write_text('#include "ggml.h"\nint ggml_fake(void) { return 42; }\n')
+    (root / "main.cpp").write_text(MAIN.replace("@EXIT@", str(exit_code)))
+    return root
+
+
+def quiet(_msg: str) -> None:
+    pass
+
+
+def test_variants_share_one_ggml_recorded_in_key_and_build_json(tmp_path):
+    patched = project(tmp_path / "patched", exit_code=0)
+    pristine = project(tmp_path / "pristine", exit_code=1)
+    cache = tmp_path / "cache"
+    assert build.uses_shared_ggml(patched)
+    lines: list[str] = []
+    a = build.build_whisper_cli(patched, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
+                                options={}, cache_dir=cache, log=lines.append)
+    b = build.build_whisper_cli(pristine, tree_id=TREE, patch_sha256=None,
+                                variant="ggml-unpatched", options={}, cache_dir=cache,
+                                log=lines.append)
+    # One ggml for both (the patch does not touch it), built once, then re-hashed.
+    assert a.ggml is not None and a.ggml == b.ggml
+    assert len(list((cache / "ggml").iterdir())) == 1
+    assert sum(line.startswith("built ggml") for line in lines) == 1
+    assert any(line.startswith("ggml from cache") for line in lines)
+    lib = cache / "ggml" / a.ggml["key"] / "prefix" / "lib" / "libggml.a"
+    assert a.ggml["libraries"] == {"lib/libggml.a": canonical.sha256_file(lib)}
+    # Static: the binary carries ggml's code, so its digest covers it.
+    assert a.static and b.static and a.sha256 != b.sha256
+    # The identity is in the key: another ggml key gives another build key.
+    opts, comp = a.options, a.compiler
+    assert a.key == build.build_key(TREE, PATCH, "ggml", opts, comp, a.ggml["key"])
+    assert a.key != build.build_key(TREE, PATCH, "ggml", opts, comp, None)
+    # And in the gate's evidence, through its schema.
+    ev = GgmlBuildEvidence.from_json(build.build_evidence(a, _probe(a)))
+    assert ev.ggml is not None and ev.ggml.key == a.ggml["key"]
+    assert ev.ggml.options == build.ggml_options("ggml", a.options)
+
+
+def test_sanitizer_variant_links_the_plain_ggml(tmp_path):
+    src = project(tmp_path / "src")
+    cache = tmp_path / "cache"
+    plain = build.build_whisper_cli(src, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
+                                    options={}, cache_dir=cache, log=quiet)
+    opts = build.effective_options("ggml-asan", {})
+    # The sanitizer flags are libwhisper's and the CLI's, not ggml's.
+    assert build.ggml_options("ggml-asan", opts) == build.ggml_options("ggml", plain.options)
+    assert "CMAKE_C_FLAGS" not in build.ggml_options("ggml-asan", opts)
+
+
+def test_a_tampered_ggml_is_rebuilt_not_reused(tmp_path):
+    src = project(tmp_path / "src")
+    cache = tmp_path / "cache"
+    first = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
+    again = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
+    assert (first.cached, again.cached, again.files) == (False, True, first.files)
+    with open(first.prefix / "lib" / "libggml.a", "ab") as fh:
+        fh.write(b"\0")
+    lines: list[str] = []
+    third = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
+                             log=lines.append)
+    assert not third.cached and third.files == first.files
+    assert any("not reusable" in line and "lib/libggml.a" in line for line in lines)
+    # A file added to the install is refused too.
+    (third.prefix / "lib" / "extra.a").write_bytes(b"x")
+    assert not build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
+                                log=quiet).cached
+
+
+def test_a_tree_without_the_route_is_built_in_one_piece(tmp_path):
+    src = project(tmp_path / "src")
+    (src / "CMakeLists.txt").write_text(TOP.replace("WHISPER_USE_SYSTEM_GGML", "OTHER_SWITCH"))
+    assert not build.uses_shared_ggml(src)
+    res = build.build_whisper_cli(src, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
+                                  options={}, cache_dir=tmp_path / "cache", log=quiet)
+    assert res.ggml is None and res.static
+    assert not (tmp_path / "cache" / "ggml").exists()
+    assert "ggml" not in build.build_evidence(res, _probe(res))
+
+
+def _probe(res):
+    from verifylib.runtime.runner import run
+    r = run([str(res.binary)], timeout=30)
+    return build.SystemInfoProbe(result=r, system_info_line=None, coreml=None)

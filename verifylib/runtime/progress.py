@@ -1,0 +1,147 @@
+"""Progress lines for long steps: one line at least every :data:`INTERVAL` seconds.
+
+A cold audit spends minutes in single steps (a source download, a whisper.cpp build, an
+encoder conversion, the lifecycle A/B loop). A user who sees nothing for that long cannot
+tell work from a hang, so every such step runs inside :func:`step`, which prints a line
+naming the step and its elapsed time every :data:`INTERVAL` seconds until the step ends,
+and :func:`verifylib.runtime.runner.run` takes a :class:`Ticker` that adds the child's
+last output line (cmake's own ``[NN%]``).
+
+Why this is hand-written: the lines go through the caller's ``log`` (``print`` in a stage
+kernel, whose output the CLI relays with its ``[model]`` prefix), so they must be plain
+lines, not a terminal progress bar (tqdm and rich redraw one line, which a notebook
+output and a ``--jobs`` prefix cannot carry). Nothing here touches evidence.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+INTERVAL = 15.0
+"""Seconds between two progress lines of one step (the issue's upper bound)."""
+
+TICK = 10.0
+"""How often a step actually prints: below :data:`INTERVAL`, so scheduling jitter and a
+slow log consumer never stretch a gap past it."""
+
+_PERCENT_RE = re.compile(rb"\[\s*(\d{1,3})%\]")
+
+
+def elapsed_text(seconds: float) -> str:
+    """Format elapsed seconds for a progress line: ``42 s`` or ``3 min 05 s``.
+
+    Parameters
+    ----------
+    seconds : float
+        Elapsed time.
+
+    Returns
+    -------
+    str
+    """
+    s = int(seconds)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"
+
+
+class Ticker:
+    """Print ``<label>: <elapsed> …`` every :data:`TICK` seconds while a step runs.
+
+    Parameters
+    ----------
+    label : str
+        What runs, e.g. ``building whisper-cli [ggml-asan]``.
+    log : callable
+        Receives each line.
+    interval : float
+        Seconds between lines.
+
+    Notes
+    -----
+    :meth:`output` feeds it a child's output as it arrives; the line then ends with the
+    last cmake-style ``[NN%]`` seen, so a build shows how far it is.
+    """
+
+    def __init__(self, label: str, log: Callable[[str], None], interval: float = TICK):
+        self.label = label
+        self.log = log
+        self.interval = interval
+        self._t0 = time.monotonic()
+        self._percent: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def output(self, chunk: bytes) -> None:
+        """Take a chunk of a child's output and remember its last ``[NN%]``.
+
+        Parameters
+        ----------
+        chunk : bytes
+            Raw bytes, as read.
+        """
+        found = _PERCENT_RE.findall(chunk)
+        if found:
+            self._percent = int(found[-1])
+
+    def line(self) -> str:
+        """Return the progress line for now.
+
+        Returns
+        -------
+        str
+        """
+        text = f"{self.label}: {elapsed_text(time.monotonic() - self._t0)}"
+        if self._percent is not None:
+            text += f", [{self._percent:3d}%]"
+        return text + " …"
+
+    def start(self) -> "Ticker":
+        """Start printing in a daemon thread; returns itself."""
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name=f"progress {self.label}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop printing (idempotent); waits for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.log(self.line())
+            except Exception:  # noqa: BLE001  (a closed stream must not kill the step)
+                return
+
+
+@contextmanager
+def step(label: str, log: Callable[[str], None] = print,
+         interval: float = TICK) -> Iterator[Ticker]:
+    """Run a ``with`` block as one long step, printing a progress line every ``interval`` s.
+
+    Parameters
+    ----------
+    label : str
+        What runs.
+    log : callable
+        Receives the lines.
+    interval : float
+        Seconds between lines.
+
+    Yields
+    ------
+    Ticker
+        Feed it child output with :meth:`Ticker.output` for a ``[NN%]``.
+    """
+    ticker = Ticker(label, log, interval).start()
+    try:
+        yield ticker
+    finally:
+        ticker.stop()
