@@ -2,10 +2,9 @@
 
 A cold audit spends minutes in single steps (a source download, a whisper.cpp build, an
 encoder conversion, the lifecycle A/B loop). A user who sees nothing for that long cannot
-tell work from a hang, so every such step runs inside :func:`step`, which prints a line
-naming the step and its elapsed time every :data:`INTERVAL` seconds until the step ends,
-and :func:`verifylib.runtime.runner.run` takes a :class:`Ticker` that adds the child's
-last output line (cmake's own ``[NN%]``).
+tell work from a hang. A :class:`Ticker` prints a line naming the step and its elapsed
+time every :data:`TICK` seconds until the step ends; :func:`verifylib.runtime.runner.run`
+takes one and feeds it the child's output, so the line also carries cmake's own ``[NN%]``.
 
 Why this is hand-written: the lines go through the caller's ``log`` (``print`` in a stage
 kernel, whose output the CLI relays with its ``[model]`` prefix), so they must be plain
@@ -18,8 +17,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 INTERVAL = 15.0
 """Seconds between two progress lines of one step (the issue's upper bound)."""
@@ -119,29 +117,3 @@ class Ticker:
                 self.log(self.line())
             except Exception:  # noqa: BLE001  (a closed stream must not kill the step)
                 return
-
-
-@contextmanager
-def step(label: str, log: Callable[[str], None] = print,
-         interval: float = TICK) -> Iterator[Ticker]:
-    """Run a ``with`` block as one long step, printing a progress line every ``interval`` s.
-
-    Parameters
-    ----------
-    label : str
-        What runs.
-    log : callable
-        Receives the lines.
-    interval : float
-        Seconds between lines.
-
-    Yields
-    ------
-    Ticker
-        Feed it child output with :meth:`Ticker.output` for a ``[NN%]``.
-    """
-    ticker = Ticker(label, log, interval).start()
-    try:
-        yield ticker
-    finally:
-        ticker.stop()

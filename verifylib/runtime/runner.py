@@ -239,10 +239,7 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
             out, err, timed_out = _communicate_with_ticker(proc, stdin, timeout, ticker)
     except subprocess.TimeoutExpired:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
         out, err = proc.communicate()
     wall = time.monotonic() - t0
     rc = None if timed_out else proc.returncode
@@ -253,6 +250,14 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     if check and not result.ok:
         raise CommandError(result, what or Path(argv[0]).name)
     return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill a timed-out child's whole process group (it was started in its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _communicate_with_ticker(proc: subprocess.Popen, stdin: bytes | None,
@@ -287,10 +292,7 @@ def _communicate_with_ticker(proc: subprocess.Popen, stdin: bytes | None,
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
         proc.wait()
     finally:
         ticker.stop()
