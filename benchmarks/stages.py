@@ -53,7 +53,7 @@ def _table(label: str, run_dir: Path, seconds: dict, total: float) -> float:
           f"outside the verifylib cells: {100 * outside / total:.0f}%")
     ratio = total / work if work else float("inf")
     print(f"overhead ratio (total wall / in-stage work from timings.json): {ratio:.3f} "
-          f"(target <= 1.15)")
+          f"(target <= 1.10)")
     return ratio
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -132,3 +133,23 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         pytest.fail("the grandchild survived the timeout")
     rec = run_record(res)
     assert rec["returncode"] is None and rec["timed_out"] is True
+
+
+def test_kill_running_stops_a_child_another_thread_waits_for(tmp_path):
+    # Stage 01 runs builds in worker threads; an interrupt reaches only the main thread,
+    # which stops the workers' children this way.
+    from verifylib.runtime import runner
+
+    out = {}
+    waiter = threading.Thread(target=lambda: out.setdefault(
+        "res", runner.run([PY, "-c", "import time; time.sleep(60)"], timeout=120)))
+    t0 = time.monotonic()
+    waiter.start()
+    for _ in range(100):
+        if runner.kill_running():
+            break
+        time.sleep(0.05)
+    waiter.join(30)
+    assert not waiter.is_alive() and time.monotonic() - t0 < 30
+    assert out["res"].signal == "SIGKILL" and not out["res"].timed_out
+    assert runner.kill_running() == 0  # a finished child is no longer tracked

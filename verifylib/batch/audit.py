@@ -40,6 +40,7 @@ from verifylib.evidence import gates
 from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt
 from verifylib.params import Params, check_distinct_names, load
+from verifylib.runtime.progress import LineRelay
 from verifylib.stages.context import init_run_dir
 from verifylib.views import report
 
@@ -186,12 +187,13 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             # Each stage gets a fresh kernel of its own, started while the previous stage
             # ran: its start-up (most of a second) overlaps that stage's work.
             km, ahead = ahead, (start_kernel(cwd, kernel_manager) if i < len(stages) else None)
+            relay = LineRelay(_stage_line(log, progress))
             try:
                 pm.execute_notebook(
                     str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
                     parameters=dict(params.as_papermill(), run_dir=str(staging)),
                     progress_bar=progress, kernel_name="python3", cwd=cwd,
-                    report_mode=False, km=km)
+                    report_mode=False, km=km, stdout_file=relay)
             except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
                 if interrupt_pending() is not None:
                     # papermill's kernel cleanup may replace the interrupt with its own error
@@ -199,6 +201,7 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                 errors[stage] = _error_text(exc)
                 log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
             finally:
+                relay.close()
                 stop_kernel(km)
             wall = time.perf_counter() - t0
             data = read_stage_file(staging, stage) or {}
@@ -224,6 +227,24 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             remove_staging(staging)
     return RunOutcome(params.name, final, receipt.verdict,
                       final / short.name, seconds)
+
+
+def _stage_line(log: Callable[[str], None], bar: bool) -> Callable[[str], None]:
+    """Return where a stage kernel's printed line goes: ``log``, indented under the stage.
+
+    With papermill's bar on the same terminal, the bar is cleared for the line and drawn
+    again below it (tqdm's own way of printing beside a bar), so neither garbles the other.
+    """
+    def line(text: str) -> None:
+        if not text.strip():
+            return
+        if bar:
+            from tqdm import tqdm
+            with tqdm.external_write_mode():
+                log(f"      {text}")
+        else:
+            log(f"      {text}")
+    return line
 
 
 def preflight(params: Params) -> None:

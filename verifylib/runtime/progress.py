@@ -28,6 +28,9 @@ slow log consumer never stretch a gap past it."""
 
 _PERCENT_RE = re.compile(rb"\[\s*(\d{1,3})%\]")
 
+# When a ticker that is not ``outer`` last printed (any thread): what silences the outer ones.
+_last_inner = [0.0]
+
 
 def elapsed_text(seconds: float) -> str:
     """Format elapsed seconds for a progress line: ``42 s`` or ``3 min 05 s``.
@@ -57,16 +60,26 @@ class Ticker:
     interval : float
         Seconds between lines.
 
+    outer : bool
+        A catch-all around a larger step (a whole gate): it stays silent while any other
+        ticker has printed within ``interval``, so a step inside it that names itself
+        more precisely (a build, a conversion) is not shown twice.
+    announce : str, optional
+        A line printed when the ticker starts (the step's first line).
+
     Notes
     -----
     :meth:`output` feeds it a child's output as it arrives; the line then ends with the
     last cmake-style ``[NN%]`` seen, so a build shows how far it is.
     """
 
-    def __init__(self, label: str, log: Callable[[str], None], interval: float = TICK):
+    def __init__(self, label: str, log: Callable[[str], None], interval: float = TICK,
+                 *, outer: bool = False, announce: str | None = None):
         self.label = label
         self.log = log
         self.interval = interval
+        self.outer = outer
+        self.announce = announce
         self._t0 = time.monotonic()
         self._percent: int | None = None
         self._stop = threading.Event()
@@ -99,6 +112,10 @@ class Ticker:
     def start(self) -> "Ticker":
         """Start printing in a daemon thread; returns itself."""
         self._t0 = time.monotonic()
+        if self.announce is not None:
+            if not self.outer:
+                _last_inner[0] = self._t0
+            self.log(self.announce)
         self._thread = threading.Thread(target=self._loop, name=f"progress {self.label}",
                                         daemon=True)
         self._thread.start()
@@ -113,7 +130,88 @@ class Ticker:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
+            if self.outer and time.monotonic() - _last_inner[0] < self.interval:
+                continue
+            if not self.outer:
+                _last_inner[0] = time.monotonic()
             try:
                 self.log(self.line())
             except Exception:  # noqa: BLE001  (a closed stream must not kill the step)
                 return
+
+
+class ticking:
+    """Context manager: a :class:`Ticker` for a step of Python work (no child process).
+
+    Parameters
+    ----------
+    label : str
+        What runs, e.g. ``converting the fp32 encoder``.
+    log : callable
+        Receives each line.
+    interval : float
+        Seconds between lines.
+    outer : bool
+        See :class:`Ticker`.
+
+    Examples
+    --------
+    >>> with ticking("tracing the encoder", print):  # doctest: +SKIP
+    ...     trace()
+    """
+
+    def __init__(self, label: str, log: Callable[[str], None] = print,
+                 interval: float = TICK, *, outer: bool = False) -> None:
+        self._ticker = Ticker(label, log, interval, outer=outer, announce=f"{label} …")
+
+    def __enter__(self) -> Ticker:
+        return self._ticker.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self._ticker.stop()
+
+
+class LineRelay:
+    """A write-only text stream that hands each complete line to ``log``.
+
+    papermill writes a stage kernel's standard output to such a stream as the kernel
+    sends it (``execute_notebook(stdout_file=...)``), so the stage's own lines, progress
+    lines included, reach the command line while the stage runs, not when it ends.
+
+    Parameters
+    ----------
+    log : callable
+        Receives each line, without its newline.
+    """
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self._log = log
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        """Take text; every line it completes goes to ``log``.
+
+        Parameters
+        ----------
+        text : str
+            As the kernel sent it (any number of lines, possibly a partial one).
+
+        Returns
+        -------
+        int
+            Characters taken.
+        """
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            # A bar redrawn with carriage returns (tqdm) ends as its last drawing.
+            self._log(line.rstrip("\r").rsplit("\r", 1)[-1])
+        return len(text)
+
+    def flush(self) -> None:
+        """Do nothing: a line goes out once it is complete (see :meth:`close`)."""
+
+    def close(self) -> None:
+        """Hand on a last line that never got its newline."""
+        if self._partial:
+            self._log(self._partial.rstrip("\r").rsplit("\r", 1)[-1])
+            self._partial = ""

@@ -232,6 +232,8 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     timed_out = False
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         if ticker is None:
             out, err = proc.communicate(input=stdin, timeout=timeout)
@@ -241,6 +243,15 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         timed_out = True
         _kill_group(proc)
         out, err = proc.communicate()
+    except BaseException:
+        # Interrupted (or the waiting thread failed): the child runs in its own session,
+        # so no terminal signal reaches it; it must not outlive the step that wanted it.
+        _kill_group(proc)
+        proc.wait()
+        raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     wall = time.monotonic() - t0
     rc = None if timed_out else proc.returncode
     result = RunResult(argv=argv, returncode=rc,
@@ -250,6 +261,31 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     if check and not result.ok:
         raise CommandError(result, what or Path(argv[0]).name)
     return result
+
+
+# Children :func:`run` is waiting for, in any thread: what :func:`kill_running` stops.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_running() -> int:
+    """Kill the process group of every child :func:`run` is still waiting for.
+
+    For a step that runs children from worker threads (stage 01's concurrent builds): an
+    interrupt reaches the main thread only, and the workers' children run in their own
+    sessions, so the interrupted step kills them here before it re-raises. Each waiting
+    :func:`run` then returns as for a killed child.
+
+    Returns
+    -------
+    int
+        How many children were signalled.
+    """
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        _kill_group(proc)
+    return len(procs)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

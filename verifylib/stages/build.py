@@ -28,6 +28,7 @@ logged choosing, and the gates bind it as ``binary.ggml.backend`` and
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Callable, Mapping
@@ -55,6 +56,7 @@ from verifylib.stages.artifacts import ASAN_SIDES, source_spec
 from verifylib.stages.context import StageContext
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
+from verifylib.whispercpp.pool import BuildPool
 
 STAGE = "01_build"
 
@@ -113,6 +115,12 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     StageReport
         Records for the four build gates, with identities and build facts.
     """
+    with BuildPool() as pool:
+        return _run(params, run_dir, pool)
+
+
+def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageReport:
+    """:func:`run`'s body; the variants' builds start together in ``pool``."""
     ctx = StageContext(STAGE, params, run_dir)
     cache = cache_dir()
     pins = _source.load_pins()
@@ -144,8 +152,11 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 before = _source.check_patch_exact(patched.path, pin)
                 checks["before"] = before.to_evidence()
                 if before.ok:
+                    start_builds(pool, params, pin, cache, pristine=tree.path,
+                                 patched=patched.path)
                     try:
-                        build_result = _build.build_whisper_cli(
+                        build_result = pool.result(
+                            "ggml", _build.build_whisper_cli,
                             patched.path, tree_id=pin.tree, patch_sha256=pin.patch_sha256,
                             variant="ggml", options=build_options(params), cache_dir=cache,
                             jobs=params.runtime.jobs, log=print,
@@ -181,13 +192,13 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                 g.judge(refs, ids)
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
-                        jobs=params.runtime.jobs, backend=ggml_backend(params))
+                        jobs=params.runtime.jobs, backend=ggml_backend(params), pool=pool)
         exact = ctx.records.get("build.patch_exact")
         sanitizer_builds(ctx, tree.path,
                          patched.path if patched is not None and exact is not None
                          and exact.status is Status.PASS else None,
                          pin, build_options(params), cache, jobs=params.runtime.jobs,
-                         backend=ggml_backend(params))
+                         backend=ggml_backend(params), pool=pool)
     g = ctx.begin("build.coreml")
     if g:
         with g:
@@ -226,11 +237,64 @@ def _finish(ctx: StageContext) -> StageReport:
     return report
 
 
+# ----------------------------------------------------------------------------- build order
+
+UNPATCHED_VARIANT = "ggml-unpatched"
+
+
+def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Path, *,
+                 pristine: Path, patched: Path) -> list[str]:
+    """Start every whisper-cli build the stage will ask for, in the order it asks.
+
+    The patched GGML build first (``build.ggml`` waits for it), then, with the canaries
+    on, the unpatched one and the two AddressSanitizer ones. Each is collected later by
+    its variant name with the same arguments the sequential call would pass, so a build
+    that is not started here (or a stage that stops early) changes nothing but time.
+
+    Parameters
+    ----------
+    pool : BuildPool
+        Where the builds run.
+    params : Params
+        The stage's parameters.
+    pin : Pin
+        The runtime pin.
+    cache : Path
+        The shared cache.
+    pristine, patched : Path
+        The verified pristine source and the patched work tree (its patch checked).
+
+    Returns
+    -------
+    list of str
+        The variants started.
+    """
+    common = dict(tree_id=pin.tree, options=build_options(params), cache_dir=cache,
+                  jobs=params.runtime.jobs, log=print, backend=ggml_backend(params))
+    order = [("ggml", patched, pin.patch_sha256)]
+    if params.canary.enabled:
+        order += [(UNPATCHED_VARIANT, pristine, None),
+                  (ASAN_SIDES["unpatched"][0], pristine, None),
+                  (ASAN_SIDES["patched"][0], patched, pin.patch_sha256)]
+    for variant, src, patch in order:
+        pool.start(variant, _build.build_whisper_cli, src, patch_sha256=patch,
+                   variant=variant, **common)
+    return [variant for variant, _, _ in order]
+
+
+def _collect(pool: BuildPool | None, variant: str) -> Callable[..., "_build.BuildResult"]:
+    """Return the builder of ``variant``: the started build's outcome, else a build now."""
+    if pool is None:
+        return _build.build_whisper_cli
+    return functools.partial(pool.result, variant, _build.build_whisper_cli)
+
+
 # ----------------------------------------------------------------------------- unpatched build
 
 def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", options: Mapping,
                     cache: Path, *, jobs: int = 2, log: Callable[[str], None] = print,
-                    backend: str = _build.DEFAULT_GGML_BACKEND) -> dict:
+                    backend: str = _build.DEFAULT_GGML_BACKEND,
+                    pool: BuildPool | None = None) -> dict:
     """Build the unpatched static GGML whisper-cli, the "A" side of the lifecycle A/B.
 
     The pristine source folder is a cache entry: the build runs outside it and its tree id
@@ -256,6 +320,8 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
         Receives build progress lines.
     backend : str
         The ggml backend, the patched build's (the A/B differs by the patch alone).
+    pool : BuildPool, optional
+        Where :func:`start_builds` may have started this build already.
 
     Returns
     -------
@@ -263,8 +329,8 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
         The sidecar content.
     """
     try:
-        res = _build.build_whisper_cli(pristine, tree_id=pin.tree, patch_sha256=None,
-                                       variant="ggml-unpatched", options=options,
+        res = _collect(pool, UNPATCHED_VARIANT)(pristine, tree_id=pin.tree, patch_sha256=None,
+                                       variant=UNPATCHED_VARIANT, options=options,
                                        cache_dir=cache, jobs=jobs, log=log, backend=backend)
         after = _source.git_tree_id(pristine)
         if after != pin.tree:
@@ -298,7 +364,8 @@ def _sidecar_record(res: "_build.BuildResult") -> dict:
 def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
                      pin: "_source.Pin", options: Mapping, cache: Path, *, jobs: int = 2,
                      log: Callable[[str], None] = print,
-                     backend: str = _build.DEFAULT_GGML_BACKEND) -> dict:
+                     backend: str = _build.DEFAULT_GGML_BACKEND,
+                     pool: BuildPool | None = None) -> dict:
     """Build the AddressSanitizer whisper-cli of both sides of ``canary.sanitizer``.
 
     Variant ``ggml-unpatched-asan`` from the pristine source and ``ggml-asan`` from the
@@ -329,6 +396,8 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         Receives build progress lines.
     backend : str
         The ggml backend, the GGML builds'.
+    pool : BuildPool, optional
+        Where :func:`start_builds` may have started these builds already.
 
     Returns
     -------
@@ -344,7 +413,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
                                                   "patched work tree"}
             continue
         try:
-            res = _build.build_whisper_cli(src, tree_id=pin.tree, patch_sha256=patch,
+            res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
                                            variant=variant, options=options, cache_dir=cache,
                                            jobs=jobs, log=log, backend=backend)
         except _build.BuildError as exc:

@@ -44,7 +44,7 @@ from verifylib.evidence.records import (
 )
 from verifylib.evidence.rules import registry as rules
 from verifylib.params import Params
-from verifylib.runtime import ledger
+from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect
 
 
@@ -105,9 +105,14 @@ class GateRun:
         return rec
 
     def __enter__(self) -> "GateRun":
+        # A line every few seconds while the gate works, unless a step inside it prints
+        # its own (a build, a conversion): progress only, nothing of it is evidence.
+        self._ticker = progress.Ticker(f"{self.ctx.stage} {self.gate.id}", print,
+                                       outer=True).start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._ticker.stop()
         if exc_type is None:
             if not self.done:
                 self.ctx.record_error(self.gate.id, "the stage ended this gate without judging "

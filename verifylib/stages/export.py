@@ -41,7 +41,7 @@ from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory
 from verifylib.params import Params
 from verifylib.resources import cache_dir
-from verifylib.runtime import contracts
+from verifylib.runtime import contracts, progress
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.stages.artifacts import (
     ENCODER_PACKAGE,
@@ -102,12 +102,14 @@ def _export_contract(ctx: StageContext) -> None:
         for v in ("fp32", "fp16"):
             for name in (ENCODER_PACKAGE, ENCODER_PACKAGE.replace(".mlpackage", ".mlmodelc")):
                 shutil.rmtree(ctx.run_dir / v / name, ignore_errors=True)
-        traced, trace_log, trace_s = trace_encoder(encoder, contract)
+        with progress.ticking("02_export tracing the encoder"):
+            traced, trace_log, trace_s = trace_encoder(encoder, contract)
         del encoder  # the trace holds the weights it needs
         refs, staged, convs = [], [], {}
         try:
             for v in variants:
-                conv = convert_traced(traced, contract, v)
+                with progress.ticking(f"02_export converting the {v} encoder to mlprogram"):
+                    conv = convert_traced(traced, contract, v)
                 convs[v] = conv
                 refs.append(ctx.write_bytes(f"convert_log_{v}", (trace_log + conv.log).encode(),
                                             f"convert-{v}.log.txt"))

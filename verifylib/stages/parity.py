@@ -64,6 +64,7 @@ from verifylib.numerics.reference import (
 )
 from verifylib.numerics.scoring import load_policy
 from verifylib.params import Params
+from verifylib.runtime import progress
 from verifylib.runtime.audio import audio_sha256, read_wav_16k
 from verifylib.stages.artifacts import (
     compiled_variant,
@@ -402,8 +403,9 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
                 path = ctx.run_dir / exported["path"]
                 measured = tree_digest(path)
                 bound = exported["tree_digest"]
-                measurements, drift, arrays, attribution = measure_program(path, ref,
-                                                                           variant=variant)
+                with progress.ticking(f"04_parity executing the {variant} program op by op"):
+                    measurements, drift, arrays, attribution = measure_program(
+                        path, ref, variant=variant)
                 ident_key = f"artifact.{variant}.mlpackage.tree_digest"
                 candidate = {"executor": "verifylib.mil_exec (op by op, torch CPU kernels)",
                              "modes": list(PROGRAM_MODES), "op_counts": drift["op_counts"]}

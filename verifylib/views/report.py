@@ -84,7 +84,7 @@ def _drop_view_styles(cell) -> None:
 # attributes) is escaped by bleach, and non-HTML active types (JavaScript, widgets) dropped.
 _TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
          "h3", "h4", "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub",
-         "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul"]
+         "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul", "wbr"]
 _ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"]}
 _STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
            "background-color", "padding", "margin", "width"]

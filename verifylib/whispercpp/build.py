@@ -584,10 +584,9 @@ def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tup
     plan = [("configure", configure, f"configuring {label}")]
     plan += [(name, [cmake, *argv], f"{name} {label}") for name, argv in steps]
     for step, argv, what in plan:
-        log(f"{what} in {bdir} …")
         try:
             res = run(argv, timeout=timeout, env_extra=env,
-                      ticker=progress.Ticker(what, log))
+                      ticker=progress.Ticker(what, log, announce=f"{what} in {bdir} …"))
         except FileNotFoundError:
             raise tools.launch_failed(tools.CMAKE, cmake) from None
         step_log = bdir / f"verifylib-{step}.log"
