@@ -105,14 +105,59 @@ def v185_patched(v185_source, v185_pin, tmp_path_factory) -> source.PatchedTree:
     return source.prepare_patched_tree(v185_source.path, v185_pin, tmp_path_factory.mktemp("work"))
 
 
+@dataclass(frozen=True)
+class V185Builds:
+    """The v1.8.5 whisper-cli variants, started together (two at a time) on first use."""
+
+    pool: object
+    patch_before: source.PatchCheck
+    tree_before: str
+
+    def result(self, variant: str) -> build.BuildResult:
+        """The finished build of ``variant`` (waits for it)."""
+        return self.pool.result(variant, _not_started, variant)
+
+
+def _not_started(variant):
+    raise AssertionError(f"variant {variant} was not started by v185_builds")
+
+
+V185_VARIANTS = ("ggml", "ggml-unpatched", "ggml-unpatched-asan", "ggml-asan")
+"""What ``verifylib run`` builds for the default parameters, in the order it asks."""
+
+
 @pytest.fixture(scope="session")
-def v185_ggml_build(v185_patched, v185_pin, verifylib_cache) -> GgmlBuild:
-    """The static patched GGML whisper-cli, with exactness checks before and after."""
+def v185_builds(v185_source, v185_patched, v185_pin, verifylib_cache):
+    """Every whisper-cli variant of the default audit, built as stage 01 builds them.
+
+    The four builds start together in a :class:`verifylib.whispercpp.pool.BuildPool` (two
+    at a time, one shared ggml), with the options ``verifylib run`` uses for the default
+    parameters, so the audits of the physical, simmac and notebooks tiers find them cached.
+    The patched tree's exact diff and the pristine tree id are taken before they start.
+    """
+    from verifylib.whispercpp.pool import BuildPool
     before = source.check_patch_exact(v185_patched.path, v185_pin)
+    tree_before = source.git_tree_id(v185_source.path)
+    pool = BuildPool()
+    sides = {"ggml": (v185_patched.path, v185_pin.patch_sha256),
+             "ggml-unpatched": (v185_source.path, None),
+             "ggml-unpatched-asan": (v185_source.path, None),
+             "ggml-asan": (v185_patched.path, v185_pin.patch_sha256)}
+    for variant in V185_VARIANTS:
+        src, patch = sides[variant]
+        pool.start(variant, build.build_whisper_cli, src, tree_id=v185_pin.tree,
+                   patch_sha256=patch, variant=variant, options={"GGML_NATIVE": "ON"},
+                   cache_dir=verifylib_cache, log=lambda _msg: None)
+    yield V185Builds(pool=pool, patch_before=before, tree_before=tree_before)
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def v185_ggml_build(v185_patched, v185_pin, v185_builds) -> GgmlBuild:
+    """The static patched GGML whisper-cli, with exactness checks before and after."""
+    before = v185_builds.patch_before
     assert before.ok, before.problems
-    result = build.build_whisper_cli(
-        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
-        variant="ggml", options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    result = v185_builds.result("ggml")
     after = source.check_patch_exact(v185_patched.path, v185_pin)
     return GgmlBuild(patched=v185_patched, before=before, after=after, result=result)
 
@@ -128,14 +173,12 @@ class UnpatchedBuild:
 
 
 @pytest.fixture(scope="session")
-def v185_unpatched_build(v185_source, v185_pin, verifylib_cache) -> UnpatchedBuild:
+def v185_unpatched_build(v185_source, v185_builds) -> UnpatchedBuild:
     """The "A" side of the lifecycle A/B: same cache and options as ``verifylib run``, so it
     is built once per machine (about 2 minutes). The pristine source folder is a cache
     entry: its tree id is taken before and after to prove the build wrote nothing into it."""
-    before = source.git_tree_id(v185_source.path)
-    result = build.build_whisper_cli(
-        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None, variant="ggml-unpatched",
-        options={"GGML_NATIVE": "ON"}, cache_dir=verifylib_cache)
+    before = v185_builds.tree_before
+    result = v185_builds.result("ggml-unpatched")
     after = source.git_tree_id(v185_source.path)
     return UnpatchedBuild(source=v185_source, tree_before=before, tree_after=after, result=result)
 
@@ -169,18 +212,13 @@ class AsanBuilds:
 
 
 @pytest.fixture(scope="session")
-def v185_asan_builds(v185_source, v185_patched, v185_pin, verifylib_cache) -> AsanBuilds:
+def v185_asan_builds(v185_source, v185_patched, v185_pin, v185_builds) -> AsanBuilds:
     """The ``ggml-unpatched-asan`` and ``ggml-asan`` whisper-cli, with the options
     ``verifylib run`` uses for the default parameters (so shared with it through the cache;
     about 70 to 80 s each on 2 cores the first time). Both source folders are checked
     afterwards: the pristine tree id, the patched tree's exact diff."""
-    options = {"GGML_NATIVE": "ON"}
-    unpatched = build.build_whisper_cli(
-        v185_source.path, tree_id=v185_pin.tree, patch_sha256=None,
-        variant="ggml-unpatched-asan", options=options, cache_dir=verifylib_cache)
-    patched = build.build_whisper_cli(
-        v185_patched.path, tree_id=v185_pin.tree, patch_sha256=v185_pin.patch_sha256,
-        variant="ggml-asan", options=options, cache_dir=verifylib_cache)
+    unpatched = v185_builds.result("ggml-unpatched-asan")
+    patched = v185_builds.result("ggml-asan")
     assert source.git_tree_id(v185_source.path) == v185_pin.tree
     assert source.check_patch_exact(v185_patched.path, v185_pin).ok
     return AsanBuilds(unpatched=unpatched, patched=patched)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers.batches import tiny_en_params
 from verifylib import canonical
 
 # ----------------------------------------------------------------------------- two real audits
@@ -20,7 +20,11 @@ from verifylib import canonical
 def test_two_simultaneous_default_audits_both_publish_and_verify(tmp_path, v185_ggml_build,
                                                                   v185_asan_builds):
     reports = tmp_path / "reports"
-    argv = [sys.executable, "-m", "verifylib", "run", str(ROOT / "parameters" / "tiny-en.yaml"),
+    # The default model and name with jfk as its one fixture: what is under test is two
+    # processes on one cache and one reports folder, not the fixtures' transcripts (the
+    # session's default audit transcribes them all).
+    pfile = tiny_en_params(tmp_path, "tiny-en")
+    argv = [sys.executable, "-m", "verifylib", "run", str(pfile),
             "--reports", str(reports), "--no-progress"]
     t0 = time.monotonic()
     # Same cache (the session's, through the inherited environment), same reports folder,
