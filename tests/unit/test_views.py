@@ -265,10 +265,20 @@ def _comparison():
     return Comparison(runs, (row,), (), (), None, (), (f"gate {HOSTILE} differs",))
 
 
+def _replay_result():
+    from verifylib.replay.claims import Claim, ClaimStatus, ReplayResult
+    return ReplayResult(run_dir="/runs/A", run_id="run-A", verified=True, verify_problems=[],
+                        verdict="INCOMPLETE",
+                        claims=[Claim("wer.transcripts.jfk", ClaimStatus.DIFFERS, HOSTILE,
+                                      "x", HOSTILE)])
+
+
 def _samples(name: str) -> list:
     """What a view module's ``show`` is shown with: a stage report with and without facts."""
     if name == "compare":
         return [_comparison()]
+    if name == "replay":
+        return [_replay_result()]
     return [_report(name, _facts()[name]), _report(name, {})]
 
 

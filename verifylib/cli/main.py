@@ -165,6 +165,11 @@ def _cmd_verify(args) -> int:
         except AttestKeyError as exc:
             print(f"verifylib: bad public key: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if getattr(args, "replay", False):
+        return _replay(args, run_dir)
+    if getattr(args, "sign_key", None) or getattr(args, "output", None):
+        print("verifylib: -o and --sign-key go with --replay", file=sys.stderr)
+        return EXIT_BAD_INPUT
     res = verify(run_dir, allow_simulated=args.allow_simulated)
     if key is not None:
         from verifylib.evidence.attest import verify_attestation
@@ -181,6 +186,65 @@ def _cmd_verify(args) -> int:
     for p in res.problems:
         print(f"  - {p}")
     return 1
+
+
+def _replay(args, run_dir: Path) -> int:
+    from verifylib.errors import ParametersInvalid
+    from verifylib.replay.engine import replay
+    signer = None
+    if args.sign_key is not None:
+        # The key is read before an hour of work, not after it.
+        signer = _load_sign_key(args.sign_key)
+        if signer is None:
+            return EXIT_BAD_INPUT
+    try:
+        res = replay(run_dir, args.output, allow_simulated=args.allow_simulated)
+    except ParametersInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not res.verified:
+        print(f"REJECTED: {run_dir} does not verify ({len(res.verify_problems)} problem(s)); "
+              f"nothing replayed:")
+        for p in res.verify_problems:
+            print(f"  - {p}")
+    width = max((len(c.id) for c in res.claims), default=0)
+    for c in res.claims:
+        label = " (rebuilt binary)" if c.rebuilt else ""
+        print(f"  {c.id:<{width}}  {c.status.value:<14} {c.detail}{label}")
+    counts = ", ".join(f"{k} {v}" for k, v in res.counts().items())
+    out = Path(res.output_dir or ".")
+    if signer is not None and res.run_id is not None:
+        from verifylib.replay.summary import sign_summary
+        print(f"  summary: {sign_summary(res, signer, out)}")
+    print(f"  replay:  {out / 'replay.html'}")
+    if res.passed:
+        print(f"OK: {run_dir} replays ({counts}) in {res.seconds:.0f} s")
+    else:
+        names = ", ".join(c.id for c in res.differs)
+        print(f"DIFFERS: {run_dir}: {names or 'the run does not verify'} ({counts})")
+    return res.exit_code
+
+
+def _cmd_verify_summary(args) -> int:
+    from verifylib.evidence.attest import AttestKeyError, load_public_key
+    from verifylib.replay.summary import verify_summary
+    try:
+        key = load_public_key(args.key)
+    except AttestKeyError as exc:
+        print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not Path(args.file).is_file():
+        print(f"verifylib: {args.file}: no such file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    check = verify_summary(args.file, key)
+    if not check.ok:
+        print(f"REJECTED: {args.file} ({len(check.problems)} problem(s)):")
+        for p in check.problems:
+            print(f"  - {p}")
+        return 1
+    print(f"OK: {args.file} signed by {key.keyid[:16]}...; run {check.resource} replay "
+          f"{check.result} ({len(check.claims)} claims)")
+    return 0
 
 
 def _cmd_attest(args) -> int:
@@ -302,7 +366,23 @@ def main(argv: list[str] | None = None) -> int:
                         "run is refused otherwise)")
     v.add_argument("--key", metavar="PUB.pem",
                    help="also check attestation.intoto.jsonl against this Ed25519 public key")
-    v.set_defaults(fn=_cmd_verify)
+    v.add_argument("--replay", action="store_true",
+                   help="also re-derive on this host every Linux-physical claim of the run "
+                        "and compare each (REPRODUCED / DIFFERS / NOT_REPLAYABLE; exit 1 if "
+                        "any DIFFERS)")
+    v.add_argument("-o", "--output", metavar="DIR",
+                   help="with --replay: where replay.json, replay.html and the scratch run "
+                        "go (default ./reports/replay-<run id>-<time>/; never inside the run)")
+    v.add_argument("--sign-key", metavar="KEY.pem",
+                   help="with --replay: sign a SLSA verification summary "
+                        "(replay.intoto.jsonl) with this Ed25519 private key")
+    v.set_defaults(fn=_interruptible(_cmd_verify))
+    vs = sub.add_parser("verify-summary", help="check a replay's replay.intoto.jsonl against "
+                                               "an Ed25519 public key")
+    vs.add_argument("file")
+    vs.add_argument("--key", metavar="PUB.pem", required=True,
+                    help="the Ed25519 public key (PEM)")
+    vs.set_defaults(fn=_cmd_verify_summary)
     at = sub.add_parser("attest", help="sign a published run: write attestation.intoto.jsonl "
                                        "(in-toto Statement in a DSSE envelope)")
     at.add_argument("run_dir")

@@ -414,7 +414,25 @@ def _strict_b64(text: Any, what: str) -> bytes:
     return raw
 
 
-def _parse_envelope(line: str, n: int) -> Envelope:
+def parse_envelope(line: str, n: int) -> Envelope:
+    """Parse one JSON line of an ``.intoto.jsonl`` file as a DSSE envelope, strictly.
+
+    Parameters
+    ----------
+    line : str
+        The line.
+    n : int
+        Its line number, for the messages.
+
+    Returns
+    -------
+    Envelope
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If it is not strict JSON, not exactly a DSSE envelope, or not canonical base64.
+    """
     try:
         data = canonical.loads(line)
     except ValueError as exc:
@@ -565,7 +583,7 @@ def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | 
         if not line.strip():
             continue
         try:
-            envelopes.append(_parse_envelope(line, n))
+            envelopes.append(parse_envelope(line, n))
         except ValueError as exc:
             check.problems.append(f"{ATTESTATION_FILE}: {exc}")
     if check.problems:

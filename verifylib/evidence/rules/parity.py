@@ -28,9 +28,23 @@ from verifylib.numerics.parity import (
 from verifylib.numerics.scoring import load_policy
 
 
-def _chosen_policy(variant: str, doc: ParityEvidence | None) -> tuple[str, list[str]]:
-    # The policy a gate is judged under: its variant's, or the one its recorded choice
-    # re-derives (an encoder audited as given, a ggml-file source).
+def chosen_policy(variant: str, doc: ParityEvidence | None) -> tuple[str, list[str]]:
+    """Return the policy a parity gate is judged under, and any problem with the choice.
+
+    That is the variant's policy, or the one its recorded choice re-derives (an encoder
+    audited as given, a ggml-file source).
+
+    Parameters
+    ----------
+    variant : str
+        ``fp32`` or ``fp16``.
+    doc : ParityEvidence or None
+        The gate's parity record, if it parses.
+
+    Returns
+    -------
+    (policy_id, problems)
+    """
     default = POLICY_OF_VARIANT[variant]
     if doc is None or doc.choice is None:
         return default, []
@@ -56,7 +70,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
             first: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
         except SchemaError:
             first = None
-        policy_id, chosen = _chosen_policy(variant, first)
+        policy_id, chosen = chosen_policy(variant, first)
         problems += chosen
         for name in ev.names():
             if name.startswith("policy_"):

@@ -1,0 +1,290 @@
+"""The replay's typed outcome: one verdict per claim, and the replay as a whole.
+
+A *claim* is one physical result the run records (a tree id, a binary digest, a program,
+an outcome distribution, a set of transcripts). Replay re-derives it on this host and
+says REPRODUCED, DIFFERS (with the recorded and the replayed values side by side) or
+NOT_REPLAYABLE (with the reason). :data:`CLAIMS` is the catalogue in table order; its ids
+are stable (``replay.json`` and the verification summary carry them).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+REPLAY_SCHEMA = "verifylib.replay/v1"
+"""Schema id of ``replay.json``."""
+
+REPLAY_JSON = "replay.json"
+REPLAY_HTML = "replay.html"
+SUMMARY_FILE = "replay.intoto.jsonl"
+
+SNR_REPRODUCED_DB = 100.0
+"""Replayed against recorded candidate outputs: at or above this SNR they are the same."""
+
+EXIT_REPRODUCED = 0
+EXIT_DIFFERS = 1
+
+
+class ClaimStatus(str, enum.Enum):
+    """A claim's replay verdict."""
+
+    REPRODUCED = "REPRODUCED"
+    DIFFERS = "DIFFERS"
+    NOT_REPLAYABLE = "NOT_REPLAYABLE"
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One entry of the catalogue: what a claim is and which gate recorded it.
+
+    Attributes
+    ----------
+    id : str
+        Stable claim id.
+    gate : str
+        The gate whose evidence holds the recorded value.
+    title : str
+        What is re-derived, in a few words.
+    macos_only : bool
+        True when only a Core ML runtime can re-derive it (NOT_REPLAYABLE elsewhere).
+    """
+
+    id: str
+    gate: str
+    title: str
+    macos_only: bool = False
+
+
+CLAIMS: tuple[ClaimSpec, ...] = (
+    ClaimSpec("source.tree", "build.source_identity",
+              "source obtained from its recorded spec: git tree id"),
+    ClaimSpec("source.patch", "build.patch_exact",
+              "the exact compatibility patch: patched tree id"),
+    ClaimSpec("build.ggml_lib", "build.ggml", "the shared static ggml: options and digests"),
+    ClaimSpec("build.ggml", "build.ggml", "whisper-cli (patched) rebuilt: SHA-256"),
+    ClaimSpec("build.unpatched", "canary.lifecycle_ab",
+              "whisper-cli (unpatched) rebuilt: SHA-256"),
+    ClaimSpec("build.asan", "canary.sanitizer", "the two AddressSanitizer builds: SHA-256"),
+    ClaimSpec("export.ggml_model", "export.ggml_model",
+              "ggml-model.bin re-derived from the source model: SHA-256"),
+    ClaimSpec("export.program.fp32", "export.contract",
+              "fp32 ML program re-converted: op by op, weight by weight"),
+    ClaimSpec("export.program.fp16", "export.contract",
+              "fp16 ML program re-converted: op by op, weight by weight"),
+    ClaimSpec("export.pair", "export.pair",
+              "the program against the model file's encoder, judged again"),
+    ClaimSpec("canary.lifecycle.patched", "canary.lifecycle_ab",
+              "patched lifecycle runs: exit 3 and both markers every time"),
+    ClaimSpec("canary.lifecycle.unpatched", "canary.lifecycle_ab",
+              "unpatched lifecycle runs: outcome distribution"),
+    ClaimSpec("canary.sanitizer", "canary.sanitizer",
+              "AddressSanitizer: bad free unpatched, clean patched"),
+    ClaimSpec("parity.program", "parity.program",
+              "published fp32 package re-executed on the recorded inputs"),
+    ClaimSpec("parity.program_fp16", "parity.program_fp16",
+              "published fp16 package re-executed on the recorded inputs"),
+    ClaimSpec("wer.transcripts", "wer.ggml_vs_source",
+              "whisper-cli and source-model transcripts and edit counts"),
+    ClaimSpec("build.coreml", "build.coreml", "Core ML whisper-cli build", macos_only=True),
+    ClaimSpec("canary.coreml", "canary.coreml_positive",
+              "Core ML encoder loaded and run by whisper-cli", macos_only=True),
+    ClaimSpec("parity.runtime", "parity.runtime", "Core ML runtime parity", macos_only=True),
+    ClaimSpec("wer.hybrid", "wer.hybrid", "Core ML hybrid transcripts", macos_only=True),
+    ClaimSpec("placement", "placement.plan", "Core ML compute plan", macos_only=True),
+)
+"""Every claim replay knows, in the order of the claim table."""
+
+SPEC_OF = {c.id: c for c in CLAIMS}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim's replay verdict.
+
+    Attributes
+    ----------
+    id : str
+        The claim id (:data:`CLAIMS`).
+    status : ClaimStatus
+        REPRODUCED, DIFFERS or NOT_REPLAYABLE.
+    recorded : Any
+        What the run recorded (a value, or a small mapping of values).
+    replayed : Any
+        What this host derived (None when not replayed).
+    detail : str
+        The difference named, or the reason it was not replayed, or what matched.
+    seconds : float
+        Wall time of the replay work behind this claim (shared work is counted once, on
+        the first claim that needed it).
+    rebuilt : bool
+        True when the replayed value came from a binary rebuilt here whose digest differs
+        from the recorded one (labelled as such in the table).
+    """
+
+    id: str
+    status: ClaimStatus
+    recorded: Any = None
+    replayed: Any = None
+    detail: str = ""
+    seconds: float = 0.0
+    rebuilt: bool = False
+
+    @property
+    def title(self) -> str:
+        """What the claim re-derives (from the catalogue)."""
+        spec = SPEC_OF.get(self.id)
+        return spec.title if spec else self.id
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the claim as ``replay.json`` stores it."""
+        return {"id": self.id, "title": self.title, "status": self.status.value,
+                "recorded": self.recorded, "replayed": self.replayed, "detail": self.detail,
+                "seconds": round(self.seconds, 3), "rebuilt": self.rebuilt}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Claim":
+        """Read a claim back from ``replay.json``."""
+        return cls(id=data["id"], status=ClaimStatus(data["status"]),
+                   recorded=data.get("recorded"), replayed=data.get("replayed"),
+                   detail=data.get("detail", ""), seconds=float(data.get("seconds", 0.0)),
+                   rebuilt=bool(data.get("rebuilt", False)))
+
+
+def not_replayable(claim_id: str, reason: str, recorded: Any = None) -> Claim:
+    """Return a NOT_REPLAYABLE claim with its reason.
+
+    Parameters
+    ----------
+    claim_id : str
+        The claim.
+    reason : str
+        Why it was not replayed (macOS-only, file not on this host, source unreachable …).
+    recorded : any, optional
+        The recorded value, shown beside the reason.
+
+    Returns
+    -------
+    Claim
+    """
+    return Claim(claim_id, ClaimStatus.NOT_REPLAYABLE, recorded, None, reason)
+
+
+def same_or_differs(claim_id: str, recorded: Any, replayed: Any, *, what: str,
+                    seconds: float = 0.0, rebuilt: bool = False) -> Claim:
+    """Return REPRODUCED when ``recorded == replayed``, else DIFFERS naming ``what``.
+
+    Parameters
+    ----------
+    claim_id : str
+        The claim.
+    recorded, replayed : any
+        The two values (JSON-like).
+    what : str
+        What the values are, for the detail.
+    seconds : float
+        Replay time spent on it.
+    rebuilt : bool
+        Whether a rebuilt binary produced ``replayed``.
+
+    Returns
+    -------
+    Claim
+    """
+    if recorded == replayed:
+        return Claim(claim_id, ClaimStatus.REPRODUCED, recorded, replayed,
+                     f"{what}: identical", seconds, rebuilt)
+    return Claim(claim_id, ClaimStatus.DIFFERS, recorded, replayed,
+                 f"{what}: recorded and replayed differ", seconds, rebuilt)
+
+
+@dataclass
+class ReplayResult:
+    """The replay of one run.
+
+    Attributes
+    ----------
+    run_dir : str
+        The replayed run (never written to).
+    run_id : str or None
+        Its run id.
+    verified : bool
+        Whether plain ``verify`` accepted the run first.
+    verify_problems : list of str
+        What ``verify`` found (a run that does not verify is not replayed).
+    verdict : str or None
+        The run's re-verified verdict.
+    claims : list of Claim
+        One per catalogue entry, in table order.
+    host : dict
+        This host (platform, machine, verifylib version).
+    seconds : float
+        Wall time of the whole replay.
+    work_dir : str or None
+        Where the replayed evidence was written (inside the output folder).
+    output_dir : str or None
+        Where ``replay.json`` and ``replay.html`` were written.
+    """
+
+    run_dir: str
+    run_id: str | None
+    verified: bool
+    verify_problems: list[str]
+    verdict: str | None
+    claims: list[Claim] = field(default_factory=list)
+    host: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    work_dir: str | None = None
+    output_dir: str | None = None
+
+    @property
+    def differs(self) -> list[Claim]:
+        """The claims that DIFFER."""
+        return [c for c in self.claims if c.status is ClaimStatus.DIFFERS]
+
+    @property
+    def passed(self) -> bool:
+        """True when the run verified and no claim DIFFERS."""
+        return self.verified and not self.differs
+
+    @property
+    def exit_code(self) -> int:
+        """1 if the run does not verify or any claim DIFFERS, else 0."""
+        return EXIT_REPRODUCED if self.passed else EXIT_DIFFERS
+
+    def claim(self, claim_id: str) -> Claim:
+        """Return the claim ``claim_id`` (KeyError naming the known ids otherwise)."""
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(f"no claim {claim_id!r}; claims: {[c.id for c in self.claims]}")
+
+    def counts(self) -> dict[str, int]:
+        """Claims per status."""
+        out = {s.value: 0 for s in ClaimStatus}
+        for c in self.claims:
+            out[c.status.value] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``replay.json``'s document."""
+        return {"schema": REPLAY_SCHEMA, "run_dir": self.run_dir, "run_id": self.run_id,
+                "verified": self.verified, "verify_problems": list(self.verify_problems),
+                "verdict": self.verdict, "result": "PASSED" if self.passed else "FAILED",
+                "counts": self.counts(), "claims": [c.to_json() for c in self.claims],
+                "host": dict(self.host), "seconds": round(self.seconds, 3),
+                "work_dir": self.work_dir}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ReplayResult":
+        """Read ``replay.json`` back."""
+        if data.get("schema") != REPLAY_SCHEMA:
+            raise ValueError(f"not a {REPLAY_SCHEMA} document (schema {data.get('schema')!r})")
+        return cls(run_dir=data["run_dir"], run_id=data.get("run_id"),
+                   verified=bool(data["verified"]),
+                   verify_problems=list(data.get("verify_problems", [])),
+                   verdict=data.get("verdict"),
+                   claims=[Claim.from_json(c) for c in data["claims"]],
+                   host=dict(data.get("host", {})), seconds=float(data.get("seconds", 0.0)),
+                   work_dir=data.get("work_dir"))

@@ -1,0 +1,475 @@
+"""Recorded against replayed: one comparison per claim of :data:`~verifylib.replay.claims.CLAIMS`.
+
+Each function takes the published run (read through :class:`verifylib.evidence.runs.Run`,
+digest-checked) and the scratch run the replay made (:class:`~verifylib.replay.rederive.
+Rederived`) and returns the claims it decides. Nothing here runs anything: the physical
+work is done before, by :mod:`verifylib.replay.rederive` and :mod:`verifylib.replay.parity`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from verifylib import canonical
+from verifylib.evidence.gates import Status
+from verifylib.evidence.layout import EVIDENCE_DIR, UNPATCHED_SIDECAR, recorded_gates
+from verifylib.evidence.records import EvidenceView
+from verifylib.replay.claims import (
+    CLAIMS,
+    Claim,
+    ClaimStatus,
+    not_replayable,
+    same_or_differs,
+)
+from verifylib.replay.rederive import Rederived
+
+PACKAGE = "ggml-model-encoder.mlpackage"
+MAJORITY = 0.5
+"""An unpatched outcome seen in at least this share of one side's runs must be seen on the
+other side too (the outcomes are compared as distributions, never run by run)."""
+
+
+class _Sides:
+    """The recorded and the replayed record of each gate, and their evidence."""
+
+    def __init__(self, run, rd: Rederived):
+        self.run, self.rd = run, rd
+        self.replayed = recorded_gates(rd.run_dir)
+
+    def reason(self, gate_id: str) -> str | None:
+        """Why ``gate_id`` cannot be compared, or None when both sides measured it."""
+        rec = self.run.gates.get(gate_id)
+        if rec is None:
+            return f"{gate_id} is not in the run"
+        if rec.status not in (Status.PASS, Status.FAIL):
+            return f"{gate_id} is {rec.status.value} in the run ({rec.reason.detail})"
+        rep = self.replayed.get(gate_id)
+        if rep is None:
+            stage = next((s for s, e in self.rd.errors.items() if s.split("_")[1]
+                          == gate_id.split(".")[0]), None)
+            why = self.rd.errors.get(stage, "") if stage else ""
+            return f"{gate_id} was not replayed{': ' + why if why else ''}"
+        if rep.status not in (Status.PASS, Status.FAIL):
+            return (f"{gate_id} ended {rep.status.value} on this host "
+                    f"({rep.reason.detail})")
+        return None
+
+    def recorded(self, gate_id: str, name: str) -> Any:
+        return self.run.evidence(gate_id).json(name)
+
+    def replayed_json(self, gate_id: str, name: str) -> Any:
+        return EvidenceView(self.rd.run_dir, self.replayed[gate_id].evidence).json(name)
+
+    def has(self, gate_id: str, name: str) -> bool:
+        rec = self.run.gates.get(gate_id)
+        return rec is not None and any(e.name == name for e in rec.evidence)
+
+    def status_pair(self, gate_id: str) -> tuple[str, str]:
+        return self.run.gates[gate_id].status.value, self.replayed[gate_id].status.value
+
+
+def _status_differs(sides: _Sides, claim_id: str, gate_id: str) -> Claim | None:
+    rec, rep = sides.status_pair(gate_id)
+    if rec != rep:
+        return Claim(claim_id, ClaimStatus.DIFFERS, {"status": rec}, {"status": rep},
+                     f"{gate_id} was {rec} in the run and is {rep} replayed here "
+                     f"({sides.replayed[gate_id].reason.detail})")
+    return None
+
+
+# ----------------------------------------------------------------------------- source
+
+def source_claims(sides: _Sides) -> list[Claim]:
+    """``source.tree`` and ``source.patch``."""
+    out = []
+    why = sides.reason("build.source_identity")
+    if why:
+        out.append(not_replayable("source.tree", f"source unreachable or not compared: {why}"))
+    else:
+        rec, rep = (sides.recorded("build.source_identity", "source"),
+                    sides.replayed_json("build.source_identity", "source"))
+        out.append(same_or_differs("source.tree", _tree(rec), _tree(rep),
+                                   what="git tree id of the source obtained from its spec"))
+    why = sides.reason("build.patch_exact")
+    if why:
+        out.append(not_replayable("source.patch", why))
+    else:
+        out.append(same_or_differs("source.patch", _patch(sides.recorded("build.patch_exact",
+                                                                         "patch")),
+                                   _patch(sides.replayed_json("build.patch_exact", "patch")),
+                                   what="patched tree and exact diff"))
+    return out
+
+
+def _tree(doc: dict) -> dict:
+    return {"computed_tree": doc.get("computed_tree"), "pin": doc.get("pin")}
+
+
+def _patch(doc: dict) -> dict:
+    after = (doc.get("checks") or {}).get("after") or {}
+    return {"diff_sha256": after.get("diff_sha256"), "touches": after.get("touches"),
+            "head_tree": after.get("head_tree")}
+
+
+# ----------------------------------------------------------------------------- builds
+
+def build_claim(claim_id: str, rec: dict, rep: dict) -> Claim:
+    """Judge one rebuilt binary (or library set) against the recorded one.
+
+    Same bytes: REPRODUCED. Same build key (the same inputs: tree, patch, options,
+    compiler, CPU) and other bytes: DIFFERS. Another key: NOT_REPLAYABLE, the inputs that
+    differ named, and the claims downstream use the rebuilt binary (labelled ``rebuilt``).
+
+    Parameters
+    ----------
+    claim_id : str
+        The claim.
+    rec, rep : dict
+        ``{"key": ..., "sha256": ..., "compiler": ..., "options": ...}`` of each side.
+
+    Returns
+    -------
+    Claim
+    """
+    r = {"key": rec.get("key"), "sha256": rec.get("sha256")}
+    p = {"key": rep.get("key"), "sha256": rep.get("sha256")}
+    if r["sha256"] == p["sha256"]:
+        return Claim(claim_id, ClaimStatus.REPRODUCED, r, p, "rebuilt from the pin and "
+                     "options: the same bytes" + ("" if r["key"] == p["key"] else
+                                                   " (under another build key)"))
+    if r["key"] == p["key"]:
+        return Claim(claim_id, ClaimStatus.DIFFERS, r, p, "the same build inputs (build key) "
+                     "gave other bytes here")
+    diffs = [f"{k}: {rec.get(k)!r} vs {rep.get(k)!r}" for k in ("compiler", "options")
+             if rec.get(k) != rep.get(k)]
+    if isinstance(rec.get("compiler"), dict) and isinstance(rep.get("compiler"), dict):
+        a, b = rec["compiler"], rep["compiler"]
+        diffs = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                 if a.get(k) != b.get(k)] + [d for d in diffs if not d.startswith("compiler")]
+    return Claim(claim_id, ClaimStatus.NOT_REPLAYABLE, r, p,
+                 "rebuilt here with other inputs, so other bytes ("
+                 + ("; ".join(diffs) or "another build key")
+                 + "); the other claims use the binary rebuilt here", rebuilt=True)
+
+
+def _find_build(doc: Any, variant: str) -> dict | None:
+    # A build record is the mapping naming its variant; the evidence nests them differently
+    # per gate (stage 01's build file, the sanitizer sides), so they are looked up by it.
+    if isinstance(doc, dict):
+        if doc.get("variant") == variant and ("sha256" in doc or "key" in doc):
+            return doc
+        for v in doc.values():
+            hit = _find_build(v, variant)
+            if hit is not None:
+                return hit
+    elif isinstance(doc, list):
+        for v in doc:
+            hit = _find_build(v, variant)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _gate_build(sides: _Sides, gate_id: str, variant: str, *, replayed: bool) -> dict | None:
+    rec = sides.replayed.get(gate_id) if replayed else sides.run.gates.get(gate_id)
+    if rec is None:
+        return None
+    for ref in rec.evidence:
+        if not ref.path.endswith(".json"):
+            continue
+        doc = (sides.replayed_json(gate_id, ref.name) if replayed
+               else sides.recorded(gate_id, ref.name))
+        hit = _find_build(doc, variant)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _unpatched_sidecar(sides: _Sides, *, replayed: bool) -> dict | None:
+    # Stage 01 records the unpatched build in a sidecar no gate cites (the receipt covers
+    # it); the A/B gate names only its binary.
+    if replayed:
+        path = sides.rd.run_dir / EVIDENCE_DIR / "01_build" / f"{UNPATCHED_SIDECAR}.json"
+        return canonical.read_json(path) if path.is_file() else None
+    ref = sides.run.sidecars("01_build").get(UNPATCHED_SIDECAR)
+    return EvidenceView(sides.run.path, (ref,)).json(UNPATCHED_SIDECAR) if ref else None
+
+
+def build_claims(sides: _Sides) -> list[Claim]:
+    """``build.ggml_lib``, ``build.ggml``, ``build.unpatched`` and ``build.asan``."""
+    out = []
+    why = sides.reason("build.ggml")
+    if why:
+        out.append(not_replayable("build.ggml_lib", why))
+        out.append(not_replayable("build.ggml", why))
+    else:
+        rec, rep = sides.recorded("build.ggml", "build"), sides.replayed_json("build.ggml",
+                                                                              "build")
+        rg, pg = rec.get("ggml") or {}, rep.get("ggml") or {}
+        if not rg:
+            out.append(not_replayable("build.ggml_lib", "the run links no shared ggml (built "
+                                                        "before ggml was built once)"))
+        else:
+            lib = build_claim("build.ggml_lib",
+                              {"key": rg.get("key"), "sha256": rg.get("libraries"),
+                               "compiler": rec.get("compiler"), "options": rg.get("options")},
+                              {"key": pg.get("key"), "sha256": pg.get("libraries"),
+                               "compiler": rep.get("compiler"), "options": pg.get("options")})
+            out.append(lib)
+        out.append(build_claim("build.ggml", rec, rep))
+    rec_u, rep_u = _unpatched_sidecar(sides, replayed=False), _unpatched_sidecar(
+        sides, replayed=True)
+    if rec_u is None or not rec_u.get("sha256"):
+        out.append(not_replayable("build.unpatched", "the run records no unpatched build"))
+    elif rep_u is None or not rep_u.get("sha256"):
+        out.append(not_replayable("build.unpatched", "no unpatched build was made here"))
+    else:
+        out.append(build_claim("build.unpatched", rec_u, rep_u))
+    gate = "canary.sanitizer"
+    why = sides.reason(gate)
+    if why:
+        out.append(not_replayable("build.asan", why))
+    else:
+        pairs = [(v, _gate_build(sides, gate, v, replayed=False),
+                  _gate_build(sides, gate, v, replayed=True))
+                 for v in ("ggml-unpatched-asan", "ggml-asan")]
+        if any(r is None or p is None for _, r, p in pairs):
+            out.append(not_replayable("build.asan", "the sanitizer evidence names no build "
+                                                    "record for each side"))
+        else:
+            each = [build_claim("build.asan", r, p) for _, r, p in pairs]
+            worst = next((c for c in each if c.status is ClaimStatus.DIFFERS),
+                         next((c for c in each if c.status is ClaimStatus.NOT_REPLAYABLE),
+                              each[0]))
+            out.append(Claim("build.asan", worst.status,
+                             {v: c.recorded for (v, _, _), c in zip(pairs, each)},
+                             {v: c.replayed for (v, _, _), c in zip(pairs, each)},
+                             worst.detail, rebuilt=worst.rebuilt))
+    return out
+
+
+# ----------------------------------------------------------------------------- export
+
+def export_claims(sides: _Sides) -> list[Claim]:
+    """``export.ggml_model`` and ``export.program.<precision>``."""
+    from verifylib.numerics.mil_exec import MilExecError
+    from verifylib.replay.programs import compare_programs
+
+    out = []
+    why = sides.reason("export.ggml_model")
+    if why:
+        out.append(not_replayable("export.ggml_model", why))
+    else:
+        rec, rep = (sides.recorded("export.ggml_model", "ggml"),
+                    sides.replayed_json("export.ggml_model", "ggml"))
+        src = (sides.recorded("export.ggml_model", "model").get("source_digest")
+               if sides.has("export.ggml_model", "model") else None)
+        src2 = sides.replayed_json("export.ggml_model", "model").get("source_digest")
+        out.append(same_or_differs("export.ggml_model",
+                                   {"sha256": rec.get("sha256"), "source_digest": src},
+                                   {"sha256": rep.get("sha256"), "source_digest": src2},
+                                   what="model file written again from the source model"))
+    why = sides.reason("export.contract")
+    for precision in ("fp32", "fp16"):
+        cid = f"export.program.{precision}"
+        recorded = sides.run.path / precision / PACKAGE
+        replayed = sides.rd.run_dir / precision / PACKAGE
+        if why:
+            out.append(not_replayable(cid, why))
+        elif not recorded.is_dir():
+            out.append(not_replayable(cid, f"the run publishes no {precision} package"))
+        elif not replayed.is_dir():
+            out.append(not_replayable(cid, f"no {precision} package was converted here"))
+        else:
+            try:
+                cmp = compare_programs(recorded, replayed)
+            except MilExecError as exc:
+                out.append(Claim(cid, ClaimStatus.DIFFERS, None, None,
+                                 f"a program could not be read: {exc}"))
+                continue
+            rec_v = {"ops": cmp.ops, "weights": cmp.weights}
+            out.append(Claim(cid, ClaimStatus.REPRODUCED if cmp.same else ClaimStatus.DIFFERS,
+                             rec_v, {**rec_v, "differences": cmp.differences},
+                             f"re-converted program against the published one: "
+                             f"{cmp.summary()}"))
+    if "export.pair" in sides.run.gates:
+        why = sides.reason("export.pair")
+        if why:
+            out.append(not_replayable("export.pair", why))
+        else:
+            out.append(_status_differs(sides, "export.pair", "export.pair")
+                       or Claim("export.pair", ClaimStatus.REPRODUCED,
+                                *[{"status": s} for s in sides.status_pair("export.pair")],
+                                "the program against the model file's encoder, judged the "
+                                "same again"))
+    return out
+
+
+# ----------------------------------------------------------------------------- canary
+
+def _outcomes(side: dict) -> Counter:
+    counts = side.get("counts")
+    if isinstance(counts, dict) and counts:
+        return Counter({str(k): int(v) for k, v in counts.items()})
+    return Counter(str(r.get("outcome")) for r in side.get("runs", ()))
+
+
+def distributions_agree(recorded: Counter, replayed: Counter) -> tuple[bool, str]:
+    """Compare two outcome distributions (never run by run).
+
+    They agree when both have runs, their most frequent outcome is the same, and no
+    outcome holding at least :data:`MAJORITY` of one side's runs is absent from the other.
+
+    Parameters
+    ----------
+    recorded, replayed : Counter
+        Outcome -> runs.
+
+    Returns
+    -------
+    (agree, why)
+    """
+    if not recorded or not replayed:
+        return False, "a side has no runs"
+    top_a, top_b = recorded.most_common(1)[0][0], replayed.most_common(1)[0][0]
+    if top_a != top_b:
+        return False, f"most frequent outcome {top_a!r} recorded, {top_b!r} replayed"
+    for a, b, name in ((recorded, replayed, "recorded"), (replayed, recorded, "replayed")):
+        n = sum(a.values())
+        for outcome, k in a.items():
+            if k / n >= MAJORITY and outcome not in b:
+                return False, f"{outcome!r} ({k}/{n} {name}) never seen on the other side"
+    return True, f"most frequent outcome {top_a!r} on both sides"
+
+
+def canary_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
+    """``canary.lifecycle.patched``, ``canary.lifecycle.unpatched``, ``canary.sanitizer``."""
+    out = []
+    gate = "canary.lifecycle_ab"
+    why = sides.reason(gate)
+    if why:
+        out += [not_replayable("canary.lifecycle.patched", why),
+                not_replayable("canary.lifecycle.unpatched", why)]
+    else:
+        rec, rep = sides.recorded(gate, "lifecycle"), sides.replayed_json(gate, "lifecycle")
+        rp, pp = _outcomes(rec["sides"]["patched"]), _outcomes(rep["sides"]["patched"])
+        c = same_or_differs("canary.lifecycle.patched", dict(rp), dict(pp),
+                            what="patched outcomes", rebuilt=rebuilt)
+        out.append(_status_differs(sides, "canary.lifecycle.patched", gate) or c)
+        ru, pu = _outcomes(rec["sides"]["unpatched"]), _outcomes(rep["sides"]["unpatched"])
+        agree, detail = distributions_agree(ru, pu)
+        out.append(Claim("canary.lifecycle.unpatched",
+                         ClaimStatus.REPRODUCED if agree else ClaimStatus.DIFFERS,
+                         dict(ru), dict(pu), f"unpatched outcomes as distributions: {detail}",
+                         rebuilt=rebuilt))
+    gate = "canary.sanitizer"
+    why = sides.reason(gate)
+    if why:
+        out.append(not_replayable("canary.sanitizer", why))
+    else:
+        rec, rep = _asan_view(sides.recorded(gate, "sanitizer")), _asan_view(
+            sides.replayed_json(gate, "sanitizer"))
+        c = same_or_differs("canary.sanitizer", rec, rep,
+                            what="sanitizer report kind and frame, patched outcomes",
+                            rebuilt=rebuilt)
+        out.append(_status_differs(sides, "canary.sanitizer", gate) or c)
+    return out
+
+
+def _asan_view(doc: dict) -> dict:
+    view = {}
+    for side in ("unpatched", "patched"):
+        s = doc["sides"][side]
+        reports = [r.get("report") for r in s.get("runs", ()) if r.get("report")]
+        kinds = sorted({r.get("kind") for r in reports})
+        frames = sorted({f.get("function") for r in reports for f in r.get("frames", ())
+                         if f.get("function") and "whisper_batch_free" in f["function"]})
+        view[side] = {"reports": kinds, "frames": frames,
+                      "outcomes": dict(_outcomes(s))}
+    return view
+
+
+# ----------------------------------------------------------------------------- transcripts
+
+def wer_claims(sides: _Sides, missing, *, rebuilt: bool = False) -> list[Claim]:
+    """``wer.transcripts.<fixture>``: one per fixture of the run."""
+    gate = "wer.ggml_vs_source"
+    out = [not_replayable(f"wer.transcripts.{m.id}", m.reason) for m in missing]
+    why = sides.reason(gate)
+    rec_rec = sides.run.gates.get(gate)
+    if rec_rec is None or rec_rec.status not in (Status.PASS, Status.FAIL):
+        return out + [not_replayable("wer.transcripts", why or f"{gate} did not run")]
+    rec_doc = sides.recorded(gate, "wer")
+    gone = {m.id for m in missing}
+    if why:
+        return out + [not_replayable(f"wer.transcripts.{c['id']}", why)
+                      for c in rec_doc["clips"] if c["id"] not in gone]
+    rep_clips = {c["id"]: c for c in sides.replayed_json(gate, "wer")["clips"]}
+    for clip in rec_doc["clips"]:
+        cid = f"wer.transcripts.{clip['id']}"
+        if clip["id"] in gone:
+            continue
+        again = rep_clips.get(clip["id"])
+        if again is None:
+            out.append(not_replayable(cid, f"fixture {clip['id']} was not transcribed here"))
+            continue
+        out.append(same_or_differs(cid, _clip_view(clip), _clip_view(again),
+                                   what="transcripts and edit counts", rebuilt=rebuilt))
+    return out
+
+
+def _clip_view(clip: dict) -> dict:
+    keys = ("ggml_text", "source_text", "raw_ggml", "raw_source", "source", "ggml",
+            "pairwise", "source_empty", "ggml_empty")
+    return {k: clip.get(k) for k in keys if k in clip}
+
+
+# ----------------------------------------------------------------------------- macOS
+
+def macos_claims(run) -> list[Claim]:
+    """Return the Core ML claims: NOT_REPLAYABLE here, each with its reason."""
+    out = []
+    for spec in CLAIMS:
+        if not spec.macos_only:
+            continue
+        rec = run.gates.get(spec.gate)
+        if rec is None or rec.status not in (Status.PASS, Status.FAIL):
+            status = rec.status.value if rec is not None else "absent"
+            out.append(not_replayable(spec.id, f"{spec.gate} is {status} in the run: "
+                                               f"nothing recorded to replay"))
+        else:
+            out.append(not_replayable(spec.id, "macOS-only: a Core ML runtime result, which "
+                                               "replay does not re-derive",
+                                      {"status": rec.status.value}))
+    return out
+
+
+def all_claims(run, rd: Rederived, parity: list[Claim]) -> list[Claim]:
+    """Every claim, in catalogue order (per-fixture claims where ``wer.transcripts`` is).
+
+    Parameters
+    ----------
+    run : verifylib.evidence.runs.Run
+        The published run.
+    rd : Rederived
+        The replay's scratch run.
+    parity : list of Claim
+        :func:`verifylib.replay.parity.replay_parity` output.
+
+    Returns
+    -------
+    list of Claim
+    """
+    sides = _Sides(run, rd)
+    builds = build_claims(sides)
+    rebuilt = any(c.rebuilt for c in builds if c.id in ("build.ggml", "build.unpatched"))
+    claims = (source_claims(sides) + builds + export_claims(sides)
+              + canary_claims(sides, rebuilt=rebuilt) + parity
+              + wer_claims(sides, rd.missing, rebuilt=rebuilt) + macos_claims(run))
+    order = [c.id for c in CLAIMS]
+
+    def rank(c: Claim) -> tuple[int, str]:
+        base = c.id if c.id in order else c.id.rsplit(".", 1)[0]
+        return (order.index(base) if base in order else len(order), c.id)
+    return sorted(claims, key=rank)
