@@ -140,3 +140,21 @@ def test_replay_refuses_to_write_inside_the_run(replayed):
                           "-o", str(run / "replay")], capture_output=True, text=True)
     assert res.returncode == 2 and "never writes into a run" in res.stderr
     assert not (run / "replay").exists()
+
+
+def test_the_replay_notebook_shows_the_claim_table(replayed, tmp_path):
+    import nbformat
+    import papermill as pm
+
+    from tests.helpers import ROOT
+    out = tmp_path / "replay.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / "08_replay.ipynb"), str(out),
+                        parameters={"run_dir": str(replayed["run"]),
+                                    "output": str(tmp_path / "nb-replay"),
+                                    "reuse": str(replayed["out"] / "work")},
+                        progress_bar=False, cwd=str(tmp_path), kernel_name="python3")
+    nb = nbformat.read(out, as_version=4)
+    html = "".join(o.get("data", {}).get("text/html", "") for c in nb.cells
+                   if c.cell_type == "code" for o in c.outputs)
+    assert "vl-claims" in html and "REPRODUCED" in html and "PASSED" in html
+    assert (tmp_path / "nb-replay" / "replay.json").is_file()

@@ -33,8 +33,9 @@ other side too (the outcomes are compared as distributions, never run by run).""
 class _Sides:
     """The recorded and the replayed record of each gate, and their evidence."""
 
-    def __init__(self, run, rd: Rederived):
+    def __init__(self, run, rd: Rederived, packages=None):
         self.run, self.rd = run, rd
+        self.packages = packages or run.path
         self.replayed = recorded_gates(rd.run_dir)
 
     def reason(self, gate_id: str) -> str | None:
@@ -273,7 +274,7 @@ def export_claims(sides: _Sides) -> list[Claim]:
     why = sides.reason("export.contract")
     for precision in ("fp32", "fp16"):
         cid = f"export.program.{precision}"
-        recorded = sides.run.path / precision / PACKAGE
+        recorded = sides.packages / precision / PACKAGE
         replayed = sides.rd.run_dir / precision / PACKAGE
         if why:
             out.append(not_replayable(cid, why))
@@ -445,7 +446,7 @@ def macos_claims(run) -> list[Claim]:
     return out
 
 
-def all_claims(run, rd: Rederived, parity: list[Claim]) -> list[Claim]:
+def all_claims(run, rd: Rederived, parity: list[Claim], *, packages=None) -> list[Claim]:
     """Every claim, in catalogue order (per-fixture claims where ``wer.transcripts`` is).
 
     Parameters
@@ -456,12 +457,14 @@ def all_claims(run, rd: Rederived, parity: list[Claim]) -> list[Claim]:
         The replay's scratch run.
     parity : list of Claim
         :func:`verifylib.replay.parity.replay_parity` output.
+    packages : Path, optional
+        The copies of the run's packages (:func:`verifylib.replay.engine.copy_packages`).
 
     Returns
     -------
     list of Claim
     """
-    sides = _Sides(run, rd)
+    sides = _Sides(run, rd, packages)
     builds = build_claims(sides)
     rebuilt = any(c.rebuilt for c in builds if c.id in ("build.ggml", "build.unpatched"))
     claims = (source_claims(sides) + builds + export_claims(sides)

@@ -6,8 +6,9 @@ not verify is not replayed). It then re-derives the run's Linux-physical work on
 canary, the transcripts, from the run's recorded parameters and this host's cache),
 re-executes the run's published packages (:mod:`verifylib.replay.parity`) and compares each
 claim (:mod:`verifylib.replay.compare`). Everything is written under the output folder:
-``replay.json``, ``replay.html`` and the scratch run under ``work/``. Nothing is ever
-written into the replayed run.
+``replay.json``, ``replay.html``, the scratch run under ``work/`` and the copies of the
+run's packages that replay opens under ``published/``. Nothing is ever written into the
+replayed run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from verifylib.replay.rederive import Rederived
 
 WORK_DIR = "work"
 """The scratch run's folder inside the output folder."""
+
+PUBLISHED_DIR = "published"
+"""Copies of the run's packages, the ones replay opens, inside the output folder."""
 
 
 def default_output_dir(run_id: str, now: datetime | None = None) -> Path:
@@ -63,6 +67,29 @@ def host_facts() -> dict:
             "verifylib": verifylib.__version__}
 
 
+def copy_packages(run_dir: Path, dest: Path) -> Path:
+    """Copy the run's ``.mlpackage`` folders to ``dest`` and return ``dest``.
+
+    coremltools rewrites a package's ``Manifest.json`` when it opens one (same bytes, new
+    file), so the run's own packages are never opened: their copies are, once each copy's
+    tree digest is checked against the original's.
+
+    Raises
+    ------
+    verifylib.errors.EvidenceInvalid
+        If a copy differs from its original.
+    """
+    from verifylib.errors import EvidenceInvalid
+
+    for pkg in sorted(run_dir.glob("*/*.mlpackage")):
+        rel = pkg.relative_to(run_dir)
+        target = dest / rel
+        shutil.copytree(pkg, target)
+        if canonical.tree_digest(target) != canonical.tree_digest(pkg):
+            raise EvidenceInvalid(f"{target}: the copy of {pkg} differs from it")
+    return dest
+
+
 def check_output_dir(out_dir: Path, run_dir: Path) -> None:
     """Refuse an output folder inside the run, or one that already holds a replay.
 
@@ -74,7 +101,7 @@ def check_output_dir(out_dir: Path, run_dir: Path) -> None:
     if out == rd or rd in out.parents:
         raise ParametersInvalid(f"{out_dir}: inside the run {rd}; replay never writes into a "
                                 f"run, name a folder outside it")
-    if (out / REPLAY_JSON).exists() or (out / WORK_DIR).exists():
+    if any((out / name).exists() for name in (REPLAY_JSON, WORK_DIR, PUBLISHED_DIR)):
         raise ParametersInvalid(f"{out_dir}: already holds a replay; name a new folder")
 
 
@@ -142,8 +169,9 @@ def replay(run_dir: str | Path, out_dir: str | Path | None = None, *,
         else:
             rd = _reusable(rederived, params)
             log(f"replay: comparing against the re-derivation in {rd.run_dir}")
-        parity = replay_parity(run, rd.run_dir, params, log=log)
-        result.claims = all_claims(run, rd, parity)
+        published = copy_packages(run.path, out / PUBLISHED_DIR)
+        parity = replay_parity(run, rd.run_dir, params, log=log, packages=published)
+        result.claims = all_claims(run, rd, parity, packages=published)
         result.work_dir = str(rd.run_dir)
     else:
         log(f"replay: {run_dir} does not verify; nothing is replayed")

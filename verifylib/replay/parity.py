@@ -33,8 +33,8 @@ def _fmt(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:.1f}"
 
 
-def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = print
-                  ) -> list[Claim]:
+def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = print,
+                  packages: Path | None = None) -> list[Claim]:
     """Replay the program parity claims of a published run.
 
     Parameters
@@ -48,6 +48,10 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
         The replay's parameters.
     log : callable
         Progress lines.
+    packages : Path, optional
+        Where copies of the run's packages are (opening a package rewrites its manifest,
+        so replay opens copies, :func:`verifylib.replay.engine.copy_packages`); the run
+        itself by default.
 
     Returns
     -------
@@ -91,7 +95,7 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
     ref_seconds = time.perf_counter() - t0
     for gate_id, variant, rec, doc in todo:
         t1 = time.perf_counter()
-        package = run.path / doc.artifact.path
+        package = (packages or run.path) / doc.artifact.path
         problems: list[str] = []
         if doc.inputs != ref.input_records:
             problems.append("the inputs computed here from the fixture and the seed are not "
