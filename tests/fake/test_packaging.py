@@ -26,7 +26,8 @@ def _expected_data() -> list[str]:
     """Repository files an audit reads, relative to the repository root."""
     from verifylib.evidence.gates import STAGES
     files = [f"notebooks/{s}.ipynb" for s in STAGES]
-    files += ["notebooks/07_compare.ipynb"]   # not an audit stage, shipped for researchers
+    # Not audit stages, shipped for researchers and auditors.
+    files += ["notebooks/07_compare.ipynb", "notebooks/08_replay.ipynb"]
     files += ["patches/manifest.yaml"]
     pins = yaml.safe_load((ROOT / "patches" / "manifest.yaml").read_text())["pins"]
     files += sorted({f"patches/{pin['patch']}" for pin in pins.values()})
