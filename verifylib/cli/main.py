@@ -166,6 +166,17 @@ def _cmd_verify(args) -> int:
             print(f"verifylib: bad public key: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if getattr(args, "replay", False):
+        if key is not None:
+            # Everything verify does comes first, the attestation included.
+            from verifylib.evidence.attest import verify_attestation
+            att = verify_attestation(run_dir, key)
+            if not att.ok:
+                print(f"REJECTED: {run_dir}: the attestation does not check "
+                      f"({len(att.problems)} problem(s)); nothing replayed:")
+                for p in att.problems:
+                    print(f"  - {p}")
+                return 1
+            print(f"OK: attestation signed by {key.keyid[:16]}... matches the run")
         return _replay(args, run_dir)
     if getattr(args, "sign_key", None) or getattr(args, "output", None):
         print("verifylib: -o and --sign-key go with --replay", file=sys.stderr)
