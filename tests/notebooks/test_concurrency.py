@@ -20,10 +20,11 @@ from verifylib import canonical
 def test_two_simultaneous_default_audits_both_publish_and_verify(tmp_path, v185_ggml_build,
                                                                   v185_asan_builds):
     reports = tmp_path / "reports"
-    # The default model and name with jfk as its one fixture: what is under test is two
-    # processes on one cache and one reports folder, not the fixtures' transcripts (the
-    # session's default audit transcribes them all).
-    pfile = tiny_en_params(tmp_path, "tiny-en")
+    # The default model and name with jfk as its one fixture, three lifecycle runs and the
+    # fp32 variant alone: what is under test is two processes on one cache and one reports
+    # folder, not the fixtures, the A/B or the fp16 path (the session's default audit has
+    # them all).
+    pfile = tiny_en_params(tmp_path, "tiny-en", **{"canary.runs": 3, "export.fp16": False})
     argv = [sys.executable, "-m", "verifylib", "run", str(pfile),
             "--reports", str(reports), "--no-progress"]
     t0 = time.monotonic()
