@@ -65,6 +65,12 @@ def test_the_honest_run_replays_all_reproduced_or_not_replayable(replayed):
                 "canary.sanitizer", "parity.program", "parity.program_fp16",
                 "wer.transcripts.jfk"):
         assert statuses[cid] is ClaimStatus.REPRODUCED, (cid, result.claim(cid).detail)
+    # Each build claim compares real digests on both sides, never two missing ones.
+    for side in ("unpatched", "patched"):
+        for values in (result.claim("build.asan").recorded, result.claim("build.asan").replayed):
+            assert len(values[side]["sha256"]) == 64
+    for cid in ("build.ggml", "build.unpatched"):
+        assert len(result.claim(cid).recorded["sha256"]) == 64
     for cid in ("build.coreml", "parity.runtime", "wer.hybrid", "placement"):
         assert statuses[cid] is ClaimStatus.NOT_REPLAYABLE
         assert result.claim(cid).detail

@@ -21,6 +21,8 @@ def test_same_or_differs_shows_both_values():
     other = cl.same_or_differs("build.ggml", {"a": 1}, {"a": 2}, what="x")
     assert other.status is cl.ClaimStatus.DIFFERS
     assert other.recorded == {"a": 1} and other.replayed == {"a": 2}
+    nothing = cl.same_or_differs("source.tree", {"tree": None}, {"tree": None}, what="x")
+    assert nothing.status is cl.ClaimStatus.NOT_REPLAYABLE
 
 
 @pytest.mark.parametrize("rec, rep, agree", [
@@ -121,3 +123,8 @@ def test_the_page_puts_the_claim_table_first():
     assert html.index("vl-claims") < html.index("The replay")
     assert "FAILED" in html and "&lt;b&gt;below&lt;/b&gt;" in html
     assert view.fragment(res).count("<style") == 1
+
+
+def test_a_build_without_a_recorded_digest_is_never_reproduced():
+    none = build_claim("build.asan", {"key": "k", "sha256": None}, {"key": "k", "sha256": None})
+    assert none.status is cl.ClaimStatus.NOT_REPLAYABLE and "no digest" in none.detail

@@ -192,11 +192,21 @@ def same_or_differs(claim_id: str, recorded: Any, replayed: Any, *, what: str,
     -------
     Claim
     """
+    if _empty(recorded):
+        # Two missing values are not a reproduced result.
+        return Claim(claim_id, ClaimStatus.NOT_REPLAYABLE, recorded, replayed,
+                     f"{what}: the run records nothing to compare", seconds, rebuilt)
     if recorded == replayed:
         return Claim(claim_id, ClaimStatus.REPRODUCED, recorded, replayed,
                      f"{what}: identical", seconds, rebuilt)
     return Claim(claim_id, ClaimStatus.DIFFERS, recorded, replayed,
                  f"{what}: recorded and replayed differ", seconds, rebuilt)
+
+
+def _empty(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_empty(v) for v in value.values())
+    return value is None or value == [] or value == ""
 
 
 @dataclass

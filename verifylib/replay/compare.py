@@ -135,6 +135,10 @@ def build_claim(claim_id: str, rec: dict, rep: dict) -> Claim:
     """
     r = {"key": rec.get("key"), "sha256": rec.get("sha256")}
     p = {"key": rep.get("key"), "sha256": rep.get("sha256")}
+    if not r["sha256"] or not p["sha256"]:
+        side = "the run" if not r["sha256"] else "this host's build"
+        return Claim(claim_id, ClaimStatus.NOT_REPLAYABLE, r, p,
+                     f"{side} records no digest to compare")
     if r["sha256"] == p["sha256"]:
         return Claim(claim_id, ClaimStatus.REPRODUCED, r, p, "rebuilt from the pin and "
                      "options: the same bytes" + ("" if r["key"] == p["key"] else
@@ -154,37 +158,12 @@ def build_claim(claim_id: str, rec: dict, rep: dict) -> Claim:
                  + "); the other claims use the binary rebuilt here", rebuilt=True)
 
 
-def _find_build(doc: Any, variant: str) -> dict | None:
-    # A build record is the mapping naming its variant; the evidence nests them differently
-    # per gate (stage 01's build file, the sanitizer sides), so they are looked up by it.
-    if isinstance(doc, dict):
-        if doc.get("variant") == variant and ("sha256" in doc or "key" in doc):
-            return doc
-        for v in doc.values():
-            hit = _find_build(v, variant)
-            if hit is not None:
-                return hit
-    elif isinstance(doc, list):
-        for v in doc:
-            hit = _find_build(v, variant)
-            if hit is not None:
-                return hit
-    return None
-
-
-def _gate_build(sides: _Sides, gate_id: str, variant: str, *, replayed: bool) -> dict | None:
-    rec = sides.replayed.get(gate_id) if replayed else sides.run.gates.get(gate_id)
-    if rec is None:
-        return None
-    for ref in rec.evidence:
-        if not ref.path.endswith(".json"):
-            continue
-        doc = (sides.replayed_json(gate_id, ref.name) if replayed
-               else sides.recorded(gate_id, ref.name))
-        hit = _find_build(doc, variant)
-        if hit is not None:
-            return hit
-    return None
+def _asan_build(doc: dict, side: str) -> dict:
+    # The sanitizer evidence names each side's binary digest and its build record.
+    s = doc["sides"][side]
+    build = s.get("build") or {}
+    return {"key": build.get("key"), "sha256": s.get("binary_sha256"),
+            "options": build.get("options")}
 
 
 def _unpatched_sidecar(sides: _Sides, *, replayed: bool) -> dict | None:
@@ -232,21 +211,16 @@ def build_claims(sides: _Sides) -> list[Claim]:
     if why:
         out.append(not_replayable("build.asan", why))
     else:
-        pairs = [(v, _gate_build(sides, gate, v, replayed=False),
-                  _gate_build(sides, gate, v, replayed=True))
-                 for v in ("ggml-unpatched-asan", "ggml-asan")]
-        if any(r is None or p is None for _, r, p in pairs):
-            out.append(not_replayable("build.asan", "the sanitizer evidence names no build "
-                                                    "record for each side"))
-        else:
-            each = [build_claim("build.asan", r, p) for _, r, p in pairs]
-            worst = next((c for c in each if c.status is ClaimStatus.DIFFERS),
-                         next((c for c in each if c.status is ClaimStatus.NOT_REPLAYABLE),
-                              each[0]))
-            out.append(Claim("build.asan", worst.status,
-                             {v: c.recorded for (v, _, _), c in zip(pairs, each)},
-                             {v: c.replayed for (v, _, _), c in zip(pairs, each)},
-                             worst.detail, rebuilt=worst.rebuilt))
+        rec, rep = sides.recorded(gate, "sanitizer"), sides.replayed_json(gate, "sanitizer")
+        each = {side: build_claim("build.asan", _asan_build(rec, side), _asan_build(rep, side))
+                for side in ("unpatched", "patched")}
+        worst = next((c for c in each.values() if c.status is ClaimStatus.DIFFERS),
+                     next((c for c in each.values()
+                           if c.status is ClaimStatus.NOT_REPLAYABLE), each["unpatched"]))
+        out.append(Claim("build.asan", worst.status,
+                         {side: c.recorded for side, c in each.items()},
+                         {side: c.replayed for side, c in each.items()},
+                         worst.detail, rebuilt=worst.rebuilt))
     return out
 
 
