@@ -56,6 +56,16 @@ def _load_sign_key(path):
         return None
 
 
+def _load_public_key(path):
+    """Load the key for ``--key PUB.pem``, or None after printing why not."""
+    from verifylib.evidence.attest import AttestKeyError, load_public_key
+    try:
+        return load_public_key(path)
+    except AttestKeyError as exc:
+        print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+        return None
+
+
 def _sign_published(run_dir: Path, signer) -> bool:
     """Attest a just-published run for ``run --sign-key``; True when it was signed."""
     from verifylib.evidence.attest import AttestError, attest
@@ -159,11 +169,8 @@ def _cmd_verify(args) -> int:
         return EXIT_BAD_INPUT
     key = None
     if getattr(args, "key", None) is not None:
-        from verifylib.evidence.attest import AttestKeyError, load_public_key
-        try:
-            key = load_public_key(args.key)
-        except AttestKeyError as exc:
-            print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+        key = _load_public_key(args.key)
+        if key is None:
             return EXIT_BAD_INPUT
     if getattr(args, "replay", False):
         if key is not None:
@@ -237,12 +244,9 @@ def _replay(args, run_dir: Path) -> int:
 
 
 def _cmd_verify_summary(args) -> int:
-    from verifylib.evidence.attest import AttestKeyError, load_public_key
     from verifylib.replay.summary import verify_summary
-    try:
-        key = load_public_key(args.key)
-    except AttestKeyError as exc:
-        print(f"verifylib: bad public key: {exc}", file=sys.stderr)
+    key = _load_public_key(args.key)
+    if key is None:
         return EXIT_BAD_INPUT
     if not Path(args.file).is_file():
         print(f"verifylib: {args.file}: no such file", file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -560,15 +560,9 @@ def default_output_dir(now: datetime | None = None) -> Path:
     -------
     Path
     """
-    from verifylib.evidence.layout import STAMP_FORMAT
+    from verifylib.evidence.layout import stamped_dir
     from verifylib.resources import reports_dir
-    stamp = (now or datetime.now(timezone.utc)).strftime(STAMP_FORMAT)
-    out = reports_dir() / f"compare-{stamp}"
-    n = 1
-    while out.exists():  # two comparisons in one second keep both pages
-        n += 1
-        out = reports_dir() / f"compare-{stamp}-{n}"
-    return out
+    return stamped_dir(reports_dir(), "compare", now)
 
 
 def inside_a_run(out_dir: str | os.PathLike, runs: Sequence[str | os.PathLike]) -> str | None:

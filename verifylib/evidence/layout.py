@@ -130,3 +130,28 @@ UNPATCHED_IDENTITY = identities.BINARY_GGML_UNPATCHED
 
 ASAN_SIDECAR = "asan_builds"
 """Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
+
+
+def stamped_dir(parent: Path, prefix: str, now: _dt.datetime | None = None) -> Path:
+    """Return ``parent/<prefix>-<UTC time>`` that does not exist yet (``-2``, ``-3`` … appended).
+
+    Parameters
+    ----------
+    parent : Path
+        The folder to name it in.
+    prefix : str
+        The name before the time.
+    now : datetime, optional
+        The time to name the folder after (default: now).
+
+    Returns
+    -------
+    Path
+    """
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime(STAMP_FORMAT)
+    out = parent / f"{prefix}-{stamp}"
+    n = 1
+    while out.exists():  # two in one second keep both
+        n += 1
+        out = parent / f"{prefix}-{stamp}-{n}"
+    return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import platform
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -46,16 +46,10 @@ def default_output_dir(run_id: str, now: datetime | None = None) -> Path:
     -------
     Path
     """
-    from verifylib.evidence.layout import STAMP_FORMAT
+    from verifylib.evidence.layout import stamped_dir
     from verifylib.resources import reports_dir
 
-    stamp = (now or datetime.now(timezone.utc)).strftime(STAMP_FORMAT)
-    out = reports_dir() / f"replay-{run_id}-{stamp}"
-    n = 1
-    while out.exists():
-        n += 1
-        out = reports_dir() / f"replay-{run_id}-{stamp}-{n}"
-    return out
+    return stamped_dir(reports_dir(), f"replay-{run_id}", now)
 
 
 def host_facts() -> dict:
@@ -97,10 +91,13 @@ def check_output_dir(out_dir: Path, run_dir: Path) -> None:
     ------
     verifylib.errors.ParametersInvalid
     """
-    out, rd = out_dir.expanduser().resolve(), run_dir.expanduser().resolve()
-    if out == rd or rd in out.parents:
-        raise ParametersInvalid(f"{out_dir}: inside the run {rd}; replay never writes into a "
-                                f"run, name a folder outside it")
+    from verifylib.compare.runs import inside_a_run
+
+    out = out_dir.expanduser().resolve()
+    inside = inside_a_run(out, [run_dir])
+    if inside is not None:
+        raise ParametersInvalid(f"{out_dir}: inside the run {inside}; replay never writes "
+                                f"into a run, name a folder outside it")
     if any((out / name).exists() for name in (REPLAY_JSON, WORK_DIR, PUBLISHED_DIR)):
         raise ParametersInvalid(f"{out_dir}: already holds a replay; name a new folder")
 
