@@ -122,8 +122,8 @@ def _not_started(variant):
     raise AssertionError(f"variant {variant} was not started by v185_builds")
 
 
-V185_VARIANTS = ("ggml", "ggml-unpatched", "ggml-unpatched-asan", "ggml-asan")
-"""What ``verifylib run`` builds for the default parameters, in the order it asks."""
+V185_VARIANTS = ("ggml", "ggml-asan", "ggml-unpatched", "ggml-unpatched-asan")
+"""What ``verifylib run`` builds for the default parameters, in the order it starts them."""
 
 
 @pytest.fixture(scope="session")

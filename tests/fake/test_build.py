@@ -112,7 +112,7 @@ def test_build_failure_publishes_nothing(tmp_path, broken, needle):
         build_whisper_cli(src, tree_id=TREE, patch_sha256=PATCH, variant="ggml", options={},
                           cache_dir=cache, log=quiet)
     assert needle in str(err.value) and "log " in str(err.value)
-    kept = list((cache / "cmake").glob("*/verifylib-*.log"))
+    kept = list((cache / "cmake").rglob("verifylib-*.log"))
     assert kept and any(needle in p.read_text(errors="replace") for p in kept)
     builds = cache / "builds"
     assert not builds.exists() or list(builds.iterdir()) == []

@@ -139,3 +139,45 @@ def _probe(res):
     from verifylib.runtime.runner import run
     r = run([str(res.binary)], timeout=30)
     return build.SystemInfoProbe(result=r, system_info_line=None, coreml=None)
+
+
+COMMON_TOP = TOP.replace("add_executable(whisper-cli main.cpp)",
+                         "add_library(common STATIC common.cpp)\n"
+                         "add_executable(whisper-cli main.cpp)\n"
+                         "target_link_libraries(whisper-cli PRIVATE common)")
+
+
+def test_the_unpatched_build_compiles_only_what_differs(tmp_path, monkeypatch):
+    # The pristine tree differs from the patched one in main.cpp alone; its common.cpp
+    # (upstream's examples' common library) is handed over by ccache, and the binaries are
+    # what a build without any cache makes.
+    trees = {}
+    for name, code in (("patched", 0), ("pristine", 1)):
+        root = project(tmp_path / name, exit_code=code)
+        (root / "CMakeLists.txt").write_text(COMMON_TOP)
+        (root / "common.cpp").write_text("int common_fake() { return 7; }\n")
+        trees[name] = root
+    cache = tmp_path / "cache"
+    lines: list[str] = []
+    kw = dict(tree_id=TREE, options={}, cache_dir=cache, log=lines.append)
+    a = build.build_whisper_cli(trees["patched"], patch_sha256=PATCH, variant="ggml", **kw)
+    b = build.build_whisper_cli(trees["pristine"], patch_sha256=None,
+                                variant="ggml-unpatched", **kw)
+    rec_a, rec_b = (canonical.read_json(r.build_json) for r in (a, b))
+    assert rec_a["compiler_cache"] == {"compiles": 2, "hits": 0}
+    assert rec_b["compiler_cache"] == {"compiles": 2, "hits": 1}
+    assert any("1 of 2 compiles from ccache" in line for line in lines), lines
+    assert (cache / "ccache" / "ccache.conf").parent.is_dir()
+    # No source folder was written into, and the build folders are gone once published.
+    assert sorted(p.name for p in trees["pristine"].iterdir()) == [
+        "CMakeLists.txt", "common.cpp", "ggml", "main.cpp"]
+    assert not (cache / "cmake" / b.key).exists()
+    # The same bytes as a build that finds no ccache at all.
+    nocache = tmp_path / "nocache"
+    from verifylib.whispercpp import compiler_cache
+    monkeypatch.setattr(compiler_cache, "find_ccache", lambda **_kw: None)
+    c = build.build_whisper_cli(trees["pristine"], patch_sha256=None, variant="ggml-unpatched",
+                                tree_id=TREE, options={}, cache_dir=nocache, log=quiet)
+    assert canonical.read_json(c.build_json)["compiler_cache"] is None
+    assert c.key == b.key and c.sha256 == b.sha256
+    assert not (nocache / "ccache").exists()

@@ -247,9 +247,12 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
     """Start every whisper-cli build the stage will ask for, in the order it asks.
 
     The patched GGML build first (``build.ggml`` waits for it), then, with the canaries
-    on, the unpatched one and the two AddressSanitizer ones. Each is collected later by
-    its variant name with the same arguments the sequential call would pass, so a build
-    that is not started here (or a stage that stops early) changes nothing but time.
+    on, the patched AddressSanitizer one beside it, and the two unpatched ones after
+    them: those differ from the patched pair in ``src/whisper.cpp`` alone, so by then the
+    compiler cache (:mod:`verifylib.whispercpp.compiler_cache`) holds every other object
+    they compile. Each is collected later by its variant name with the same arguments the
+    sequential call would pass, so a build that is not started here (or a stage that
+    stops early) changes nothing but time.
 
     Parameters
     ----------
@@ -273,9 +276,9 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
                   jobs=params.runtime.jobs, log=print, backend=ggml_backend(params))
     order = [("ggml", patched, pin.patch_sha256)]
     if params.canary.enabled:
-        order += [(UNPATCHED_VARIANT, pristine, None),
-                  (ASAN_SIDES["unpatched"][0], pristine, None),
-                  (ASAN_SIDES["patched"][0], patched, pin.patch_sha256)]
+        order += [(ASAN_SIDES["patched"][0], patched, pin.patch_sha256),
+                  (UNPATCHED_VARIANT, pristine, None),
+                  (ASAN_SIDES["unpatched"][0], pristine, None)]
     for variant, src, patch in order:
         pool.start(variant, _build.build_whisper_cli, src, patch_sha256=patch,
                    variant=variant, **common)

@@ -17,7 +17,10 @@ static ggml libraries once per ggml identity (its source, its CMake options, the
 toolchain), through whisper.cpp's own CMake project (``--target ggml``) and ggml's own
 install rules, into ``<cache>/ggml/<key>/prefix``; each variant then configures with
 whisper.cpp's ``WHISPER_USE_SYSTEM_GGML`` route against that prefix and compiles only
-libwhisper, its examples' ``common`` library and the CLI. The libraries are static, so
+libwhisper, its examples' ``common`` library and the CLI, each compile launched through
+the compiler cache of :mod:`verifylib.whispercpp.compiler_cache`, so what another variant
+already compiled (all but ``src/whisper.cpp``, between patched and unpatched) is not
+compiled again. The libraries are static, so
 every binary still carries all the ggml code it runs and its digest covers it; the ggml
 build's key, options and library digests are in each variant's key and ``build.json``,
 and a cached ggml is re-hashed file by file before use. A source whose CMake project
@@ -60,6 +63,11 @@ from verifylib.runtime.runner import (
     run_whisper_binary,
     run_whisper_cli,
 )
+from verifylib.whispercpp import compiler_cache
+from verifylib.whispercpp.compiler_cache import CompilerCache
+
+CCACHE_LOG = "verifylib-ccache.log"
+"""ccache's statistics log in a build folder (:mod:`verifylib.whispercpp.compiler_cache`)."""
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
 
@@ -562,25 +570,31 @@ def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path,
 def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tuple[str, list]],
                  label: str, *, timeout: float, log: Callable[[str], None],
                  configure_extra: Mapping[str, str] | None = None,
-                 path_maps: Mapping[Path, str] | None = None) -> list[str]:
+                 path_maps: Mapping[Path, str] | None = None,
+                 ccache: CompilerCache | None = None) -> list[str]:
     """Configure ``src`` in a fresh ``bdir`` (outside the tree), then run further cmake steps.
 
     ``steps`` are ``(name, argv after the cmake program)``. Each step's output goes to
     ``bdir/verifylib-<step>.log``; a failing step raises :class:`BuildError` naming that
     log and ending with its last lines. While a step runs, a progress line (with cmake's
     ``[NN%]``) is printed every few seconds. ``configure_extra`` are ``-D`` entries that
-    only locate things (the shared ggml prefix): passed, not keyed. Returns the configure
-    argv (recorded with the build).
+    only locate things (the shared ggml prefix): passed, not keyed; so are the compiler
+    launchers of ``ccache`` (:mod:`verifylib.whispercpp.compiler_cache`, its statistics
+    log at ``bdir/verifylib-ccache.log``). Returns the configure argv (recorded with the
+    build).
     """
     shutil.rmtree(bdir, ignore_errors=True)
     bdir.mkdir(parents=True)
     # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
     env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
+    if ccache is not None:
+        env.update(ccache.environment(bdir / CCACHE_LOG))
+    extra = {**(configure_extra or {}), **compiler_cache.launch_options(ccache)}
     cmake = tools.cmake_executable()  # ToolMissing, never a FileNotFoundError, without one
     configure = ([cmake, "-S", str(src), "-B", str(bdir)]
                  + [f"-D{k}={v}" for k, v in
                     _with_path_maps(opts, src, bdir, path_maps).items()]
-                 + [f"-D{k}={v}" for k, v in (configure_extra or {}).items()])
+                 + [f"-D{k}={v}" for k, v in extra.items()])
     plan = [("configure", configure, f"configuring {label}")]
     plan += [(name, [cmake, *argv], f"{name} {label}") for name, argv in steps]
     for step, argv, what in plan:
@@ -599,7 +613,8 @@ def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tup
 
 def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, label: str,
                   *, jobs: int, timeout: float, log: Callable[[str], None],
-                  ggml: "GgmlBuild | None" = None) -> tuple[Path, list[str]]:
+                  ggml: "GgmlBuild | None" = None,
+                  ccache: CompilerCache | None = None) -> tuple[Path, list[str]]:
     """Configure ``src`` in a fresh ``bdir`` and build one target; with ``ggml``, against it.
 
     Returns the built binary and the configure argv (recorded with the build).
@@ -608,11 +623,40 @@ def _cmake_target(src: Path, bdir: Path, opts: Mapping[str, str], target: str, l
     maps = None if ggml is None else {ggml.prefix: "/ggml"}
     configure = _cmake_steps(src, bdir, opts, [
         ("build", ["--build", str(bdir), "--target", target, "-j", str(jobs)])],
-        label, timeout=timeout, log=log, configure_extra=extra, path_maps=maps)
+        label, timeout=timeout, log=log, configure_extra=extra, path_maps=maps,
+        ccache=ccache)
     built = bdir / "bin" / target
     if not built.is_file():
         raise BuildError(f"build reported success but {built} does not exist")
     return built, configure
+
+
+def _build_tree(src: Path, root: Path) -> tuple[Path, Path]:
+    """Lay out a fresh ``root`` for one build: ``root/src``, a copy of ``src``, and ``root/build``.
+
+    Every build tree has the same shape, so ccache sees the same relative paths in the
+    compiles of two variants and can hand one the other's objects
+    (:mod:`verifylib.whispercpp.compiler_cache`); the path maps keep ``root`` out of the
+    binary. The copy leaves ``.git`` out (the build-info lookup stops at ``root``), and
+    the source folder itself is only read.
+    """
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    copy = root / "src"
+    shutil.copytree(src, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    return copy, root / "build"
+
+
+def _cache_use(bdir: Path, ccache: CompilerCache | None) -> dict | None:
+    # What the build's compiles got from ccache (None without one): for its record and log.
+    use = compiler_cache.read_stats_log(bdir / CCACHE_LOG) if ccache is not None else None
+    return None if use is None else use.to_json()
+
+
+def _cache_phrase(use: Mapping | None) -> str:
+    if use is None:
+        return ""
+    return ", " + compiler_cache.CacheUse(**use).describe()
 
 
 # ----------------------------------------------------------------------------- shared ggml
@@ -863,7 +907,8 @@ def build_ggml(src: Path, *, tree_id: str, options: Mapping[str, str], cache_dir
             _cmake_steps(src, bdir, {**opts, **_GGML_CONFIGURE_ONLY}, [
                 ("build", ["--build", str(bdir), "--target", "ggml", "-j", str(jobs)]),
                 ("install", ["--install", str(bdir / "ggml"), "--prefix", str(prefix)])],
-                "ggml (shared by every variant)", timeout=timeout, log=log)
+                "ggml (shared by every variant)", timeout=timeout, log=log,
+                ccache=compiler_cache.compiler_cache(cache_dir))
             files = _installed_files(prefix)
             if not any(k.endswith(".a") for k in files):
                 raise BuildError(f"the ggml install into {prefix} holds no static library")
@@ -971,7 +1016,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
             raise BuildError(f"{src} has no CMakeLists.txt")
         # Keyed like the publication and only touched under its lock: two processes
         # never configure into one folder (one of them used to fail with cmake exit 2).
-        bdir = cache_dir / "cmake" / key
+        root = cache_dir / "cmake" / key
         # The ggml is produced (or re-hashed) only when this binary must be built: a
         # cached binary already carries its ggml, named by the key and its build.json.
         ggml = (build_ggml(src, tree_id=tree_id, options=g_opts, cache_dir=cache_dir,
@@ -979,10 +1024,13 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 if shared else None)
         if ggml is not None and ggml.key != g_key:
             raise BuildError(f"the shared ggml's key {ggml.key} is not the expected {g_key}")
-        built, configure = _cmake_target(src, bdir, opts, "whisper-cli",
+        ccache = compiler_cache.compiler_cache(cache_dir)
+        tree, bdir = _build_tree(src, root)
+        built, configure = _cmake_target(tree, bdir, opts, "whisper-cli",
                                          f"whisper-cli [{variant}]", jobs=jobs,
-                                         timeout=timeout, log=log, ggml=ggml)
+                                         timeout=timeout, log=log, ggml=ggml, ccache=ccache)
         seconds = time.monotonic() - t0
+        cache_use = _cache_use(bdir, ccache)
 
         builds.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=builds))
@@ -996,18 +1044,20 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
                 "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
                 "static": not links_runtime_dynamically(libs), "configure_argv": configure,
-                "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence()})
+                "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence(),
+                "compiler_cache": cache_use})
             # Under the lock, ``final`` exists here only if it failed its check above, so
             # this replaces nothing another process could be using as a good build.
             publish_dir(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        # Objects from a finished build are never reused (the folder is emptied before
-        # each build), so only a failed build's folder is kept, for its logs.
-        shutil.rmtree(bdir, ignore_errors=True)
+        # A build folder is never built in twice (it is emptied before each build), so
+        # only a failed build's folder is kept, for its logs.
+        shutil.rmtree(root, ignore_errors=True)
         result = _result_from_publication(final, key, False, seconds)
         log(f"built whisper-cli [{variant}] in {seconds:.0f} s: {result.binary} "
-            f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'})")
+            f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'}"
+            f"{_cache_phrase(cache_use)})")
         return result
 
     return produce_once(cache_dir / LOCKS_DIR, "build", key, check=reuse, produce=produce,
@@ -1230,7 +1280,7 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
         return None
 
     def produce() -> BenchBuild:
-        bdir = cache_dir / "cmake" / f"bench-{key}"
+        root = cache_dir / "cmake" / f"bench-{key}"
         opts = dict(cli.options)
         ggml = None
         if cli.ggml is not None:  # the same ggml as the whisper-cli whose options it shares
@@ -1240,22 +1290,27 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
             if ggml.key != cli.ggml["key"]:
                 raise BuildError(f"whisper-bench [{cli.variant}]: the shared ggml's key "
                                  f"{ggml.key} is not the whisper-cli's {cli.ggml['key']}")
-        built, _ = _cmake_target(src, bdir, opts, "whisper-bench",
+        ccache = compiler_cache.compiler_cache(cache_dir)
+        tree, bdir = _build_tree(src, root)
+        built, _ = _cmake_target(tree, bdir, opts, "whisper-bench",
                                  f"whisper-bench [{cli.variant}]", jobs=jobs, timeout=timeout,
-                                 log=log, ggml=ggml)
+                                 log=log, ggml=ggml, ccache=ccache)
         seconds = time.monotonic() - t0
+        cache_use = _cache_use(bdir, ccache)
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
         try:
             shutil.copy2(built, staging / "whisper-bench")
             digest = sha256_file(staging / "whisper-bench")
             write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
-                                                "sha256": digest, "seconds": round(seconds, 3)})
+                                                "sha256": digest, "seconds": round(seconds, 3),
+                                                "compiler_cache": cache_use})
             publish_dir(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(bdir, ignore_errors=True)
-        log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest})")
+        shutil.rmtree(root, ignore_errors=True)
+        log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest}"
+            f"{_cache_phrase(cache_use)})")
         return BenchBuild(final / "whisper-bench", digest, key, cli.key, opts, False, seconds)
 
     return produce_once(cache_dir / LOCKS_DIR, "bench", key, check=reuse, produce=produce,
