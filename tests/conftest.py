@@ -122,7 +122,7 @@ def _not_started(variant):
     raise AssertionError(f"variant {variant} was not started by v185_builds")
 
 
-V185_VARIANTS = ("ggml", "ggml-asan", "ggml-unpatched", "ggml-unpatched-asan")
+V185_VARIANTS = ("ggml", "ggml-asan", "ggml-unpatched-asan", "ggml-unpatched")
 """What ``verifylib run`` builds for the default parameters, in the order it starts them."""
 
 
@@ -265,9 +265,12 @@ def upstream_encoders(verifylib_cache, v185_source):
 
 
 @pytest.fixture(scope="session")
-def quantize_build(v185_source, verifylib_cache):
+def quantize_build(v185_source, verifylib_cache, v185_unpatched_build):
     """whisper-quantize and ggml's static libraries and headers from the pristine v1.8.5
-    source, built once per machine into the session cache (tests/helpers/quantize.py)."""
+    source, built once per machine into the session cache (tests/helpers/quantize.py).
+
+    After the unpatched whisper-cli: the quantizer links its ggml and its compiler cache
+    holds libwhisper and ``common``, so only the quantizer's own file compiles."""
     from tests.helpers.quantize import build_quantize
     return build_quantize(v185_source.path, v185_source.tree_id, verifylib_cache,
                           log=lambda _msg: None)

@@ -155,7 +155,11 @@ def test_the_unpatched_build_compiles_only_what_differs(tmp_path, monkeypatch):
     for name, code in (("patched", 0), ("pristine", 1)):
         root = project(tmp_path / name, exit_code=code)
         (root / "CMakeLists.txt").write_text(COMMON_TOP)
-        (root / "common.cpp").write_text("int common_fake() { return 7; }\n")
+        (root / "common.cpp").write_text(
+            'const char *common_file() { return __FILE__; }\n')
+        main = (root / "main.cpp").read_text().replace(
+            "int main() {", 'const char *common_file();\nint main() {\n    puts(common_file());')
+        (root / "main.cpp").write_text(main)
         trees[name] = root
     cache = tmp_path / "cache"
     lines: list[str] = []
@@ -181,3 +185,6 @@ def test_the_unpatched_build_compiles_only_what_differs(tmp_path, monkeypatch):
     assert canonical.read_json(c.build_json)["compiler_cache"] is None
     assert c.key == b.key and c.sha256 == b.sha256
     assert not (nocache / "ccache").exists()
+    # __FILE__ reads the alias, whether ccache made the path relative or not.
+    assert b"/whisper.cpp/common.cpp" in b.binary.read_bytes()
+    assert b"../src" not in b.binary.read_bytes()

@@ -1,13 +1,15 @@
 """``whisper-quantize`` of the pinned tree, built once per machine into the session cache.
 
-The build is of the cached pristine source (never written into: CMake configures in
-``<cache>/cmake/quantize-<tree>``), static and portable (``-DBUILD_SHARED_LIBS=OFF
--DGGML_NATIVE=OFF``, Release, no tests), and the published entry
-``<cache>/builds/quantize-<tree>/`` keeps what the physical tests need beside the binary:
-ggml's three static libraries and its public headers, so a test can compile a small C
-program against the exact ggml the quantizer links. The entry is staged and renamed into
-place under its lock, with ``build.json`` recording every file's SHA-256; a later session
-reuses it only if every file still hashes to its record (about 2 minutes to rebuild).
+Built the way stage 01 builds the unpatched whisper-cli of the default parameters: the
+same options (``GGML_NATIVE=ON``, static, Release), against the same shared ggml (so the
+audit's ggml is reused, re-hashed, not built again) and through the same compiler cache
+(so libwhisper and ``common`` come from the unpatched build's objects), with CMake
+configured on a copy of the cached pristine source, which is never written into. The
+published entry ``<cache>/builds/quantize-<tree>-<ggml key>/`` keeps what the physical
+tests need beside the binary: the static ggml libraries and public headers it linked, so
+a test can compile a small C program against the exact ggml the quantizer runs. The entry
+is staged and renamed into place under its lock, with ``build.json`` recording every
+file's SHA-256; a later session reuses it only if every file still hashes to its record.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from typing import Callable
 
 from verifylib.canonical import publish_dir, read_json, sha256_file, write_json
 from verifylib.locks import LOCKS_DIR, produce_once
-from verifylib.runtime.runner import run
 
-SCHEMA = "verifylib-test-quantize-1"
-OPTIONS = {"BUILD_SHARED_LIBS": "OFF", "GGML_NATIVE": "OFF", "CMAKE_BUILD_TYPE": "Release",
-           "WHISPER_BUILD_TESTS": "OFF"}
-TARGETS = ("whisper-quantize", "ggml", "ggml-base", "ggml-cpu")
+SCHEMA = "verifylib-test-quantize-2"
+VARIANT = "ggml-unpatched"
+"""The whisper-cli variant whose options, ggml and objects the quantizer shares."""
+OPTIONS = {"GGML_NATIVE": "ON"}
+"""What ``verifylib run`` passes for the default parameters (tests/conftest.py too)."""
 LIBS = ("libggml.a", "libggml-base.a", "libggml-cpu.a")
 
 
@@ -57,9 +59,15 @@ def _result(root: Path, tree_id: str, cached: bool, seconds: float) -> QuantizeB
 
 def build_quantize(src: Path, tree_id: str, cache_dir: Path, *, jobs: int = 2,
                    log: Callable[[str], None] = print) -> QuantizeBuild:
-    """Build (or reuse) whisper-quantize and ggml's static libraries from ``src``."""
+    """Build (or reuse) whisper-quantize from ``src``, against the audit's shared ggml."""
+    from verifylib.whispercpp import build, compiler_cache
+
+    src = Path(src).resolve()
     cache_dir = Path(cache_dir).resolve()
-    final = cache_dir / "builds" / f"quantize-{tree_id}"
+    opts = build.effective_options(VARIANT, OPTIONS)
+    ggml = build.build_ggml(src, tree_id=tree_id, options=build.ggml_options(VARIANT, opts),
+                            cache_dir=cache_dir, jobs=jobs, log=log)
+    final = cache_dir / "builds" / f"quantize-{tree_id[:12]}-{ggml.key[:12]}"
     t0 = time.monotonic()
 
     def check() -> QuantizeBuild | None:
@@ -68,42 +76,37 @@ def build_quantize(src: Path, tree_id: str, cache_dir: Path, *, jobs: int = 2,
         except (OSError, ValueError):
             return None
         if (not isinstance(meta, dict) or meta.get("schema") != SCHEMA
-                or meta.get("tree_id") != tree_id or meta.get("options") != OPTIONS
-                or meta.get("files") != _files(final)):
+                or meta.get("tree_id") != tree_id or meta.get("options") != opts
+                or meta.get("ggml_key") != ggml.key or meta.get("files") != _files(final)):
             return None
         return _result(final, tree_id, True, time.monotonic() - t0)
 
     def produce() -> QuantizeBuild:
-        bdir = cache_dir / "cmake" / f"quantize-{tree_id}"
-        shutil.rmtree(bdir, ignore_errors=True)
-        bdir.mkdir(parents=True)
-        env = {"GIT_CEILING_DIRECTORIES": str(Path(src).parent)}
-        log(f"building whisper-quantize from {src} (about 2 minutes) …")
-        run(["cmake", "-S", src, "-B", bdir, *(f"-D{k}={v}" for k, v in OPTIONS.items())],
-            check=True, timeout=900, env_extra=env, what="cmake configure (quantize)")
-        run(["cmake", "--build", bdir, "--target", *TARGETS, "-j", str(jobs)], check=True,
-            timeout=1800, env_extra=env, what="cmake build (quantize)")
+        root = cache_dir / "cmake" / final.name
+        log(f"building whisper-quantize from {src} …")
+        tree, bdir = build._build_tree(src, root)
+        built, _ = build._cmake_target(tree, bdir, opts, "whisper-quantize", "whisper-quantize",
+                                       jobs=jobs, timeout=1800, log=log, ggml=ggml,
+                                       ccache=compiler_cache.compiler_cache(cache_dir))
         final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-quantize-{tree_id[:12]}-",
-                                        dir=final.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{final.name}-", dir=final.parent))
         try:
             (staging / "bin").mkdir()
             (staging / "lib").mkdir()
-            shutil.copy2(bdir / "bin" / "whisper-quantize", staging / "bin")
+            shutil.copy2(built, staging / "bin")
             for lib in LIBS:
-                (found,) = list(bdir.rglob(lib))
-                shutil.copy2(found, staging / "lib" / lib)
-            shutil.copytree(Path(src) / "ggml" / "include", staging / "include")
+                shutil.copy2(ggml.prefix / "lib" / lib, staging / "lib" / lib)
+            shutil.copytree(ggml.prefix / "include", staging / "include")
             write_json(staging / "build.json", {"schema": SCHEMA, "tree_id": tree_id,
-                                                "options": OPTIONS,
+                                                "options": opts, "ggml_key": ggml.key,
                                                 "files": _files(staging)})
             publish_dir(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(bdir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
         seconds = time.monotonic() - t0
         log(f"built whisper-quantize in {seconds:.0f} s ({final})")
         return _result(final, tree_id, False, seconds)
 
-    return produce_once(cache_dir / LOCKS_DIR, "quantize", tree_id, check=check,
-                        produce=produce, what=f"whisper-quantize build {tree_id[:12]}", log=log)
+    return produce_once(cache_dir / LOCKS_DIR, "quantize", final.name, check=check,
+                        produce=produce, what=f"whisper-quantize build {final.name}", log=log)

@@ -1,57 +1,76 @@
-"""Two parameter files in one `verifylib run`: two reports, one index, one shared build."""
+"""Whole audits sharing one cache and one reports folder: a batch of two parameter files in
+one ``verifylib run`` (two reports, one index, one shared build, ``--require admissible``)
+and, at the same time, a second ``verifylib run`` process auditing the batch's first model
+under the same name. Both are one test because each audit is minutes of physical work and
+the two properties are about the same runs: the batch's sequence in one process, and two
+processes on one cache, one model folder and one index at once.
+"""
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.helpers.batches import published_dirs, tiny_en_params
 from verifylib import canonical
-
-from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 
 
-def _params(folder: Path, name: str) -> Path:
-    data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
-    data["name"] = name
-    data["fixtures"] = data["fixtures"][:1]  # jfk only: this test is about the batch
-    data["canary"]["runs"] = 3
-    data["export"]["fp16"] = False  # one variant: the fp16 path is the default audit's test
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def test_batch_of_two_models_with_require_admissible(tmp_path, v185_ggml_build):
-    params_dir = tmp_path / "params"
-    params_dir.mkdir()
-    _params(params_dir, "model-a")
-    _params(params_dir, "model-b")
+def test_a_batch_and_a_simultaneous_audit_share_one_build_and_one_index(
+        tmp_path, v185_ggml_build, v185_asan_builds):
+    # jfk only, three lifecycle runs, the fp32 variant alone: what is under test is the
+    # batch and the two processes, not the fixtures, the A/B or the fp16 path (the
+    # session's default audit has them all).
+    changes = {"canary.runs": 3, "export.fp16": False}
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    tiny_en_params(batch, "tiny-en", **changes)
+    tiny_en_params(batch, "model-b", **changes)
+    alone = tiny_en_params(tmp_path, "tiny-en", **changes)
     reports = tmp_path / "reports"
-    res = subprocess.run([sys.executable, "-m", "verifylib", "run", str(params_dir),
-                          "--reports", str(reports), "--no-progress", "--require", "admissible"],
-                         capture_output=True, text=True)
+    common = ["--reports", str(reports), "--no-progress"]
+    t0 = time.monotonic()
+    procs = {
+        "batch": subprocess.Popen([sys.executable, "-m", "verifylib", "run", str(batch), *common,
+                                   "--require", "admissible"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "alone": subprocess.Popen([sys.executable, "-m", "verifylib", "run", str(alone), *common],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)}
+    outs = {k: p.communicate(timeout=3600) for k, p in procs.items()}
+    print(f"a batch of two and one audit at once: {time.monotonic() - t0:.0f} s")
+    (b_out, b_err), (a_out, a_err) = outs["batch"], outs["alone"]
     # INCOMPLETE is exit 0 normally; --require admissible makes it 1, reports still written.
-    assert res.returncode == 1, res.stdout + res.stderr[-3000:]
-    assert "worst verdict: INCOMPLETE" in res.stdout
-    runs = {}
-    for name in ("model-a", "model-b"):
-        (run_dir,) = [p for p in (reports / name).iterdir() if not p.name.startswith(".")]
+    assert procs["batch"].returncode == 1, b_out + b_err[-3000:]
+    assert "worst verdict: INCOMPLETE" in b_out
+    assert procs["alone"].returncode == 0, a_out + a_err[-3000:]
+    assert "tiny-en: verdict INCOMPLETE" in a_out, a_out
+
+    same_name = sorted(published_dirs(reports, "tiny-en"))
+    (model_b,) = published_dirs(reports, "model-b")
+    assert len(same_name) == 2, same_name
+    runs = [*same_name, model_b]
+    for run_dir in runs:
         assert (run_dir / "report.html").is_file()
-        runs[name] = run_dir
-    binaries = set()
-    for run_dir in runs.values():
-        build = canonical.read_json(run_dir / "evidence" / "01_build" / "build.json")
-        assert build["cached"] is True  # the session's build, shared by both models
-        binaries.add(build["sha256"])
-    assert len(binaries) == 1
+        assert canonical.read_json(run_dir / "receipt.json")["verdict"] == "INCOMPLETE"
+    for run_dir in same_name:
+        assert any(str(run_dir / "receipt.json") in out for out in (a_out, b_out))
+        res = subprocess.run([sys.executable, "-m", "verifylib", "verify", str(run_dir)],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "verdict INCOMPLETE" in res.stdout
+    for name in ("tiny-en", "model-b"):
+        assert not (reports / name / ".staging").exists(), "staging left behind"
+    # One shared build: the session's, found in the cache by all three runs.
+    builds = [canonical.read_json(d / "evidence" / "01_build" / "build.json") for d in runs]
+    assert all(b["cached"] is True for b in builds)
+    assert len({b["sha256"] for b in builds}) == 1
+    # One index over every run, whichever process wrote it last.
     index = (reports / "index.html").read_text()
     assert "<script" not in index.lower()
-    for name, run_dir in runs.items():
-        assert name in index
+    assert "model-b" in index and "tiny-en" in index
+    for run_dir in runs:
         assert f"{run_dir.relative_to(reports).as_posix()}/report.html" in index
     assert index.count("INCOMPLETE") >= 3
-

@@ -22,16 +22,22 @@ def test_no_ccache_means_no_cache_and_ggml_told_not_to_find_its_own(tmp_path):
 def test_the_cache_and_its_settings_live_inside_the_verifylib_cache(tmp_path):
     got = cc.compiler_cache(tmp_path, find=lambda: "/v/bin/ccache")
     assert got.directory == tmp_path.resolve() / "ccache" and got.directory.is_dir()
-    assert got.base_dir == tmp_path.resolve() / "cmake"
     assert cc.launch_options(got) == {"CMAKE_C_COMPILER_LAUNCHER": "/v/bin/ccache",
                                       "CMAKE_CXX_COMPILER_LAUNCHER": "/v/bin/ccache"}
-    env = got.environment(tmp_path / "b" / "stats.log")
+    env = got.environment(tmp_path / "b" / "stats.log", tmp_path / "root" / "src")
     # Its own configuration file: a user's ccache.conf takes no part.
     assert env["CCACHE_CONFIGPATH"] == str(got.directory / "ccache.conf")
     assert env["CCACHE_DIR"] == str(got.directory)
-    assert env["CCACHE_BASEDIR"] == str(got.base_dir)
+    assert env["CCACHE_BASEDIR"] == str(tmp_path / "root" / "src")
     assert env["CCACHE_STATSLOG"] == str(tmp_path / "b" / "stats.log")
     assert env["CCACHE_MAXSIZE"] == cc.MAX_SIZE
+    # Without a source copy every path stays absolute.
+    assert "CCACHE_BASEDIR" not in got.environment(tmp_path / "stats.log")
+
+
+def test_relative_source_prefixes_cover_each_depth():
+    assert cc.relative_source_prefixes("src", depth=3) == ["../src", "../../src",
+                                                          "../../../src"]
 
 
 def test_the_stats_log_counts_compiles_and_hits(tmp_path):

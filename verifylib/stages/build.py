@@ -250,9 +250,10 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
     on, the patched AddressSanitizer one beside it, and the two unpatched ones after
     them: those differ from the patched pair in ``src/whisper.cpp`` alone, so by then the
     compiler cache (:mod:`verifylib.whispercpp.compiler_cache`) holds every other object
-    they compile. Each is collected later by its variant name with the same arguments the
-    sequential call would pass, so a build that is not started here (or a stage that
-    stops early) changes nothing but time.
+    they compile. Of the two, the longer (AddressSanitizer) goes first, to whichever
+    worker frees first, so the pair ends together. Each is collected later by its variant
+    name with the same arguments the sequential call would pass, so a build that is not
+    started here (or a stage that stops early) changes nothing but time.
 
     Parameters
     ----------
@@ -277,8 +278,8 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
     order = [("ggml", patched, pin.patch_sha256)]
     if params.canary.enabled:
         order += [(ASAN_SIDES["patched"][0], patched, pin.patch_sha256),
-                  (UNPATCHED_VARIANT, pristine, None),
-                  (ASAN_SIDES["unpatched"][0], pristine, None)]
+                  (ASAN_SIDES["unpatched"][0], pristine, None),
+                  (UNPATCHED_VARIANT, pristine, None)]
     for variant, src, patch in order:
         pool.start(variant, _build.build_whisper_cli, src, patch_sha256=patch,
                    variant=variant, **common)

