@@ -86,8 +86,10 @@ def test_variants_share_one_ggml_recorded_in_key_and_build_json(tmp_path):
     assert a.static and b.static and a.sha256 != b.sha256
     # The identity is in the key: another ggml key gives another build key.
     opts, comp = a.options, a.compiler
-    assert a.key == build.build_key(TREE, PATCH, "ggml", opts, comp, a.ggml["key"])
-    assert a.key != build.build_key(TREE, PATCH, "ggml", opts, comp, None)
+    launcher = canonical.read_json(a.build_json)["launcher"]
+    assert a.key == build.build_key(TREE, PATCH, "ggml", opts, comp, a.ggml["key"],
+                                    launcher=launcher)
+    assert a.key != build.build_key(TREE, PATCH, "ggml", opts, comp, None, launcher=launcher)
     # And in the gate's evidence, through its schema.
     ev = GgmlBuildEvidence.from_json(build.build_evidence(a, _probe(a)))
     assert ev.ggml is not None and ev.ggml.key == a.ggml["key"]
@@ -183,7 +185,11 @@ def test_the_unpatched_build_compiles_only_what_differs(tmp_path, monkeypatch):
     c = build.build_whisper_cli(trees["pristine"], patch_sha256=None, variant="ggml-unpatched",
                                 tree_id=TREE, options={}, cache_dir=nocache, log=quiet)
     assert canonical.read_json(c.build_json)["compiler_cache"] is None
-    assert c.key == b.key and c.sha256 == b.sha256
+    # Another key (the launcher is keyed: it decides the -g builds' debug paths), the
+    # same bytes for this build without debug information.
+    assert c.key != b.key and c.sha256 == b.sha256
+    assert rec_b["launcher"] == compiler_cache.LAUNCHER
+    assert canonical.read_json(c.build_json)["launcher"] is None
     assert not (nocache / "ccache").exists()
     # __FILE__ reads the alias, whether ccache made the path relative or not.
     assert b"/whisper.cpp/common.cpp" in b.binary.read_bytes()

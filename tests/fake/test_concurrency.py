@@ -156,7 +156,8 @@ def test_build_is_produced_once_and_reused_by_the_waiter(tmp_path, monkeypatch):
     assert stand_in
     cmake_calls: list[Path] = []
 
-    def fake_cmake(src_, bdir, opts, target, label, *, jobs, timeout, log, ggml=None):
+    def fake_cmake(src_, bdir, opts, target, label, *, jobs, timeout, log, ggml=None,
+                   ccache=None):
         assert ggml is None  # a stand-in tree without the shared ggml route
         cmake_calls.append(bdir)
         shutil.rmtree(bdir, ignore_errors=True)

@@ -262,13 +262,13 @@ def _coreml_cmake_target(real):
     """Build a WHISPER_COREML=1 target: the real GGML target from the same source and
     options minus the Core ML ones (the Core ML sources need Apple's frameworks), marked."""
 
-    def build(src, bdir, opts, target, label, *, jobs, timeout, log, ggml=None):
+    def build(src, bdir, opts, target, label, *, jobs, timeout, log, ggml=None, ccache=None):
         if opts.get("WHISPER_COREML") != "1":
             return real(src, bdir, opts, target, label, jobs=jobs, timeout=timeout, log=log,
-                        ggml=ggml)
+                        ggml=ggml, ccache=ccache)
         plain = {k: v for k, v in opts.items() if not k.startswith("WHISPER_COREML")}
         built, configure = real(src, bdir, plain, target, f"{label} (simulated Mac)",
-                                jobs=jobs, timeout=timeout, log=log, ggml=ggml)
+                                jobs=jobs, timeout=timeout, log=log, ggml=ggml, ccache=ccache)
         with open(built, "ab") as fh:
             fh.write(MARKER)
         return built, configure

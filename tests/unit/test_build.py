@@ -40,8 +40,11 @@ def test_build_key_is_stable_and_sensitive():
         build_key(TREE, PATCH, "ggml", opts, {**comp, "c++": "clang 17"}),
         build_key(TREE, PATCH, "ggml", effective_options("ggml", {}, backend="metal"), comp),
         build_key(TREE, PATCH, "ggml", opts, {**comp, "sdk": {"developer_dir": "/A/Xcode.app"}}),
+        build_key(TREE, PATCH, "ggml", opts, comp, launcher="ccache/base_dir=source-copy"),
     }
-    assert k not in others and len(others) == 8
+    assert k not in others and len(others) == 9
+    # No launcher keys a build as it always was.
+    assert k == build_key(TREE, PATCH, "ggml", opts, comp, launcher=None)
 
 
 @pytest.mark.parametrize("args,match", [

@@ -338,7 +338,8 @@ def forced_options(variant: str, backend: str | None = None) -> dict[str, str]:
 
 
 def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Mapping[str, Any],
-              compiler: Mapping[str, Any], ggml_key: str | None = None) -> str:
+              compiler: Mapping[str, Any], ggml_key: str | None = None, *,
+              launcher: str | None = None) -> str:
     """Content key of a build: SHA-256 of the canonical JSON of its inputs.
 
     Parameters
@@ -356,6 +357,11 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
     ggml_key : str, optional
         :func:`ggml_key` of the shared ggml build the binary links, None when ggml is
         built in one piece with it.
+    launcher : str, optional
+        :data:`verifylib.whispercpp.compiler_cache.LAUNCHER` when the compiles go through
+        the compiler cache: ccache hands the compiler normalized relative paths, which the
+        debug information of the ``-g`` (AddressSanitizer) builds keeps, so it decides
+        bytes. None (no launcher) leaves the key as it always was.
 
     Returns
     -------
@@ -383,6 +389,8 @@ def build_key(tree_id: str, patch_sha256: str | None, variant: str, options: Map
     payload = {"schema": _KEY_SCHEMA, "target": "whisper-cli", "tree_id": tree_id,
                "patch_sha256": patch_sha256, "variant": variant, "options": dict(options),
                "compiler": dict(compiler), "ggml_key": ggml_key}
+    if launcher is not None:
+        payload["launcher"] = launcher
     return sha256_bytes(dumps(payload))
 
 
@@ -998,7 +1006,9 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     shared = uses_shared_ggml(src)
     g_opts = ggml_options(variant, opts)
     g_key = ggml_key(tree_id, ggml_source_digest(src), g_opts, compiler) if shared else None
-    key = build_key(tree_id, patch_sha256, variant, opts, compiler, g_key)
+    ccache = compiler_cache.compiler_cache(cache_dir)
+    launcher = None if ccache is None else compiler_cache.LAUNCHER
+    key = build_key(tree_id, patch_sha256, variant, opts, compiler, g_key, launcher=launcher)
     builds = cache_dir / "builds"
     final = builds / key
 
@@ -1032,7 +1042,6 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 if shared else None)
         if ggml is not None and ggml.key != g_key:
             raise BuildError(f"the shared ggml's key {ggml.key} is not the expected {g_key}")
-        ccache = compiler_cache.compiler_cache(cache_dir)
         tree, bdir = _build_tree(src, root)
         built, configure = _cmake_target(tree, bdir, opts, "whisper-cli",
                                          f"whisper-cli [{variant}]", jobs=jobs,
@@ -1053,7 +1062,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
                 "static": not links_runtime_dynamically(libs), "configure_argv": configure,
                 "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence(),
-                "compiler_cache": cache_use})
+                "launcher": launcher, "compiler_cache": cache_use})
             # Under the lock, ``final`` exists here only if it failed its check above, so
             # this replaces nothing another process could be using as a good build.
             publish_dir(staging, final)
@@ -1271,8 +1280,11 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
     """
     src = Path(src).resolve()
     cache_dir = Path(cache_dir).expanduser().resolve()
-    key = sha256_bytes(dumps({"schema": _BENCH_SCHEMA, "target": "whisper-bench",
-                              "cli_key": cli.key}))
+    ccache = compiler_cache.compiler_cache(cache_dir)
+    payload = {"schema": _BENCH_SCHEMA, "target": "whisper-bench", "cli_key": cli.key}
+    if ccache is not None:
+        payload["launcher"] = compiler_cache.LAUNCHER
+    key = sha256_bytes(dumps(payload))
     final = cache_dir / "builds" / f"bench-{key}"
     t0 = time.monotonic()
 
@@ -1298,7 +1310,6 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
             if ggml.key != cli.ggml["key"]:
                 raise BuildError(f"whisper-bench [{cli.variant}]: the shared ggml's key "
                                  f"{ggml.key} is not the whisper-cli's {cli.ggml['key']}")
-        ccache = compiler_cache.compiler_cache(cache_dir)
         tree, bdir = _build_tree(src, root)
         built, _ = _cmake_target(tree, bdir, opts, "whisper-bench",
                                  f"whisper-bench [{cli.variant}]", jobs=jobs, timeout=timeout,

