@@ -17,6 +17,7 @@ def test_no_ccache_means_no_cache_and_ggml_told_not_to_find_its_own(tmp_path):
     assert cc.compiler_cache(tmp_path, find=lambda: None) is None
     assert not (tmp_path / "ccache").exists()
     assert cc.launch_options(None) == {"GGML_CCACHE": "OFF"}
+    assert cc.launcher_of(None) is None
 
 
 def test_the_cache_and_its_settings_live_inside_the_verifylib_cache(tmp_path):
@@ -24,6 +25,7 @@ def test_the_cache_and_its_settings_live_inside_the_verifylib_cache(tmp_path):
     assert got.directory == tmp_path.resolve() / "ccache" and got.directory.is_dir()
     assert cc.launch_options(got) == {"CMAKE_C_COMPILER_LAUNCHER": "/v/bin/ccache",
                                       "CMAKE_CXX_COMPILER_LAUNCHER": "/v/bin/ccache"}
+    assert cc.launcher_of(got) == cc.LAUNCHER
     env = got.environment(tmp_path / "b" / "stats.log", tmp_path / "root" / "src")
     # Its own configuration file: a user's ccache.conf takes no part.
     assert env["CCACHE_CONFIGPATH"] == str(got.directory / "ccache.conf")

@@ -64,10 +64,10 @@ from verifylib.runtime.runner import (
     run_whisper_cli,
 )
 from verifylib.whispercpp import compiler_cache
-from verifylib.whispercpp.compiler_cache import CompilerCache
+from verifylib.whispercpp.compiler_cache import CacheUse, CompilerCache
 
-CCACHE_LOG = "verifylib-ccache.log"
-"""ccache's statistics log in a build folder (:mod:`verifylib.whispercpp.compiler_cache`)."""
+_SOURCE_ALIAS = "/whisper.cpp"
+"""What a build's source folder reads as inside its binaries (_with_path_maps)."""
 
 VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
 
@@ -556,7 +556,8 @@ def _tail(res: RunResult, n: int = 40) -> str:
 
 
 def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path,
-                    extra: Mapping[Path, str] | None = None) -> dict[str, str]:
+                    extra: Mapping[Path, str] | None = None, *,
+                    source_copy: bool = False) -> dict[str, str]:
     """Add compiler flags that strip the source and build folders from embedded paths.
 
     ``__FILE__`` (assertions, log lines) would otherwise put the work tree's absolute path
@@ -564,14 +565,14 @@ def _with_path_maps(opts: Mapping[str, str], src: Path, bdir: Path,
     ``extra`` maps further folders (the shared ggml prefix, whose headers the variant
     compiles). The flags are not part of the key: they only normalize locations. CMake
     splits the flag string on spaces, so a path containing whitespace is left unmapped.
+    With ``source_copy`` (``src`` beside ``bdir``), the relative forms ccache hands the
+    compiler get the same alias as the absolute one.
     """
-    folders = [(src, "/whisper.cpp"), (bdir, "/build"), *(extra or {}).items()]
+    folders = [(src, _SOURCE_ALIAS), (bdir, "/build"), *(extra or {}).items()]
     maps = [f"-ffile-prefix-map={path}={alias}" for path, alias in folders
             if not any(c.isspace() for c in str(path))]
-    if src.parent == bdir.parent:
-        # A source copy beside its build folder: ccache hands the compiler its paths
-        # relative to the compile's folder; they get the same alias as the absolute ones.
-        maps += [f"-ffile-prefix-map={rel}=/whisper.cpp"
+    if source_copy:
+        maps += [f"-ffile-prefix-map={rel}={_SOURCE_ALIAS}"
                  for rel in compiler_cache.relative_source_prefixes(src.name)]
     out = dict(opts)
     if maps:
@@ -593,23 +594,23 @@ def _cmake_steps(src: Path, bdir: Path, opts: Mapping[str, str], steps: list[tup
     ``[NN%]``) is printed every few seconds. ``configure_extra`` are ``-D`` entries that
     only locate things (the shared ggml prefix): passed, not keyed; so are the compiler
     launchers of ``ccache`` (:mod:`verifylib.whispercpp.compiler_cache`, its statistics
-    log at ``bdir/verifylib-ccache.log``). Returns the configure argv (recorded with the
-    build).
+    log in ``bdir``). Returns the configure argv (recorded with the build).
     """
     shutil.rmtree(bdir, ignore_errors=True)
     bdir.mkdir(parents=True)
     # Keeps the build-info `git rev-parse` from climbing out of a tree that has no .git.
     env = {"GIT_CEILING_DIRECTORIES": str(src.parent)}
+    # A source copy beside its build folder (_build_tree) is the only tree whose paths
+    # ccache may make relative: the relative path maps cover exactly that layout.
+    source_copy = src.parent == bdir.parent
     if ccache is not None:
-        # Relative paths only for a source copy beside the build folder, which the
-        # relative path maps cover (_with_path_maps); any other tree stays absolute.
-        env.update(ccache.environment(bdir / CCACHE_LOG,
-                                      src if src.parent == bdir.parent else None))
+        env.update(ccache.environment(bdir / compiler_cache.STATS_LOG,
+                                      src if source_copy else None))
     extra = {**(configure_extra or {}), **compiler_cache.launch_options(ccache)}
     cmake = tools.cmake_executable()  # ToolMissing, never a FileNotFoundError, without one
     configure = ([cmake, "-S", str(src), "-B", str(bdir)]
-                 + [f"-D{k}={v}" for k, v in
-                    _with_path_maps(opts, src, bdir, path_maps).items()]
+                 + [f"-D{k}={v}" for k, v in _with_path_maps(
+                     opts, src, bdir, path_maps, source_copy=source_copy).items()]
                  + [f"-D{k}={v}" for k, v in extra.items()])
     plan = [("configure", configure, f"configuring {label}")]
     plan += [(name, [cmake, *argv], f"{name} {label}") for name, argv in steps]
@@ -663,16 +664,19 @@ def _build_tree(src: Path, root: Path) -> tuple[Path, Path]:
     return copy, root / "build"
 
 
-def _cache_use(bdir: Path, ccache: CompilerCache | None) -> dict | None:
+def _cache_use(bdir: Path, ccache: CompilerCache | None) -> CacheUse | None:
     # What the build's compiles got from ccache (None without one): for its record and log.
-    use = compiler_cache.read_stats_log(bdir / CCACHE_LOG) if ccache is not None else None
+    if ccache is None:
+        return None
+    return compiler_cache.read_stats_log(bdir / compiler_cache.STATS_LOG)
+
+
+def _cache_record(use: CacheUse | None) -> dict | None:
     return None if use is None else use.to_json()
 
 
-def _cache_phrase(use: Mapping | None) -> str:
-    if use is None:
-        return ""
-    return ", " + compiler_cache.CacheUse(**use).describe()
+def _cache_phrase(use: CacheUse | None) -> str:
+    return "" if use is None else ", " + use.describe()
 
 
 # ----------------------------------------------------------------------------- shared ggml
@@ -1007,7 +1011,7 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     g_opts = ggml_options(variant, opts)
     g_key = ggml_key(tree_id, ggml_source_digest(src), g_opts, compiler) if shared else None
     ccache = compiler_cache.compiler_cache(cache_dir)
-    launcher = None if ccache is None else compiler_cache.LAUNCHER
+    launcher = compiler_cache.launcher_of(ccache)
     key = build_key(tree_id, patch_sha256, variant, opts, compiler, g_key, launcher=launcher)
     builds = cache_dir / "builds"
     final = builds / key
@@ -1062,7 +1066,8 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
                 "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
                 "static": not links_runtime_dynamically(libs), "configure_argv": configure,
                 "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence(),
-                "launcher": launcher, "compiler_cache": cache_use})
+                "launcher": launcher,
+                "compiler_cache": _cache_record(cache_use)})
             # Under the lock, ``final`` exists here only if it failed its check above, so
             # this replaces nothing another process could be using as a good build.
             publish_dir(staging, final)
@@ -1282,8 +1287,8 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
     cache_dir = Path(cache_dir).expanduser().resolve()
     ccache = compiler_cache.compiler_cache(cache_dir)
     payload = {"schema": _BENCH_SCHEMA, "target": "whisper-bench", "cli_key": cli.key}
-    if ccache is not None:
-        payload["launcher"] = compiler_cache.LAUNCHER
+    if (launcher := compiler_cache.launcher_of(ccache)) is not None:
+        payload["launcher"] = launcher
     key = sha256_bytes(dumps(payload))
     final = cache_dir / "builds" / f"bench-{key}"
     t0 = time.monotonic()
@@ -1323,7 +1328,7 @@ def build_bench(src: Path, cli: BuildResult, *, cache_dir: Path, jobs: int = 2,
             digest = sha256_file(staging / "whisper-bench")
             write_json(staging / "build.json", {"key": key, "cli_key": cli.key, "options": opts,
                                                 "sha256": digest, "seconds": round(seconds, 3),
-                                                "compiler_cache": cache_use})
+                                                "compiler_cache": _cache_record(cache_use)})
             publish_dir(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

