@@ -107,6 +107,46 @@ def test_upstream_fp16_encoder_with_a_q5_0_file(tmp_path, files, upstream_encode
     assert ver.returncode == 0, ver.stdout + ver.stderr
 
 
+@pytest.fixture(scope="module", params=["f16", "q5_0"])
+def ane_audit(request, tmp_path_factory, files, upstream_encoders):
+    """Upstream's ``--optimize-ane`` encoder beside our f16 file and beside its q5_0."""
+    name = f"up-ane-{request.param.replace('_', '')}"
+    return request.param, _audit(tmp_path_factory.mktemp(name), name, files[request.param],
+                                 upstream_encoders.paths["ane"])
+
+
+def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
+    """The defect of issue 36: the ANE program's (B, C, 1, S) taps made parity.program ERROR."""
+    ftype, (res, run_dir, receipt, gates) = ane_audit
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert receipt["verdict"] == "INCOMPLETE", res.stdout + res.stderr
+    for gid in ("export.ggml_model", "export.contract", "export.pair", "parity.program",
+                "wer.ggml_vs_source", "canary.lifecycle_ab"):
+        assert gates[gid]["status"] == "PASS", (gid, gates[gid]["reason"])
+    # The encoder is fp16: it is gated by its own policy, and the fp16 variant gate has no
+    # separate candidate to run on.
+    assert gates["parity.program_fp16"]["status"] == "NOT_RUN"
+    assert receipt["identities"]["encoder.precision"] == "fp16"
+    (drift_file,) = run_dir.rglob("program-drift.json")
+    drift = canonical.read_json(drift_file)
+    rows = drift["layers"]["float32"]
+    assert [r["label"] for r in rows] == ["embeddings", "block 0", "block 1", "block 2",
+                                          "block 3", "output"]
+    assert not any(r.get("unmapped") for r in rows) and drift["unmapped_taps"] == []
+    assert {drift["tap_layouts"][f"block {i}"] for i in range(4)} == {"bc1s"}
+    for r in rows:  # measured: every point of the fp16 program between 55 and 75 dB
+        assert 40.0 < float(r["snr_db"]) < 90.0, r
+    report = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "upstream&#39;s --optimize-ane layout" in report or \
+        "upstream's --optimize-ane layout" in report
+    if ftype == "q5_0":
+        assert "pair-v1" in gates["parity.program"]["reason"]["detail"]
+    else:
+        assert "fp16-v1" in gates["parity.program"]["reason"]["detail"]
+    ver = _cli("verify", str(run_dir))
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+
+
 def test_a_mismatched_pair_is_rejected(tmp_path, files, upstream_encoders):
     res, run_dir, receipt, gates = _audit(tmp_path, "mismatch", files["other"],
                                           upstream_encoders.paths["plain"])

@@ -83,6 +83,7 @@ import numpy as np
 
 from verifylib.canonical import sha256_bytes
 from verifylib.errors import ParametersInvalid
+from verifylib.numerics.layouts import relayout_for
 from verifylib.numerics.memory import release_memory, trimmed
 
 CEILING_DB = 150.0
@@ -929,8 +930,9 @@ def reference_layout(value, shape: tuple):
 
     The ANE-optimized converter computes every value between its 1x1 convs as
     ``(batch, channels, 1, frames)``; HF's is ``(batch, frames, channels)``. The two hold
-    the same numbers in another order, so such a value is compared after the relayout;
-    any other shape difference means the values are not the same quantity.
+    the same numbers in another order, so such a value is compared after the relayout
+    (every layout of :mod:`verifylib.numerics.layouts`); any other shape difference means
+    the values are not the same quantity.
 
     Parameters
     ----------
@@ -943,15 +945,12 @@ def reference_layout(value, shape: tuple):
     -------
     torch.Tensor or None
         ``value`` itself when the shapes agree, its ``(batch, frames, channels)`` view for
-        the ANE layout, else None.
+        a known layout, else None.
     """
-    got = tuple(value.shape)
-    if got == tuple(shape):
+    if tuple(value.shape) == tuple(shape):
         return value
-    if len(got) == 4 and got[2] == 1 and len(shape) == 3 and \
-            tuple(shape) == (got[0], got[3], got[1]):
-        return value.squeeze(2).transpose(1, 2)
-    return None
+    layout = relayout_for(tuple(value.shape), shape) if len(shape) == 3 else None
+    return None if layout is None else layout.apply(value)
 
 
 def _capped(v: float | None) -> float | None:

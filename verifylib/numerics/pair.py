@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from verifylib.errors import ContractBroken, ParametersInvalid
+from verifylib.numerics.layouts import LAYOUTS, relayout_for
 from verifylib.numerics.parity import Metrics, compare
 
 PASS_THROUGH_OPS = ("cast", "reshape", "transpose", "squeeze", "expand_dims")
@@ -221,8 +222,9 @@ def to_frames(value, frames: int, channels: int) -> np.ndarray:
     Parameters
     ----------
     value : array-like
-        ``[1, T, C]`` (Hugging Face, a plain program), ``[1, C, 1, T]`` (upstream's ANE
-        layout) or ``[1, C, T]``; ``[T, C]`` is returned as is.
+        In any layout of :mod:`verifylib.numerics.layouts`: ``[1, T, C]`` (Hugging Face, a
+        plain program), ``[1, C, 1, T]`` (upstream's ANE layout), ``[1, C, T]`` or
+        ``[T, C]``.
     frames, channels : int
         ``T`` and ``C``, from the reference.
 
@@ -237,17 +239,12 @@ def to_frames(value, frames: int, channels: int) -> np.ndarray:
         For any other shape (a layout is never guessed).
     """
     a = np.asarray(value)
-    t, c = frames, channels
-    if a.shape == (1, t, c):
-        return a[0]
-    if a.shape == (t, c):
-        return a
-    if a.shape == (1, c, 1, t):
-        return a[0, :, 0, :].T
-    if a.shape == (1, c, t) and t != c:
-        return a[0].T
-    raise ContractBroken(f"a residual stream of shape {a.shape} is not [1, T, C], "
-                         f"[1, C, 1, T] or [1, C, T] for T={t}, C={c}")
+    layout = relayout_for(a.shape, (frames, channels))
+    if layout is None:
+        raise ContractBroken(f"a residual stream of shape {a.shape} is in none of the known "
+                             f"layouts ({', '.join(x.name for x in LAYOUTS)}) for "
+                             f"T={frames}, C={channels}")
+    return layout.apply(a)[0]
 
 
 def _through(name: str, producer: Mapping[str, tuple[int, Any]]) -> str:
@@ -420,6 +417,17 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
         frames, channels = ref_out.shape[-2], ref_out.shape[-1]
         ref_blocks = [a for label, a in ref_layers if label.startswith("block ")]
         del ref_layers
+        if tap_values and unavailable is None:
+            # A block stream in no known layout is named, never compared (nor raised on).
+            types = program.value_types()
+            odd = [(i, v, tuple(types[v].shape)) for i, v in enumerate(tap_values)
+                   if relayout_for(tuple(types[v].shape), (frames, channels)) is None]
+            if odd:
+                i, v, shape = odd[0]
+                unavailable = (f"block {i}'s stream {v!r} has shape {list(shape)}, in none of "
+                               f"the known layouts ({', '.join(x.name for x in LAYOUTS)}) "
+                               f"for T={frames}, C={channels}")
+                tap_values, index_of = (), {}
         snr = [math.nan] * len(tap_values)
 
         def on_tap(value_name, value, ref_blocks=ref_blocks, snr=snr,

@@ -224,6 +224,7 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
     import numpy as np
 
     from verifylib.numerics.drift import attribute
+    from verifylib.numerics.layouts import relayout_for, unmapped_record
     from verifylib.numerics.mil_exec import MilExecError, execute, load_program, residual_taps
 
     program = load_program(package)
@@ -239,6 +240,26 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
     arrays: dict = {}
     ref_layers = dict(ref.layers["fixture"])
     label_of = {v: label for label, v in taps}
+    # Each tap is read through the layout that maps it onto the reference (upstream's ANE
+    # program computes (B, C, 1, S)); a tap no known layout maps is recorded, not compared.
+    tap_layouts: dict[str, str] = {}
+    unmapped: dict[str, dict] = {}
+
+    def read_tap(label, name, value):
+        reference_shape = tuple(ref_layers[label].shape)
+        layout = relayout_for(tuple(value.shape), reference_shape)
+        if layout is None:
+            unmapped.setdefault(label, unmapped_record(label, name, tuple(value.shape),
+                                                       reference_shape))
+            return None
+        tap_layouts[label] = layout.name
+        return layout.apply(value)
+
+    def tap_row(label, v, snr_db):
+        row = {"label": label, "value": v, "snr_db": snr_db}
+        if label in unmapped:
+            row["unmapped"] = True
+        return row
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
             # Per-layer figures are taken as each residual-stream value is computed, so
@@ -247,16 +268,21 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
             layer_frames: dict[str, list] = {}
 
             def on_tap(name, value, mode=mode, layer_snr=layer_snr, layer_frames=layer_frames):
-                reference = ref_layers[label_of[name]]
-                layer_snr[name] = compare(reference, value).snr_db
+                label = label_of[name]
+                mapped = read_tap(label, name, value)
+                if mapped is None:
+                    return
+                layer_snr[name] = compare(ref_layers[label], mapped).snr_db
                 if mode == PROGRAM_MODES[0]:
-                    layer_frames[name] = frame_snr_db(reference, value)
+                    layer_frames[name] = frame_snr_db(ref_layers[label], mapped)
 
             run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
                           taps=[v for _, v in taps[:-1]] if kind == "fixture" else (),
                           on_tap=on_tap)
             out = run.outputs[name_out]
             m = compare(ref.outputs[kind], out)
+            out_mapped = read_tap("output", name_out, out) if taps and kind == "fixture" \
+                else None
             measurements.append(Measurement(kind, mode, MeasurementMetrics(**m.as_dict()),
                                             round(run.seconds, 4)).to_json())
             drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
@@ -270,17 +296,24 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
             drift["frames"][mode] = frame_snr_db(ref.outputs[kind], out)
             drift["histogram"][mode] = error_histogram(ref.outputs[kind], out)
             if taps:
+                n_frames = ref_layers["output"].shape[-2]
                 drift["layers"][mode] = [
-                    {"label": label, "value": v,
-                     "snr_db": (compare(ref_layers[label], out).snr_db if label == "output"
-                                else layer_snr[v])}
+                    tap_row(label, v,
+                            (compare(ref_layers[label], out_mapped).snr_db
+                             if out_mapped is not None else math.nan) if label == "output"
+                            else layer_snr.get(v, math.nan))
                     for label, v in taps]
                 if mode == PROGRAM_MODES[0]:
                     arrays["layer_frame_snr_db"] = np.array(
-                        [frame_snr_db(ref_layers[label], out) if label == "output"
-                         else layer_frames[v] for label, v in taps], dtype=np.float64)
+                        [(frame_snr_db(ref_layers[label], out_mapped)
+                          if out_mapped is not None else [math.nan] * n_frames)
+                         if label == "output" else layer_frames.get(v, [math.nan] * n_frames)
+                         for label, v in taps], dtype=np.float64)
     if tap_error:
         drift["layers_unavailable"] = tap_error
+    if taps:
+        drift["tap_layouts"] = dict(sorted(tap_layouts.items()))
+        drift["unmapped_taps"] = [unmapped[label] for label, _ in taps if label in unmapped]
     drift["speech_frames"] = ref.speech_frames
     attribution = None
     if ref.encoder is not None:

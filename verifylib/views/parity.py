@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verifylib.evidence.schemas.parity import Measurement
+from verifylib.numerics.layouts import LAYOUTS
 from verifylib.numerics.parity import snr_series
 from verifylib.views import display_html
 from verifylib.views.formats import snr_change
@@ -151,6 +152,7 @@ def show(report) -> None:
     policies = {c.policy["id"]: c.policy for c in cands.values()}
     display_html("parity.html.j2", style=True, candidates=cands, runtime=runtime,
                  policies=sorted(policies.items()),
+                 layouts={layout.name: layout.description for layout in LAYOUTS},
                  reference=result.reference or {}, inputs=result.inputs or {},
                  reference_seconds=next(iter(cands.values())).reference_seconds)
     _plots(cands)
@@ -219,7 +221,7 @@ def _plots(cands: dict) -> None:
     for c in cands.values():
         for mode, rows in c.drift.layers.items():
             label = f"{c.variant} {c.kind} {mode}"
-            names = [r["label"] for r in rows]
+            names = [r["label"] + (" (unmapped)" if r.get("unmapped") else "") for r in rows]
             snr, exact = _capped([r["snr_db"] for r in rows])
             ax.plot(range(len(rows)), snr, marker="o", color=colors.get(label),
                     label=label + (f" (inf drawn at {SNR_CAP_DB:g})" if exact else ""))

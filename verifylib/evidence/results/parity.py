@@ -22,7 +22,8 @@ class Drift:
         Execution mode -> ``{"edges", "counts", "zeros"}`` of the absolute error.
     layers : dict
         Execution mode -> ``[{"label", "value", "snr_db"}]`` along the residual stream
-        (program candidates only).
+        (program candidates only); a tap no known layout maps carries ``"unmapped": true``
+        and a NaN SNR.
     speech_frames : int or None
         Output frames covered by the fixture's audio (the rest is padding).
     layers_unavailable : str or None
@@ -31,6 +32,12 @@ class Drift:
         Operation type -> count in the program (program candidates).
     timings : dict
         Executor, load and predict seconds as measured.
+    tap_layouts : dict
+        Residual-stream label -> the layout (:mod:`verifylib.numerics.layouts`) its value
+        was read through; empty for runs made before layouts were recorded.
+    unmapped_taps : tuple of dict
+        ``{"label", "value", "shape", "reference_shape", "layouts_tried"}`` of each tap no
+        known layout maps onto the reference (shown, never compared).
     """
 
     frames: Mapping[str, list]
@@ -40,6 +47,8 @@ class Drift:
     layers_unavailable: str | None = None
     op_counts: Mapping[str, int] = field(default_factory=dict)
     timings: Mapping[str, Any] = field(default_factory=dict)
+    tap_layouts: Mapping[str, str] = field(default_factory=dict)
+    unmapped_taps: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_evidence(cls, doc: Mapping[str, Any]) -> "Drift":
@@ -49,7 +58,9 @@ class Drift:
         return cls(frames=dict(doc.get("frames", {})), histogram=dict(doc.get("histogram", {})),
                    layers=dict(doc.get("layers", {})), speech_frames=doc.get("speech_frames"),
                    layers_unavailable=doc.get("layers_unavailable"),
-                   op_counts=dict(doc.get("op_counts", {})), timings=timings)
+                   op_counts=dict(doc.get("op_counts", {})), timings=timings,
+                   tap_layouts=dict(doc.get("tap_layouts", {})),
+                   unmapped_taps=tuple(doc.get("unmapped_taps", ())))
 
 
 @dataclass(frozen=True)
