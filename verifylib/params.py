@@ -509,6 +509,7 @@ def validate(data: Any, origin: str, base_dir: Path,
             fp = base_dir / Path(fx["path"]).expanduser()
             if not fp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
+            _check_audio(origin, i, fp)
         if "text" in fx and "text_file" in fx:
             raise ParametersInvalid(f"{origin}: key fixtures[{i}]: give text or text_file, "
                                     "not both")
@@ -524,6 +525,16 @@ def validate(data: Any, origin: str, base_dir: Path,
                                         "does not exist")
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
+
+
+def _check_audio(origin: str, i: int, path: Path) -> None:
+    """Refuse, before any work, a fixture neither leg could transcribe as given."""
+    from verifylib.runtime.audio_intake import probe
+
+    try:
+        probe(path)
+    except ParametersInvalid as exc:  # AudioError: one line naming the file
+        raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {exc}") from None
 
 
 def _check_backend(origin: str, backend: str) -> None:

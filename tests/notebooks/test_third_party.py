@@ -134,8 +134,12 @@ def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
                                           "block 3", "output"]
     assert not any(r.get("unmapped") for r in rows) and drift["unmapped_taps"] == []
     assert {drift["tap_layouts"][f"block {i}"] for i in range(4)} == {"bc1s"}
-    for r in rows:  # measured: every point of the fp16 program between 55 and 75 dB
-        assert 40.0 < float(r["snr_db"]) < 90.0, r
+    # Every point is compared (finite). Against the f16 file the fp16 program's float16
+    # activations bound it (measured 55-75 dB); against the q5_0 file the reference carries
+    # the quantization error (measured 24.9 dB at block 0).
+    low, high = (40.0, 90.0) if ftype == "f16" else (10.0, 60.0)
+    for r in rows:
+        assert low < float(r["snr_db"]) < high, r
     report = (run_dir / "report.html").read_text(encoding="utf-8")
     assert "upstream&#39;s --optimize-ane layout" in report or \
         "upstream's --optimize-ane layout" in report

@@ -75,7 +75,7 @@ def attribute_package(package: str | os.PathLike, params_path, *,
     from verifylib.params import Params
     from verifylib.params import load as load_params
     from verifylib.resources import cache_dir
-    from verifylib.runtime.audio import read_wav_16k
+    from verifylib.runtime.audio_intake import to_pcm16k
     from verifylib.stages import artifacts
 
     pkg = os.fspath(package)
@@ -104,7 +104,8 @@ def attribute_package(package: str | os.PathLike, params_path, *,
     encoder, fe = load_hf_encoder(info.hf_dir)
     contract = contract_of(encoder)
     audio_path = artifacts.standalone_fixture_audio(params, fx, log=log)
-    mel = fixture_logmel(fe, read_wav_16k(audio_path), contract)
+    pcm, _ = to_pcm16k(audio_path)  # the samples an audit's intake gives both legs
+    mel = fixture_logmel(fe, pcm.astype("float32") / 32768.0, contract)
     att = attribute(program, encoder, mel, compute=compute, fixture=fx.id)
     return PackageAttribution(att, pkg, str(params_path), fx.id, compute)
 

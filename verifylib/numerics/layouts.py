@@ -44,7 +44,7 @@ class Relayout:
     _read: Callable[[Any], Any]
 
     def shape_of(self, shape: Sequence[int]) -> tuple[int, ...] | None:
-        """The ``(batch, frames, channels)`` shape a value of ``shape`` has in this layout.
+        """Return the ``(batch, frames, channels)`` shape a value of ``shape`` has here.
 
         Parameters
         ----------
@@ -91,7 +91,7 @@ value whose frames equal its channels is read as it is, never transposed."""
 
 
 def relayout_for(shape: Sequence[int], reference_shape: Sequence[int]) -> Relayout | None:
-    """The layout that reads a candidate value of ``shape`` as the reference's value.
+    """Find the layout that reads a candidate value of ``shape`` as the reference's.
 
     Parameters
     ----------
@@ -125,7 +125,7 @@ def relayout_for(shape: Sequence[int], reference_shape: Sequence[int]) -> Relayo
 
 def unmapped_record(label: str, value: str, shape: Sequence[int],
                     reference_shape: Sequence[int]) -> dict:
-    """The evidence entry of a candidate value no known layout maps onto the reference.
+    """Describe, for the evidence, a candidate value no known layout maps.
 
     Parameters
     ----------

@@ -31,6 +31,7 @@ from verifylib.evidence.layout import (
 )
 from verifylib.params import Fixture, Params
 from verifylib.resources import cache_dir
+from verifylib.runtime.audio_intake import Intake, intake
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
 
@@ -454,6 +455,26 @@ def fixture_audio(ctx: StageContext, fixture: Fixture) -> Path:
     if not path.is_file():
         raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
     return path
+
+
+def fixture_intake(ctx: StageContext, fixture: Fixture) -> Intake:
+    """Decode a fixture once to the 16 kHz mono 16-bit WAV both legs read.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    fixture : Fixture
+        The fixture (located by :func:`fixture_audio`).
+
+    Returns
+    -------
+    verifylib.runtime.audio_intake.Intake
+        The original's digest (the fixture's identity), the converted file in the shared
+        cache (``<cache>/audio/<original sha256>-16k.wav``, the same bytes for every stage
+        and replay) and its digest.
+    """
+    return intake(fixture_audio(ctx, fixture), cache_dir() / "audio")
 
 
 def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:

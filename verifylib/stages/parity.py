@@ -65,11 +65,11 @@ from verifylib.numerics.reference import (
 from verifylib.numerics.scoring import load_policy
 from verifylib.params import Params
 from verifylib.runtime import progress
-from verifylib.runtime.audio import audio_sha256, read_wav_16k
+from verifylib.runtime.audio import read_wav_16k
 from verifylib.stages.artifacts import (
     compiled_variant,
     exported_variant,
-    fixture_audio,
+    fixture_intake,
     model_source,
     source_ftype,
 )
@@ -129,12 +129,13 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     if not fixtures:
         raise ParametersInvalid("no fixtures in the parameters: parity needs a real log-mel")
     fx = fixtures[0]
-    path = fixture_audio(ctx, fx)
-    audio = read_wav_16k(path)
+    got = fixture_intake(ctx, fx)
+    audio = read_wav_16k(got.pcm_path)
     mel = fixture_logmel(fe, audio, contract)
     rnd = random_logmel(contract)
     records = {
-        "fixture": {"id": fx.id, "public": fx.public, "audio_sha256": audio_sha256(path),
+        "fixture": {"id": fx.id, "public": fx.public, "audio_sha256": got.source_sha256,
+                    "intake": got.to_json(),
                     "samples": int(audio.shape[0]), "shape": list(mel.shape),
                     "logmel_sha256": sha256_bytes(mel.tobytes()),
                     "front_end": f"{type(fe).__name__} (n_mels {fe.feature_size}, hop "

@@ -39,11 +39,11 @@ from verifylib.evidence.schemas.wer import (
 from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
 from verifylib.params import Fixture, Params, fixture_text
 from verifylib.runtime import contracts
-from verifylib.runtime.audio import audio_sha256, read_wav_16k
+from verifylib.runtime.audio import read_wav_16k
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.stages.artifacts import (
     coreml_binary,
-    fixture_audio,
+    fixture_intake,
     ggml_binary,
     model_language,
     published_model,
@@ -173,7 +173,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
     """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
     from verifylib.models.hf import transcribe_hf
 
-    audio_path = fixture_audio(ctx, fx)
+    # Both legs read the one 16 kHz file decoded from the fixture (runtime/audio_intake.py).
+    got = fixture_intake(ctx, fx)
+    audio_path = got.pcm_path
     raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
     raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
     if not res.ok:
@@ -191,7 +193,7 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
                  "raw_reference": raw_ref, "raw_source": raw_src, "raw_ggml": raw_ggml}
                 if t.public else {})
     clip = WerClip(
-        id=t.id, public=t.public, audio_sha256=audio_sha256(audio_path),
+        id=t.id, public=t.public, audio_sha256=got.source_sha256, intake=got.to_json(),
         reference_from="text" if given else "source",
         source=Counts(**c_src.as_dict()), ggml=Counts(**c_ggml.as_dict()),
         pairwise=Counts(**count_words(t.source, t.ggml).as_dict()),

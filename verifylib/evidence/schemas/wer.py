@@ -133,6 +133,11 @@ class WerClip(Schema, kw_only=True):
         The fixture's digest; ``"text"`` or ``"source"``.
     ggml_run : RunRecord or None
         The GGML whisper-cli run.
+    intake : dict or None
+        How the fixture became the 16 kHz file both legs read
+        (:meth:`verifylib.runtime.audio_intake.Intake.to_json`: the original's format,
+        rate and channels, its digest and the converted file's); missing from runs made
+        before the intake.
     reference, source_text, ggml_text : str or None
         Normalized texts (public clips only).
     raw_reference, raw_source, raw_ggml : str or None
@@ -158,6 +163,7 @@ class WerClip(Schema, kw_only=True):
     raw_reference: str | None = field(string, optional=True, default=None)
     raw_source: str | None = field(string, optional=True, default=None)
     raw_ggml: str | None = field(string, optional=True, default=None)
+    intake: dict[str, Any] | None = field(mapping, optional=True, default=None)
 
 
 class WerEvidence(Schema, kw_only=True):
