@@ -15,6 +15,7 @@ the failing keyword, every error at once). ``jsonschema`` costs most of a second
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,7 @@ FIXTURE_SCHEMA = {
         "text": {"type": "string"},
         "text_file": _STR,      # reference text in a UTF-8 file, relative to the parameter file
         "public": {"type": "boolean"},
+        "language": {"type": "string", "pattern": r"^[a-z]{2,3}$"},  # default: model.language
     },
     "oneOf": [{"required": ["runtime_file"]}, {"required": ["path"]}],
 }
@@ -239,6 +241,9 @@ class Fixture:
         Exactly one: a file inside the verified runtime tree, or a local file.
     text, text_file : str or None
         At most one: the reference text, or a UTF-8 file holding it.
+    language : str or None
+        The language it is spoken in, decoded and scored as such by both legs; None means
+        the model's (``model.language``).
     """
 
     id: str
@@ -247,6 +252,7 @@ class Fixture:
     path: str | None = None
     text: str | None = None
     text_file: str | None = None
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -523,8 +529,66 @@ def validate(data: Any, origin: str, base_dir: Path,
             if not tp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
                                         "does not exist")
+    _check_languages(origin, p, base_dir)
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
+
+
+MULTILINGUAL_VOCAB = 51865
+"""Whisper's multilingual vocabularies hold 51865 tokens or more (51866 from large-v3);
+the English-only ones 51864: the test OpenAI's own code makes."""
+
+
+def _vocabulary_size(model: dict, base_dir: Path) -> int | None:
+    """Return the model's vocabulary size where it is readable before any work, else None."""
+    kind = model["kind"]
+    path = base_dir / Path(model.get("path", "")).expanduser()
+    if kind == "ggml":
+        from verifylib.models.ggml_file import open_ggml
+        with open_ggml(path) as f:
+            return int(f.hparams["n_vocab"])
+    if kind == "hf-dir" and (path / "config.json").is_file():
+        try:
+            size = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return None  # the intake names what is wrong with the folder
+        return size if isinstance(size, int) else None
+    if kind == "ct2-dir":
+        txt, js = path / "vocabulary.txt", path / "vocabulary.json"
+        try:
+            if txt.is_file():
+                return len(txt.read_text(encoding="utf-8").splitlines())
+            if js.is_file():
+                vocab = json.loads(js.read_text(encoding="utf-8"))
+                return len(vocab) if isinstance(vocab, list) else None
+        except (ValueError, UnicodeDecodeError):
+            return None
+    return None  # a registry or hub model: checked when it is obtained
+
+
+def _check_languages(origin: str, p: dict, base_dir: Path) -> None:
+    """Refuse a language Whisper does not know, or one an English-only model cannot decode.
+
+    Each fixture is decoded and scored in its own ``language`` (default ``model.language``).
+    """
+    wanted = [("model.language", p["model"].get("language") or "en")]
+    wanted += [(f"fixtures[{i}].language", fx["language"])
+               for i, fx in enumerate(p["fixtures"]) if "language" in fx]
+    if all(lang == "en" for _, lang in wanted):
+        return
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    for key, lang in wanted:
+        if lang not in LANGUAGES:
+            raise ParametersInvalid(f"{origin}: key {key}: {lang!r} is not a language Whisper "
+                                    "decodes (a code of transformers' WhisperTokenizer "
+                                    "LANGUAGES, e.g. de, fr, zh)")
+    size = _vocabulary_size(p["model"], base_dir)
+    if size is not None and size < MULTILINGUAL_VOCAB:
+        key, lang = next((k, v) for k, v in wanted if v != "en")
+        raise ParametersInvalid(f"{origin}: key {key}: {lang!r}, but the model is English-only "
+                                f"(a vocabulary of {size} tokens; multilingual Whisper models "
+                                f"have {MULTILINGUAL_VOCAB} or more): it decodes English alone")
 
 
 def _check_audio(origin: str, i: int, path: Path) -> None:

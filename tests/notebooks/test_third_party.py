@@ -136,8 +136,8 @@ def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
     assert {drift["tap_layouts"][f"block {i}"] for i in range(4)} == {"bc1s"}
     # Every point is compared (finite). Against the f16 file the fp16 program's float16
     # activations bound it (measured 55-75 dB); against the q5_0 file the reference carries
-    # the quantization error (measured 24.9 dB at block 0).
-    low, high = (40.0, 90.0) if ftype == "f16" else (10.0, 60.0)
+    # the quantization error (measured 24.9 dB at block 0, 71.0 dB at the embeddings).
+    low, high = (40.0, 90.0) if ftype == "f16" else (10.0, 90.0)
     for r in rows:
         assert low < float(r["snr_db"]) < high, r
     report = (run_dir / "report.html").read_text(encoding="utf-8")
@@ -149,6 +149,14 @@ def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
         assert "fp16-v1" in gates["parity.program"]["reason"]["detail"]
     ver = _cli("verify", str(run_dir))
     assert ver.returncode == 0, ver.stdout + ver.stderr
+    # Measured: REPRODUCED 14, DIFFERS 0, NOT_REPLAYABLE 7 (the macOS claims, the fp16
+    # variant this encoder has none of) in 51 s on a warm cache.
+    out = run_dir.parent.parent.parent / f"replay-{ftype}"
+    rep = _cli("verify", str(run_dir), "--replay", "-o", str(out))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    claims = canonical.read_json(out / "replay.json")["claims"]
+    assert {c["id"]: c["status"] for c in claims}["parity.program"] == "REPRODUCED"
+    assert not [c for c in claims if c["status"] == "DIFFERS"], claims
 
 
 def test_a_mismatched_pair_is_rejected(tmp_path, files, upstream_encoders):

@@ -121,6 +121,167 @@ def english_normalizer() -> Normalizer:
     })
 
 
+@lru_cache(maxsize=4)
+def basic_normalizer(remove_diacritics: bool = False, split_letters: bool = False) -> Normalizer:
+    """OpenAI's basic (language-independent) normalizer, as transformers ships it.
+
+    The Whisper paper's multilingual evaluation normalizes every language but English with
+    it: lower case, bracketed and parenthesized spans removed, symbols and punctuation
+    replaced by spaces, whitespace collapsed.
+
+    Parameters
+    ----------
+    remove_diacritics, split_letters : bool
+        Its two settings (the policy fixes them).
+
+    Returns
+    -------
+    Normalizer
+    """
+    from importlib import metadata
+
+    from transformers.models.whisper.english_normalizer import BasicTextNormalizer
+
+    fn = BasicTextNormalizer(remove_diacritics=remove_diacritics, split_letters=split_letters)
+    return Normalizer(fn, {
+        "class": "transformers.models.whisper.english_normalizer.BasicTextNormalizer",
+        "transformers": metadata.version("transformers"),
+        "remove_diacritics": remove_diacritics, "split_letters": split_letters,
+    })
+
+
+UNITS = ("words", "characters")
+"""What an error rate counts: words (WER) or characters (CER)."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How one fixture is scored under a policy, decided from its language alone.
+
+    Attributes
+    ----------
+    language : str
+        The fixture's decoding language.
+    normalizer : {"english", "basic"}
+        Which normalizer its texts go through.
+    unit : {"words", "characters"}
+        What its error rate counts.
+    """
+
+    language: str
+    normalizer: str
+    unit: str
+
+    def normalize(self, rules: Mapping, text: str) -> str:
+        """Normalize ``text`` as the policy's ``scoring`` section says for this language.
+
+        Parameters
+        ----------
+        rules : mapping
+            The policy's rules (``scoring`` read for the basic normalizer's settings).
+        text : str
+            A reference text or a transcript.
+
+        Returns
+        -------
+        str
+        """
+        return normalizer_of(rules, self.normalizer)(text)
+
+    def count(self, rules: Mapping, reference: str, hypothesis: str) -> "WordCounts":
+        """Align two normalized texts in this fixture's unit.
+
+        Parameters
+        ----------
+        rules : mapping
+            The policy's rules.
+        reference, hypothesis : str
+            Normalized texts.
+
+        Returns
+        -------
+        WordCounts
+            Counts of words, or of characters.
+        """
+        return count_units(rules, self.unit, reference, hypothesis)
+
+
+def scoring_for(rules: Mapping, language: str) -> Scoring:
+    """Decide how a fixture in ``language`` is scored under a policy's rules.
+
+    wer-v1 has no ``scoring`` section: every fixture is English-normalized and counted in
+    words, as that policy says. wer-v2 names the English languages and the languages written
+    without spaces (scored in characters); every other one gets the basic normalizer.
+
+    Parameters
+    ----------
+    rules : mapping
+        The policy's parsed resource.
+    language : str
+        The fixture's language code.
+
+    Returns
+    -------
+    Scoring
+    """
+    sc = rules.get("scoring")
+    if sc is None:
+        return Scoring(language, "english", "words")
+    if language in sc["english_languages"]:
+        return Scoring(language, "english", "words")
+    if language in sc["character_languages"]:
+        return Scoring(language, "basic", "characters")
+    return Scoring(language, "basic", "words")
+
+
+def normalizer_of(rules: Mapping, name: str) -> Normalizer:
+    """Return the normalizer called ``name`` (``english`` or ``basic``) under a policy.
+
+    Parameters
+    ----------
+    rules : mapping
+        The policy's parsed resource.
+    name : str
+        ``english`` or ``basic``.
+
+    Returns
+    -------
+    Normalizer
+
+    Raises
+    ------
+    PolicyInvalid
+        For another name, or ``basic`` under a policy without a ``scoring`` section.
+    """
+    if name == "english":
+        return english_normalizer()
+    sc = rules.get("scoring")
+    if name == "basic" and sc is not None:
+        b = sc["basic_normalizer"]
+        return basic_normalizer(bool(b["remove_diacritics"]), bool(b["split_letters"]))
+    raise PolicyInvalid(f"policy {rules.get('id')!r} has no normalizer {name!r}")
+
+
+def normalizer_identities(rules: Mapping) -> dict:
+    """Every normalizer a policy may use, with its identity, for the evidence.
+
+    Parameters
+    ----------
+    rules : mapping
+        The policy's parsed resource.
+
+    Returns
+    -------
+    dict
+        wer-v1: the English normalizer's identity (as runs have always stored it).
+        wer-v2: ``{"english": …, "basic": …}``.
+    """
+    if rules.get("scoring") is None:
+        return english_normalizer().identity
+    return {"english": english_normalizer().identity,
+            "basic": normalizer_of(rules, "basic").identity}
+
+
 @dataclass(frozen=True)
 class WordCounts:
     """Alignment counts of one hypothesis against one reference (normalized words)."""
@@ -179,6 +340,66 @@ def count_words(reference: str, hypothesis: str) -> WordCounts:
         return WordCounts(0, 0, len(ref), 0)
     out = jiwer.process_words(" ".join(ref), " ".join(hyp))
     return WordCounts(out.hits, out.substitutions, out.deletions, out.insertions)
+
+
+def count_characters(reference: str, hypothesis: str, *,
+                     without_whitespace: bool = True) -> WordCounts:
+    """Align two normalized texts character by character with jiwer.
+
+    Parameters
+    ----------
+    reference, hypothesis : str
+        Normalized texts.
+    without_whitespace : bool
+        Drop every whitespace character first: in scripts written without spaces, the
+        spaces left by punctuation removal are not part of the text.
+
+    Returns
+    -------
+    WordCounts
+        Counts of characters.
+    """
+    import jiwer
+
+    if without_whitespace:
+        reference, hypothesis = "".join(reference.split()), "".join(hypothesis.split())
+    if not reference:
+        return WordCounts(0, 0, 0, len(hypothesis))
+    if not hypothesis:
+        return WordCounts(0, 0, len(reference), 0)
+    out = jiwer.process_characters(reference, hypothesis)
+    return WordCounts(out.hits, out.substitutions, out.deletions, out.insertions)
+
+
+def count_units(rules: Mapping, unit: str, reference: str, hypothesis: str) -> WordCounts:
+    """Align two normalized texts in ``unit`` as a policy's rules say.
+
+    Parameters
+    ----------
+    rules : mapping
+        The policy's parsed resource (``scoring.characters_without_whitespace``).
+    unit : {"words", "characters"}
+        What to count.
+    reference, hypothesis : str
+        Normalized texts.
+
+    Returns
+    -------
+    WordCounts
+
+    Raises
+    ------
+    PolicyInvalid
+        For an unknown unit.
+    """
+    if unit == "words":
+        return count_words(reference, hypothesis)
+    if unit == "characters":
+        sc = rules.get("scoring") or {}
+        return count_characters(reference, hypothesis,
+                                without_whitespace=bool(sc.get("characters_without_whitespace",
+                                                               True)))
+    raise PolicyInvalid(f"unknown unit {unit!r} (one of {UNITS})")
 
 
 def corpus_wer(counts: Sequence[WordCounts | Mapping[str, int]]) -> float:

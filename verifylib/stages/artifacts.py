@@ -77,6 +77,24 @@ def model_language(params: Params) -> str:
     return params.model.language
 
 
+def fixture_language(params: Params, fixture: Fixture) -> str:
+    """Return the language a fixture is decoded and scored in.
+
+    Parameters
+    ----------
+    params : Params
+        The run's parameters.
+    fixture : Fixture
+        One of its fixtures.
+
+    Returns
+    -------
+    str
+        The fixture's own ``language``, else the model's (:func:`model_language`).
+    """
+    return fixture.language or model_language(params)
+
+
 def export_variants(params: Params) -> list[str]:
     """List the Core ML variants stage 02 exports.
 

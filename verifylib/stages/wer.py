@@ -1,15 +1,18 @@
-"""Stage 05_wer: transcripts under identical greedy decoding, scored by policy wer-v1.
+"""Stage 05_wer: transcripts under identical greedy decoding, scored by policy wer-v2.
 
-``wer.ggml_vs_source`` (any OS): for every fixture, the Hugging Face source model's
-transcript and the patched GGML ``whisper-cli`` transcript of the written
-``ggml-model.bin``, both normalized by OpenAI's English normalizer and scored against
-the fixture's reference text with jiwer. The pairwise GGML-vs-source WER is reported,
-not gated.
+``wer.ggml_vs_source`` (any OS): for every fixture, in its language (its own
+``language``, else the model's), the Hugging Face source model's transcript and the
+patched GGML ``whisper-cli`` transcript of the written ``ggml-model.bin``, both read from
+the one 16 kHz file the fixture intake made (:mod:`verifylib.runtime.audio_intake`),
+normalized and counted as wer-v2 says for that language (English: OpenAI's English
+normalizer, words; languages written without spaces: the basic normalizer, characters;
+every other: the basic normalizer, words), scored against the fixture's reference text
+with jiwer. The pairwise GGML-vs-source rate is reported, not gated.
 
 ``wer.hybrid`` (macOS): the Core ML build with the ``.mlmodelc`` beside the model, one run
-per fixture, each run held to the four load conditions of docs/runtime-contract.md §2.3,
-and the transcripts held to wer-v1's hybrid rule (which alone catches a silent nil
-prediction).
+per fixture in its language, each run held to the four load conditions of
+docs/runtime-contract.md §2.3, and the transcripts held to the policy's hybrid rule (which
+alone catches a silent nil prediction).
 
 Non-public fixtures persist only digests and edit counts: their texts and transcripts
 stay in memory and never reach evidence, notebooks or the report.
@@ -36,7 +39,12 @@ from verifylib.evidence.schemas.wer import (
     WerEvidence,
     WerPolicy,
 )
-from verifylib.numerics.scoring import count_words, english_normalizer, load_policy
+from verifylib.numerics.scoring import (
+    english_normalizer,
+    load_policy,
+    normalizer_identities,
+    scoring_for,
+)
 from verifylib.params import Fixture, Params, fixture_text
 from verifylib.runtime import contracts
 from verifylib.runtime.audio import read_wav_16k
@@ -44,6 +52,7 @@ from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.stages.artifacts import (
     coreml_binary,
     fixture_intake,
+    fixture_language,
     ggml_binary,
     model_language,
     published_model,
@@ -51,7 +60,7 @@ from verifylib.stages.artifacts import (
 from verifylib.stages.context import StageContext
 
 STAGE = "05_wer"
-POLICY_ID = "wer-v1"
+POLICY_ID = "wer-v2"
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class ClipText:
     raw_reference: str
     raw_source: str
     raw_ggml: str
+    language: str | None = None  # None: the model's
 
 
 def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
@@ -125,7 +135,6 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     from verifylib.models.hf import load_hf
 
     policy = load_policy(POLICY_ID)
-    norm = english_normalizer()
     # The policy is bound to the run before anything is measured.
     refs = [ctx.write_json("policy", {"id": policy.id, "sha256": policy.sha256,
                                       "rules": policy.rules})]
@@ -151,31 +160,39 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
             shutil.copyfile(model_file, ggml_arg)
         mlmodelc_beside = os.path.exists(contracts.coreml_encoder_path(ggml_arg))
         for fx in fixtures:
-            clips.append(_ggml_clip(ctx, params, fx, bundle, binary, ggml_arg, lang, norm,
+            clips.append(_ggml_clip(ctx, params, fx, bundle, binary, ggml_arg, policy.rules,
                                     refs, texts))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     refs.append(ctx.write_json("wer", WerEvidence(
         policy=WerPolicy.from_json(policy.rules), clips=tuple(clips),
-        policy_sha256=policy.sha256, normalizer=norm.identity,
+        policy_sha256=policy.sha256, normalizer=normalizer_identities(policy.rules),
         model_ggml_sha256=ggml_ev["sha256"], binary_sha256=binary_sha,
         mlmodelc_beside=mlmodelc_beside,
         decoding=tuple(contracts.greedy_decoding_args(lang))).to_json()))
     ids = {identities.POLICY_WER_ID: policy.id, identities.POLICY_WER_SHA256: policy.sha256,
-           "normalizer.mapping_sha256": norm.identity["mapping_sha256"],
+           "normalizer.mapping_sha256": english_normalizer().identity["mapping_sha256"],
            identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
     ids.update({f"fixture.{c.id}.sha256": str(c.audio_sha256) for c in clips})
     return refs, ids, texts
 
 
 def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: Path,
-               ggml_arg: str, lang: str, norm, refs: list, texts: list) -> WerClip:
-    """Transcribe one fixture with HF and GGML; append its texts and stderr evidence."""
+               ggml_arg: str, rules: dict, refs: list, texts: list) -> WerClip:
+    """Transcribe one fixture with HF and GGML in its language; score it as the policy says."""
     from verifylib.models.hf import transcribe_hf
 
     # Both legs read the one 16 kHz file decoded from the fixture (runtime/audio_intake.py).
     got = fixture_intake(ctx, fx)
     audio_path = got.pcm_path
+    lang = fixture_language(params, fx)
+    sc = scoring_for(rules, lang)
+
+    def norm(text):
+        return sc.normalize(rules, text)
+
+    def count(ref, hyp):
+        return sc.count(rules, ref, hyp)
     raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
     raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
     if not res.ok:
@@ -184,9 +201,10 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
     given = fixture_text(params, fx)
     raw_ref = given or raw_src
     t = ClipText(fx.id, fx.public, audio_path, norm(raw_ref), norm(raw_src),
-                 norm(raw_ggml), raw_ref, raw_src, raw_ggml)
+                 norm(raw_ggml), raw_ref, raw_src, raw_ggml, lang)
     texts.append(t)
-    c_src, c_ggml = count_words(t.reference, t.source), count_words(t.reference, t.ggml)
+    c_src, c_ggml = count(t.reference, t.source), count(t.reference, t.ggml)
+    c_pair = count(t.source, t.ggml)
     # raw_reference (public clips only, like every text): the text as given, which the
     # stage's result shows beside the raw transcripts (the rule scores the normalized texts).
     texts_of = ({"reference": t.reference, "source_text": t.source, "ggml_text": t.ggml,
@@ -194,9 +212,10 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
                 if t.public else {})
     clip = WerClip(
         id=t.id, public=t.public, audio_sha256=got.source_sha256, intake=got.to_json(),
+        language=lang, normalizer=sc.normalizer, unit=sc.unit,
         reference_from="text" if given else "source",
         source=Counts(**c_src.as_dict()), ggml=Counts(**c_ggml.as_dict()),
-        pairwise=Counts(**count_words(t.source, t.ggml).as_dict()),
+        pairwise=Counts(**c_pair.as_dict()),
         source_empty=not t.source.strip(), ggml_empty=not t.ggml.strip(),
         # The full run record: the ledger check matches its argv, exit, signal and
         # stream digests (digests only, never the text) against the launch it cites.
@@ -204,8 +223,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
     # stderr holds logs only (the transcript is on stdout): kept for every clip so the
     # validator can re-check COREML = 0 on each run.
     refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
-    print(f"{t.id}: WER source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
-          f"pairwise {count_words(t.source, t.ggml).wer:.3f}")
+    rate = "CER" if sc.unit == "characters" else "WER"
+    print(f"{t.id} ({lang}): {rate} source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
+          f"pairwise {c_pair.wer:.3f}")
     return clip
 
 
@@ -225,7 +245,7 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     texts : list of ClipText
         The GGML and source results of ``wer.ggml_vs_source``.
     language : str
-        Decoding language.
+        Decoding language of a clip that names none (the model's).
     timeout : float
         Per-run timeout (the first, compiling run happened in the canary stage).
 
@@ -234,12 +254,14 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     (refs, identities, transcripts)
         ``transcripts`` maps clip id to the raw hybrid transcript (public clips only).
     """
-    norm = english_normalizer()
     policy = load_policy(POLICY_ID)
+    rules = policy.rules
     refs, clips, shown = [], [], {}
     for t in texts:
-        raw, res = cli_transcribe(binary, model_arg, t.audio, language, timeout)
-        text = norm(raw)
+        # Each clip in its own language, scored as wer.ggml_vs_source scored it.
+        sc = scoring_for(rules, t.language or language)
+        raw, res = cli_transcribe(binary, model_arg, t.audio, sc.language, timeout)
+        text = sc.normalize(rules, raw)
         texts_of: dict[str, str] = {}
         # stderr carries logs only (the transcript is on stdout), so it is kept for every
         # clip: the validator re-checks the four load conditions on it.
@@ -252,11 +274,12 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
             shown[t.id] = raw
         clips.append(HybridClip(
             id=t.id, public=t.public, run=RunRecord.from_json(run_record(res), "run"),
-            source=Counts(**count_words(t.reference, t.source).as_dict()),
-            ggml=Counts(**count_words(t.reference, t.ggml).as_dict()),
-            hybrid=Counts(**count_words(t.reference, text).as_dict()),
-            hybrid_vs_ggml=Counts(**count_words(t.ggml, text).as_dict()),
-            hybrid_empty=not text.strip(), **texts_of))
+            source=Counts(**sc.count(rules, t.reference, t.source).as_dict()),
+            ggml=Counts(**sc.count(rules, t.reference, t.ggml).as_dict()),
+            hybrid=Counts(**sc.count(rules, t.reference, text).as_dict()),
+            hybrid_vs_ggml=Counts(**sc.count(rules, t.ggml, text).as_dict()),
+            hybrid_empty=not text.strip(), language=sc.language, normalizer=sc.normalizer,
+            unit=sc.unit, **texts_of))
     refs.append(ctx.write_json("hybrid", HybridEvidence(
         policy=WerPolicy.from_json(policy.rules), clips=tuple(clips),
         policy_sha256=policy.sha256, binary_sha256=binary_sha256,

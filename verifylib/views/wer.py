@@ -6,6 +6,8 @@ from verifylib.numerics.scoring import WordCounts, corpus_wer
 from verifylib.views import display_html
 
 SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
+RATE_OF = {"words": "WER", "characters": "CER"}
+"""The error rate's name for each unit a clip is scored in."""
 
 
 def show(report) -> None:
@@ -25,7 +27,8 @@ def show(report) -> None:
     has_hybrid = any(c.hybrid is not None for c in clips)
     no_worse = sum(1 for c in clips if c.wer_ggml <= c.wer_source)
     display_html("wer_transcripts.html.j2", style=True, clips=clips, corpus=corpus,
-                 has_hybrid=has_hybrid, no_worse=no_worse)
+                 corpus_by_unit=report.result.corpus_by_unit, has_hybrid=has_hybrid,
+                 no_worse=no_worse, rate_of=RATE_OF)
     display_html("wer_counts.html.j2", **counts_table(clips, has_hybrid))
     _wer_chart(clips, has_hybrid)
 
@@ -43,28 +46,37 @@ def counts_table(clips: list, has_hybrid: bool) -> dict:
     Returns
     -------
     dict
-        ``sides`` (key, label), ``rows`` (id, words, per-side counts with ``wer`` or None),
-        ``corpus`` (per-side summed counts with the corpus WER) and ``words``.
+        ``sides`` (key, label), ``rows`` (id, language, unit, reference units, per-side
+        counts with ``wer`` or None), ``corpora`` (one per unit: ``unit``, ``rate``
+        (WER or CER), ``units`` and per-side summed counts with the corpus rate).
     """
     sides = ["source", "ggml"] + (["hybrid"] if has_hybrid else [])
-    totals: dict[str, list] = {k: [] for k in sides}
+    totals: dict[str, dict[str, list]] = {}
+    units: dict[str, int] = {}
     rows = []
     for c in clips:
         cells = []
+        unit_totals = totals.setdefault(c.unit, {k: [] for k in sides})
+        units[c.unit] = units.get(c.unit, 0) + c.words
         for k in sides:
             n = c.counts[k]
             if n is not None:
-                totals[k].append(n)
+                unit_totals[k].append(n)
                 n = {**n, "wer": WordCounts(**n).wer}
             cells.append(n)
-        rows.append({"id": c.id, "words": c.words, "cells": cells})
-    corpus = []
-    for k in sides:
-        t = totals[k]
-        summed = {x: sum(n[x] for n in t) for x in ("substitutions", "deletions", "insertions")}
-        corpus.append({**summed, "wer": corpus_wer(t)})
-    return {"sides": [(k, SIDE_LABELS[k]) for k in sides], "rows": rows, "corpus": corpus,
-            "words": sum(c.words for c in clips)}
+        rows.append({"id": c.id, "language": c.language or "", "unit": c.unit,
+                     "words": c.words, "cells": cells})
+    corpora = []
+    for unit, per_side in totals.items():
+        corpus = []
+        for k in sides:
+            t = per_side[k]
+            summed = {x: sum(n[x] for n in t)
+                      for x in ("substitutions", "deletions", "insertions")}
+            corpus.append({**summed, "wer": corpus_wer(t)})
+        corpora.append({"unit": unit, "rate": RATE_OF.get(unit, unit), "units": units[unit],
+                        "cells": corpus})
+    return {"sides": [(k, SIDE_LABELS[k]) for k in sides], "rows": rows, "corpora": corpora}
 
 
 def _wer_chart(clips: list, has_hybrid: bool) -> None:
@@ -81,8 +93,10 @@ def _wer_chart(clips: list, has_hybrid: bool) -> None:
         ax.bar(x + (i - (len(series) - 1) / 2) * width,
                [getattr(c, key) or 0 for c in clips], width, label=label)
     ax.set_xticks(x, ids, rotation=30, ha="right")
-    ax.set_ylabel("WER vs reference")
-    ax.set_title("Per-clip WER (normalized)")
+    rates = sorted({RATE_OF.get(c.unit, c.unit) for c in clips})
+    ax.set_ylabel(f"{' / '.join(rates)} vs reference")
+    ax.set_title(f"Per-clip {' / '.join(rates)} (normalized; CER for languages written "
+                 "without spaces)" if len(rates) > 1 else f"Per-clip {rates[0]} (normalized)")
     ax.legend()
     fig.tight_layout()
     plt.show()

@@ -32,7 +32,12 @@ class ClipResult:
         Raw texts, or ``"(not public)"``.
     hybrid : str or None
     wer_source, wer_ggml, wer_pairwise : float
+        Error rates in the clip's unit (words, or characters: then they are CERs).
     wer_hybrid : float or None
+    language : str or None
+        The language it was decoded and scored in (None under wer-v1: the model's).
+    unit : str
+        ``words`` or ``characters`` (``words`` under wer-v1).
     """
 
     id: str
@@ -47,6 +52,8 @@ class ClipResult:
     wer_ggml: float
     wer_hybrid: float | None
     wer_pairwise: float
+    language: str | None = None
+    unit: str = "words"
 
     @classmethod
     def from_evidence(cls, clip: WerClip | Mapping[str, Any],
@@ -104,7 +111,8 @@ class ClipResult:
             source=str(clip.raw_source) if public else PRIVATE,
             ggml=str(clip.raw_ggml) if public else PRIVATE,
             hybrid=hybrid_text, wer_source=src.wer, wer_ggml=ggml.wer,
-            wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer)
+            wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer,
+            language=clip.language, unit=clip.unit or "words")
 
 
 @dataclass(frozen=True)
@@ -118,10 +126,16 @@ class CorpusWer:
 
 @dataclass
 class WerResult:
-    """Stage 05's result: every clip, and the corpus figures."""
+    """Stage 05's result: every clip, and the corpus figures.
+
+    ``corpus`` is over the clips scored in words (all of them under wer-v1), or over the
+    character-scored ones when no clip is scored in words; ``corpus_by_unit`` holds one
+    corpus per unit (a character count is never summed with a word count).
+    """
 
     clips: list[ClipResult] = field(default_factory=list)
     corpus: CorpusWer | None = None
+    corpus_by_unit: dict[str, CorpusWer] = field(default_factory=dict)
 
     def ranked(self, key: str = "wer_ggml", *, worst_first: bool = True) -> list[ClipResult]:
         """Return the clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
@@ -190,8 +204,14 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
         name = f"hybrid_stdout_{cid}"
         return hv.bytes(name) if hv is not None and hv.has(name) else None
 
+    by_unit: dict[str, CorpusWer] = {}
+    for unit in ("words", "characters"):
+        group = [c for c in clips if (c.unit or "words") == unit]
+        if group:
+            by_unit[unit] = CorpusWer(
+                corpus_wer([c.source.to_json() for c in group]),
+                corpus_wer([c.ggml.to_json() for c in group]),
+                corpus_wer([c.pairwise.to_json() for c in group if c.pairwise is not None]))
     return WerResult(
         [ClipResult.from_evidence(c, hybrid.get(c.id), stdout(c.id)) for c in clips],
-        CorpusWer(corpus_wer([c.source.to_json() for c in clips]),
-                  corpus_wer([c.ggml.to_json() for c in clips]),
-                  corpus_wer([c.pairwise.to_json() for c in clips if c.pairwise is not None])))
+        next(iter(by_unit.values()), None), by_unit)

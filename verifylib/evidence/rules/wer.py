@@ -23,14 +23,17 @@ from verifylib.evidence.schemas.wer import (
 from verifylib.numerics.scoring import (
     WordCounts,
     corpus_wer,
-    count_words,
+    count_units,
     exact_corpus_wer,
     load_policy,
     policy_fraction,
+    scoring_for,
 )
 from verifylib.runtime import contracts
 
-WER_POLICY_ID = "wer-v1"
+WER_POLICY_IDS = ("wer-v1", "wer-v2")
+"""The WER policies a run may be judged under: wer-v1 (English normalizer, words, every
+fixture) for the runs made before wave 4, wer-v2 (scoring per language) since."""
 
 
 def _wer_doc(doc: WerEvidence | Mapping[str, Any]) -> WerEvidence:
@@ -91,10 +94,13 @@ def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[s
 
 
 def _wer_policy_problems(doc: WerEvidence | HybridEvidence) -> list[str]:
-    # The evidence's copy of wer-v1 is only shown; the thresholds come from the package.
-    packaged = load_policy(WER_POLICY_ID)
+    # The evidence's copy of the policy is only shown; the thresholds come from the package.
+    pid = doc.policy.id
+    if pid not in WER_POLICY_IDS:
+        return [f"unexpected policy {pid!r} (this version judges {', '.join(WER_POLICY_IDS)})"]
+    packaged = load_policy(pid)
     if doc.policy.to_json() != packaged.rules or doc.policy_sha256 != packaged.sha256:
-        return [f"the stored {WER_POLICY_ID} policy is not the packaged resource (sha256 "
+        return [f"the stored {pid} policy is not the packaged resource (sha256 "
                 f"{doc.policy_sha256} vs {packaged.sha256})"]
     return []
 
@@ -113,7 +119,7 @@ def _rule_ggml_vs_source(ev) -> Judgement:
         return _parse_failure(raw, exc, "wer")
     problems = _wer_policy_problems(doc)
     if ev.has("policy"):
-        problems += policy_file_problems(ev, "policy", WER_POLICY_ID)
+        problems += policy_file_problems(ev, "policy", doc.policy.id)
     problems += ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"))
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
@@ -196,22 +202,67 @@ RULES: dict[str, Callable[[Any], Judgement]] = {
 
 
 def _section_refusal(evidence: WerEvidence | HybridEvidence) -> str | None:
-    """Why the evidence cannot be judged under wer-v1 at all, or None."""
-    if evidence.policy.id != "wer-v1":
+    """Why the evidence cannot be judged under its WER policy at all, or None."""
+    if evidence.policy.id not in WER_POLICY_IDS:
         return f"unexpected policy {evidence.policy.id!r}"
+    if (evidence.policy.scoring is None) != (evidence.policy.id == "wer-v1"):
+        return (f"policy {evidence.policy.id!r} "
+                + ("has" if evidence.policy.scoring is not None else "lacks")
+                + " a per-language scoring section")
     if not evidence.clips:
         return "no fixture was transcribed"
     return None
+
+
+def _unit(clip: WerClip | HybridClip) -> str:
+    return clip.unit or "words"
+
+
+def _scoring_problems(evidence: WerEvidence | HybridEvidence) -> list[str]:
+    """Each clip's normalizer and unit, re-derived from its language under the policy.
+
+    Under wer-v2 a clip names its language, and the packaged policy alone decides its
+    normalizer and unit: a German clip scored with the English normalizer, or a Chinese
+    one counted in words, does not pass. Under wer-v1 no clip may name either.
+    """
+    rules = evidence.policy.to_json()
+    out = []
+    for c in evidence.clips:
+        if evidence.policy.scoring is None:
+            if c.unit is not None or c.normalizer is not None:
+                out.append(f"{c.id}: names a unit or normalizer, which "
+                           f"{evidence.policy.id} does not have")
+            continue
+        if not c.language:
+            out.append(f"{c.id}: no language is recorded ({evidence.policy.id} scores each "
+                       "fixture in its language)")
+            continue
+        want = scoring_for(rules, c.language)
+        if (c.normalizer, c.unit) != (want.normalizer, want.unit):
+            out.append(f"{c.id}: scored with the {c.normalizer} normalizer in {c.unit}; "
+                       f"{evidence.policy.id} scores {c.language!r} with the "
+                       f"{want.normalizer} normalizer in {want.unit}")
+    return out
 
 
 def _counts(clips, attr: str) -> list[dict[str, int]]:
     return [getattr(c, attr).to_json() for c in clips]
 
 
+_RATE = {"words": "WER", "characters": "CER"}
+
+
+def _by_unit(clips) -> dict[str, list]:
+    groups: dict[str, list] = {}
+    for c in clips:
+        groups.setdefault(_unit(c), []).append(c)
+    return dict(sorted(groups.items(), key=lambda kv: kv[0] != "words"))
+
+
 def _stored_count_problems(clip: WerClip | HybridClip, counts: Mapping[str, tuple[str, str]],
-                           empties: Mapping[str, str]) -> list[str]:
+                           empties: Mapping[str, str], rules: Mapping[str, Any]) -> list[str]:
     # A public clip stores its normalized texts: its counts and empty flags are recomputed
-    # from them, so an edited count or flag cannot pass.
+    # from them, in the clip's unit, so an edited count or flag cannot pass.
     out = []
     for key, (ref, hyp) in counts.items():
         ref_text, hyp_text = getattr(clip, ref), getattr(clip, hyp)
@@ -219,7 +270,7 @@ def _stored_count_problems(clip: WerClip | HybridClip, counts: Mapping[str, tupl
             out.append(f"{clip.id}: stored {key} counts have no texts to be checked against")
             continue
         stored: Counts = getattr(clip, key)
-        if count_words(ref_text, hyp_text).as_dict() != stored.to_json():
+        if count_units(rules, _unit(clip), ref_text, hyp_text).as_dict() != stored.to_json():
             out.append(f"{clip.id}: stored {key} counts do not match its texts")
     for flag, text in empties.items():
         value = getattr(clip, text)
@@ -253,31 +304,38 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
     if refusal:
         return Judgement.failed(refusal)
     rules, clips = doc.policy.ggml_vs_source, doc.clips
-    problems = []
+    policy_rules = doc.policy.to_json()
+    problems = _scoring_problems(doc)
     for c in clips:
         if c.reference is not None:
             problems += _stored_count_problems(c, {"source": ("reference", "source_text"),
                                                    "ggml": ("reference", "ggml_text")},
                                                {"source_empty": "source_text",
-                                                "ggml_empty": "ggml_text"})
+                                                "ggml_empty": "ggml_text"}, policy_rules)
     if problems:
         return Judgement.failed("; ".join(problems))
-    src = corpus_wer(_counts(clips, "source"))
-    ggml = corpus_wer(_counts(clips, "ggml"))
-    limit = src + rules.max_corpus_wer_delta
     empties = [c.id for c in clips if c.ggml_empty and not c.source_empty]
-    figures = (f"corpus WER vs references: GGML {ggml:.4f}, HF source {src:.4f} "
-               f"(limit {limit:.4f}) over {len(clips)} clip(s)")
+    figures, above = [], []
+    # Each unit is its own corpus (a character count is not a word count).
+    for unit, group in _by_unit(clips).items():
+        src = corpus_wer(_counts(group, "source"))
+        ggml = corpus_wer(_counts(group, "ggml"))
+        limit = src + rules.max_corpus_wer_delta
+        figures.append(f"corpus {_RATE.get(unit, unit)} vs references: GGML {ggml:.4f}, HF "
+                       f"source {src:.4f} (limit {limit:.4f}) over {len(group)} clip(s)")
+        # Decided on exact rationals, not on the floats shown: in binary floating point
+        # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
+        exact_limit = (exact_corpus_wer(_counts(group, "source"))
+                       + policy_fraction(rules.max_corpus_wer_delta))
+        if not exact_corpus_wer(_counts(group, "ggml")) <= exact_limit:
+            above.append(_RATE.get(unit, unit))
+    shown = "; ".join(figures)
     if rules.no_empty_where_source_nonempty and empties:
         return Judgement.failed(f"GGML transcript empty where the source's is not: "
-                                f"{empties}; {figures}")
-    # Decided on exact rationals, not on the floats shown: in binary floating point
-    # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
-    exact_limit = (exact_corpus_wer(_counts(clips, "source"))
-                   + policy_fraction(rules.max_corpus_wer_delta))
-    if not exact_corpus_wer(_counts(clips, "ggml")) <= exact_limit:
-        return Judgement.failed(f"GGML corpus WER above the limit; {figures}")
-    return Judgement.passed(figures)
+                                f"{empties}; {shown}")
+    if above:
+        return Judgement.failed(f"GGML corpus {' and '.join(above)} above the limit; {shown}")
+    return Judgement.passed(shown)
 
 
 def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
@@ -312,13 +370,14 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
     if refusal:
         return Judgement.failed(refusal)
     rules, clips = doc.policy.hybrid, doc.clips
-    problems = []
+    policy_rules = doc.policy.to_json()
+    problems = _scoring_problems(doc)
     for c in clips:
         if c.reference is not None:
             problems += _stored_count_problems(
                 c, {"hybrid": ("reference", "hybrid_text"), "ggml": ("reference", "ggml_text"),
                     "hybrid_vs_ggml": ("ggml_text", "hybrid_text")},
-                {"hybrid_empty": "hybrid_text"})
+                {"hybrid_empty": "hybrid_text"}, policy_rules)
         if rules.four_load_conditions_every_run:
             load = classify(c.to_json())
             if not load.ok:
@@ -329,23 +388,28 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
     if rules.all_nonempty and empty:
         return Judgement.failed(f"hybrid transcript empty for {empty} "
                                 f"(a silent Core ML prediction failure)")
-    hyb = corpus_wer(_counts(clips, "hybrid"))
-    ggml = corpus_wer(_counts(clips, "ggml"))
-    src = corpus_wer(_counts(clips, "source"))
-    limit = min(ggml, src) + rules.max_corpus_wer_delta_vs_best
     # Exact rationals decide (see judge_ggml_vs_source); the floats are only shown.
     worst = max(clips, key=lambda c: exact_corpus_wer([c.hybrid_vs_ggml.to_json()]))
     worst_wer = WordCounts(**worst.hybrid_vs_ggml.to_json()).wer
-    figures = (f"corpus WER vs references: hybrid {hyb:.4f}, GGML {ggml:.4f}, source {src:.4f} "
-               f"(limit {limit:.4f}); largest clip hybrid-vs-GGML WER {worst_wer:.4f} "
-               f"({worst.id}) over {len(clips)} clip(s)")
+    figures, above = [], []
+    for unit, group in _by_unit(clips).items():
+        hyb = corpus_wer(_counts(group, "hybrid"))
+        ggml = corpus_wer(_counts(group, "ggml"))
+        src = corpus_wer(_counts(group, "source"))
+        limit = min(ggml, src) + rules.max_corpus_wer_delta_vs_best
+        figures.append(f"corpus {_RATE.get(unit, unit)} vs references: hybrid {hyb:.4f}, "
+                       f"GGML {ggml:.4f}, source {src:.4f} (limit {limit:.4f})")
+        exact_limit = (min(exact_corpus_wer(_counts(group, "ggml")),
+                           exact_corpus_wer(_counts(group, "source")))
+                       + policy_fraction(rules.max_corpus_wer_delta_vs_best))
+        if not exact_corpus_wer(_counts(group, "hybrid")) <= exact_limit:
+            above.append(_RATE.get(unit, unit))
+    shown = (f"{'; '.join(figures)}; largest clip hybrid-vs-GGML {_RATE.get(_unit(worst))} "
+             f"{worst_wer:.4f} ({worst.id}) over {len(clips)} clip(s)")
     if (exact_corpus_wer([worst.hybrid_vs_ggml.to_json()])
             > policy_fraction(rules.max_clip_wer_vs_ggml)):
         return Judgement.failed(f"clip {worst.id} diverges from GGML beyond "
-                                f"{rules.max_clip_wer_vs_ggml}; {figures}")
-    exact_limit = (min(exact_corpus_wer(_counts(clips, "ggml")),
-                       exact_corpus_wer(_counts(clips, "source")))
-                   + policy_fraction(rules.max_corpus_wer_delta_vs_best))
-    if not exact_corpus_wer(_counts(clips, "hybrid")) <= exact_limit:
-        return Judgement.failed(f"hybrid corpus WER above the limit; {figures}")
-    return Judgement.passed(figures)
+                                f"{rules.max_clip_wer_vs_ggml}; {shown}")
+    if above:
+        return Judgement.failed(f"hybrid corpus {' and '.join(above)} above the limit; {shown}")
+    return Judgement.passed(shown)

@@ -38,7 +38,8 @@ from verifylib.evidence.schemas.fields import (
     strings,
 )
 
-__all__ = ["Counts", "GgmlVsSourceRules", "HybridRules", "WerPolicy", "WerClip", "WerEvidence",
+__all__ = ["Counts", "GgmlVsSourceRules", "HybridRules", "BasicNormalizerSettings",
+           "ScoringRules", "WerPolicy", "WerClip", "WerEvidence",
            "HybridClip", "HybridEvidence"]
 
 
@@ -95,6 +96,44 @@ class HybridRules(Schema):
     max_clip_wer_vs_ggml: float = field(number)
 
 
+class BasicNormalizerSettings(Schema):
+    """The basic normalizer's settings in wer-v2's ``scoring`` section.
+
+    Attributes
+    ----------
+    remove_diacritics, split_letters : bool
+    """
+
+    _path = "policy.scoring.basic_normalizer"
+    _closed = "not a key of the policy"
+
+    remove_diacritics: bool = field(boolean)
+    split_letters: bool = field(boolean)
+
+
+class ScoringRules(Schema):
+    """The ``scoring`` section of wer-v2: which normalizer and unit each language gets.
+
+    Attributes
+    ----------
+    english_languages : tuple of str
+        Scored with the English normalizer, in words.
+    character_languages : tuple of str
+        Written without spaces: basic normalizer, in characters.
+    basic_normalizer : BasicNormalizerSettings
+    characters_without_whitespace : bool
+        Whether whitespace is dropped before counting characters.
+    """
+
+    _path = "policy.scoring"
+    _closed = "not a key of the policy"
+
+    english_languages: tuple[str, ...] = field(strings)
+    character_languages: tuple[str, ...] = field(strings)
+    basic_normalizer: BasicNormalizerSettings = field(BasicNormalizerSettings)
+    characters_without_whitespace: bool = field(boolean)
+
+
 class WerPolicy(Schema, kw_only=True):
     """The copy of the wer-v1 resource a WER document stores (``policy``).
 
@@ -106,6 +145,8 @@ class WerPolicy(Schema, kw_only=True):
     ggml_vs_source : GgmlVsSourceRules
     hybrid : HybridRules
     description : str or None
+    scoring : ScoringRules or None
+        wer-v2's per-language scoring; None under wer-v1 (English, words).
     """
 
     _path = "policy"
@@ -113,6 +154,7 @@ class WerPolicy(Schema, kw_only=True):
 
     id: str = field(string)
     description: str | None = field(string, optional=True, default=None)
+    scoring: ScoringRules | None = field(ScoringRules, optional=True, default=None)
     ggml_vs_source: GgmlVsSourceRules = field(GgmlVsSourceRules)
     hybrid: HybridRules = field(HybridRules)
 
@@ -138,6 +180,10 @@ class WerClip(Schema, kw_only=True):
         (:meth:`verifylib.runtime.audio_intake.Intake.to_json`: the original's format,
         rate and channels, its digest and the converted file's); missing from runs made
         before the intake.
+    language, normalizer, unit : str or None
+        wer-v2: the fixture's decoding language, the normalizer its texts went through
+        (``english`` or ``basic``) and the unit its counts are in (``words`` or
+        ``characters``); None under wer-v1.
     reference, source_text, ggml_text : str or None
         Normalized texts (public clips only).
     raw_reference, raw_source, raw_ggml : str or None
@@ -164,6 +210,9 @@ class WerClip(Schema, kw_only=True):
     raw_source: str | None = field(string, optional=True, default=None)
     raw_ggml: str | None = field(string, optional=True, default=None)
     intake: dict[str, Any] | None = field(mapping, optional=True, default=None)
+    language: str | None = field(string, optional=True, default=None)
+    normalizer: str | None = field(string, optional=True, default=None)
+    unit: str | None = field(string, optional=True, default=None)
 
 
 class WerEvidence(Schema, kw_only=True):
@@ -211,6 +260,8 @@ class HybridClip(Schema, kw_only=True):
         The Core ML whisper-cli run.
     reference, ggml_text, hybrid_text : str or None
         Normalized texts (public clips only).
+    language, normalizer, unit : str or None
+        As in :class:`WerClip` (wer-v2 only).
     """
 
     _path = "clip"
@@ -226,6 +277,9 @@ class HybridClip(Schema, kw_only=True):
     reference: str | None = field(string, optional=True, default=None)
     ggml_text: str | None = field(string, optional=True, default=None)
     hybrid_text: str | None = field(string, optional=True, default=None)
+    language: str | None = field(string, optional=True, default=None)
+    normalizer: str | None = field(string, optional=True, default=None)
+    unit: str | None = field(string, optional=True, default=None)
 
 
 class HybridEvidence(Schema, kw_only=True):
