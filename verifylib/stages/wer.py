@@ -132,7 +132,9 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     verifylib.errors.ParametersInvalid
         If the parameters name no fixture.
     """
+    from verifylib.models.ggml_import import import_ggml_cached
     from verifylib.models.hf import load_hf
+    from verifylib.resources import cache_dir
 
     policy = load_policy(POLICY_ID)
     # The policy is bound to the run before anything is measured.
@@ -146,6 +148,12 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     model_file, _ = published_model(ctx)
     binary, binary_sha = ggml_binary(ctx)
     bundle = load_hf(model_ev["hf_dir"])
+    # The third leg: the reference implementation on the weights the ggml file holds. Source
+    # against it isolates the conversion (and quantization); it against whisper-cli isolates
+    # the implementation (docs/runtime-contract.md §7.4).
+    imported = import_ggml_cached(model_file, cache_dir(), log=print)
+    from_ggml = bundle if Path(imported.hf_dir) == Path(model_ev["hf_dir"]) \
+        else load_hf(imported.hf_dir)
     lang = model_language(params)
     clips: list[WerClip] = []
     texts: list[ClipText] = []
@@ -160,8 +168,8 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
             shutil.copyfile(model_file, ggml_arg)
         mlmodelc_beside = os.path.exists(contracts.coreml_encoder_path(ggml_arg))
         for fx in fixtures:
-            clips.append(_ggml_clip(ctx, params, fx, bundle, binary, ggml_arg, policy.rules,
-                                    refs, texts))
+            clips.append(_ggml_clip(ctx, params, fx, (bundle, from_ggml), binary, ggml_arg,
+                                    policy.rules, refs, texts))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     refs.append(ctx.write_json("wer", WerEvidence(
@@ -169,7 +177,10 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
         policy_sha256=policy.sha256, normalizer=normalizer_identities(policy.rules),
         model_ggml_sha256=ggml_ev["sha256"], binary_sha256=binary_sha,
         mlmodelc_beside=mlmodelc_beside,
-        decoding=tuple(contracts.greedy_decoding_args(lang))).to_json()))
+        decoding=tuple(contracts.greedy_decoding_args(lang)),
+        from_ggml={"hf_dir_source_sha256": imported.source_sha256,
+                   "lossy": bool(imported.lossy),
+                   "same_as_source": from_ggml is bundle}).to_json()))
     ids = {identities.POLICY_WER_ID: policy.id, identities.POLICY_WER_SHA256: policy.sha256,
            "normalizer.mapping_sha256": english_normalizer().identity["mapping_sha256"],
            identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
@@ -177,7 +188,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     return refs, ids, texts
 
 
-def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: Path,
+def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: Path,
                ggml_arg: str, rules: dict, refs: list, texts: list) -> WerClip:
     """Transcribe one fixture with HF and GGML in its language; score it as the policy says."""
     from verifylib.models.hf import transcribe_hf
@@ -193,7 +204,10 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
 
     def count(ref, hyp):
         return sc.count(rules, ref, hyp)
-    raw_src = transcribe_hf(bundle, read_wav_16k(audio_path), lang)
+    bundle, from_ggml = bundles
+    audio = read_wav_16k(audio_path)
+    raw_src = transcribe_hf(bundle, audio, lang)
+    raw_fg = raw_src if from_ggml is bundle else transcribe_hf(from_ggml, audio, lang)
     raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
     if not res.ok:
         raise RunFailure(f"whisper-cli failed on fixture {fx.id}: {res.describe()}\n"
@@ -205,10 +219,13 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
     texts.append(t)
     c_src, c_ggml = count(t.reference, t.source), count(t.reference, t.ggml)
     c_pair = count(t.source, t.ggml)
+    fg = norm(raw_fg)
+    c_fg, c_conv, c_impl = count(t.reference, fg), count(t.source, fg), count(fg, t.ggml)
     # raw_reference (public clips only, like every text): the text as given, which the
     # stage's result shows beside the raw transcripts (the rule scores the normalized texts).
     texts_of = ({"reference": t.reference, "source_text": t.source, "ggml_text": t.ggml,
-                 "raw_reference": raw_ref, "raw_source": raw_src, "raw_ggml": raw_ggml}
+                 "raw_reference": raw_ref, "raw_source": raw_src, "raw_ggml": raw_ggml,
+                 "from_ggml_text": fg, "raw_from_ggml": raw_fg}
                 if t.public else {})
     clip = WerClip(
         id=t.id, public=t.public, audio_sha256=got.source_sha256, intake=got.to_json(),
@@ -216,6 +233,8 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
         reference_from="text" if given else "source",
         source=Counts(**c_src.as_dict()), ggml=Counts(**c_ggml.as_dict()),
         pairwise=Counts(**c_pair.as_dict()),
+        from_ggml=Counts(**c_fg.as_dict()), conversion=Counts(**c_conv.as_dict()),
+        implementation=Counts(**c_impl.as_dict()), from_ggml_empty=not fg.strip(),
         source_empty=not t.source.strip(), ggml_empty=not t.ggml.strip(),
         # The full run record: the ledger check matches its argv, exit, signal and
         # stream digests (digests only, never the text) against the launch it cites.
@@ -224,8 +243,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundle, binary: P
     # validator can re-check COREML = 0 on each run.
     refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
     rate = "CER" if sc.unit == "characters" else "WER"
-    print(f"{t.id} ({lang}): {rate} source {c_src.wer:.3f}, GGML {c_ggml.wer:.3f}, "
-          f"pairwise {c_pair.wer:.3f}")
+    print(f"{t.id} ({lang}): {rate} source {c_src.wer:.3f}, HF-from-ggml {c_fg.wer:.3f}, "
+          f"GGML {c_ggml.wer:.3f}; conversion {c_conv.wer:.3f}, implementation "
+          f"{c_impl.wer:.3f}")
     return clip
 
 

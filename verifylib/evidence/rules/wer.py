@@ -305,36 +305,63 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
         return Judgement.failed(refusal)
     rules, clips = doc.policy.ggml_vs_source, doc.clips
     policy_rules = doc.policy.to_json()
+    split = rules.gated == "hf_from_ggml"
+    if rules.gated not in (None, "hf_from_ggml"):
+        return Judgement.failed(f"unknown gated leg {rules.gated!r}")
     problems = _scoring_problems(doc)
     for c in clips:
+        if split and None in (c.from_ggml, c.conversion, c.implementation, c.from_ggml_empty):
+            problems.append(f"{c.id}: no HF-from-ggml counts (the policy gates that leg)")
+            continue
         if c.reference is not None:
-            problems += _stored_count_problems(c, {"source": ("reference", "source_text"),
-                                                   "ggml": ("reference", "ggml_text")},
-                                               {"source_empty": "source_text",
-                                                "ggml_empty": "ggml_text"}, policy_rules)
+            counted = {"source": ("reference", "source_text"),
+                       "ggml": ("reference", "ggml_text")}
+            empties = {"source_empty": "source_text", "ggml_empty": "ggml_text"}
+            if split:
+                counted.update(from_ggml=("reference", "from_ggml_text"),
+                               conversion=("source_text", "from_ggml_text"),
+                               implementation=("from_ggml_text", "ggml_text"))
+                empties["from_ggml_empty"] = "from_ggml_text"
+            problems += _stored_count_problems(c, counted, empties, policy_rules)
     if problems:
         return Judgement.failed("; ".join(problems))
+    gated, label = ("from_ggml", "HF-from-ggml") if split else ("ggml", "GGML")
     empties = [c.id for c in clips if c.ggml_empty and not c.source_empty]
+    if split:
+        empties += [f"{c.id} (HF-from-ggml)" for c in clips
+                    if c.from_ggml_empty and not c.source_empty]
     figures, above = [], []
     # Each unit is its own corpus (a character count is not a word count).
     for unit, group in _by_unit(clips).items():
+        rate = _RATE.get(unit, unit)
         src = corpus_wer(_counts(group, "source"))
-        ggml = corpus_wer(_counts(group, "ggml"))
         limit = src + rules.max_corpus_wer_delta
-        figures.append(f"corpus {_RATE.get(unit, unit)} vs references: GGML {ggml:.4f}, HF "
-                       f"source {src:.4f} (limit {limit:.4f}) over {len(group)} clip(s)")
+        if split:
+            fg = corpus_wer(_counts(group, gated))
+            figures.append(
+                f"corpus {rate} vs references: HF-from-ggml {fg:.4f}, HF source {src:.4f} "
+                f"(limit {limit:.4f}), whisper-cli {corpus_wer(_counts(group, 'ggml')):.4f}; "
+                f"conversion (source vs "
+                f"HF-from-ggml) {corpus_wer(_counts(group, 'conversion')):.4f}, "
+                f"implementation (HF-from-ggml vs whisper-cli, reported) "
+                f"{corpus_wer(_counts(group, 'implementation')):.4f} over {len(group)} clip(s)")
+        else:
+            figures.append(f"corpus {rate} vs references: GGML "
+                           f"{corpus_wer(_counts(group, 'ggml')):.4f}, HF source {src:.4f} "
+                           f"(limit {limit:.4f}) over {len(group)} clip(s)")
         # Decided on exact rationals, not on the floats shown: in binary floating point
         # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
         exact_limit = (exact_corpus_wer(_counts(group, "source"))
                        + policy_fraction(rules.max_corpus_wer_delta))
-        if not exact_corpus_wer(_counts(group, "ggml")) <= exact_limit:
-            above.append(_RATE.get(unit, unit))
+        if not exact_corpus_wer(_counts(group, gated)) <= exact_limit:
+            above.append(rate)
     shown = "; ".join(figures)
     if rules.no_empty_where_source_nonempty and empties:
-        return Judgement.failed(f"GGML transcript empty where the source's is not: "
-                                f"{empties}; {shown}")
+        return Judgement.failed(f"{'' if split else 'GGML '}transcript empty where the "
+                                f"source's is not: {empties}; {shown}")
     if above:
-        return Judgement.failed(f"GGML corpus {' and '.join(above)} above the limit; {shown}")
+        return Judgement.failed(f"{label} corpus {' and '.join(above)} above the limit"
+                                f"{' (a conversion error)' if split else ''}; {shown}")
     return Judgement.passed(shown)
 
 

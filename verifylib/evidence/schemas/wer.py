@@ -1,8 +1,8 @@
 """Schemas of the stage 05 sidecars ``wer`` (gate ``wer.ggml_vs_source``) and ``hybrid``.
 
 :class:`WerEvidence` is the document :func:`verifylib.stages.wer.ggml_vs_source` writes:
-the wer-v1 policy copy (:class:`WerPolicy`), the normalizer, the digests of the GGML model
-and binary, and one :class:`WerClip` per fixture (edit :class:`Counts` against the
+the WER policy copy (:class:`WerPolicy`, wer-v1 or wer-v2), the normalizers, the digests of
+the GGML model and binary, and one :class:`WerClip` per fixture (edit :class:`Counts` against the
 reference, empty flags, the GGML run's :class:`RunRecord`, and for a public clip its
 texts). :class:`HybridEvidence` is the ``hybrid`` document of :func:`verifylib.stages.wer.hybrid`,
 one :class:`HybridClip` per fixture.
@@ -61,12 +61,16 @@ class Counts(Schema):
 
 
 class GgmlVsSourceRules(Schema):
-    """The ``ggml_vs_source`` section of wer-v1.
+    """The ``ggml_vs_source`` section of a WER policy (wer-v1, wer-v2).
 
     Attributes
     ----------
     max_corpus_wer_delta : float
     no_empty_where_source_nonempty : bool
+    gated : str or None
+        wer-v2: ``hf_from_ggml``, the leg held to the threshold is the reference
+        implementation on the ggml file's weights (conversion), whisper-cli's difference
+        from it being reported as the implementation's; None (wer-v1): whisper-cli's.
     """
 
     _path = "policy.ggml_vs_source"
@@ -74,10 +78,11 @@ class GgmlVsSourceRules(Schema):
 
     max_corpus_wer_delta: float = field(number)
     no_empty_where_source_nonempty: bool = field(boolean)
+    gated: str | None = field(string, optional=True, default=None)
 
 
 class HybridRules(Schema):
-    """The ``hybrid`` section of wer-v1.
+    """The ``hybrid`` section of a WER policy (wer-v1, wer-v2).
 
     Attributes
     ----------
@@ -135,7 +140,7 @@ class ScoringRules(Schema):
 
 
 class WerPolicy(Schema, kw_only=True):
-    """The copy of the wer-v1 resource a WER document stores (``policy``).
+    """The copy of the WER policy resource a WER document stores (``policy``).
 
     A key the resource does not have is refused, so ``to_json`` is the stored object.
 
@@ -184,6 +189,14 @@ class WerClip(Schema, kw_only=True):
         wer-v2: the fixture's decoding language, the normalizer its texts went through
         (``english`` or ``basic``) and the unit its counts are in (``words`` or
         ``characters``); None under wer-v1.
+    from_ggml, conversion, implementation : Counts or None
+        The reference implementation run on the weights of the ggml file (HF-from-ggml)
+        against the reference text; the source against HF-from-ggml (what conversion and
+        quantization changed); HF-from-ggml against whisper-cli (what the implementation
+        changed). Missing from runs made before the decomposition.
+    from_ggml_empty : bool or None
+    from_ggml_text, raw_from_ggml : str or None
+        HF-from-ggml's transcript, normalized and raw (public clips only).
     reference, source_text, ggml_text : str or None
         Normalized texts (public clips only).
     raw_reference, raw_source, raw_ggml : str or None
@@ -213,6 +226,12 @@ class WerClip(Schema, kw_only=True):
     language: str | None = field(string, optional=True, default=None)
     normalizer: str | None = field(string, optional=True, default=None)
     unit: str | None = field(string, optional=True, default=None)
+    from_ggml: Counts | None = field(Counts, optional=True, default=None)
+    conversion: Counts | None = field(Counts, optional=True, default=None)
+    implementation: Counts | None = field(Counts, optional=True, default=None)
+    from_ggml_empty: bool | None = field(boolean, optional=True, default=None)
+    from_ggml_text: str | None = field(string, optional=True, default=None)
+    raw_from_ggml: str | None = field(string, optional=True, default=None)
 
 
 class WerEvidence(Schema, kw_only=True):
@@ -223,7 +242,7 @@ class WerEvidence(Schema, kw_only=True):
     policy : WerPolicy
     clips : tuple of WerClip
     policy_sha256 : str or None
-        Digest of the packaged wer-v1 resource.
+        Digest of the packaged policy resource.
     normalizer : dict or None
         The normalizer's identity (as stored).
     model_ggml_sha256, binary_sha256 : str or None
@@ -232,6 +251,9 @@ class WerEvidence(Schema, kw_only=True):
         Whether a ``.mlmodelc`` sat beside the model the GGML runs read.
     decoding : tuple of str or None
         The greedy decoding arguments.
+    from_ggml : dict or None
+        The Hugging Face folder imported from the ggml file (its source digest, whether the
+        file is lossy, whether it is the source model itself).
     """
 
     policy: WerPolicy = field(WerPolicy)
@@ -241,6 +263,7 @@ class WerEvidence(Schema, kw_only=True):
     binary_sha256: str | None = field(string, optional=True, default=None)
     mlmodelc_beside: bool | None = field(boolean, optional=True, default=None)
     decoding: tuple[str, ...] | None = field(strings, optional=True, default=None)
+    from_ggml: dict[str, Any] | None = field(mapping, optional=True, default=None)
     clips: tuple[WerClip, ...] = field(array_of(WerClip.from_json))
 
 
