@@ -597,6 +597,17 @@ def _check_languages(origin: str, p: dict, base_dir: Path) -> None:
         raise ParametersInvalid(f"{origin}: key {key}: {lang!r}, but the model is English-only "
                                 f"(a vocabulary of {size} tokens; multilingual Whisper models "
                                 f"have {MULTILINGUAL_VOCAB} or more): it decodes English alone")
+    if size is not None:
+        # Languages were appended to Whisper over time (yue with large-v3): a model has a
+        # token for the first n only, n given by its vocabulary size.
+        from verifylib.models.ggml_import import LANGUAGE_CODES, whisper_cpp_tokens
+
+        known = LANGUAGE_CODES[:whisper_cpp_tokens(size).n_languages]
+        for key, lang in wanted:
+            if lang not in known:
+                raise ParametersInvalid(f"{origin}: key {key}: {lang!r} has no language token "
+                                        f"in this model (a vocabulary of {size} tokens holds "
+                                        f"the first {len(known)} of Whisper's languages)")
 
 
 def _check_audio(origin: str, i: int, path: Path) -> None:

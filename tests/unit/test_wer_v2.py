@@ -218,3 +218,14 @@ def test_a_fixture_language_is_validated_before_any_work(tmp_path):
     # A registry model's vocabulary is not at hand before it is obtained: accepted here.
     registry = {"kind": "ct2-pypi", "package": "x==1", "subdir": "m", "language": "de"}
     assert load(_params(tmp_path, registry)).model.language == "de"
+
+
+def test_a_language_newer_than_the_model_is_refused(tmp_path):
+    from verifylib.errors import ParametersInvalid
+    from verifylib.params import load
+
+    base = {"kind": "hf-dir", "path": _hf_folder(tmp_path, 51865), "language": "en"}
+    with pytest.raises(ParametersInvalid, match="'yue' has no language token in this model "
+                                                r"\(a vocabulary of 51865 tokens holds the "
+                                                "first 99"):
+        load(_params(tmp_path, base, language="yue"))
