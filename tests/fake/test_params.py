@@ -49,3 +49,43 @@ def test_usage_error_exits_2():
     res = subprocess.run([sys.executable, "-m", "verifylib", "frobnicate"],
                          capture_output=True, text=True)
     assert res.returncode == 2
+
+
+def _bad_fixture(tmp_path, name, make):
+    path = tmp_path / name
+    make(path)
+
+    def mutate(d):
+        d["fixtures"] = [{"id": "clip", "public": True, "path": str(path), "text": "hi"}]
+    return path, _write(tmp_path, mutate)
+
+
+def _wav_of(seconds, rate=1000, value=100):
+    import numpy as np
+    import soundfile
+
+    def make(path):
+        soundfile.write(str(path), np.full(int(rate * seconds), value, np.int16), rate,
+                        format="WAV", subtype="PCM_16")
+    return make
+
+
+def test_unusable_recordings_exit_2_in_one_line_before_any_work(tmp_path):
+    """Not audio, empty, silent, 30 minutes: refused at validation, nothing left behind."""
+    cases = [("text.mp3", lambda p: p.write_text("not audio"), "not an audio file"),
+             ("empty.wav", lambda p: p.write_bytes(b""), "not an audio file"),
+             ("nothing.wav", _wav_of(0), "holds no audio"),
+             ("silent.wav", _wav_of(2, 16000, 0), "silent"),
+             ("half-hour.wav", _wav_of(1800), "1800.0 s long")]
+    for name, make, needle in cases:
+        audio, f = _bad_fixture(tmp_path, name, make)
+        reports = tmp_path / "reports"
+        before = sorted(p.name for p in tmp_path.iterdir())
+        res = subprocess.run([sys.executable, "-m", "verifylib", "run", str(f), "--reports",
+                              str(reports), "--no-progress"], capture_output=True, text=True)
+        assert res.returncode == 2, (name, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (name, lines)
+        assert "key fixtures[0].path" in lines[0] and str(audio) in lines[0]
+        assert not reports.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -229,3 +229,15 @@ def test_a_language_newer_than_the_model_is_refused(tmp_path):
                                                 r"\(a vocabulary of 51865 tokens holds the "
                                                 "first 99"):
         load(_params(tmp_path, base, language="yue"))
+
+
+def test_aligned_differences_mark_each_edit():
+    from verifylib.views.wer import aligned
+
+    kinds = [(t.kind, t.reference, t.hypothesis) for t in aligned("a b c d", "a x c e d", "words")]
+    assert kinds == [("equal", "a", "a"), ("substitute", "b", "x"), ("equal", "c", "c"),
+                     ("insert", "", "e"), ("equal", "d", "d")]
+    chars = [(t.kind, t.reference) for t in aligned("北京 欢迎你", "北京欢你", "characters")]
+    assert chars == [("equal", "北"), ("equal", "京"), ("equal", "欢"), ("delete", "迎"),
+                     ("equal", "你")]
+    assert [t.kind for t in aligned("", "a b", "words")] == ["insert", "insert"]

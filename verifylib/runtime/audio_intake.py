@@ -21,7 +21,9 @@ line naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -122,16 +124,45 @@ class Intake:
                 "resampled": self.resampled, "downmixed": self.downmixed}
 
 
+@contextlib.contextmanager
+def _native_stderr_quiet():
+    """Silence what libsndfile's MP3 decoder (mpg123) prints straight to file descriptor 2.
+
+    On a file that is not MP3 it writes ``Note: Illegal Audio-MPEG-Header …`` lines there,
+    outside Python, which would break the one-line refusal. The descriptor is restored
+    on exit; Python-level output is untouched.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # libsndfile names an unrecognised format "File does not exist or is not a regular file
+    # (possibly a pipe?)", which would send the user looking for a missing file.
+    if "does not exist or is not a regular file" in text:
+        return "format not recognised"
+    return text.split(": ", 1)[-1][:160] if text.startswith("Error opening") else text[:160]
+
+
 def _header(path: Path):
     import soundfile
 
     if not path.is_file():
         raise AudioError(f"{path}: not a regular file")
     try:
-        return soundfile.info(str(path))
+        with _native_stderr_quiet():
+            return soundfile.info(str(path))
     except (RuntimeError, soundfile.LibsndfileError, OSError) as exc:
         raise AudioError(f"{path}: not an audio file this suite reads "
-                         f"({', '.join(FORMATS)}): {str(exc).splitlines()[0][:160]}") from None
+                         f"({', '.join(FORMATS)}): {_why(exc)}") from None
 
 
 def probe(path: str | os.PathLike, *, max_seconds: float = MAX_SECONDS) -> AudioProbe:
@@ -189,10 +220,10 @@ def _decode(path: Path) -> np.ndarray:
     import soundfile
 
     try:
-        data, _ = soundfile.read(str(path), dtype="float32", always_2d=True)
+        with _native_stderr_quiet():
+            data, _ = soundfile.read(str(path), dtype="float32", always_2d=True)
     except (RuntimeError, soundfile.LibsndfileError, OSError) as exc:
-        raise AudioError(f"{path}: cannot be decoded: {str(exc).splitlines()[0][:160]}") \
-            from None
+        raise AudioError(f"{path}: cannot be decoded: {_why(exc)}") from None
     return data
 
 

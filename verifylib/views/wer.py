@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verifylib.numerics.scoring import WordCounts, corpus_wer
 from verifylib.views import display_html
 
@@ -30,7 +32,84 @@ def show(report) -> None:
                  corpus_by_unit=report.result.corpus_by_unit, has_hybrid=has_hybrid,
                  no_worse=no_worse, rate_of=RATE_OF)
     display_html("wer_counts.html.j2", **counts_table(clips, has_hybrid))
+    if any(c.wer_conversion is not None for c in clips):
+        display_html("wer_decomposition.html.j2", clips=clips, rate_of=RATE_OF,
+                     alignments={c.id: clip_alignments(c) for c in clips})
     _wer_chart(clips, has_hybrid)
+
+
+@dataclass(frozen=True)
+class AlignedToken:
+    """One step of an alignment: ``equal``, ``substitute``, ``delete`` or ``insert``."""
+
+    kind: str
+    reference: str
+    hypothesis: str
+
+
+def aligned(reference: str, hypothesis: str, unit: str) -> list[AlignedToken]:
+    """Align two normalized texts with jiwer, word by word or character by character.
+
+    Parameters
+    ----------
+    reference, hypothesis : str
+        Normalized texts.
+    unit : {"words", "characters"}
+        As the clip was scored (characters with whitespace removed).
+
+    Returns
+    -------
+    list of AlignedToken
+        In order; ``reference`` is empty for an insertion, ``hypothesis`` for a deletion.
+    """
+    import jiwer
+
+    if unit == "characters":
+        ref, hyp = list("".join(reference.split())), list("".join(hypothesis.split()))
+    else:
+        ref, hyp = reference.split(), hypothesis.split()
+    if not ref or not hyp:
+        return ([AlignedToken("delete", r, "") for r in ref]
+                + [AlignedToken("insert", "", h) for h in hyp])
+    out = jiwer.process_words(" ".join(ref), " ".join(hyp))
+    r_words, h_words = out.references[0], out.hypotheses[0]
+    tokens = []
+    for chunk in out.alignments[0]:
+        rs = r_words[chunk.ref_start_idx:chunk.ref_end_idx]
+        hs = h_words[chunk.hyp_start_idx:chunk.hyp_end_idx]
+        if chunk.type in ("equal", "substitute"):
+            tokens += [AlignedToken(chunk.type, r, h) for r, h in zip(rs, hs)]
+        elif chunk.type == "delete":
+            tokens += [AlignedToken("delete", r, "") for r in rs]
+        else:
+            tokens += [AlignedToken("insert", "", h) for h in hs]
+    return tokens
+
+
+def clip_alignments(clip) -> dict[str, list[AlignedToken]]:
+    """Align the texts a public clip's row shows (nothing for a private clip).
+
+    Parameters
+    ----------
+    clip : verifylib.evidence.results.wer.ClipResult
+        A clip with its normalized texts.
+
+    Returns
+    -------
+    dict
+        ``whisper-cli vs reference``, ``conversion`` (source vs HF-from-ggml) and
+        ``implementation`` (HF-from-ggml vs whisper-cli), each a list of tokens.
+    """
+    n = clip.normalized
+    if not n or None in (n.get("reference"), n.get("ggml")):
+        return {}
+    out = {"whisper-cli vs reference": aligned(n["reference"], n["ggml"], clip.unit)}
+    if n.get("from_ggml") is not None and n.get("source") is not None:
+        out["conversion: HF source vs HF-from-ggml"] = aligned(n["source"], n["from_ggml"],
+                                                              clip.unit)
+        out["implementation: HF-from-ggml vs whisper-cli"] = aligned(n["from_ggml"], n["ggml"],
+                                                                    clip.unit)
+    return out
 
 
 def counts_table(clips: list, has_hybrid: bool) -> dict:

@@ -38,6 +38,16 @@ class ClipResult:
         The language it was decoded and scored in (None under wer-v1: the model's).
     unit : str
         ``words`` or ``characters`` (``words`` under wer-v1).
+    from_ggml : str or None
+        The reference implementation's transcript on the ggml file's weights (raw; wer-v2
+        runs, ``"(not public)"`` for a private clip).
+    wer_from_ggml, wer_conversion, wer_implementation : float or None
+        HF-from-ggml against the reference text; the source against HF-from-ggml (what the
+        conversion changed); HF-from-ggml against whisper-cli (what the implementation
+        changed). None for runs made before the decomposition.
+    normalized : mapping or None
+        The normalized texts the counts were taken on (``reference``, ``source``,
+        ``from_ggml``, ``ggml``; public clips only), for the aligned differences.
     """
 
     id: str
@@ -54,6 +64,11 @@ class ClipResult:
     wer_pairwise: float
     language: str | None = None
     unit: str = "words"
+    from_ggml: str | None = None
+    wer_from_ggml: float | None = None
+    wer_conversion: float | None = None
+    wer_implementation: float | None = None
+    normalized: Mapping[str, str] | None = None
 
     @classmethod
     def from_evidence(cls, clip: WerClip | Mapping[str, Any],
@@ -112,7 +127,20 @@ class ClipResult:
             ggml=str(clip.raw_ggml) if public else PRIVATE,
             hybrid=hybrid_text, wer_source=src.wer, wer_ggml=ggml.wer,
             wer_hybrid=None if hyb is None else hyb.wer, wer_pairwise=pair.wer,
-            language=clip.language, unit=clip.unit or "words")
+            language=clip.language, unit=clip.unit or "words",
+            from_ggml=(None if clip.from_ggml is None else
+                       str(clip.raw_from_ggml) if public else PRIVATE),
+            wer_from_ggml=_rate(clip.from_ggml), wer_conversion=_rate(clip.conversion),
+            wer_implementation=_rate(clip.implementation),
+            normalized=({"reference": clip.reference, "source": clip.source_text,
+                         "from_ggml": clip.from_ggml_text, "ggml": clip.ggml_text}
+                        if public else None))
+
+
+def _rate(counts) -> float | None:
+    from verifylib.numerics.scoring import WordCounts
+
+    return None if counts is None else WordCounts(**counts.to_json()).wer
 
 
 @dataclass(frozen=True)
