@@ -72,6 +72,9 @@ def forged_transcripts(src: Path, dest: Path) -> Path:
             clip["ggml_empty"] = clip["reference"].strip() == ""
             if clip.get("pairwise") is not None:
                 clip["pairwise"] = count_words(clip["source_text"], clip["ggml_text"]).as_dict()
+            if clip.get("implementation") is not None:  # wer-v2's HF-from-ggml leg
+                clip["implementation"] = count_words(clip["from_ggml_text"],
+                                                     clip["ggml_text"]).as_dict()
     edit_json(run, "evidence/05_wer/wer.json", forge)
     reseal(run)
     return run

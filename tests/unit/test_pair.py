@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.helpers.mil_programs import save_program
 from verifylib.errors import ContractBroken, ParametersInvalid
 from verifylib.numerics.mil_exec import load_program
 from verifylib.numerics.pair import (block_taps, first_divergent_block, measure_pair,
@@ -23,18 +24,7 @@ W = [RNG.normal(scale=0.3, size=(8, 8)).astype(np.float32) for _ in range(4)]
 
 
 def _program(tmp_path, build, shape, name):
-    import coremltools as ct
-    from coremltools.converters.mil import Builder as mb
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=shape)])
-    def prog(x):
-        return build(mb, x)
-
-    model = ct.convert(prog, convert_to="mlprogram", compute_precision=ct.precision.FLOAT32,
-                       skip_model_load=True)
-    path = tmp_path / f"{name}.mlpackage"
-    model.save(str(path))
-    return load_program(path)
+    return load_program(save_program(tmp_path, build, shape, name))
 
 
 def _plain(mb, x, blocks=2):

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.helpers.mil_programs import save_program
 from verifylib.numerics.layouts import LAYOUTS, relayout_for, unmapped_record
 from verifylib.numerics.mil_exec import execute, load_program, residual_taps
 
@@ -26,18 +27,7 @@ T, C = 6, 8
 
 
 def _program(tmp_path, build, shape, name):
-    import coremltools as ct
-    from coremltools.converters.mil import Builder as mb
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=shape)])
-    def prog(x):
-        return build(mb, x)
-
-    model = ct.convert(prog, convert_to="mlprogram", compute_precision=ct.precision.FLOAT32,
-                       skip_model_load=True)
-    path = tmp_path / f"{name}.mlpackage"
-    model.save(str(path))
-    return path
+    return save_program(tmp_path, build, shape, name)
 
 
 def _plain(mb, x):
