@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
                 path = tree / fx.runtime_file
             else:
                 path = params.resolve(fx.path)
-            got = intake(path, cache_dir() / "audio")
+            got = intake(path, cache_dir() / "audio", fx.id)
             audio = read_wav_16k(got.pcm_path)
             lang = fx.language or params.model.language
             sc = scoring_for(rules, lang)

@@ -56,7 +56,7 @@ def _evidence(tmp_path, info, bundle, binary, ggml_file):
     texts = {fx["id"]: fx["text"] for fx in params["fixtures"] if "text" in fx}
     clips = []
     for fid in FIXTURES:
-        got = intake(ROOT / "parameters" / "fixtures" / f"{fid}.wav", tmp_path / "audio")
+        got = intake(ROOT / "parameters" / "fixtures" / f"{fid}.wav", tmp_path / "audio", fid)
         audio = read_wav_16k(got.pcm_path)
         raw_cli, res = cli_transcribe(binary, str(ggml_file), got.pcm_path, "en")
         assert res.ok, res.describe()

@@ -147,11 +147,21 @@ def _escaped_in_view(run_dir: Path) -> None:
     raw = "<script>alert('x')</script> light rain"
     from verifylib.evidence.results import wer as wer_results
     from verifylib.views import render
-    page = render("wer_transcripts.html.j2", style=False, clips=[wer_results.ClipResult(
+    from verifylib.views.wer import RATE_OF, clip_alignments
+    corpus = wer_results.CorpusWer(0.0, 0.0, 0.0)
+    clip = wer_results.ClipResult(
         id="weather", public=True, words=1, counts={}, reference=raw,
         source="", ggml="", hybrid=None, wer_source=0.0, wer_ggml=0.0, wer_hybrid=None,
-        wer_pairwise=0.0)], corpus=wer_results.CorpusWer(0.0, 0.0, 0.0), has_hybrid=False,
-        no_worse=1)
+        wer_pairwise=0.0, language="en", from_ggml=raw, wer_from_ggml=0.0,
+        wer_conversion=0.0, wer_implementation=1.0,
+        normalized={"reference": raw, "source": raw, "from_ggml": raw, "ggml": "light"})
+    page = render("wer_transcripts.html.j2", style=False, clips=[clip], corpus=corpus,
+                  corpus_by_unit={"words": corpus}, rate_of=RATE_OF, has_hybrid=False,
+                  no_worse=1)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    # The aligned differences show transcripts word by word: escaped too.
+    page = render("wer_decomposition.html.j2", style=False, clips=[clip], rate_of=RATE_OF,
+                  alignments={"weather": clip_alignments(clip)})
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 

@@ -75,11 +75,15 @@ def test_other_containers_rates_and_layouts_become_16k_mono(tmp_path, fmt, kw, r
 
 def test_intake_is_content_addressed_and_writes_the_same_bytes_twice(tmp_path):
     src = _write(tmp_path / "s.flac", _tone(44100, channels=2), 44100, format="FLAC")
-    a = intake(src, tmp_path / "cache")
-    b = intake(src, tmp_path / "cache")
+    a = intake(src, tmp_path / "cache", "clip")
+    b = intake(src, tmp_path / "cache", "clip")
     assert a.pcm_path == b.pcm_path and a.pcm_sha256 == b.pcm_sha256
-    assert a.pcm_path.name == f"{a.source_sha256}-16k.wav"
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [a.pcm_path.name]
+    # Named by the fixture, so whisper-cli's -f still says which clip it reads.
+    assert a.pcm_path == tmp_path / "cache" / a.source_sha256 / "clip-16k.wav"
+    assert [p.name for p in (tmp_path / "cache" / a.source_sha256).iterdir()] == \
+        ["clip-16k.wav"]
+    with pytest.raises(AudioError, match="not a file stem"):
+        intake(src, tmp_path / "cache", "../x")
 
 
 def _bytes(data):

@@ -291,8 +291,8 @@ def write_pcm16k(path: str | os.PathLike, dest: str | os.PathLike) -> Intake:
                   downmixed=info.channels > 1)
 
 
-def intake(path: str | os.PathLike, folder: str | os.PathLike) -> Intake:
-    """Return the fixture's 16 kHz file in ``folder``, named by the original's digest.
+def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audio") -> Intake:
+    """Return the fixture's 16 kHz file in ``folder``, under the original's digest.
 
     Written once; a file already there is re-derived and must have the same bytes, so a
     second stage (or a replay) reads exactly what the first one did.
@@ -303,13 +303,18 @@ def intake(path: str | os.PathLike, folder: str | os.PathLike) -> Intake:
         The recording.
     folder : path-like
         Where converted fixtures are kept (``<cache>/audio``).
+    name : str
+        The file's stem: the fixture id, so whisper-cli's ``-f`` (in the ledger and the
+        report) still names the clip (``<folder>/<sha256>/<name>-16k.wav``).
 
     Returns
     -------
     Intake
     """
     digest = sha256_file(path)
-    dest = Path(folder) / f"{digest}-16k.wav"
+    if not name or "/" in name or name.startswith("."):
+        raise AudioError(f"{name!r} is not a file stem")
+    dest = Path(folder) / digest / f"{name}-16k.wav"
     with _LOCK:
         fresh = write_pcm16k(path, dest.with_name(f".{dest.name}.{os.getpid()}.new"))
         if dest.is_file() and sha256_file(dest) == fresh.pcm_sha256:

@@ -489,10 +489,10 @@ def fixture_intake(ctx: StageContext, fixture: Fixture) -> Intake:
     -------
     verifylib.runtime.audio_intake.Intake
         The original's digest (the fixture's identity), the converted file in the shared
-        cache (``<cache>/audio/<original sha256>-16k.wav``, the same bytes for every stage
-        and replay) and its digest.
+        cache (``<cache>/audio/<original sha256>/<fixture id>-16k.wav``, the same bytes for
+        every stage and replay) and its digest.
     """
-    return intake(fixture_audio(ctx, fixture), cache_dir() / "audio")
+    return intake(fixture_audio(ctx, fixture), cache_dir() / "audio", fixture.id)
 
 
 def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
