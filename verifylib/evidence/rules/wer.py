@@ -316,13 +316,13 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
         if c.reference is not None:
             counted = {"source": ("reference", "source_text"),
                        "ggml": ("reference", "ggml_text")}
-            empties = {"source_empty": "source_text", "ggml_empty": "ggml_text"}
+            flags = {"source_empty": "source_text", "ggml_empty": "ggml_text"}
             if split:
                 counted.update(from_ggml=("reference", "from_ggml_text"),
                                conversion=("source_text", "from_ggml_text"),
                                implementation=("from_ggml_text", "ggml_text"))
-                empties["from_ggml_empty"] = "from_ggml_text"
-            problems += _stored_count_problems(c, counted, empties, policy_rules)
+                flags["from_ggml_empty"] = "from_ggml_text"
+            problems += _stored_count_problems(c, counted, flags, policy_rules)
     if problems:
         return Judgement.failed("; ".join(problems))
     gated, label = ("from_ggml", "HF-from-ggml") if split else ("ggml", "GGML")
