@@ -51,25 +51,9 @@ def cli_text(binary: Path, model: Path, audio: Path, language: str, args: list[s
     return " ".join(" ".join(lines).split())
 
 
-def hf_text(bundle, audio, language: str, kwargs: dict) -> str:
-    """The reference's transcript under ``kwargs``."""
-    import numpy as np
-    import torch
-
-    fe = bundle.feature_extractor
-    feats = fe(np.asarray(audio, dtype=np.float32), sampling_rate=fe.sampling_rate,
-               return_tensors="pt").input_features
-    kw = {"do_sample": False, **kwargs}
-    if bundle.is_multilingual:
-        kw.update(language=language, task="transcribe")
-    with torch.inference_mode():
-        ids = bundle.model.generate(feats, **kw)
-    return bundle.tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()
-
-
 def main(argv: list[str]) -> int:
     from verifylib.canonical import read_json
-    from verifylib.models.hf import load_hf
+    from verifylib.models.hf import load_hf, transcribe_hf
     from verifylib.numerics.scoring import corpus_wer, load_policy, scoring_for
     from verifylib.params import fixture_text, validate
     from verifylib.resources import cache_dir
@@ -113,7 +97,7 @@ def main(argv: list[str]) -> int:
             for name in chosen:
                 cli_args, hf_kwargs = SETTINGS[name]
                 c = sc.normalize(rules, cli_text(binary, model, got.pcm_path, lang, cli_args))
-                h = sc.normalize(rules, hf_text(bundle, audio, lang, hf_kwargs))
+                h = sc.normalize(rules, transcribe_hf(bundle, audio, lang, **hf_kwargs))
                 rows.append((name, fx.id, lang, sc.unit, sc.count(rules, h, c),
                              sc.count(rules, ref, h), sc.count(rules, ref, c), h, c))
                 print(f"{name:<10} {fx.id:<12} {lang}  pairwise "

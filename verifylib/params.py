@@ -542,11 +542,6 @@ def validate(data: Any, origin: str, base_dir: Path,
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
 
 
-MULTILINGUAL_VOCAB = 51865
-"""Whisper's multilingual vocabularies hold 51865 tokens or more (51866 from large-v3);
-the English-only ones 51864: the test OpenAI's own code makes."""
-
-
 def _vocabulary_size(model: dict, base_dir: Path) -> int | None:
     """Return the model's vocabulary size where it is readable before any work, else None."""
     kind = model["kind"]
@@ -562,52 +557,53 @@ def _vocabulary_size(model: dict, base_dir: Path) -> int | None:
             return None  # the intake names what is wrong with the folder
         return size if isinstance(size, int) else None
     if kind == "ct2-dir":
-        txt, js = path / "vocabulary.txt", path / "vocabulary.json"
+        from verifylib.models.ct2 import ModelError
+        from verifylib.models.ct2_import import read_vocabulary
         try:
-            if txt.is_file():
-                return len(txt.read_text(encoding="utf-8").splitlines())
-            if js.is_file():
-                vocab = json.loads(js.read_text(encoding="utf-8"))
-                return len(vocab) if isinstance(vocab, list) else None
-        except (ValueError, UnicodeDecodeError):
-            return None
+            vocabulary = read_vocabulary(path)
+        except (ModelError, ValueError, UnicodeDecodeError, OSError):
+            return None  # the intake names what is wrong with the folder
+        return None if vocabulary is None else len(vocabulary)
     return None  # a registry or hub model: checked when it is obtained
 
 
 def _check_languages(origin: str, p: dict, base_dir: Path) -> None:
-    """Refuse a language Whisper does not know, or one an English-only model cannot decode.
+    """Refuse a language Whisper does not know, or one the model has no token for.
 
     Each fixture is decoded and scored in its own ``language`` (default ``model.language``).
+    Whisper's languages and which of them a vocabulary holds are whisper.cpp's rules
+    (:func:`verifylib.models.ggml_import.whisper_cpp_tokens`): an English-only vocabulary
+    holds none but English, and languages were appended over time (yue with large-v3).
     """
     wanted = [("model.language", p["model"].get("language") or "en")]
     wanted += [(f"fixtures[{i}].language", fx["language"])
                for i, fx in enumerate(p["fixtures"]) if "language" in fx]
     if all(lang == "en" for _, lang in wanted):
         return
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+    from verifylib.models.ggml_import import LANGUAGE_CODES, whisper_cpp_tokens
 
     for key, lang in wanted:
-        if lang not in LANGUAGES:
+        if lang not in LANGUAGE_CODES:
             raise ParametersInvalid(f"{origin}: key {key}: {lang!r} is not a language Whisper "
-                                    "decodes (a code of transformers' WhisperTokenizer "
-                                    "LANGUAGES, e.g. de, fr, zh)")
+                                    "decodes (e.g. de, fr, zh)")
     size = _vocabulary_size(p["model"], base_dir)
-    if size is not None and size < MULTILINGUAL_VOCAB:
+    if size is None:
+        return
+    try:
+        tokens = whisper_cpp_tokens(size)
+    except ParametersInvalid:  # below even the English vocabulary: the intake refuses it
+        tokens = None
+    if tokens is None or not tokens.multilingual:
         key, lang = next((k, v) for k, v in wanted if v != "en")
         raise ParametersInvalid(f"{origin}: key {key}: {lang!r}, but the model is English-only "
                                 f"(a vocabulary of {size} tokens; multilingual Whisper models "
-                                f"have {MULTILINGUAL_VOCAB} or more): it decodes English alone")
-    if size is not None:
-        # Languages were appended to Whisper over time (yue with large-v3): a model has a
-        # token for the first n only, n given by its vocabulary size.
-        from verifylib.models.ggml_import import LANGUAGE_CODES, whisper_cpp_tokens
-
-        known = LANGUAGE_CODES[:whisper_cpp_tokens(size).n_languages]
-        for key, lang in wanted:
-            if lang not in known:
-                raise ParametersInvalid(f"{origin}: key {key}: {lang!r} has no language token "
-                                        f"in this model (a vocabulary of {size} tokens holds "
-                                        f"the first {len(known)} of Whisper's languages)")
+                                "have 51865 or more): it decodes English alone")
+    known = LANGUAGE_CODES[:tokens.n_languages]
+    for key, lang in wanted:
+        if lang not in known:
+            raise ParametersInvalid(f"{origin}: key {key}: {lang!r} has no language token "
+                                    f"in this model (a vocabulary of {size} tokens holds "
+                                    f"the first {len(known)} of Whisper's languages)")
 
 
 def _check_audio(origin: str, i: int, path: Path) -> None:

@@ -347,7 +347,27 @@ def _state_dict(ct2: CT2Model, shapes: Mapping[str, tuple], tied: Mapping[str, s
     return out
 
 
-def _read_vocabulary(folder: Path) -> list[str] | None:
+def read_vocabulary(folder: Path) -> list[str] | None:
+    """Return the tokens a CTranslate2 model folder lists, in id order.
+
+    Parameters
+    ----------
+    folder : Path
+        The model folder; ``vocabulary.txt`` (one token per line) is read before
+        ``vocabulary.json`` (a list of strings), as CTranslate2 does.
+
+    Returns
+    -------
+    list of str or None
+        The tokens, or None when the folder holds neither file.
+
+    Raises
+    ------
+    ModelError
+        ``vocabulary.json`` is not a list of strings.
+    ValueError, UnicodeDecodeError
+        A file is not UTF-8 text or JSON.
+    """
     txt, js = folder / "vocabulary.txt", folder / "vocabulary.json"
     if txt.is_file():
         text = txt.read_text(encoding="utf-8")
@@ -369,7 +389,7 @@ def _build_tokenizer(folder: Path, vocab_size: int):
     if not tok_file.is_file():
         raise ModelError(f"{folder}: tokenizer.json is missing")
     tok = WhisperTokenizerFast(tokenizer_file=str(tok_file))
-    vocabulary = _read_vocabulary(folder)
+    vocabulary = read_vocabulary(folder)
     if vocabulary is not None:
         if len(vocabulary) != vocab_size:
             raise ModelError(f"{folder}: the vocabulary file lists {len(vocabulary)} tokens, the "

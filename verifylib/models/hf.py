@@ -122,8 +122,9 @@ def load_feature_extractor(hf_dir: str | os.PathLike):
     return fe
 
 
-def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = None) -> str:
-    """Transcribe up to 30 s of 16 kHz audio with greedy decoding and no timestamps.
+def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = None, *,
+                  num_beams: int = 1, return_timestamps: bool = False) -> str:
+    """Transcribe up to 30 s of 16 kHz audio; greedy without timestamps unless told otherwise.
 
     Parameters
     ----------
@@ -134,6 +135,11 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
     language : str, optional
         Language code for multilingual models (``"en"``); an English-only model accepts
         only ``None`` or ``"en"``.
+    num_beams : int
+        1 (greedy, the audit's pin) or more (beam search, measured by
+        ``benchmarks/decoding_pin.py``).
+    return_timestamps : bool
+        Decode with timestamp tokens (dropped from the text).
 
     Returns
     -------
@@ -157,7 +163,8 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
                                 "reference transcribes at most "
                                 f"{fe.n_samples / fe.sampling_rate:.0f} s")
     feats = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt").input_features
-    kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False, "return_timestamps": False}
+    kwargs: dict[str, Any] = {"num_beams": num_beams, "do_sample": False,
+                              "return_timestamps": return_timestamps}
     if bundle.is_multilingual:
         if language:
             kwargs.update(language=language, task="transcribe")

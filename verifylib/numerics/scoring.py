@@ -153,6 +153,9 @@ def basic_normalizer(remove_diacritics: bool = False, split_letters: bool = Fals
 UNITS = ("words", "characters")
 """What an error rate counts: words (WER) or characters (CER)."""
 
+RATE_OF = {"words": "WER", "characters": "CER"}
+"""The error rate's name for each unit a clip is scored in."""
+
 
 @dataclass(frozen=True)
 class Scoring:

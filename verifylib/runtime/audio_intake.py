@@ -48,9 +48,6 @@ FORMATS = ("WAV", "WAVEX", "FLAC", "OGG", "MP3")
 INTAKE_VERSION = "audio-intake-v1"
 """Names the decoding and resampling rules; part of the evidence."""
 
-_LOCK = threading.Lock()
-
-
 @dataclass(frozen=True)
 class AudioProbe:
     """What a fixture holds, read before any work.
@@ -185,7 +182,11 @@ def probe(path: str | os.PathLike, *, max_seconds: float = MAX_SECONDS) -> Audio
     AudioError
         One line naming the file and what is wrong with it.
     """
-    path = Path(path)
+    return _checked(Path(path), max_seconds)[0]
+
+
+def _checked(path: Path, max_seconds: float = MAX_SECONDS) -> tuple[AudioProbe, np.ndarray]:
+    """:func:`probe`, also returning the decoded ``[frames, channels]`` float32 samples."""
     info = _header(path)
     fmt = str(info.format)
     if fmt not in FORMATS:
@@ -208,7 +209,7 @@ def probe(path: str | os.PathLike, *, max_seconds: float = MAX_SECONDS) -> Audio
         raise AudioError(f"{path}: silent (peak {_dbfs(peak)} dBFS, below -60 dBFS)")
     return AudioProbe(str(path), fmt, str(info.subtype), int(info.samplerate),
                       int(info.channels), int(info.frames), round(seconds, 4),
-                      round(20 * float(np.log10(peak)), 2))
+                      round(20 * float(np.log10(peak)), 2)), samples
 
 
 def _dbfs(peak: float) -> str:
@@ -249,8 +250,7 @@ def to_pcm16k(path: str | os.PathLike) -> tuple[np.ndarray, AudioProbe]:
     """
     import soxr
 
-    info = probe(path)
-    data = _decode(Path(path))
+    info, data = _checked(Path(path))
     mono = data.mean(axis=1, dtype=np.float64) if data.shape[1] > 1 else \
         data[:, 0].astype(np.float64)
     if info.sample_rate != WHISPER_SAMPLE_RATE:
@@ -294,8 +294,8 @@ def write_pcm16k(path: str | os.PathLike, dest: str | os.PathLike) -> Intake:
 def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audio") -> Intake:
     """Return the fixture's 16 kHz file in ``folder``, under the original's digest.
 
-    Written once; a file already there is re-derived and must have the same bytes, so a
-    second stage (or a replay) reads exactly what the first one did.
+    Re-derived at every call and renamed into place, so a second stage (or a replay) reads
+    exactly the bytes these rules give, the same as the first one read.
 
     Parameters
     ----------
@@ -315,11 +315,8 @@ def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audi
     if not name or "/" in name or name.startswith("."):
         raise AudioError(f"{name!r} is not a file stem")
     dest = Path(folder) / digest / f"{name}-16k.wav"
-    with _LOCK:
-        fresh = write_pcm16k(path, dest.with_name(f".{dest.name}.{os.getpid()}.new"))
-        if dest.is_file() and sha256_file(dest) == fresh.pcm_sha256:
-            fresh.pcm_path.unlink()
-        else:
-            os.replace(fresh.pcm_path, dest)
-    return Intake(digest, dest, fresh.pcm_sha256, fresh.probe, fresh.resampled,
-                  fresh.downmixed)
+    # Decoded again every time (a 30 s clip takes milliseconds) and renamed into place: the
+    # bytes are always what these rules give, whatever an earlier process left there.
+    got = write_pcm16k(path, dest)
+    return Intake(digest, got.pcm_path, got.pcm_sha256, got.probe, got.resampled,
+                  got.downmixed)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifylib.numerics.scoring import WordCounts, corpus_wer
+from verifylib.numerics.scoring import RATE_OF, WordCounts, corpus_wer
 from verifylib.views import display_html
 
 SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
-RATE_OF = {"words": "WER", "characters": "CER"}
-"""The error rate's name for each unit a clip is scored in."""
+
 
 
 def show(report) -> None:

@@ -21,6 +21,7 @@ from verifylib.evidence.schemas.wer import (
     WerEvidence,
 )
 from verifylib.numerics.scoring import (
+    RATE_OF,
     WordCounts,
     corpus_wer,
     count_units,
@@ -249,9 +250,6 @@ def _counts(clips, attr: str) -> list[dict[str, int]]:
     return [getattr(c, attr).to_json() for c in clips]
 
 
-_RATE = {"words": "WER", "characters": "CER"}
-
-
 def _by_unit(clips) -> dict[str, list]:
     groups: dict[str, list] = {}
     for c in clips:
@@ -333,7 +331,7 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
     figures, above = [], []
     # Each unit is its own corpus (a character count is not a word count).
     for unit, group in _by_unit(clips).items():
-        rate = _RATE.get(unit, unit)
+        rate = RATE_OF.get(unit, unit)
         src = corpus_wer(_counts(group, "source"))
         limit = src + rules.max_corpus_wer_delta
         if split:
@@ -424,14 +422,14 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
         ggml = corpus_wer(_counts(group, "ggml"))
         src = corpus_wer(_counts(group, "source"))
         limit = min(ggml, src) + rules.max_corpus_wer_delta_vs_best
-        figures.append(f"corpus {_RATE.get(unit, unit)} vs references: hybrid {hyb:.4f}, "
+        figures.append(f"corpus {RATE_OF.get(unit, unit)} vs references: hybrid {hyb:.4f}, "
                        f"GGML {ggml:.4f}, source {src:.4f} (limit {limit:.4f})")
         exact_limit = (min(exact_corpus_wer(_counts(group, "ggml")),
                            exact_corpus_wer(_counts(group, "source")))
                        + policy_fraction(rules.max_corpus_wer_delta_vs_best))
         if not exact_corpus_wer(_counts(group, "hybrid")) <= exact_limit:
-            above.append(_RATE.get(unit, unit))
-    shown = (f"{'; '.join(figures)}; largest clip hybrid-vs-GGML {_RATE.get(_unit(worst))} "
+            above.append(RATE_OF.get(unit, unit))
+    shown = (f"{'; '.join(figures)}; largest clip hybrid-vs-GGML {RATE_OF.get(_unit(worst))} "
              f"{worst_wer:.4f} ({worst.id}) over {len(clips)} clip(s)")
     if (exact_corpus_wer([worst.hybrid_vs_ggml.to_json()])
             > policy_fraction(rules.max_clip_wer_vs_ggml)):
