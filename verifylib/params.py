@@ -537,6 +537,7 @@ def validate(data: Any, origin: str, base_dir: Path,
             if not tp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
                                         "does not exist")
+    _check_vocabulary(origin, p["model"], base_dir)
     _check_languages(origin, p, base_dir)
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
@@ -565,6 +566,51 @@ def _vocabulary_size(model: dict, base_dir: Path) -> int | None:
             return None  # the intake names what is wrong with the folder
         return None if vocabulary is None else len(vocabulary)
     return None  # a registry or hub model: checked when it is obtained
+
+
+def _check_vocabulary(origin: str, model: dict, base_dir: Path) -> None:
+    """Refuse a vocabulary whisper.cpp cannot decode with, before any work.
+
+    whisper.cpp has no list of special tokens: it derives their ids from ``n_vocab``
+    (51864 English-only, 51865 multilingual, 51866 from large-v3), so a fine-tune whose
+    tokenizer gained tokens would be decoded with the wrong special ids, and one whose
+    tokenizer lists more tokens than its embedding has could not be written at all.
+    """
+    if model["kind"] not in ("hf-dir", "ct2-dir"):
+        return  # a ggml file is checked when opened; a registry or hub model when obtained
+    size = _vocabulary_size(model, base_dir)
+    if size is None:
+        return
+    from verifylib.models.ggml_import import whisper_cpp_tokens
+
+    try:
+        whisper_cpp_tokens(size)
+    except ParametersInvalid as exc:
+        raise ParametersInvalid(
+            f"{origin}: key model.path: a vocabulary of {size} tokens ({exc}): whisper.cpp "
+            "derives its special tokens from the vocabulary size and knows 51864, 51865 and "
+            "51866, so a tokenizer with added tokens cannot be decoded by it") from None
+    if model["kind"] == "hf-dir":
+        listed = _tokenizer_size(base_dir / Path(model.get("path", "")).expanduser())
+        if listed is not None and listed > size:
+            raise ParametersInvalid(
+                f"{origin}: key model.path: tokenizer.json lists {listed} tokens, the model's "
+                f"vocab_size is {size}: the added tokens have no embedding, and whisper.cpp "
+                "could not decode them")
+
+
+def _tokenizer_size(folder: Path) -> int | None:
+    """Return one more than the highest id a folder's ``tokenizer.json`` lists, else None."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        ids = [int(i) for i in (doc.get("model") or {}).get("vocab", {}).values()]
+        ids += [int(t["id"]) for t in doc.get("added_tokens") or []]
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+        return None  # the intake names what is wrong with the folder
+    return max(ids) + 1 if ids else None
 
 
 def _check_languages(origin: str, p: dict, base_dir: Path) -> None:

@@ -49,7 +49,7 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     assert gates["build.coreml"]["reason"]["detail"].find("macOS") >= 0
     assert canonical.is_sha256(rec["identities"]["binary.ggml.sha256"])
     assert not list((run_dir.parent).glob(".staging/*")), "staging left behind"
-    assert rec["identities"]["policy.wer.id"] == "wer-v2"
+    assert rec["identities"]["policy.wer.id"] == "wer-v3"
     assert canonical.is_sha256(rec["identities"]["model.ggml.sha256"])
     # The informational sanitizer gate: what ASan saw on each side, bound to stage 01's builds.
     detail = gates["canary.sanitizer"]["reason"]["detail"]

@@ -237,3 +237,45 @@ def test_the_schema_built_clips_are_the_literals_the_stage_wrote_before():
     assert {k: v for k, v in _hybrid_doc().items() if k != "clips"} == {
         "policy": policy.rules, "policy_sha256": policy.sha256, "binary_sha256": "f" * 64,
         "model_arg": "/r/fp32/ggml-model.bin"}
+
+
+DETECT_STDERR = STDERR + b"whisper_full_with_state: auto-detected language: de (p = 0.451026)\n"
+
+
+def _with_detection(language: str = "de", *, drop_run: bool = False) -> WerEvidence:
+    from verifylib.evidence.schemas.wer import Detected, Heard
+
+    res = RunResult(argv=["/b/whisper-cli", "-m", "m.bin", "-f", "jfk.wav", "-dl", "-p", "1"],
+                    returncode=0, signal=None, timed_out=False, stdout=b"",
+                    stderr=DETECT_STDERR, wall_s=0.2)
+    doc = WerEvidence.from_json(_wer_doc())
+    heard = Detected(source=Heard(language="de", p=0.33), from_ggml=Heard(language="de", p=0.33),
+                     ggml=Heard(language=language, p=0.451026))
+    first = WerClip.from_json(dict(doc.clips[0].to_json(), detected=heard.to_json(),
+                                   **({} if drop_run else {"detect_run": run_record(res)})))
+    return WerEvidence.from_json(dict(doc.to_json(), clips=[first.to_json(),
+                                                           doc.clips[1].to_json()]))
+
+
+def test_a_recorded_detection_is_held_to_its_own_launch():
+    doc = _with_detection()
+    assert WerEvidence.from_json(_stored(doc.to_json())) == doc
+    assert wer_rules.ggml_run_problems(doc, lambda cid: STDERR, lambda cid: DETECT_STDERR) == []
+    (p,) = wer_rules.ggml_run_problems(_with_detection("fr"), lambda cid: STDERR,
+                                       lambda cid: DETECT_STDERR)
+    assert p == "jfk: the -dl launch logged ('de', 0.451026), the record says 'fr'"
+    (p,) = wer_rules.ggml_run_problems(doc, lambda cid: STDERR, lambda cid: DETECT_STDERR + b"x")
+    assert p == "jfk: -dl launch: stored stderr is not the run's stream"
+    (p,) = wer_rules.ggml_run_problems(_with_detection(drop_run=True), lambda cid: STDERR)
+    assert p == "jfk: a detected language without its -dl launch, or the reverse"
+    (p,) = wer_rules.ggml_run_problems(doc, lambda cid: STDERR)
+    assert p == "jfk: the -dl launch's stderr was not given"
+
+
+def test_the_detection_line_is_read_from_the_log():
+    from verifylib.runtime import contracts
+
+    assert contracts.parse_detected_language(DETECT_STDERR.decode()) == ("de", 0.451026)
+    assert contracts.parse_detected_language(STDERR.decode()) is None
+    assert contracts.parse_detected_language(
+        "whisper_full_with_state: auto-detected language: haw (p = 1e-05)") == ("haw", 1e-05)

@@ -241,3 +241,102 @@ def test_aligned_differences_mark_each_edit():
     assert chars == [("equal", "北"), ("equal", "京"), ("equal", "欢"), ("delete", "迎"),
                      ("equal", "你")]
     assert [t.kind for t in aligned("", "a b", "words")] == ["insert", "insert"]
+
+
+@pytest.mark.parametrize("size", [51864 + 3, 51866 + 1, 51000])
+def test_a_vocabulary_whisper_cpp_cannot_decode_with_is_refused_naming_the_field(tmp_path, size):
+    from verifylib.errors import ParametersInvalid
+    from verifylib.params import load
+
+    model = {"kind": "hf-dir", "path": _hf_folder(tmp_path, size), "language": "en"}
+    with pytest.raises(ParametersInvalid) as err:
+        load(_params(tmp_path, model))
+    msg = str(err.value)
+    assert f"key model.path: a vocabulary of {size} tokens" in msg
+    assert "knows 51864, 51865 and 51866" in msg and "\n" not in msg
+
+
+def test_a_tokenizer_listing_ids_beyond_the_embedding_is_refused(tmp_path):
+    import json
+
+    from verifylib.errors import ParametersInvalid
+    from verifylib.params import load
+
+    folder = _hf_folder(tmp_path, 51865)
+    tokenizer = {"model": {"vocab": {"a": 0, "b": 1}},
+                 "added_tokens": [{"id": 51865, "content": "<|brand|>"},
+                                  {"id": 51866, "content": "<|name|>"}]}
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ParametersInvalid, match="key model.path: tokenizer.json lists 51867 "
+                                                "tokens, the model's vocab_size is 51865"):
+        load(_params(tmp_path, {"kind": "hf-dir", "path": folder, "language": "en"}))
+    tokenizer["added_tokens"] = tokenizer["added_tokens"][:0]
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert load(_params(tmp_path, {"kind": "hf-dir", "path": folder})).model.kind == "hf-dir"
+
+
+def test_clips_heard_as_another_language_are_named_above_the_table():
+    from verifylib.evidence.results.wer import ClipResult
+    from verifylib.numerics.scoring import RATE_OF
+    from verifylib.views import render
+
+    def clip(cid, lang, detected):
+        return ClipResult(id=cid, public=True, words=3, counts={}, reference="", source="",
+                          ggml="", hybrid=None, wer_source=0.5, wer_ggml=0.5, wer_hybrid=None,
+                          wer_pairwise=0.0, language=lang, wer_from_ggml=0.5,
+                          wer_conversion=0.0, wer_implementation=0.0, detected=detected)
+
+    fr = clip("fr_market", "fr", {"source": ("vi", 0.28), "from_ggml": ("vi", 0.28),
+                                  "ggml": ("vi", 0.29)})
+    de = clip("de_train", "de", {"source": ("de", 0.33), "from_ggml": ("de", 0.33),
+                                 "ggml": ("de", 0.45)})
+    assert fr.heard_otherwise and not de.heard_otherwise
+    assert not clip("jfk", "en", None).heard_otherwise
+    page = render("wer_decomposition.html.j2", style=False, clips=[fr, de], rate_of=RATE_OF,
+                  alignments={})
+    assert "The model hears 1 of 2 clips as another language" in page and "(fr_market)" in page
+    assert "<b>vi</b>&nbsp;0.29" in page and "de&nbsp;0.45" in page
+    english = render("wer_decomposition.html.j2", style=False, rate_of=RATE_OF, alignments={},
+                     clips=[clip("jfk", "en", None)])
+    assert "heard as" not in english and "another language" not in english
+
+
+def _v3_doc(argv_tail, *, language="de"):
+    from verifylib.runtime.runner import RunResult, run_record
+
+    v3 = load_policy("wer-v3").rules
+    clip = _clip("de", language, "der zug fährt", "der zug fährt", "der zug fährt")
+    res = RunResult(argv=["/b/whisper-cli", "-m", "m.bin", "-f", "de.wav", "-t", "2",
+                          *argv_tail], returncode=0, signal=None, timed_out=False,
+                    stdout=b"", stderr=b"", wall_s=0.1)
+    clip["ggml_run"] = run_record(res)
+    return {"policy": v3, "clips": [clip]}
+
+
+def test_wer_v3_holds_every_run_to_its_decoding_pin():
+    from verifylib.runtime import contracts
+
+    pin = load_policy("wer-v3").rules["decoding"]
+    assert contracts.decoding_args("de", **pin) == contracts.greedy_decoding_args("de") == [
+        "-bs", "1", "-bo", "1", "-l", "de", "-nt", "--temperature", "0",
+        "--temperature-inc", "0", "-p", "1"]
+    j = judge_ggml_vs_source(_v3_doc(contracts.greedy_decoding_args("de")))
+    assert j.status is Status.PASS, j.detail
+    beam5 = contracts.decoding_args("de", **dict(pin, beam_size=5))
+    for tail in (beam5, contracts.greedy_decoding_args("fr"), []):
+        j = judge_ggml_vs_source(_v3_doc(tail))
+        assert j.status is Status.FAIL
+        assert "de: the run's arguments do not end with the policy's decoding pin -bs 1 -bo 1 " \
+               "-l de -nt" in j.detail
+    # Timestamps on: no -nt in the pin's arguments.
+    assert "-nt" not in contracts.decoding_args("de", **dict(pin, timestamps=True))
+
+
+def test_a_pin_is_required_from_wer_v3_and_refused_before():
+    v3 = load_policy("wer-v3").rules
+    no_pin = {k: v for k, v in v3.items() if k != "decoding"}
+    clip = _clip("de", "de", "a b", "a b", "a b")
+    j = judge_ggml_vs_source({"policy": no_pin, "clips": [clip]})
+    assert j.status is Status.FAIL and "policy 'wer-v3' lacks a decoding pin" in j.detail
+    j = judge_ggml_vs_source({"policy": dict(V2, decoding=v3["decoding"]), "clips": [clip]})
+    assert j.status is Status.FAIL and "policy 'wer-v2' has a decoding pin" in j.detail

@@ -3,7 +3,8 @@
 ``run`` an audit, ``verify`` a run directory, ``attest`` (sign) a published run,
 ``pin-check`` a candidate upstream source, ``drift`` (attribute a package's drift to its
 ops), ``compare`` published runs side by side, print ``ray-node-resources`` and check this
-host with ``doctor``.
+host with ``doctor``. Every ``--help`` is plain text (:data:`DESCRIPTION`,
+:data:`EXIT_CODES`): it is read on a terminal, not rendered.
 """
 
 from __future__ import annotations
@@ -22,6 +23,62 @@ EXIT_BAD_INPUT = 2
 # caller sees the same code whether or not verifylib got to clean up.
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+DESCRIPTION = """\
+Prove from physical runs that a pinned whisper.cpp build ran a Core ML encoder, and measure
+what it costs in accuracy. Start with "verifylib run" (the default audit) and open the
+report it names; "verifylib COMMAND --help" tells more of each command."""
+
+EXIT_CODES = {
+    "verifylib": """\
+exit codes:
+  0    success (run: every verdict ADMISSIBLE or INCOMPLETE; verify: the run verifies)
+  1    REJECTED, a run that does not verify, or no run published
+  2    bad input or usage (one line on stderr says which file and key)
+  130  interrupted (SIGINT), 143 terminated (SIGTERM): nothing published""",
+    "run": """\
+exit codes:
+  0    every verdict ADMISSIBLE or INCOMPLETE (with --require admissible: ADMISSIBLE)
+  1    a verdict REJECTED, a model with no run published, or a run left unsigned
+  2    bad parameters or options, or a tool this host lacks (nothing is written)
+  130  interrupted (SIGINT), 143 terminated (SIGTERM): nothing published""",
+    "verify": """\
+exit codes:
+  0    the run verifies (with --replay: and no claim DIFFERS)
+  1    it does not verify, a claim DIFFERS, or the attestation does not check
+  2    not a run directory, or a bad key""",
+    "verify-summary": """\
+exit codes:
+  0    the summary is signed by the key
+  1    it is not
+  2    no such file, or a bad key""",
+    "attest": """\
+exit codes:
+  0    the attestation was written
+  1    the run cannot be attested (e.g. it does not verify)
+  2    not a run directory, or a bad key""",
+    "pin-check": """\
+exit codes:
+  0    every patch-deletion condition was assessed
+  1    the candidate could not be assessed
+  2    bad input, or a tool this host lacks""",
+    "drift": """\
+exit codes:
+  0    the attribution was printed
+  2    bad input""",
+    "compare": """\
+exit codes:
+  0    the comparison page was written
+  2    bad input (fewer than two runs, an output folder inside a run)""",
+    "doctor": """\
+exit codes:
+  0    this host can audit
+  2    a required tool is missing""",
+    "ray-node-resources": """\
+exit codes:
+  0    printed""",
+}
+"""The exit codes each command's ``--help`` ends with (README's table, per command)."""
 
 
 def _interruptible(cmd):
@@ -79,6 +136,20 @@ def _sign_published(run_dir: Path, signer) -> bool:
 
 
 def _cmd_run(args) -> int:
+    if not args.json:
+        return _run(args)
+    import contextlib
+    import json
+    # One JSON object on stdout; every line meant for people goes to stderr.
+    holder: dict = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _run(args, holder)
+    if "object" in holder:
+        print(json.dumps(holder["object"], indent=2, sort_keys=True), flush=True)
+    return code
+
+
+def _run(args, holder: dict | None = None) -> int:
     signer = None  # a bad --sign-key is refused before any audit work
     if getattr(args, "sign_key", None) is not None:
         signer = _load_sign_key(args.sign_key)
@@ -111,20 +182,31 @@ def _cmd_run(args) -> int:
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
 
+    from verifylib.cli.outputs import run_object, summarize, write_junit
+    if args.junit_xml is not None and not Path(args.junit_xml).resolve().parent.is_dir():
+        print(f"verifylib: --junit-xml {args.junit_xml}: its folder does not exist",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    summaries = []
+
     def show(out) -> None:
         nonlocal unsigned
+        summary = summarize(out)
+        summaries.append(summary)
         if isinstance(out, FailedRun):
             where = f" on {out.node}" if out.node else ""
             print(f"{out.name}: ERROR{where}, no run published: {out.reason}", flush=True)
             return
-        print(f"{out.name}: verdict {out.verdict.value}")
+        print(f"{out.name}: verdict {out.verdict.value}: {summary.why}")
         print(f"  report:  {out.report}")
         print(f"  receipt: {out.run_dir / 'receipt.json'}", flush=True)
         if signer is not None and not _sign_published(out.run_dir, signer):
             unsigned += 1
 
     # Several models at once print interleaved: papermill's bars would overwrite each other.
-    together = args.executor == "ray" or (args.jobs > 1 and len(all_params) > 1)
+    # A log file (stderr not a terminal) gets one line per event, never a redrawn bar.
+    together = args.executor == "ray" or (args.jobs > 1 and len(all_params) > 1) \
+        or not sys.stderr.isatty()
     try:
         outcomes = run_batch(all_params, reports, executor=args.executor, jobs=args.jobs,
                              address=args.address,
@@ -150,7 +232,14 @@ def _cmd_run(args) -> int:
         print(f"  index:   {index}")
     if failed:
         print(f"ERROR: no run published for {', '.join(o.name for o in failed)}")
-    return max(code, 1) if unsigned or failed else code
+    code = max(code, 1) if unsigned or failed else code
+    if args.junit_xml is not None:
+        print(f"  junit:   {write_junit(args.junit_xml, summaries)}")
+    if holder is not None:
+        holder["object"] = run_object(
+            summaries, verdict="ERROR" if failed else worst.value if published else "ERROR",
+            exit_code=code, index=str(index) if index.is_file() else None)
+    return code
 
 
 def _cmd_ray_node_resources(args) -> int:  # noqa: ARG001 - argparse handler signature
@@ -173,6 +262,10 @@ def _cmd_verify(args) -> int:
         if key is None:
             return EXIT_BAD_INPUT
     if getattr(args, "replay", False):
+        if getattr(args, "json", False):
+            print("verifylib: --json goes without --replay (a replay writes replay.json)",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
         if key is not None:
             # Everything verify does comes first, the attestation included.
             from verifylib.evidence.attest import verify_attestation
@@ -194,6 +287,14 @@ def _cmd_verify(args) -> int:
         att = verify_attestation(run_dir, key, res)
         res.problems += att.problems
         res.ok = res.ok and att.ok
+    if args.json:
+        import json
+
+        from verifylib.cli.outputs import verify_object
+        code = 0 if res.ok else 1
+        print(json.dumps(verify_object(run_dir, res, exit_code=code), indent=2,
+                         sort_keys=True))
+        return code
     if res.ok:
         print(f"OK: {run_dir} verifies; verdict {res.verdict}")
         if key is not None:
@@ -345,8 +446,20 @@ def main(argv: list[str] | None = None) -> int:
         0 for ADMISSIBLE/INCOMPLETE (or a verifying run dir), 1 for REJECTED, 2 for bad
         input or usage; for ``run``, 130 on SIGINT and 143 on SIGTERM.
     """
-    ap = argparse.ArgumentParser(prog="verifylib", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    from verifylib.cli.outputs import version
+
+    plain = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="verifylib", description=DESCRIPTION,
+                                 epilog=EXIT_CODES["verifylib"], formatter_class=plain)
+    ap.add_argument("--version", action="version", version=f"verifylib {version()}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    _add = sub.add_parser
+
+    def add_parser(name, *, help):  # noqa: A002 - argparse's own keyword
+        # Every command's help says what it does and ends with its exit codes.
+        return _add(name, help=help, description=help[0].upper() + help[1:] + ".",
+                    epilog=EXIT_CODES[name], formatter_class=plain)
+    sub.add_parser = add_parser  # type: ignore[method-assign]
     r = sub.add_parser("run", help="audit one or more models (parameter files or folders)")
     r.add_argument("parameters", nargs="*",
                    help=f"default: {resources.default_parameters()}")
@@ -356,7 +469,15 @@ def main(argv: list[str] | None = None) -> int:
                         "directory)")
     r.add_argument("--require", choices=["admissible"], default=None,
                    help="exit 1 unless every verdict is ADMISSIBLE")
-    r.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
+    r.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar (hidden anyway when stderr is not a terminal: "
+                        "a log file gets one line per event)")
+    r.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout at the end (every other line goes "
+                        "to stderr)")
+    r.add_argument("--junit-xml", metavar="FILE", default=None,
+                   help="also write FILE: JUnit XML with one test case per gate (NOT_RUN as "
+                        "skipped, with its reason)")
     r.add_argument("--sign-key", metavar="KEY.pem", default=None,
                    help="attest each published run with this Ed25519 private key (PEM)")
     r.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -376,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.set_defaults(fn=_cmd_ray_node_resources)
     v = sub.add_parser("verify", help="re-verify a run directory from its files")
     v.add_argument("run_dir")
+    v.add_argument("--json", action="store_true",
+                   help="print one JSON object (ok, verdict, problems) instead of text")
     v.add_argument("--allow-simulated", action="store_true",
                    help="inspect a run recorded on the test suite's simulated host (such a "
                         "run is refused otherwise)")
@@ -451,7 +574,18 @@ def main(argv: list[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return EXIT_BAD_INPUT if exc.code else 0
-    return args.fn(args)
+    if args.cmd is None:
+        ap.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return args.fn(args)
+    except BrokenPipeError:
+        # `verifylib doctor --json | head`: the reader left; say nothing more. stdout is
+        # pointed at /dev/null so the interpreter's final flush cannot fail again.
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -138,13 +138,15 @@ GATES: tuple[Gate, ...] = (
     _g("parity.runtime", "04_parity", True, Capability.MACOS, ["export.compile"],
        "CompiledMLModel(.mlmodelc, ALL) vs HF reference meets the fp32 policy"),
     _g("wer.ggml_vs_source", "05_wer", True, Capability.ANY, ["export.ggml_model"],
-       "wer-v2 (wer-v1 runs still verify): per unit (WER in words, CER for languages written "
-       "without spaces), corpus rate of GGML transcripts vs reference texts <= HF source's + "
+       "wer-v3 (wer-v1 and wer-v2 runs still verify): every run under the policy's decoding "
+       "pin; per unit (WER in words, CER for languages written without spaces), corpus rate "
+       "of the reference run on the ggml file's weights vs reference texts <= HF source's + "
        "0.05, each fixture normalized for its language; no GGML transcript empty where the "
        "source's is not"),
     _g("wer.hybrid", "05_wer", True, Capability.MACOS,
        ["canary.coreml_positive", "wer.ggml_vs_source"],
-       "wer-v2 (wer-v1 runs still verify): hybrid transcripts non-empty, four load conditions "
+       "wer-v3 (wer-v1 and wer-v2 runs still verify): hybrid transcripts non-empty under the "
+       "decoding pin, four load conditions "
        "per run, corpus rate per unit vs references <= min(GGML, source) + 0.05, no clip with "
        "hybrid-vs-GGML rate > 0.5"),
     _g("placement.plan", "06_placement", True, Capability.MACOS_14_4, ["export.compile"],

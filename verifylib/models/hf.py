@@ -154,15 +154,7 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
     """
     import torch
 
-    audio = np.asarray(audio, dtype=np.float32)
-    if audio.ndim != 1:
-        raise ParametersInvalid(f"audio must be 1-D, got shape {audio.shape}")
-    fe = bundle.feature_extractor
-    if audio.shape[0] > fe.n_samples:
-        raise ParametersInvalid(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the "
-                                "reference transcribes at most "
-                                f"{fe.n_samples / fe.sampling_rate:.0f} s")
-    feats = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt").input_features
+    feats = _features(bundle, audio)
     kwargs: dict[str, Any] = {"num_beams": num_beams, "do_sample": False,
                               "return_timestamps": return_timestamps}
     if bundle.is_multilingual:
@@ -174,6 +166,63 @@ def transcribe_hf(bundle: HFBundle, audio: np.ndarray, language: str | None = No
     with torch.inference_mode():
         ids = bundle.model.generate(feats, **kwargs)
     return bundle.tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()
+
+
+def _features(bundle: HFBundle, audio: np.ndarray):
+    """Return the log-mel input features of at most 30 s of 16 kHz audio."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1:
+        raise ParametersInvalid(f"audio must be 1-D, got shape {audio.shape}")
+    fe = bundle.feature_extractor
+    if audio.shape[0] > fe.n_samples:
+        raise ParametersInvalid(f"audio has {audio.shape[0] / fe.sampling_rate:.2f} s; the "
+                                "reference transcribes at most "
+                                f"{fe.n_samples / fe.sampling_rate:.0f} s")
+    return fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt").input_features
+
+
+def detect_language_hf(bundle: HFBundle, audio: np.ndarray) -> tuple[str, float]:
+    """Detect a clip's language as whisper.cpp's ``-dl`` does, on the reference model.
+
+    One decoder step from the start-of-transcript token; the language tokens' logits
+    alone go through a softmax, the most probable wins. transformers'
+    ``detect_language`` makes the same step but returns no probability, which the
+    evidence records beside whisper-cli's.
+
+    Parameters
+    ----------
+    bundle : HFBundle
+        A multilingual model (:attr:`HFBundle.is_multilingual`).
+    audio : numpy.ndarray
+        1-D float32 samples at 16 kHz, at most 30 s.
+
+    Returns
+    -------
+    (str, float)
+        The language code (``"de"``) and its probability among the languages.
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If the model is English-only (it has no language tokens) or the audio too long.
+    """
+    import torch
+
+    gc = bundle.model.generation_config
+    lang_to_id = getattr(gc, "lang_to_id", None) or {}
+    if not bundle.is_multilingual or not lang_to_id:
+        raise ParametersInvalid(f"{bundle.hf_dir} is English-only: it has no language "
+                                "tokens to detect with")
+    feats = _features(bundle, audio)
+    codes = sorted(lang_to_id, key=lang_to_id.get)
+    ids = torch.tensor([lang_to_id[c] for c in codes])
+    start = torch.tensor([[gc.decoder_start_token_id]])
+    with torch.inference_mode():
+        logits = bundle.model(input_features=feats, decoder_input_ids=start).logits[0, -1]
+    probs = torch.softmax(logits[ids].double(), dim=0)
+    best = int(torch.argmax(probs))
+    # lang_to_id's keys are the tokens ("<|de|>"); the evidence names the code.
+    return codes[best].strip("<|>"), float(probs[best])
 
 
 def load_hf_encoder(hf_dir: str | os.PathLike):

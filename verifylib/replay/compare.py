@@ -396,7 +396,7 @@ def wer_claims(sides: _Sides, missing, *, rebuilt: bool = False) -> list[Claim]:
 
 def _clip_view(clip: dict) -> dict:
     keys = ("ggml_text", "source_text", "raw_ggml", "raw_source", "source", "ggml",
-            "pairwise", "source_empty", "ggml_empty")
+            "pairwise", "source_empty", "ggml_empty", "detected")
     return {k: clip.get(k) for k in keys if k in clip}
 
 

@@ -185,11 +185,41 @@ def check_cli_argv(argv) -> None:
                                      "processor")
 
 
-def greedy_decoding_args(language: str) -> list[str]:
-    """Return whisper-cli arguments for the pinned greedy decoding shared with Hugging Face.
+def decoding_args(language: str, *, beam_size: int, best_of: int, timestamps: bool,
+                  temperature: float, temperature_increment: float) -> list[str]:
+    """Return whisper-cli arguments for a decoding pin (a WER policy's ``decoding``).
 
-    Beam size 1, best-of 1, fixed language, no timestamps, temperature 0 without fallback,
-    one processor: the same strategy as ``generate(num_beams=1, do_sample=False)``.
+    Parameters
+    ----------
+    language : str
+        The decoding language, passed as ``-l``.
+    beam_size, best_of : int
+        ``-bs`` and ``-bo``.
+    timestamps : bool
+        False adds ``-nt``.
+    temperature, temperature_increment : float
+        ``--temperature`` and ``--temperature-inc`` (0 and 0: no sampling, no fallback).
+
+    Returns
+    -------
+    list of str
+        The arguments, one processor included, to append after the model and audio
+        arguments; a run carries its pin when its argv ends with them.
+    """
+    return ["-bs", str(beam_size), "-bo", str(best_of), "-l", language,
+            *([] if timestamps else ["-nt"]), "--temperature", f"{temperature:g}",
+            "--temperature-inc", f"{temperature_increment:g}", "-p", "1"]
+
+
+GREEDY_PIN = MappingProxyType({"beam_size": 1, "best_of": 1, "timestamps": False,
+                               "temperature": 0.0, "temperature_increment": 0.0})
+"""The greedy pin every gate run decodes under: beam 1, best-of 1, no timestamps,
+temperature 0 without fallback (``generate(num_beams=1, do_sample=False)`` on the
+reference's side). wer-v3 writes it as data; the canaries use it too."""
+
+
+def greedy_decoding_args(language: str) -> list[str]:
+    """Return whisper-cli arguments for the greedy pin (:data:`GREEDY_PIN`).
 
     Parameters
     ----------
@@ -201,8 +231,55 @@ def greedy_decoding_args(language: str) -> list[str]:
     list of str
         The arguments, to append after the model and audio arguments.
     """
-    return ["-bs", "1", "-bo", "1", "-l", language, "-nt", "--temperature", "0",
-            "--temperature-inc", "0", "-p", "1"]
+    return decoding_args(language, **GREEDY_PIN)
+
+
+DETECT_LANGUAGE_FLAG = "-dl"
+"""whisper-cli's ``--detect-language``: decode one step from the start-of-transcript token,
+log the language, and stop without transcribing (the language is forced to ``auto``)."""
+
+DETECTED_LANGUAGE_MARKER = "auto-detected language: "
+"""Logged by ``whisper_full_with_state`` when it chose the language itself:
+``whisper_full_with_state: auto-detected language: de (p = 0.451026)``; ``p`` is the
+softmax over the language tokens of the model's first decoding step."""
+
+_DETECTED_RE = re.compile(re.escape(DETECTED_LANGUAGE_MARKER)
+                          + r"([a-z]{2,3}|haw) \(p = ([0-9.eE+-]+)\)\s*$")
+
+
+def detect_language_args() -> list[str]:
+    """Return whisper-cli arguments that only detect a clip's language.
+
+    Returns
+    -------
+    list of str
+        :data:`DETECT_LANGUAGE_FLAG` and one processor; to append after the model and
+        audio arguments. An English-only model has no language tokens, so the stage
+        detects only with a multilingual one.
+    """
+    return [DETECT_LANGUAGE_FLAG, "-p", "1"]
+
+
+def parse_detected_language(stderr: str) -> tuple[str, float] | None:
+    """Read the language a launch detected from its stderr.
+
+    Parameters
+    ----------
+    stderr : str
+        The launch's stderr text.
+
+    Returns
+    -------
+    (str, float) or None
+        The language code and its probability, from the last :data:`DETECTED_LANGUAGE_MARKER`
+        line; None when no line names one.
+    """
+    found = None
+    for line in stderr.splitlines():
+        m = _DETECTED_RE.search(line)
+        if m:
+            found = (m.group(1), float(m.group(2)))
+    return found
 
 
 # --- model loading -------------------------------------------------------------------------

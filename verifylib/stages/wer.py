@@ -1,10 +1,10 @@
-"""Stage 05_wer: transcripts under identical greedy decoding, scored by policy wer-v2.
+"""Stage 05_wer: transcripts under the policy's decoding pin, scored by policy wer-v3.
 
 ``wer.ggml_vs_source`` (any OS): for every fixture, in its language (its own
 ``language``, else the model's), the Hugging Face source model's transcript and the
 patched GGML ``whisper-cli`` transcript of the written ``ggml-model.bin``, both read from
 the one 16 kHz file the fixture intake made (:mod:`verifylib.runtime.audio_intake`),
-normalized and counted as wer-v2 says for that language (English: OpenAI's English
+normalized and counted as wer-v3 says for that language (English: OpenAI's English
 normalizer, words; languages written without spaces: the basic normalizer, characters;
 every other: the basic normalizer, words), scored against the fixture's reference text
 with jiwer. The pairwise GGML-vs-source rate is reported, not gated.
@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
@@ -32,6 +33,8 @@ from verifylib.evidence.records import StageReport
 from verifylib.evidence.results.wer import wer_result_from_evidence
 from verifylib.evidence.schemas.wer import (
     Counts,
+    Detected,
+    Heard,
     HybridClip,
     HybridEvidence,
     RunRecord,
@@ -60,7 +63,7 @@ from verifylib.stages.artifacts import (
 from verifylib.stages.context import StageContext
 
 STAGE = "05_wer"
-POLICY_ID = "wer-v2"
+POLICY_ID = "wer-v3"
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,8 @@ class ClipText:
 
 
 def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
-                   timeout: float = 600.0):
-    """Transcribe one clip with whisper-cli under the pinned greedy decoding.
+                   timeout: float = 600.0, pin: Mapping[str, Any] = contracts.GREEDY_PIN):
+    """Transcribe one clip with whisper-cli under a decoding pin (greedy by default).
 
     Parameters
     ----------
@@ -95,6 +98,8 @@ def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
         The decoding language.
     timeout : float
         Seconds before the run is killed.
+    pin : mapping
+        The WER policy's ``decoding`` (:func:`verifylib.runtime.contracts.decoding_args`).
 
     Returns
     -------
@@ -102,9 +107,34 @@ def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
         The transcript (stdout, whitespace-joined) and the complete run.
     """
     argv = [str(binary), "-m", model_arg, "-f", str(audio), "-t", "2",
-            *contracts.greedy_decoding_args(language)]
+            *contracts.decoding_args(language, **pin)]
     res = run_whisper_cli(argv, timeout=timeout)
     return " ".join(res.stdout_text.split()), res
+
+
+def cli_detect_language(binary: Path, model_arg: str, audio: Path, timeout: float = 600.0):
+    """Detect one clip's language with whisper-cli (``-dl``), without transcribing it.
+
+    Parameters
+    ----------
+    binary : Path
+        The whisper-cli.
+    model_arg : str
+        The ``-m`` string, passed verbatim (a multilingual model).
+    audio : Path
+        The clip.
+    timeout : float
+        Seconds before the run is killed.
+
+    Returns
+    -------
+    (tuple of (str, float) or None, RunResult)
+        The language and its probability as the launch logged them, and the complete run.
+    """
+    argv = [str(binary), "-m", model_arg, "-f", str(audio), "-t", "2",
+            *contracts.detect_language_args()]
+    res = run_whisper_cli(argv, timeout=timeout)
+    return contracts.parse_detected_language(res.stderr_text), res
 
 
 def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[ClipText]]:
@@ -177,7 +207,7 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
         policy_sha256=policy.sha256, normalizer=normalizer_identities(policy.rules),
         model_ggml_sha256=ggml_ev["sha256"], binary_sha256=binary_sha,
         mlmodelc_beside=mlmodelc_beside,
-        decoding=tuple(contracts.greedy_decoding_args(lang)),
+        decoding=tuple(contracts.decoding_args(lang, **_pin(policy.rules))),
         from_ggml={"hf_dir_source_sha256": imported.source_sha256,
                    "lossy": bool(imported.lossy),
                    "same_as_source": from_ggml is bundle}).to_json()))
@@ -186,6 +216,11 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
            identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
     ids.update({f"fixture.{c.id}.sha256": str(c.audio_sha256) for c in clips})
     return refs, ids, texts
+
+
+def _pin(rules: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return the policy's decoding pin (wer-v3), else the greedy pin the code held before."""
+    return rules.get("decoding") or contracts.GREEDY_PIN
 
 
 def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: Path,
@@ -206,12 +241,34 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
         return sc.count(rules, ref, hyp)
     bundle, from_ggml = bundles
     audio = read_wav_16k(audio_path)
-    raw_src = transcribe_hf(bundle, audio, lang)
-    raw_fg = raw_src if from_ggml is bundle else transcribe_hf(from_ggml, audio, lang)
-    raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang)
+    pin = _pin(rules)
+    # Both implementations under the policy's one pin.
+    hf_pin = {"num_beams": pin["beam_size"], "return_timestamps": pin["timestamps"]}
+    raw_src = transcribe_hf(bundle, audio, lang, **hf_pin)
+    raw_fg = raw_src if from_ggml is bundle else transcribe_hf(from_ggml, audio, lang, **hf_pin)
+    raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang, pin=pin)
     if not res.ok:
         raise RunFailure(f"whisper-cli failed on fixture {fx.id}: {res.describe()}\n"
                            f"{res.stderr_text[-2000:]}")
+    detected: Detected | None = None
+    detect_run = None
+    if bundle.is_multilingual:
+        # Facts, not gated: the language each leg hears, beside the one it was told.
+        from verifylib.models.hf import detect_language_hf
+
+        heard, dres = cli_detect_language(binary, ggml_arg, audio_path)
+        if not dres.ok or heard is None:
+            raise RunFailure(f"whisper-cli -dl failed on fixture {fx.id}: {dres.describe()}\n"
+                             f"{dres.stderr_text[-2000:]}")
+        legs = {"source": detect_language_hf(bundle, audio)}
+        legs["from_ggml"] = legs["source"] if from_ggml is bundle \
+            else detect_language_hf(from_ggml, audio)
+        legs["ggml"] = heard
+        detected = Detected(**{leg: Heard(language=code, p=round(p, 6))
+                               for leg, (code, p) in legs.items()})
+        detect_run = RunRecord.from_json(run_record(dres), "detect_run")
+        refs.append(ctx.write_bytes(f"ggml_detect_stderr_{fx.id}", dres.stderr,
+                                    f"ggml-detect-{fx.id}.stderr.txt"))
     given = fixture_text(params, fx)
     raw_ref = given or raw_src
     t = ClipText(fx.id, fx.public, audio_path, norm(raw_ref), norm(raw_src),
@@ -238,14 +295,19 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
         source_empty=not t.source.strip(), ggml_empty=not t.ggml.strip(),
         # The full run record: the ledger check matches its argv, exit, signal and
         # stream digests (digests only, never the text) against the launch it cites.
-        ggml_run=RunRecord.from_json(run_record(res), "ggml_run"), **texts_of)
+        ggml_run=RunRecord.from_json(run_record(res), "ggml_run"), detected=detected,
+        detect_run=detect_run, **texts_of)
     # stderr holds logs only (the transcript is on stdout): kept for every clip so the
     # validator can re-check COREML = 0 on each run.
     refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
     rate = "CER" if sc.unit == "characters" else "WER"
+    heard_as = "" if detected is None else (
+        "; heard as " + ", ".join(f"{leg} {h.language} (p {h.p:.2f})" for leg, h in (
+            ("source", detected.source), ("HF-from-ggml", detected.from_ggml),
+            ("GGML", detected.ggml))))
     print(f"{t.id} ({lang}): {rate} source {c_src.wer:.3f}, HF-from-ggml {c_fg.wer:.3f}, "
           f"GGML {c_ggml.wer:.3f}; conversion {c_conv.wer:.3f}, implementation "
-          f"{c_impl.wer:.3f}")
+          f"{c_impl.wer:.3f}{heard_as}")
     return clip
 
 
@@ -280,7 +342,8 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     for t in texts:
         # Each clip in its own language, scored as wer.ggml_vs_source scored it.
         sc = scoring_for(rules, t.language or language)
-        raw, res = cli_transcribe(binary, model_arg, t.audio, sc.language, timeout)
+        raw, res = cli_transcribe(binary, model_arg, t.audio, sc.language, timeout,
+                                  pin=_pin(rules))
         text = sc.normalize(rules, raw)
         texts_of: dict[str, str] = {}
         # stderr carries logs only (the transcript is on stdout), so it is kept for every

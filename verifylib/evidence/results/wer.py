@@ -48,6 +48,9 @@ class ClipResult:
     normalized : mapping or None
         The normalized texts the counts were taken on (``reference``, ``source``,
         ``from_ggml``, ``ggml``; public clips only), for the aligned differences.
+    detected : mapping or None
+        ``source`` / ``from_ggml`` / ``ggml`` -> (language, probability) each leg detects
+        on the clip (multilingual models in runs that record it; facts, not judged).
     """
 
     id: str
@@ -69,6 +72,13 @@ class ClipResult:
     wer_conversion: float | None = None
     wer_implementation: float | None = None
     normalized: Mapping[str, str] | None = None
+    detected: Mapping[str, tuple[str, float]] | None = None
+
+    @property
+    def heard_otherwise(self) -> bool:
+        """Whether some leg detects a language other than the one the clip is decoded in."""
+        return bool(self.detected) and self.language is not None and any(
+            lang != self.language for lang, _ in (self.detected or {}).values())
 
     @classmethod
     def from_evidence(cls, clip: WerClip | Mapping[str, Any],
@@ -134,7 +144,12 @@ class ClipResult:
             wer_implementation=_rate(clip.implementation),
             normalized=({"reference": clip.reference, "source": clip.source_text,
                          "from_ggml": clip.from_ggml_text, "ggml": clip.ggml_text}
-                        if public else None))
+                        if public else None),
+            detected=(None if clip.detected is None else
+                      {leg: (h.language, h.p) for leg, h in (
+                          ("source", clip.detected.source),
+                          ("from_ggml", clip.detected.from_ggml),
+                          ("ggml", clip.detected.ggml))}))
 
 
 def _rate(counts) -> float | None:

@@ -32,9 +32,10 @@ from verifylib.numerics.scoring import (
 )
 from verifylib.runtime import contracts
 
-WER_POLICY_IDS = ("wer-v1", "wer-v2")
+WER_POLICY_IDS = ("wer-v1", "wer-v2", "wer-v3")
 """The WER policies a run may be judged under: wer-v1 (English normalizer, words, every
-fixture) for the runs made before wave 4, wer-v2 (scoring per language) since."""
+fixture) for the runs made before wave 4, wer-v2 (scoring per language), wer-v3 (wer-v2
+with the decoding pin as data, which every run must carry) since."""
 
 
 def _wer_doc(doc: WerEvidence | Mapping[str, Any]) -> WerEvidence:
@@ -49,11 +50,14 @@ def _refusal(exc: SchemaError, name: str) -> str:
     return f"the {name} record does not parse: {exc}"
 
 
-def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[str]:
+def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of,
+                      detect_stderr_of=None) -> list[str]:
     """Problems with the GGML runs behind ``wer.ggml_vs_source`` (re-derived from streams).
 
     Every run must come from a build without Core ML (``COREML = 0`` on its own stderr),
     exit 0 without a signal, and have used a model path with no ``.mlmodelc`` beside it.
+    A clip's language detection (``-dl``), where recorded, is held to the same and its
+    recorded language to the one its own log names.
 
     Parameters
     ----------
@@ -62,6 +66,9 @@ def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[s
         that does not parse is the one problem returned).
     stderr_of : callable
         Clip id -> the stored stderr bytes of its GGML run.
+    detect_stderr_of : callable, optional
+        Clip id -> the stored stderr bytes of its ``-dl`` launch; needed only when a
+        clip records one.
 
     Returns
     -------
@@ -76,21 +83,38 @@ def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of) -> list[s
     if wer.mlmodelc_beside is not False:
         problems.append("the GGML runs' model had a .mlmodelc beside it (or it was not checked)")
     for c in wer.clips:
-        run = c.ggml_run
-        if run is None:
+        if c.ggml_run is None:
             problems.append(f"{c.id}: no GGML run is recorded")
-            continue
-        stderr = stderr_of(c.id)
-        if canonical_sha(stderr) != run.stderr_sha256:
-            problems.append(f"{c.id}: stored GGML stderr is not the run's stream")
-            continue
-        if run.returncode != 0 or run.signal:
-            problems.append(f"{c.id}: GGML run ended "
-                            f"{run.signal or 'exit ' + str(run.returncode)}")
-        coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
-        if coreml != 0:
-            problems.append(f"{c.id}: GGML run's system_info does not show "
-                            f"{contracts.COREML_OFF} (found {coreml})")
+        else:
+            problems += _clean_ggml_run(f"{c.id}: GGML run", c.ggml_run, stderr_of(c.id))
+        if (c.detected is None) != (c.detect_run is None):
+            problems.append(f"{c.id}: a detected language without its -dl launch, or the "
+                            "reverse")
+        elif c.detect_run is not None and c.detected is not None:
+            if detect_stderr_of is None:
+                problems.append(f"{c.id}: the -dl launch's stderr was not given")
+                continue
+            stderr = detect_stderr_of(c.id)
+            got = _clean_ggml_run(f"{c.id}: -dl launch", c.detect_run, stderr)
+            heard = contracts.parse_detected_language(stderr.decode("utf-8", "replace"))
+            if not got and (heard is None or heard[0] != c.detected.ggml.language):
+                got.append(f"{c.id}: the -dl launch logged {heard}, the record says "
+                           f"{c.detected.ggml.language!r}")
+            problems += got
+    return problems
+
+
+def _clean_ggml_run(label: str, run, stderr: bytes) -> list[str]:
+    """Problems with one GGML launch: its stream, its ending, COREML = 0."""
+    if canonical_sha(stderr) != run.stderr_sha256:
+        return [f"{label}: stored stderr is not the run's stream"]
+    problems = []
+    if run.returncode != 0 or run.signal:
+        problems.append(f"{label} ended {run.signal or 'exit ' + str(run.returncode)}")
+    coreml = contracts.system_info_coreml(stderr.decode("utf-8", "replace"))
+    if coreml != 0:
+        problems.append(f"{label}'s system_info does not show {contracts.COREML_OFF} "
+                        f"(found {coreml})")
     return problems
 
 
@@ -121,7 +145,8 @@ def _rule_ggml_vs_source(ev) -> Judgement:
     problems = _wer_policy_problems(doc)
     if ev.has("policy"):
         problems += policy_file_problems(ev, "policy", doc.policy.id)
-    problems += ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"))
+    problems += ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"),
+                                  lambda cid: ev.bytes(f"ggml_detect_stderr_{cid}"))
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     j = judge_ggml_vs_source(doc)
@@ -210,9 +235,35 @@ def _section_refusal(evidence: WerEvidence | HybridEvidence) -> str | None:
         return (f"policy {evidence.policy.id!r} "
                 + ("has" if evidence.policy.scoring is not None else "lacks")
                 + " a per-language scoring section")
+    if (evidence.policy.decoding is None) != (evidence.policy.id in ("wer-v1", "wer-v2")):
+        return (f"policy {evidence.policy.id!r} "
+                + ("has" if evidence.policy.decoding is not None else "lacks")
+                + " a decoding pin")
     if not evidence.clips:
         return "no fixture was transcribed"
     return None
+
+
+def _decoding_problems(evidence: WerEvidence | HybridEvidence) -> list[str]:
+    """List the runs that did not decode under the policy's pin, in their clip's language.
+
+    A run carries the pin when its recorded argv (matched against the ledger by ``verify``)
+    ends with :func:`verifylib.runtime.contracts.decoding_args` for the pin and language.
+    Policies before wer-v3 held no pin: nothing to check.
+    """
+    pin = evidence.policy.decoding
+    if pin is None:
+        return []
+    out = []
+    for c in evidence.clips:
+        run = c.ggml_run if isinstance(c, WerClip) else c.run
+        if run is None or not c.language:
+            continue  # refused elsewhere: no run, or no language under a per-language policy
+        want = contracts.decoding_args(c.language, **pin.to_json())
+        if list(run.argv[-len(want):]) != want:
+            out.append(f"{c.id}: the run's arguments do not end with the policy's decoding "
+                       f"pin {' '.join(want)}")
+    return out
 
 
 def _unit(clip: WerClip | HybridClip) -> str:
@@ -306,7 +357,7 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
     split = rules.gated == "hf_from_ggml"
     if rules.gated not in (None, "hf_from_ggml"):
         return Judgement.failed(f"unknown gated leg {rules.gated!r}")
-    problems = _scoring_problems(doc)
+    problems = _scoring_problems(doc) + _decoding_problems(doc)
     for c in clips:
         if split and None in (c.from_ggml, c.conversion, c.implementation, c.from_ggml_empty):
             problems.append(f"{c.id}: no HF-from-ggml counts (the policy gates that leg)")
@@ -396,7 +447,7 @@ def judge_hybrid(evidence: HybridEvidence | Mapping[str, Any],
         return Judgement.failed(refusal)
     rules, clips = doc.policy.hybrid, doc.clips
     policy_rules = doc.policy.to_json()
-    problems = _scoring_problems(doc)
+    problems = _scoring_problems(doc) + _decoding_problems(doc)
     for c in clips:
         if c.reference is not None:
             problems += _stored_count_problems(

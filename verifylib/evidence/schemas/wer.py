@@ -38,8 +38,8 @@ from verifylib.evidence.schemas.fields import (
     strings,
 )
 
-__all__ = ["Counts", "GgmlVsSourceRules", "HybridRules", "BasicNormalizerSettings",
-           "ScoringRules", "WerPolicy", "WerClip", "WerEvidence",
+__all__ = ["Counts", "Heard", "Detected", "DecodingPin", "GgmlVsSourceRules", "HybridRules",
+           "BasicNormalizerSettings", "ScoringRules", "WerPolicy", "WerClip", "WerEvidence",
            "HybridClip", "HybridEvidence"]
 
 
@@ -58,6 +58,42 @@ class Counts(Schema):
     substitutions: int = field(integer)
     deletions: int = field(integer)
     insertions: int = field(integer)
+
+
+class Heard(Schema):
+    """The language one leg detects on a clip.
+
+    Attributes
+    ----------
+    language : str
+        Its code (``"de"``).
+    p : float
+        Its probability among the model's languages (one decoder step's softmax over the
+        language tokens).
+    """
+
+    _path = "heard"
+
+    language: str = field(string)
+    p: float = field(number)
+
+
+class Detected(Schema):
+    """The language each leg of ``wer.ggml_vs_source`` detects on one clip.
+
+    Attributes
+    ----------
+    source, from_ggml : Heard
+        The Hugging Face reference on the source weights and on the ggml file's.
+    ggml : Heard
+        whisper-cli's ``-dl`` launch, read from its log.
+    """
+
+    _path = "detected"
+
+    source: Heard = field(Heard)
+    from_ggml: Heard = field(Heard)
+    ggml: Heard = field(Heard)
 
 
 class GgmlVsSourceRules(Schema):
@@ -139,6 +175,31 @@ class ScoringRules(Schema):
     characters_without_whitespace: bool = field(boolean)
 
 
+class DecodingPin(Schema):
+    """The ``decoding`` section of wer-v3: the decoding both implementations run under.
+
+    Attributes
+    ----------
+    beam_size, best_of : int
+        whisper-cli's ``-bs`` and ``-bo``; the reference's ``num_beams`` is ``beam_size``.
+    timestamps : bool
+        Decode with timestamp tokens (whisper-cli without ``-nt``; the reference's
+        ``return_timestamps``).
+    temperature, temperature_increment : float
+        whisper-cli's ``--temperature`` and ``--temperature-inc`` (0 and 0: no sampling,
+        no fallback); the reference never samples.
+    """
+
+    _path = "policy.decoding"
+    _closed = "not a key of the decoding pin"
+
+    beam_size: int = field(integer)
+    best_of: int = field(integer)
+    timestamps: bool = field(boolean)
+    temperature: float = field(number)
+    temperature_increment: float = field(number)
+
+
 class WerPolicy(Schema, kw_only=True):
     """The copy of the WER policy resource a WER document stores (``policy``).
 
@@ -152,6 +213,9 @@ class WerPolicy(Schema, kw_only=True):
     description : str or None
     scoring : ScoringRules or None
         wer-v2's per-language scoring; None under wer-v1 (English, words).
+    decoding : DecodingPin or None
+        wer-v3's decoding pin, which every run must carry; None before (the pin was then
+        the code's).
     """
 
     _path = "policy"
@@ -160,6 +224,7 @@ class WerPolicy(Schema, kw_only=True):
     id: str = field(string)
     description: str | None = field(string, optional=True, default=None)
     scoring: ScoringRules | None = field(ScoringRules, optional=True, default=None)
+    decoding: DecodingPin | None = field(DecodingPin, optional=True, default=None)
     ggml_vs_source: GgmlVsSourceRules = field(GgmlVsSourceRules)
     hybrid: HybridRules = field(HybridRules)
 
@@ -202,6 +267,13 @@ class WerClip(Schema, kw_only=True):
     raw_reference, raw_source, raw_ggml : str or None
         The texts as given and as transcribed (public clips only; ``raw_reference`` is
         missing from runs written before it was stored).
+    detected : Detected or None
+        Facts, not judged: the language each leg detects on the clip. None for an
+        English-only model (no language tokens) and in runs made before detection was
+        recorded.
+    detect_run : RunRecord or None
+        whisper-cli's ``-dl`` launch (its stderr is the ``ggml_detect_stderr_<id>``
+        evidence).
     """
 
     _path = "clip"
@@ -232,6 +304,8 @@ class WerClip(Schema, kw_only=True):
     from_ggml_empty: bool | None = field(boolean, optional=True, default=None)
     from_ggml_text: str | None = field(string, optional=True, default=None)
     raw_from_ggml: str | None = field(string, optional=True, default=None)
+    detected: Detected | None = field(Detected, optional=True, default=None)
+    detect_run: RunRecord | None = field(RunRecord, optional=True, default=None)
 
 
 class WerEvidence(Schema, kw_only=True):
