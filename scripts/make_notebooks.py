@@ -56,23 +56,25 @@ PARITY_EXPLORE: list = [
     "[(o.name, o.type, o.module or o.scope, o.precision_delta_snr_db)\n"
     " for o in att.precision_top] if att else None",
     "# Zoom on one block: SNR of every op's output along the program, ops 20 to 50\n"
-    "# (edit the range; view.program_snr_plot(att) draws them all)\n"
-    "view.program_snr_plot(att, start=20, stop=50) if att else None",
+    "# (edit the range; view.program_snr_plot(att) draws them all); fig is the figure, to edit\n"
+    "fig = view.program_snr_plot(att, start=20, stop=50) if att else None",
     "# SNR per encoder frame at chosen residual-stream points, from the stored arrays\n"
-    "# (edit the labels: \"embeddings\", \"block 0\" ... \"output\")\n"
-    "view.layer_frames_plot(fp16, layers=[\"block 0\", \"block 2\", \"output\"]) if fp16 else None",
+    "# (edit the labels: \"embeddings\", \"block 0\" ... \"output\"); fig is the figure\n"
+    "fig = view.layer_frames_plot(fp16, layers=[\"block 0\", \"block 2\", \"output\"]) if fp16 else None",
     "# The stored outputs themselves (loaded on first use, digest-checked): the reference\n"
     "# and the fp16 program on the fixture; e.g. the frames where they differ most\n"
     "import numpy as np\n"
     "if fp16 and fp16.outputs is not None:\n"
     "    err = np.abs(fp16.outputs[\"fixture\"] - result.reference_outputs[\"fixture\"])\n"
-    "    print(\"worst frames:\", np.argsort(err.max(axis=-1)[0])[::-1][:10])",
+    "    worst = np.argsort(err.max(axis=-1)[0])[::-1][:10]\n"
+    "    print(\"frames where the fp16 program differs most (worst first):\",\n"
+    "          \", \".join(str(int(f)) for f in worst))",
     "# Attribute the fp16 package on another fixture of the parameters, live (touches no\n"
     "# run; about ten seconds for tiny.en): uncomment and edit the fixture id\n"
     "# from verifylib.cli.drift import attribute_package\n"
     "# other = attribute_package(run_dir / \"fp16\" / \"ggml-model-encoder.mlpackage\", params,\n"
     "#                           fixture=\"numbers\").attribution\n"
-    "# view.worst_ops_plot(other)",
+    "# fig = view.worst_ops_plot(other)",
 ]
 
 STAGES = {

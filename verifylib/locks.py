@@ -48,6 +48,11 @@ _REMIND_SECONDS = 60.0
 _POLL_SECONDS = 0.2
 _GRACE_SECONDS = 0.5
 
+RELAYED_ENV = "VERIFYLIB_KERNEL_RELAYED"
+"""Set (to ``1``) in the environment of a stage kernel whose printed lines ``verifylib run``
+relays to its console as they come (:mod:`verifylib.batch.kernel`): a waiting line is then
+not echoed to the kernel's stderr as well, which would print it twice."""
+
 T = TypeVar("T")
 
 
@@ -60,7 +65,7 @@ def _stderr_echo(line: str) -> None:
     # `verifylib run` does not see until the stage ends; the kernel's original stderr is
     # the terminal. Outside a kernel the two are the same stream and nothing is repeated.
     orig = getattr(sys, "__stderr__", None)
-    if orig is None or orig is sys.stderr:
+    if orig is None or orig is sys.stderr or os.environ.get(RELAYED_ENV):
         return
     try:
         orig.write(line + "\n")
@@ -131,6 +136,11 @@ def _describe(rec: dict | None) -> str:
         return "another process"
     since = rec.get("since")
     age = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
+    if rec.get("pid") == os.getpid() and rec.get("host") == socket.gethostname():
+        # Two threads of this process need one entry (stage 01's builds share one ggml
+        # build): this step is waiting for its own other half, not for a competitor.
+        return (f"pid {rec.get('pid')}, this process itself: another of its threads is "
+                f"producing {rec.get('what')}{age}")
     return (f"pid {rec.get('pid')} on {rec.get('host')} ({rec.get('command')}), producing "
             f"{rec.get('what')}{age}")
 

@@ -74,6 +74,11 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     """
     _quiet_library_chatter()
     run_dir = namespace.get("run_dir")
+    published = namespace.get(PUBLISHED_RUN)
+    if published:
+        # A notebook a run published: it reads that run wherever the folder was copied,
+        # and never starts one.
+        return _published(namespace, stage, _published_run_dir(run_dir, str(published)))
     if run_dir and is_published(run_dir):
         return _published(namespace, stage, Path(run_dir).resolve())
     params = from_notebook(namespace)
@@ -83,6 +88,76 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     init_run_dir(run_dir, params)
     print(f"stage {stage} · model {params.name} · run directory {run_dir}")
     return params, run_dir
+
+
+PUBLISHED_RUN = "published_run"
+"""The variable a published notebook's parameters cell sets to its run's id (see
+:func:`make_reopenable`); ``run_dir`` is then relative to the notebook's folder."""
+
+PUBLISHED_RUN_DIR = ".."
+"""A published notebook's ``run_dir``: the run folder holding its ``notebooks/`` folder."""
+
+
+def _published_run_dir(run_dir: Any, run_id: str) -> Path:
+    """Find the run a published notebook belongs to, from the kernel's working folder.
+
+    JupyterLab starts the kernel in the notebook's folder, where ``..`` is the run; a
+    papermill run started in the run folder itself finds it there.
+    """
+    here = Path.cwd()
+    candidates = [(here / str(run_dir or PUBLISHED_RUN_DIR)).resolve(), here]
+    for folder in candidates:
+        if is_published(folder) and folder.name == run_id:
+            return folder
+    raise ParametersInvalid(
+        f"this notebook belongs to the published run {run_id}, which is not at "
+        f"{candidates[0]} or {here}: open it inside its run's notebooks/ folder (or run "
+        f"papermill with --cwd <run>/notebooks); it never starts an audit of its own")
+
+
+def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:
+    """Point a run's executed notebooks at the run itself, relative to their folder.
+
+    papermill injected the staging folder's absolute path as ``run_dir``; once published
+    that folder is gone, and "Run all" would start a new audit there. Each notebook's
+    injected parameters instead say ``run_dir = ".."`` and name the run
+    (:data:`PUBLISHED_RUN`), so :func:`setup` reads the run read-only wherever it was copied.
+    Called before the receipt is written, so ``verify`` covers the rewritten files.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        The run (its ``notebooks/*.ipynb``).
+    run_id : str
+        Its id (the folder name it is published under).
+
+    Returns
+    -------
+    list of Path
+        The notebooks rewritten.
+    """
+    import re
+
+    import nbformat
+
+    done = []
+    for path in sorted(Path(run_dir, "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        changed = False
+        for cell in nb.cells:
+            if "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
+                continue
+            lines = [line for line in cell.source.split("\n")
+                     if not re.match(rf"^(run_dir|{PUBLISHED_RUN}) = ", line)]
+            lines += [f'run_dir = "{PUBLISHED_RUN_DIR}"  # this notebook\'s run: its folder\'s '
+                      "parent",
+                      f"{PUBLISHED_RUN} = {run_id!r}  # read back read-only, never re-run"]
+            cell.source = "\n".join(lines)
+            changed = True
+        if changed:
+            canonical.atomic_write_bytes(path, nbformat.writes(nb).encode("utf-8"))
+            done.append(path)
+    return done
 
 
 def _published(namespace: Mapping[str, Any], stage: str, run_dir: Path) -> tuple[Params, Path]:

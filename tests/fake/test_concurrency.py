@@ -112,6 +112,22 @@ def test_a_timed_wait_gives_up_naming_the_holder(tmp_path):
             with locks.held(tmp_path, "entry", KEY, what="x", log=lines.append, timeout=0.3):
                 pass
     assert lines and f"pid {os.getpid()}" in lines[0] and "the first holder's entry" in lines[0]
+    # The holder is this very process (another thread, as stage 01's two builds sharing one
+    # ggml build): said as such, not as a competitor.
+    assert "this process itself: another of its threads is producing" in lines[0]
+
+
+def test_a_relayed_kernel_does_not_echo_its_waiting_line(monkeypatch, capsys):
+    import io
+    import sys
+
+    fake_terminal = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", fake_terminal)
+    locks._stderr_echo("verifylib: waiting")
+    assert fake_terminal.getvalue() == "verifylib: waiting\n"
+    monkeypatch.setenv(locks.RELAYED_ENV, "1")
+    locks._stderr_echo("verifylib: waiting again")
+    assert fake_terminal.getvalue() == "verifylib: waiting\n"
 
 
 def test_lock_names_are_file_name_safe(tmp_path):

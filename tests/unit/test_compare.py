@@ -116,3 +116,18 @@ def test_the_audit_runs_only_the_six_stage_notebooks():
     from verifylib import resources
     assert "07_compare" not in gates.STAGES and len(gates.STAGES) == 6
     assert resources.notebook("07_compare").is_file()
+
+
+def test_a_copy_of_a_run_compared_with_it_is_named_as_the_same_run(tmp_path, monkeypatch):
+    import shutil
+
+    install_rules(monkeypatch)
+    a = make_run(tmp_path / "a")
+    copy = shutil.copytree(a, tmp_path / "copy")
+    other = make_run(tmp_path / "b", fail={"build.ggml"})
+    cmp = vcmp.compare_runs([a, copy, other])
+    (note,) = [n for n in cmp.notes_on("runs") if "same run" in n]
+    assert note.startswith("runs A and B are the same run (") and "identical receipt" in note
+    assert "a copy compared with itself, nothing below can differ" in note
+    assert "same run" in view.page(cmp)
+    assert not [n for n in vcmp.compare_runs([a, other]).notes_on("runs") if "same run" in n]

@@ -74,14 +74,20 @@ def test_index_lists_failures_beside_runs_by_time_and_escapes_them(tmp_path, mon
     page = report.render_index([later], root).read_text()
     assert "<script" not in page.lower() and ESCAPED in page
     # model-a: its older run, the failure, its later run, in that order; model-b after.
-    at = [page.index(s) for s in (f"{older.run_dir.name}</a></td>",
+    at = [page.index(s) for s in (f"<code>{older.run_dir.name}</code>",
                                   "20990102T000000Z-00000002.json\">failure record",
-                                  f"{later.run_dir.name}</a></td>",
+                                  f"<code>{later.run_dir.name}</code>",
                                   "20990104T000000Z-00000004.json\">failure record")]
     assert at == sorted(at)
     assert page.count('<td class="vl-ERROR"><b>ERROR</b></td>') == 2
     assert f"no run published: worker killed by SIGKILL: {ESCAPED}" in page
-    assert "2099-01-02T00:00:00Z · local executor on host-1 · parameters /p/model-a.yaml" in page
+    assert "<td>2099-01-02T00:00:00Z</td>" in page
+    assert "<small>local executor on host-1 · parameters /p/model-a.yaml" in page
+    # A run's row: its date, its files one click away, its receipt's digest whole.
+    assert "<td>2099-01-03 00:00 UTC<br>" in page
+    assert ('<a href="model-a/20990103T000000Z-00000003/receipt.json">receipt</a>'
+            in page)
+    assert 'model-a/20990103T000000Z-00000003/report-full.html">with code</a>' in page
     # The later run does not hide the failure; the row names it.
     assert ("a later run of this model: <a href=\"model-a/20990103T000000Z-00000003/"
             "report.html\">") in page

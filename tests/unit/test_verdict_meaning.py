@@ -26,7 +26,7 @@ def test_incomplete_on_linux_names_the_mac_gates_and_doctor():
     assert "verifylib doctor" in text and "Also NOT_RUN: wer.hybrid" in text
     assert "canary.sanitizer" not in text  # informational gates do not move the verdict
     html = receipt_summary(r, "0" * 64)
-    assert html.index("Verdict:") < html.index("vl-meaning") < html.index("<h2>Gates</h2>")
+    assert html.index("Verdict:") < html.index("vl-meaning") < html.index('<h2 id="gates">')
 
 
 def test_rejected_names_the_failed_gates_and_admissible_says_all_passed():

@@ -212,14 +212,14 @@ def test_stage_views_keep_their_plots_and_tables(shown):
     assert out[1] == "PLOT"  # the A/B chart sits between the A/B table and the Core ML runs
     assert "2 &times; SIGSEGV" in out[0] and "not available: " + ESCAPED in out[0]
     # The sanitizer runs follow the A/B chart: both sides, the first report's kind and stack.
-    assert "<h4>canary.sanitizer (informational)" in out[2]
+    assert "<h3>canary.sanitizer (informational)" in out[2]
     assert f"3 &times; AddressSanitizer BUS in {ESCAPED}" in out[2]
     assert f"<b>BUS {ESCAPED}</b>" in out[2] and f"#1 {ESCAPED} w.cpp:499" in out[2]
     assert f"Gate: PASS (rule): ASan saw {ESCAPED}" in out[2]
     assert "not an uninitialized read" not in out[2]
     assert f"canary.coreml_negative</code> did not run here: NOT_RUN (platform): needs macOS " \
            f"{ESCAPED}" in out[3]
-    assert "<h4>canary.coreml_positive</h4>" in out[4]
+    assert "<h3>canary.coreml_positive</h3>" in out[4]
     out = _show("parity", facts["parity"], shown)
     assert out[-1] == "PLOT" and "<td>inf</td>" in out[0] and "SNR &ge; 60 dB" in out[0]
     out = _show("wer", facts["wer"], shown)

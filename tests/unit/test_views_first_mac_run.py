@@ -98,7 +98,7 @@ def test_a_not_run_runtime_gate_shows_its_reason_and_no_core_ml_figure(shown):
     parity_view.show(report)
     html = _html(shown)
     # The runtime block opens the output, before the program's policies and table.
-    head = html.split("<h4>Measurements")[0]
+    head = html.split("<h3>Measurements")[0]
     assert head.index("Core ML runtime parity") < head.index("Policy fp32-v1")
     assert (f"<code>parity.runtime</code> did not run to its rule here: NOT_RUN (platform): "
             f"needs macOS {ESCAPED}") in head
@@ -132,7 +132,7 @@ def test_a_measured_runtime_gate_shows_its_snr_beside_the_programs(shown):
 
     parity_view.show(report)
     html = _html(shown)
-    head = html.split("<h4>Measurements")[0]
+    head = html.split("<h3>Measurements")[0]
     rules = load_policy("fp32-v1").rules["pass"]
     assert f"SNR ≥ {rules['snr_db_min']:g} dB and cosine ≥ {rules['cosine_min']:g}" in head
     assert '<b class="vl-FAIL">FAIL</b>' in head

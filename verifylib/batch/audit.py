@@ -39,6 +39,7 @@ from verifylib.batch.staging import remove_staging, reserve_staging
 from verifylib.evidence import gates
 from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt
+from verifylib.notebook import make_reopenable
 from verifylib.params import Params, check_distinct_names, load
 from verifylib.runtime.progress import LineRelay
 from verifylib.stages.context import init_run_dir
@@ -212,6 +213,9 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             if on_stage_done is not None:
                 on_stage_done(stage)
         t0 = time.perf_counter()
+        # Published notebooks read their run back, wherever it is copied (before the
+        # receipt, which covers them).
+        make_reopenable(staging, run_id)
         receipt = build_receipt(staging, errors)
         short, _ = report.render(staging, list(stages))
         seconds["receipt+report"] = {"wall": round(time.perf_counter() - t0, 3),

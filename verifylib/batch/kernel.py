@@ -288,8 +288,11 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
         The manager of the started ``python3`` kernel.
     """
     from jupyter_core.utils import run_sync
+
+    from verifylib.locks import RELAYED_ENV
     km = (manager or LocalKernelManager)(kernel_name="python3")
-    run_sync(km.start_kernel)(cwd=cwd)
+    # The kernel's printed lines reach the console through papermill's stdout relay.
+    run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, RELAYED_ENV: "1"})
     return km
 
 

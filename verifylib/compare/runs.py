@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from verifylib import canonical
 from verifylib.compare.model import (
     PARITY_GATE_IDS,
     PROGRAM_GATES,
@@ -41,6 +42,7 @@ from verifylib.compare.model import (
 from verifylib.compare.summary import summary_lines
 from verifylib.errors import ParametersInvalid, VerifylibError
 from verifylib.evidence import gates
+from verifylib.evidence.layout import RECEIPT_FILE
 
 __all__ = ["compare_runs", "CompareInputInvalid", "label_for", "default_output_dir",
            "inside_a_run"]
@@ -455,6 +457,14 @@ def _wer(opened: Sequence[_Opened], results: Sequence[Any],
 
 # ----------------------------------------------------------------------------- entry point
 
+def _receipt_digest(run_dir: Path) -> str | None:
+    """Return the SHA-256 of a run's ``receipt.json``, or None when it cannot be read."""
+    try:
+        return canonical.sha256_file(Path(run_dir) / RECEIPT_FILE)
+    except OSError:
+        return None
+
+
 def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
                  allow_simulated: bool = False) -> Comparison:
     """Compare published runs; the first is the baseline.
@@ -496,11 +506,22 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
     notes: list[Note] = []
     infos = tuple(op.info for op in opened)
     seen: dict[Path, str] = {}
+    by_receipt: dict[str, str] = {}
     for info in infos:
+        receipt = _receipt_digest(info.path)
         if info.path in seen:
             notes.append(Note("runs", f"runs {seen[info.path]} and {info.label} are the same "
                                       f"directory"))
+        elif receipt is not None and receipt in by_receipt:
+            # The receipt covers every file of a run: the same receipt is the same run, so
+            # every difference below is zero by construction, which says nothing.
+            notes.append(Note("runs", f"runs {by_receipt[receipt]} and {info.label} are the "
+                                      f"same run ({info.run_id}, identical receipt) in two "
+                                      "folders: a copy compared with itself, nothing below "
+                                      "can differ"))
         seen.setdefault(info.path, info.label)
+        if receipt is not None:
+            by_receipt.setdefault(receipt, info.label)
         if info.verification == "unreadable":
             notes.append(Note("runs", f"run {info.label} cannot be read "
                                       f"({info.problems[0]}): none of its gates, identities, "

@@ -76,6 +76,9 @@ class Gate:
     disabled_by : tuple of (str, object)
         Dotted parameter keys and the value that switches the gate off; only these may
         justify NOT_RUN(disabled).
+    proves : str
+        One plain-language sentence saying what the gate's PASS proves, for readers who do
+        not know the rule's terms (the report's gate table shows it beside the rule).
     """
 
     id: str
@@ -86,6 +89,7 @@ class Gate:
     pass_rule: str
     implemented: bool = True
     disabled_by: tuple[tuple[str, Any], ...] = ()
+    proves: str = ""
 
 
 _CANARY_SWITCH = (("canary.enabled", False),)
@@ -94,7 +98,49 @@ _FP16_SWITCH = (("export.fp16", False),)
 
 def _g(id, stage, required, cap, prereq, rule_text, *, implemented=True, disabled_by=()):
     return Gate(id, stage, required, cap, tuple(prereq), rule_text, implemented,
-                tuple(disabled_by))
+                tuple(disabled_by), PROVES[id])
+
+
+PROVES = {
+    "build.source_identity": "The whisper.cpp source that was built is exactly the pinned "
+                             "release.",
+    "build.patch_exact": "The only change made to that source is the declared patch.",
+    "build.ggml": "A whisper-cli without Core ML was built from it; its digest identifies every "
+                  "GGML run below.",
+    "build.coreml": "A whisper-cli with Core ML, and no silent fallback to GGML, was built from "
+                    "the same source.",
+    "export.ggml_model": "The model file whisper.cpp reads was written from this model and "
+                         "loads in the built binary.",
+    "export.contract": "The Core ML encoder takes and returns exactly the tensors whisper.cpp "
+                       "hands it.",
+    "export.compile": "The encoder was compiled to the .mlmodelc at the path whisper.cpp "
+                      "derives from its -m argument.",
+    "export.pair": "The Core ML encoder and the ggml file hold the same model, not merely "
+                   "models of the same shape.",
+    "canary.lifecycle_ab": "The patched build exits cleanly through the code path that "
+                           "crashes unpatched builds.",
+    "canary.coreml_negative": "Without its encoder the Core ML build fails loudly instead of "
+                              "falling back to GGML.",
+    "canary.coreml_positive": "whisper.cpp loaded and ran the Core ML encoder in the measured "
+                              "run.",
+    "parity.program": "The converted encoder computes what the Hugging Face encoder computes, "
+                      "within the fp32 policy.",
+    "parity.runtime": "Core ML's own execution of the compiled encoder stays within the fp32 "
+                      "policy.",
+    "wer.ggml_vs_source": "Converting the model to whisper.cpp's format costs no accuracy "
+                          "beyond the policy.",
+    "wer.hybrid": "Transcripts made with the Core ML encoder are as accurate as GGML's, and "
+                  "never silently empty.",
+    "placement.plan": "Core ML's plan says where each operation of the encoder runs (Neural "
+                      "Engine, GPU or CPU) and what it costs.",
+    "parity.program_fp16": "What fp16 precision costs the converted encoder, measured "
+                           "(informational).",
+    "parity.runtime_fp16": "What fp16 precision costs under Core ML's own execution, measured "
+                           "(informational).",
+    "canary.sanitizer": "AddressSanitizer sees the unpatched defect and no memory error in "
+                        "the patched build (informational).",
+}
+"""What each gate's PASS proves, in one sentence: :attr:`Gate.proves`, written once here."""
 
 
 GATES: tuple[Gate, ...] = (

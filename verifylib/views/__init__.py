@@ -136,8 +136,10 @@ def strip_style(fragment: str) -> str:
     """Remove the views' ``<style>`` blocks from an HTML output.
 
     The report carries the stylesheet once in its page head, and its sanitizer would show a
-    ``<style>`` block inside an output as text; only the exact block the views emit is
-    removed, so no other markup of an output is touched.
+    ``<style>`` block inside an output as text. Removed: the exact block the views emit
+    now, and the block an output opens with when it is the views' (its class and the
+    stylesheet's first line), so a run rendered again after the stylesheet changed loses
+    its older copy too; no other markup of an output is touched.
 
     Parameters
     ----------
@@ -148,7 +150,14 @@ def strip_style(fragment: str) -> str:
     -------
     str
     """
-    return fragment.replace(style_block(), "")
+    block = style_block()
+    fragment = fragment.replace(block, "")
+    head, closing = block.split("\n", 2)[:2], block.rstrip().rsplit("\n", 1)[-1]
+    if len(head) == 2 and fragment.startswith(head[0] + "\n" + head[1]):
+        end = fragment.find(closing)
+        if end != -1:
+            fragment = fragment[end + len(closing):].lstrip("\n")
+    return fragment
 
 
 def show_html(fragment: str) -> None:

@@ -87,8 +87,74 @@ def verdict_meaning(receipt: dict) -> str:
     return " ".join(parts)
 
 
-def receipt_summary(receipt: dict, receipt_sha256: str) -> str:
-    """HTML of a receipt's verdict, gate table, identities, host and package versions.
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+"""The SHA-256 of nothing: an evidence file with this digest is empty, and says so."""
+
+
+def gate_counts(gates: list[dict], required: bool) -> str:
+    """Say how many required (or informational) gates ended how.
+
+    E.g. ``16 required: 9 PASS, 7 NOT_RUN``.
+
+    Parameters
+    ----------
+    gates : list of dict
+        A receipt's gate rows.
+    required : bool
+        Which kind to count.
+
+    Returns
+    -------
+    str
+        The count and its split by status, in the order PASS, FAIL, ERROR, NOT_RUN.
+    """
+    rows = [g for g in gates if bool(g.get("required")) == required]
+    by: dict[str, int] = {}
+    for g in rows:
+        by[g["status"]] = by.get(g["status"], 0) + 1
+    order = ["PASS", "FAIL", "ERROR", "NOT_RUN"]
+    split = ", ".join(f"{by[k]} {k}" for k in sorted(by, key=lambda k: (
+        order.index(k) if k in order else len(order), k)))
+    kind = "required" if required else "informational"
+    return f"{len(rows)} {kind}" + (f": {split}" if split else "")
+
+
+def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
+    from pathlib import Path
+
+    ids = receipt.get("identities", {})
+    host = receipt.get("host", {})
+    run_id = str(receipt.get("run_id") or "")
+    stamp = run_id.split("-", 1)[0]
+    date = (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
+            if len(stamp) >= 13 and stamp[8:9] == "T" else run_id)
+    model = ids.get("model.source_digest")
+    ftype = ids.get("model.ggml.ftype")
+    pin = ids.get("runtime.pin") or "?"
+    commit = ids.get("runtime.commit")
+    notebooks = [s for s in stages if run_dir is not None
+                 and (Path(run_dir) / "notebooks" / f"{s}.ipynb").is_file()]
+    att = "attestation.intoto.jsonl"
+    return {
+        "model": f"{receipt.get('name')}"
+                 + (f" (source digest {str(model)[:12]}…" if model else "")
+                 + (f", ggml {ftype})" if ftype and model else ")" if model else ""),
+        "pin": f"{pin}" + (f", commit {str(commit)[:12]}" if commit else ""),
+        "host": ", ".join(str(host[k]) for k in ("system", "machine", "macos_version")
+                          if host.get(k)) + (f", Python {host['python']}"
+                                             if host.get("python") else ""),
+        "date": date,
+        "required": gate_counts(receipt.get("gates", []), True),
+        "informational": gate_counts(receipt.get("gates", []), False),
+        "notebooks": notebooks,
+        "attestation": att if run_dir is not None and (Path(run_dir) / att).is_file() else None,
+    }
+
+
+def receipt_summary(receipt: dict, receipt_sha256: str, *, run_dir=None,
+                    stages: list[str] | None = None, sections: list | None = None,
+                    host_paths: list | None = None) -> str:
+    """HTML of a receipt's first screen, gate tables, identities, host and package versions.
 
     Parameters
     ----------
@@ -96,28 +162,44 @@ def receipt_summary(receipt: dict, receipt_sha256: str) -> str:
         A receipt as written by :func:`verifylib.evidence.receipt.build_receipt`.
     receipt_sha256 : str
         Digest of ``receipt.json``, shown so a reader can tie the page to the file.
+    run_dir : path-like, optional
+        The run, to link the notebooks and an attestation that exist.
+    stages : list of str, optional
+        The stages the report shows, in order (default: the receipt's).
+    sections : list of (str, str), optional
+        ``(anchor, title)`` of each stage's heading, for the contents.
+    host_paths : list of (str, str), optional
+        ``(name, absolute path)`` the report writes by name (``$CACHE`` …), listed in the
+        host facts.
 
     Returns
     -------
     str
         Escaped HTML with no script and no style block (the report page has the stylesheet).
     """
-    counts: dict[str, int] = {}
-    for row in receipt["gates"]:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    from verifylib.evidence.gates import BY_ID
+
+    stages = list(stages or dict.fromkeys(g.get("stage") for g in receipt["gates"]))
     rows = []
     for row in receipt["gates"]:
         detail = row["reason"]["detail"]
         if len(detail) > DETAIL_LIMIT:
             detail = detail[:DETAIL_LIMIT] + "\n[... cut; full text in receipt.json]"
-        rows.append({**row, "detail": detail})
+        gate = BY_ID.get(row["id"])
+        rows.append({**row, "detail": detail, "anchor": f"stage-{row['stage']}",
+                     "proves": gate.proves if gate else "",
+                     "evidence": [{**ev, "empty": ev.get("sha256") == EMPTY_SHA256}
+                                  for ev in row.get("evidence", [])]})
     host = receipt.get("host", {})
     host_rows = [(k, host.get(k)) for k in ("system", "machine", "macos_version", "python",
                                              "coremlc")]
     caps = ", ".join(f"{k}: {'yes' if ok else 'no'}"
                      for k, ok in sorted(host.get("capabilities", {}).items()))
     return render("summary.html.j2", receipt=receipt, receipt_sha256=receipt_sha256,
-                  counts=", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
-                  gates=rows, host_rows=host_rows, capabilities=caps,
+                  card=_card(receipt, run_dir, stages),
+                  required=[r for r in rows if r.get("required")],
+                  informational=[r for r in rows if not r.get("required")],
+                  sections=sections or [(f"stage-{s}", s) for s in stages],
+                  host_rows=host_rows, capabilities=caps, host_paths=host_paths or [],
                   meaning=verdict_meaning(receipt),
                   packages=receipt.get("packages", {}))

@@ -37,6 +37,7 @@ def page(rows: Iterable[Mapping], worst: str | None, report_name: str, *, failed
     """
     rows = list(rows)
     return render("batch_index.html.j2", rows=rows, worst=worst, report=report_name,
+                  report_full=report_name.replace(".html", "-full.html"),
                   runs=sum(r["kind"] == "run" for r in rows),
                   models=len({r["name"] for r in rows}), failed=failed,
                   unresolved=unresolved)

@@ -27,6 +27,7 @@ from verifylib.evidence.failures import FailureRecord, read_failures
 from verifylib.evidence.layout import RECEIPT_FILE
 from verifylib.views import gates as gate_views
 from verifylib.views import index as index_view
+from verifylib.views import transcript
 
 REPORT = "report.html"
 REPORT_FULL = "report-full.html"
@@ -43,29 +44,86 @@ EXPLORE_TAG = "verifylib-explore"
 """Tag of the stage notebooks' Explore cells (scripts/make_notebooks.py)."""
 
 
-def merged_notebook(run_dir: Path, stages: list[str], fragment: str):
-    """Merge the executed stage notebooks of a run into one notebook behind a summary."""
+def stage_anchor(stage: str) -> str:
+    """Return the id of a stage's heading in the report (``stage-01_build``)."""
+    return f"stage-{stage}"
+
+
+def _stage_title(run_dir: Path, stage: str) -> str:
+    """Return the heading a stage's notebook opens with (``01_build: Build``), else the stage."""
+    path = run_dir / "notebooks" / f"{stage}.ipynb"
+    try:
+        first = nbformat.read(path, as_version=4).cells[0]
+    except (OSError, ValueError, IndexError):
+        return stage
+    line = first.source.split("\n", 1)[0] if first.cell_type == "markdown" else ""
+    return line.lstrip("#").strip() if line.startswith("#") else stage
+
+
+def _heading_cell(stage: str, title: str):
+    cell = nbformat.v4.new_code_cell(source=f"# {title}")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/html": views.render("stage_heading.html.j2", anchor=stage_anchor(stage),
+                                  title=title)})]
+    return cell
+
+
+def _split_heading(cell, stage: str) -> str:
+    # The notebook opens with "## 01_build: Build" and a paragraph: the heading becomes the
+    # report's one heading of the stage, the paragraph stays.
+    lines = cell.source.split("\n")
+    if lines and lines[0].startswith("#"):
+        cell.source = "\n".join(lines[1:]).strip("\n")
+        return lines[0].lstrip("#").strip()
+    return stage
+
+
+def merged_notebook(run_dir: Path, stages: list[str], fragment: str, *,
+                    title: str = "verifylib audit report", paths=()):
+    """Merge the executed stage notebooks of a run into one document behind a summary.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory.
+    stages : list of str
+        The stages, in order.
+    fragment : str
+        The summary's HTML (:func:`verifylib.views.gates.receipt_summary`).
+    title : str
+        The page's title.
+    paths : sequence of (str, str)
+        Host paths to write relative (:func:`verifylib.views.transcript.host_paths`).
+    """
     nb = nbformat.v4.new_notebook()
-    nb.metadata["title"] = "verifylib audit report"
+    nb.metadata["title"] = title
     nb.cells.append(_summary_cell(fragment))
     for stage in stages:
         path = run_dir / "notebooks" / f"{stage}.ipynb"
-        nb.cells.append(nbformat.v4.new_markdown_cell(f"# Stage {stage}"))
         if not path.exists():
+            nb.cells.append(_heading_cell(stage, stage))
             nb.cells.append(nbformat.v4.new_markdown_cell("*This stage's notebook did not run.*"))
             continue
         sub = nbformat.read(path, as_version=4)
         for key in ("kernelspec", "language_info"):
             if key in sub.metadata:
                 nb.metadata.setdefault(key, sub.metadata[key])
-        for cell in sub.cells:
-            # The Explore cells are a researcher's starting points (they repeat the views
-            # in raw form); the executed notebooks keep them, the report does not.
-            if EXPLORE_TAG in cell.get("metadata", {}).get("tags", []):
+        cells = [c for c in sub.cells
+                 # The Explore cells are a researcher's starting points (they repeat the
+                 # views in raw form); the executed notebooks keep them, the report does not.
+                 if EXPLORE_TAG not in c.get("metadata", {}).get("tags", [])]
+        heading = stage
+        if cells and cells[0].cell_type == "markdown":
+            heading = _split_heading(cells[0], stage)
+        nb.cells.append(_heading_cell(stage, heading))
+        for cell in cells:
+            if cell.cell_type == "markdown" and not cell.source.strip():
                 continue
             # Markdown inside notebooks is ours, but outputs may carry run text: the
             # exporter's sanitizer and the audit template keep both inert.
             _drop_view_styles(cell)
+            if cell.cell_type == "code":
+                transcript.rewrite_outputs(cell, list(paths))
             nb.cells.append(cell)
     return nb
 
@@ -82,10 +140,14 @@ def _drop_view_styles(cell) -> None:
 
 # Tags our own HTML outputs use; anything else in an output (script, iframe, event
 # attributes) is escaped by bleach, and non-HTML active types (JavaScript, widgets) dropped.
-_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
-         "h3", "h4", "h5", "hr", "i", "li", "ol", "p", "pre", "small", "span", "strong", "sub",
-         "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul", "wbr"]
-_ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"]}
+_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1",
+         "h2", "h3", "h4", "h5", "hr", "i", "ins", "li", "nav", "ol", "p", "pre", "small",
+         "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "th", "thead",
+         "tr", "ul", "wbr"]
+_ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"],
+          # Our headings carry the ids the table of contents and the gate rows link to.
+          "h1": ["class", "id"], "h2": ["class", "id"], "h3": ["class", "id"],
+          "nav": ["class", "aria-label"]}
 _STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
            "background-color", "padding", "margin", "width"]
 
@@ -120,11 +182,21 @@ def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, 
     (Path, Path)
         The two report files, each written atomically.
     """
+    from verifylib.resources import cache_dir
+
     run_dir = Path(run_dir)
     raw = (run_dir / RECEIPT_FILE).read_bytes()
     receipt = canonical.loads(raw)
-    fragment = gate_views.receipt_summary(receipt, canonical.sha256_bytes(raw))
-    nb = merged_notebook(run_dir, list(stages or gates.STAGES), fragment)
+    stages = list(stages or gates.STAGES)
+    cache = cache_dir()
+    paths = transcript.host_paths(run_dir, cache)
+    fragment = gate_views.receipt_summary(
+        receipt, canonical.sha256_bytes(raw), run_dir=run_dir, stages=stages,
+        sections=[(stage_anchor(s), _stage_title(run_dir, s)) for s in stages],
+        host_paths=[(name, absolute) for absolute, name in paths if name != "."])
+    nb = merged_notebook(run_dir, stages, fragment, paths=paths,
+                         title=f"{receipt.get('name')}: {receipt.get('verdict')} · "
+                               f"verifylib audit {receipt.get('run_id')}")
     short = run_dir / REPORT
     full = run_dir / REPORT_FULL
     canonical.atomic_write_bytes(short, _export(nb, True).encode("utf-8"))
@@ -149,9 +221,15 @@ def _index_row(root: Path, name: str, run_dir: Path) -> dict:
     counts: dict[str, int] = {}
     for g in rec["gates"]:
         counts[g["status"]] = counts.get(g["status"], 0) + 1
+    host = rec.get("host") or {}
+    stamp = run_dir.name.split("-", 1)[0]
+    date = (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
+            if len(stamp) >= 13 and stamp[8:9] == "T" else "")
     return {"kind": "run", "name": name, "verdict": gates.Verdict(rec["verdict"]).value,
             "counts": counts, "rel": run_dir.relative_to(root).as_posix(),
-            "sha256": canonical.sha256_bytes(raw), "key": run_dir.name}
+            "sha256": canonical.sha256_bytes(raw), "key": run_dir.name, "date": date,
+            "host": " ".join(str(host[k]) for k in ("system", "machine", "macos_version")
+                             if host.get(k))}
 
 
 def _failure_row(root: Path, path: Path, rec: FailureRecord | str) -> dict:
