@@ -293,12 +293,28 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
     ops = [o for o in att.ops if o.index >= start and (stop is None or o.index < stop)]
     colors = _op_colors(o.type for o in att.ops)
     fig, axes = plt.subplots(2, 1, figsize=(15, 6.5), sharex=True)
+    # Layer boundaries help read the x axis: one tick where each region begins.
+    seen, ticks = set(), []
+    for o in ops:
+        region = _region_label(o)
+        if region not in seen:
+            seen.add(region)
+            ticks.append((o.index, region))
     for ax, key, title in ((axes[0], "precision_snr_db",
                             f"Precision drift: each op against the program in float64 "
                             f"({att.variant}, {att.compute})"),
                            (axes[1], "snr_db", "Conversion drift: each mapped op against its "
                                                "Hugging Face module")):
         exact = False
+        values = [float(getattr(o, key)) for o in ops if getattr(o, key) is not None]
+        if values and all(np.isposinf(values)):
+            # Every op exact: a row of points at an arbitrary height says less than words.
+            ax.text(0.5, 0.5, f"identical: all {len(values)} ops equal the reference "
+                              "exactly (infinite SNR)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=10)
+            ax.set_yticks([])
+            ax.set_title(title, fontsize=9)
+            continue
         for t, c in colors.items():
             pts = [(o.index, getattr(o, key)) for o in ops
                    if o.type == t and getattr(o, key) is not None]
@@ -308,20 +324,22 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
             y = np.array([p[1] for p in pts], dtype=float)
             exact |= bool(np.isposinf(y).any())
             ax.scatter(x, np.where(np.isposinf(y), SNR_CAP_DB, y), s=14, color=c, label=t)
-        # Layer boundaries help read the x axis: one tick where each region begins.
-        seen, ticks = set(), []
-        for o in ops:
-            region = _region_label(o)
-            if region not in seen:
-                seen.add(region)
-                ticks.append((o.index, region))
         for x, _ in ticks:
             ax.axvline(x - 0.5, color="0.85", lw=0.6, zorder=0)
         ax.set_ylabel("SNR dB")
         ax.set_title(title + (f" (exact drawn at {SNR_CAP_DB:g})" if exact else ""),
                      fontsize=9)
-        ax.legend(fontsize=7, loc="lower left", ncol=6)
-    axes[1].set_xticks([t[0] for t in ticks], [t[1] for t in ticks], rotation=30,
+        # Beside the axes, never over the points.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                  borderaxespad=0.0, title="op type", title_fontsize=7)
+    # Labelled ticks at least 1/40 of the range apart, so the labels do not overlap (the
+    # grey lines still mark every module).
+    span = max((ops[-1].index - ops[0].index) if ops else 1, 1)
+    labelled: list[tuple[int, str]] = []
+    for t in ticks:
+        if not labelled or t[0] - labelled[-1][0] >= span / 40:
+            labelled.append(t)
+    axes[1].set_xticks([t[0] for t in labelled], [t[1] for t in labelled], rotation=30,
                        ha="right", fontsize=7)
     axes[1].set_xlabel("op (program order); ticks where each module begins")
     fig.tight_layout()
@@ -371,6 +389,13 @@ def worst_ops_plot(att, n: int = 10):
         ax.set_yticks(range(len(ops)), labels, fontsize=7)
         ax.set_xlabel("ΔSNR dB (negative: drift introduced by the op)")
         ax.set_title(title, fontsize=9)
+        # The bars' colours are op types: say which, once per type shown.
+        from matplotlib.patches import Patch
+        shown = list(dict.fromkeys(o.type for o in ops))
+        # Lower left: the bars are sorted worst (longest) first at the top, so the
+        # short ones leave that corner empty.
+        ax.legend(handles=[Patch(color=colors[t], label=t) for t in shown], fontsize=7,
+                  title="op type", title_fontsize=7, loc="lower left")
     fig.tight_layout()
     plt.show()
     return fig
