@@ -53,8 +53,9 @@ PARITY_EXPLORE: list = [
     "# Op-level attribution of the fp16 program (verifylib.numerics.drift.Attribution): the ops that\n"
     "# lose the most precision, worst first (try fp32, or .top for conversion drift)\n"
     "att = fp16.attribution if fp16 else None\n"
-    "[(o.name, o.type, o.module or o.scope, o.precision_delta_snr_db)\n"
-    " for o in att.precision_top] if att else None",
+    "table([(o.name, o.type, o.module or o.scope, o.precision_delta_snr_db)\n"
+    "       for o in att.precision_top] if att else None,\n"
+    "      (\"op\", \"type\", \"module\", \"precision ΔSNR dB\"))",
     "# Zoom on one block: SNR of every op's output along the program, ops 20 to 50\n"
     "# (edit the range; view.program_snr_plot(att) draws them all); fig is the figure, to edit\n"
     "fig = view.program_snr_plot(att, start=20, stop=50) if att else None",
@@ -88,7 +89,8 @@ STAGES = {
          "facts = report.facts\n"
          "records = {r.id: r for r in report.records}",
          "# The files each gate's status rests on (paths inside the run directory)\n"
-         "{gate_id: [e.path for e in r.evidence] for gate_id, r in records.items()}"]),
+         "table({gate_id: [e.path for e in r.evidence] for gate_id, r in records.items()},\n"
+         "      (\"gate\", \"evidence files\"))"]),
     "02_export": Notebook(
         "export", "Export",
         "Model intake, `ggml-model.bin`, conversion of the encoder to an fp32 mlprogram (and "
@@ -98,7 +100,7 @@ STAGES = {
          "facts = report.facts\n"
          "records = {r.id: r for r in report.records}",
          "# The identities this stage bound: model digests, package and compiled-model trees\n"
-         "report.identities"]),
+         "table(report.identities, (\"identity\", \"value\"))"]),
     "03_canary": Notebook(
         "canary", "Canaries",
         "The batch-lifecycle A/B (unpatched vs patched static GGML `whisper-cli`, N runs each "
@@ -111,7 +113,7 @@ STAGES = {
          "lifecycle, sanitizer = result.lifecycle, result.sanitizer\n"
          "negative, positive = result.negative, result.positive",
          "# The A/B outcome counts: build side -> run outcome -> runs\n"
-         "lifecycle.outcome_counts() if lifecycle else None",
+         "table(lifecycle.outcome_counts() if lifecycle else None, (\"build\", \"outcomes\"))",
          "# What AddressSanitizer reported on the unpatched build: its kind and top frames\n"
          "unpatched = sanitizer.sides[\"unpatched\"] if sanitizer else None\n"
          "(unpatched.kind, unpatched.frames[:8]) if unpatched else None"]),
@@ -128,12 +130,12 @@ STAGES = {
          "fp32 = candidates.get(\"parity.program\")\n"
          "fp16 = candidates.get(\"parity.program_fp16\")",
          "# Each candidate's gated metrics (fixture input): SNR dB, cosine, max abs error ...\n"
-         "{gid: [m.metrics for m in c.measurements if m.input == \"fixture\"]\n"
-         " for gid, c in candidates.items()}",
+         "table({gid: [m.metrics for m in c.measurements if m.input == \"fixture\"]\n"
+         "       for gid, c in candidates.items()}, (\"gate\", \"metrics\"))",
          "# SNR (dB) along the residual stream of the fp32 program executed in float32\n"
          "# (try fp16, or the \"float64\" execution)\n"
-         "({p[\"label\"]: p[\"snr_db\"] for p in fp32.drift.layers.get(\"float32\", [])}\n"
-         " if fp32 else None)",
+         "table({p[\"label\"]: p[\"snr_db\"] for p in fp32.drift.layers.get(\"float32\", [])}\n"
+         "      if fp32 else None, (\"point\", \"SNR dB\"))",
          *PARITY_EXPLORE]),
     "05_wer": Notebook(
         "wer", "WER",
@@ -145,7 +147,9 @@ STAGES = {
          "clips = result.clips if result else []\n"
          "corpus = result.corpus if result else None",
          "# Per-clip WER, worst first (try \"wer_source\", \"wer_hybrid\" or \"wer_pairwise\")\n"
-         "[(clip.id, clip.wer_ggml) for clip in result.ranked(\"wer_ggml\")] if result else []"]),
+         "table([(clip.id, clip.language, clip.unit, clip.wer_ggml)\n"
+         "       for clip in result.ranked(\"wer_ggml\")] if result else [],\n"
+         "      (\"clip\", \"language\", \"unit\", \"GGML rate\"))"]),
     "06_placement": Notebook(
         "placement", "Placement",
         "`MLComputePlan` per-operation preferred devices and cost shares for the published "
@@ -155,7 +159,8 @@ STAGES = {
          "result = report.result\n"
          "plans = result.plans if result else {}",
          "# Share of the estimated cost per preferred device, one variant (try \"fp16\")\n"
-         "result.device_share(\"fp32\") if \"fp32\" in plans else None"]),
+         "table(result.device_share(\"fp32\") if \"fp32\" in plans else None,\n"
+         "      (\"device\", \"cost share\"))"]),
 }
 
 EXPLORE_INTRO = (
@@ -187,7 +192,8 @@ def make(stage: str) -> nbformat.NotebookNode:
         # Imported as `stage` and `view`: a module named like a parameter (export, canary)
         # would shadow that parameter in the notebook's namespace.
         f"import verifylib.notebook as vnb\nfrom verifylib.stages import {mod} as stage\n"
-        f"from verifylib.views import {mod} as view\n\n"
+        f"from verifylib.views import {mod} as view\n"
+        f"from verifylib.views.tables import table\n\n"
         f"params, run_dir = vnb.setup(globals(), {stage!r})"))
     nb.cells.append(nbformat.v4.new_code_cell(
         "report = vnb.audit(stage, params, run_dir)\nreport"))

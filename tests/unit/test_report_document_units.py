@@ -123,3 +123,19 @@ def test_a_published_notebook_away_from_its_run_refuses(tmp_path, monkeypatch):
                                                 "not at"):
         notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r1"}, "01_build")
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_explore_results_are_tables_not_reprs():
+    from verifylib.views.tables import table
+
+    t = table({"build.ggml": ["evidence/a.json", "evidence/<b>.txt"], "x": 0.123456789},
+              ("gate", "evidence files"))
+    html = t._repr_html_()
+    assert "<th>gate</th><th>evidence files</th>" in html
+    assert "<td>evidence/a.json, evidence/&lt;b&gt;.txt</td>" in html and "0.123457" in html
+    assert repr(t).splitlines()[0].split() == ["gate", "evidence", "files"]
+    rows = table([("jfk", "en", 0.0)], ("clip", "language", "rate"))
+    assert rows.rows == (("jfk", "en", "0"),)
+    assert table(None) is None
+    nested = table({"patched": {"exit 3 + both markers": 20}}, ("build", "outcomes"))
+    assert nested.rows == (("patched", "exit 3 + both markers: 20"),)
