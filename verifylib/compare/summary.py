@@ -19,7 +19,7 @@ from verifylib.compare.model import (
     RunInfo,
     WerComparison,
 )
-from verifylib.views.formats import capped_snr, snr_change, snr_text, wer_pct
+from verifylib.views.formats import capped_snr, snr_change, snr_text, wer_text
 
 __all__ = ["summary_lines"]
 
@@ -164,7 +164,7 @@ def _wer_summary(runs: Sequence[RunInfo], wer: WerComparison) -> list[str]:
         vals = [getattr(c, side) if c is not None else None for c in wer.corpus]
         if len(set(vals)) > 1:
             out.append(f"corpus WER {side}: " + ", ".join(
-                f"run {r.label} {wer_pct(v)}" for r, v in zip(runs, vals)))
+                f"run {r.label} {wer_text(v)}" for r, v in zip(runs, vals)))
     changed = [r.id for r in wer.clips if r.differs]
     if changed:
         out.append(f"per-clip WER differs for {len(changed)} clip(s): {_listed(changed)}")

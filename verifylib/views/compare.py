@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from verifylib.views import render, show_html
-from verifylib.views.formats import snr_cell, wer_pct
+from verifylib.views.formats import snr_cell, wer_text
 from verifylib.views.parity import SNR_CAP_DB
 
 PAGE = "compare.html"
@@ -206,14 +206,16 @@ def wer_plot(comparison):
             vals = [getattr(r, key)[j] for r in wer.clips]
             xs = [i + (j - (len(labels) - 1) / 2) * width for i in range(len(ids))]
             ax.bar([x for x, v in zip(xs, vals) if v is not None],
-                   [100 * v for v in vals if v is not None], width, color=colors[lab], label=lab)
-        top = max((100 * v for r in wer.clips for v in getattr(r, key) if v is not None),
+                   [v for v in vals if v is not None], width, color=colors[lab], label=lab)
+        top = max((v for r in wer.clips for v in getattr(r, key) if v is not None),
                   default=0.0)
-        ax.set_ylim(0, max(1.0, 1.15 * top))
-        ax.set_ylabel("WER %")
-        ax.set_title(f"WER per clip: {title}" + (" (0% for every clip in every run)"
+        # One unit everywhere: a fraction, as the report and the tables write it.
+        ax.set_ylim(0, max(0.01, 1.15 * top))
+        ax.set_ylabel("WER (fraction)")
+        ax.set_title(f"WER per clip: {title}" + (" (0 for every clip in every run)"
                                                   if top == 0 else ""), fontsize=9)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                  borderaxespad=0.0)
     axes[-1].set_xticks(range(len(ids)), ids, rotation=30, ha="right", fontsize=8)
     fig.tight_layout()
     return fig
@@ -255,7 +257,7 @@ def _images(comparison) -> dict[str, str | None]:
 # ----------------------------------------------------------------------------- HTML
 
 def _context(comparison) -> dict[str, Any]:
-    return {"cmp": comparison, "images": _images(comparison), "db": snr_cell, "pct": wer_pct,
+    return {"cmp": comparison, "images": _images(comparison), "db": snr_cell, "rate": wer_text,
             "labels": comparison.labels}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from verifylib.numerics.drift import CEILING_DB
 
-__all__ = ["snr_cell", "snr_text", "snr_change", "capped_snr", "wer_pct"]
+__all__ = ["snr_cell", "snr_text", "snr_change", "capped_snr", "wer_text"]
 
 
 def snr_cell(value: Any) -> str:
@@ -106,16 +106,19 @@ def snr_change(a: float | None, b: float | None) -> str:
     return f"{'+' if d > 0 else '−'}{abs(d):.1f} dB"
 
 
-def wer_pct(value: Any) -> str:
-    """Format a WER as a percentage with one decimal, a dash for nothing.
+def wer_text(value: Any) -> str:
+    """Format a WER (or CER) as the report does: a fraction to three decimals, or a dash.
+
+    One unit everywhere: the report, the compare page and its sentences all write 0.250
+    for a quarter of the words wrong.
 
     Parameters
     ----------
     value : float or None
-        The WER as a fraction (0.25 for 25%).
+        The rate as a fraction.
 
     Returns
     -------
     str
     """
-    return "—" if value is None else f"{100 * float(value):.1f}%"
+    return "—" if value is None else f"{float(value):.3f}"
