@@ -3,8 +3,9 @@
 - Every evidence link of the report's gate tables opens a file of the run whose SHA-256 is
   the one shown beside it (and the receipt's); no absolute path of the audit host is left
   outside the host facts.
-- In Chromium (Playwright driving Debian's ``chromium``), the report and the reports index
-  at 1400 and 800 px: no sideways scrolling, and axe-core reports no serious or critical
+- In Chromium (Playwright driving Debian's ``chromium``), the report, the reports index and
+  a compare page (the run beside a copy of itself, which it calls the same run) at 1400
+  and 800 px: no sideways scrolling, and axe-core reports no serious or critical
   violation. The first screen of each is kept as a screenshot (copied into
   ``docs/screenshots/`` when ``VERIFYLIB_UPDATE_SCREENSHOTS=1``).
 - A published notebook, copied with its run to another folder and executed top to bottom by
@@ -120,12 +121,29 @@ def _browser():
     return sync_playwright(), chromium
 
 
-@pytest.mark.parametrize("page_name", ["report.html", "index.html"])
-def test_the_pages_in_chromium_fit_the_window_and_pass_axe(run_dir, page_name, tmp_path):
+@pytest.fixture(scope="module")
+def compare_page(run_dir, tmp_path_factory) -> Path:
+    """The default run compared with a copy of itself (which the page must call the same run)."""
+    base = tmp_path_factory.mktemp("compare")
+    copy = shutil.copytree(run_dir, base / "copy" / run_dir.name)
+    res = subprocess.run([sys.executable, "-m", "verifylib", "compare", str(run_dir), str(copy),
+                          "-o", str(base / "out")], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    page = base / "out" / "compare.html"
+    assert "same run" in page.read_text(encoding="utf-8")
+    return page
+
+
+@pytest.mark.parametrize("page_name", ["report.html", "index.html", "compare.html"])
+def test_the_pages_in_chromium_fit_the_window_and_pass_axe(run_dir, page_name, tmp_path,
+                                                           request):
     from axe_playwright_python.sync_playwright import Axe
 
-    url = (run_dir / page_name if page_name == "report.html"
-           else run_dir.parent.parent / page_name).as_uri()
+    if page_name == "compare.html":
+        url = request.getfixturevalue("compare_page").as_uri()
+    else:
+        url = (run_dir / page_name if page_name == "report.html"
+               else run_dir.parent.parent / page_name).as_uri()
     manager, chromium = _browser()
     with manager as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

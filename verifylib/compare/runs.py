@@ -548,6 +548,9 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
     wer_results = [_result(op, "05_wer", notes, "wer") for op in opened]
     wer = _wer(opened, wer_results, notes)
     summary = summary_lines(infos, gate_rows, idents, cands, wer)
+    # A run beside a copy of itself: said first, since every line after it is vacuous.
+    same = [n.text for n in notes if n.topic == "runs" and " are the same run " in n.text]
+    summary = tuple(f"warning: {t}" for t in same) + tuple(summary)
     return Comparison(infos, gate_rows, idents, cands, wer, tuple(notes), summary)
 
 
