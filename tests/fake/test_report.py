@@ -60,8 +60,10 @@ def test_hostile_text_is_inert_and_no_script_or_remote_loads(hostile_run):
 
 def test_summary_lists_identities_host_and_packages(hostile_run):
     page = (hostile_run / "report.html").read_text()
-    for heading in ("Gates", "Identities", "Host", "Package versions"):
-        assert f"<h2>{heading}</h2>" in page
+    for anchor, heading in (("gates", "Required gates"), ("informational", "Informational gates"),
+                            ("identities", "Identities"), ("host", "Host"),
+                            ("packages", "Package versions")):
+        assert f'<h2 id="{anchor}">{heading}</h2>' in page
     assert "coremltools" in page and "build.source_identity" in page
 
 

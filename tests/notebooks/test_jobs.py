@@ -122,7 +122,7 @@ def test_a_worker_that_dies_is_an_error_and_the_other_model_finishes(tmp_path, m
     assert rec["executor"] == {"kind": "local", "jobs": 2, "node": socket.gethostname()}
     index = (reports / "index.html").read_text()
     assert f"no run published: {failed.reason}" in index
-    assert '<td>model-a</td><td class="vl-ERROR"><b>ERROR</b></td>' in index
+    assert '<tr><td>model-a</td><td>' in index and '<td class="vl-ERROR"><b>ERROR</b></td>' in index
     # The rebuild at the end of `verifylib run` keeps it beside model-b's run.
     index = report.render_index([done], reports).read_text()
     assert f"no run published: {failed.reason}" in index

@@ -122,7 +122,7 @@ def test_a_dead_worker_is_an_error_and_the_other_model_finishes(ray_cluster, tmp
     rec = canonical.read_json(failed.record)
     assert rec["reason"] == failed.reason and rec["executor"]["kind"] == "ray"
     index = report.render_index([done], reports).read_text()
-    assert '<td>model-a</td><td class="vl-ERROR"><b>ERROR</b></td>' in index
+    assert '<tr><td>model-a</td><td>' in index and '<td class="vl-ERROR"><b>ERROR</b></td>' in index
     assert "no run published: the audit raised WorkerCrashedError" in index \
         or "no run published: WorkerCrashedError" in index, index
     assert f"{done.run_dir.relative_to(reports).as_posix()}/report.html" in index
