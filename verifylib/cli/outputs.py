@@ -77,16 +77,11 @@ def verdict_reason(receipt: dict) -> str:
     str
         E.g. ``9 of 16 required gates PASS, 7 NOT_RUN (macOS needed: …), none failed``.
     """
-    required = [g for g in receipt.get("gates", []) if g.get("required")]
-    by: dict[str, list[str]] = {}
-    for g in required:
-        by.setdefault(str(g.get("status")), []).append(str(g.get("id")))
-    passed = len(by.get("PASS", []))
-    parts = [f"{passed} of {len(required)} required gates PASS"]
-    bad = by.get("FAIL", []) + by.get("ERROR", [])
-    not_run = [g for g in required if g.get("status") == "NOT_RUN"]
-    platform = [g["id"] for g in not_run if (g.get("reason") or {}).get("kind") == "platform"]
-    other = [g["id"] for g in not_run if g["id"] not in platform]
+    from verifylib.views.gates import required_gates
+
+    req = required_gates(receipt)
+    parts = [f"{req.passed} of {req.total} required gates PASS"]
+    bad, platform, other = req.failed, req.not_run_platform, req.not_run_other
     if platform:
         parts.append(f"{len(platform)} NOT_RUN on this host (need a Mac: "
                      f"{', '.join(platform)})")

@@ -171,6 +171,22 @@ class ticking:
         self._ticker.stop()
 
 
+def last_drawing(line: str) -> str:
+    """Return what a terminal shows of a line redrawn with carriage returns (tqdm's bars).
+
+    Parameters
+    ----------
+    line : str
+        One line, without its newline.
+
+    Returns
+    -------
+    str
+        Its text after the last carriage return (a trailing one ignored).
+    """
+    return line.rstrip("\r").rsplit("\r", 1)[-1]
+
+
 class LineRelay:
     """A write-only text stream that hands each complete line to ``log``.
 
@@ -204,7 +220,7 @@ class LineRelay:
         *lines, self._partial = (self._partial + text).split("\n")
         for line in lines:
             # A bar redrawn with carriage returns (tqdm) ends as its last drawing.
-            self._log(line.rstrip("\r").rsplit("\r", 1)[-1])
+            self._log(last_drawing(line))
         return len(text)
 
     def flush(self) -> None:
@@ -213,5 +229,5 @@ class LineRelay:
     def close(self) -> None:
         """Hand on a last line that never got its newline."""
         if self._partial:
-            self._log(self._partial.rstrip("\r").rsplit("\r", 1)[-1])
+            self._log(last_drawing(self._partial))
             self._partial = ""

@@ -14,7 +14,7 @@ from typing import Any
 
 from verifylib.numerics.drift import CEILING_DB
 
-__all__ = ["snr_cell", "snr_text", "snr_change", "capped_snr", "wer_text"]
+__all__ = ["snr_cell", "snr_text", "snr_change", "capped_snr", "wer_text", "run_date"]
 
 
 def snr_cell(value: Any) -> str:
@@ -122,3 +122,23 @@ def wer_text(value: Any) -> str:
     str
     """
     return "—" if value is None else f"{float(value):.3f}"
+
+
+def run_date(run_id: str) -> str:
+    """Format the UTC minute a run id was made (``2026-12-04 04:59 UTC``), or "" if none.
+
+    Parameters
+    ----------
+    run_id : str
+        A run id (:func:`verifylib.evidence.layout.run_id_time` reads its stamp).
+
+    Returns
+    -------
+    str
+    """
+    from verifylib.evidence.layout import run_id_time
+
+    try:
+        return run_id_time(run_id).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return ""

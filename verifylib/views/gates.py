@@ -5,6 +5,8 @@ A stage's :class:`~verifylib.evidence.records.StageReport` and a receipt's summa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verifylib.views import render
 
 DETAIL_LIMIT = 4000
@@ -47,6 +49,49 @@ def status_text(records, gate_id: str) -> str:
     return f"{rec.status.value} ({rec.reason.kind}): {rec.reason.detail}" if rec else "no record"
 
 
+@dataclass(frozen=True)
+class RequiredGates:
+    """How a receipt's required gates ended, the facts behind every sentence about its verdict.
+
+    Attributes
+    ----------
+    total, passed : int
+        Required gates, and those that PASSed.
+    failed : list of str
+        Ids of those that FAILed or ERRORed.
+    not_run_platform, not_run_other : list of str
+        Ids of those NOT_RUN for want of a platform (a Mac), and for any other reason.
+    """
+
+    total: int
+    passed: int
+    failed: list[str]
+    not_run_platform: list[str]
+    not_run_other: list[str]
+
+
+def required_gates(receipt: dict) -> RequiredGates:
+    """Sort a receipt's required gates by how they ended.
+
+    Parameters
+    ----------
+    receipt : dict
+        A receipt (its ``gates`` rows).
+
+    Returns
+    -------
+    RequiredGates
+    """
+    required = [g for g in receipt.get("gates", []) if g.get("required")]
+    not_run = [g for g in required if g.get("status") == "NOT_RUN"]
+    platform = [g["id"] for g in not_run if (g.get("reason") or {}).get("kind") == "platform"]
+    return RequiredGates(
+        total=len(required), passed=sum(g.get("status") == "PASS" for g in required),
+        failed=[g["id"] for g in required if g.get("status") in ("FAIL", "ERROR")],
+        not_run_platform=platform,
+        not_run_other=[g["id"] for g in not_run if g["id"] not in platform])
+
+
 def verdict_meaning(receipt: dict) -> str:
     """Say in one or two sentences what a receipt's verdict means and what would move it.
 
@@ -63,20 +108,16 @@ def verdict_meaning(receipt: dict) -> str:
         required gates that failed or errored; for ADMISSIBLE, that every required gate
         passed here.
     """
-    required = [g for g in receipt.get("gates", []) if g.get("required")]
+    req = required_gates(receipt)
     verdict = receipt.get("verdict")
     if verdict == "ADMISSIBLE":
-        return (f"All {len(required)} required gates PASSed in physical runs made for this "
+        return (f"All {req.total} required gates PASSed in physical runs made for this "
                 "report; verifylib verify re-checks every one from the stored evidence.")
     if verdict == "REJECTED":
-        bad = [g["id"] for g in required if g.get("status") in ("FAIL", "ERROR")]
-        return (f"Required gate(s) {', '.join(bad)} failed or errored; only a new run in "
-                "which they PASS can change this verdict (their rows below say why).")
-    not_run = [g for g in required if g.get("status") == "NOT_RUN"]
-    mac = [g["id"] for g in not_run if (g.get("reason") or {}).get("kind") == "platform"]
-    other = [g["id"] for g in not_run if g["id"] not in mac]
-    passed = sum(g.get("status") == "PASS" for g in required)
-    parts = [f"{passed} of {len(required)} required gates PASSed and none failed, so "
+        return (f"Required gate(s) {', '.join(req.failed)} failed or errored; only a new run "
+                "in which they PASS can change this verdict (their rows below say why).")
+    mac, other = req.not_run_platform, req.not_run_other
+    parts = [f"{req.passed} of {req.total} required gates PASSed and none failed, so "
              "nothing here is rejected, but nothing is admitted either."]
     if mac:
         parts.append(f"{len(mac)} need a Mac with Xcode ({', '.join(mac)}) and were NOT_RUN "
@@ -124,10 +165,10 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
 
     ids = receipt.get("identities", {})
     host = receipt.get("host", {})
+    from verifylib.views.formats import run_date
+
     run_id = str(receipt.get("run_id") or "")
-    stamp = run_id.split("-", 1)[0]
-    date = (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
-            if len(stamp) >= 13 and stamp[8:9] == "T" else run_id)
+    date = run_date(run_id) or run_id
     model = ids.get("model.source_digest")
     ftype = ids.get("model.ggml.ftype")
     pin = ids.get("runtime.pin") or "?"

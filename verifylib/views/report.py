@@ -49,15 +49,20 @@ def stage_anchor(stage: str) -> str:
     return f"stage-{stage}"
 
 
+def _heading_of(cell) -> str | None:
+    """Return the heading a markdown cell opens with (``01_build: Build``), else None."""
+    line = cell.source.split("\n", 1)[0] if cell.cell_type == "markdown" else ""
+    return line.lstrip("#").strip() if line.startswith("#") else None
+
+
 def _stage_title(run_dir: Path, stage: str) -> str:
-    """Return the heading a stage's notebook opens with (``01_build: Build``), else the stage."""
+    """Return the heading a stage's notebook opens with, else the stage."""
     path = run_dir / "notebooks" / f"{stage}.ipynb"
     try:
         first = nbformat.read(path, as_version=4).cells[0]
     except (OSError, ValueError, IndexError):
         return stage
-    line = first.source.split("\n", 1)[0] if first.cell_type == "markdown" else ""
-    return line.lstrip("#").strip() if line.startswith("#") else stage
+    return _heading_of(first) or stage
 
 
 def _heading_cell(stage: str, title: str):
@@ -71,11 +76,11 @@ def _heading_cell(stage: str, title: str):
 def _split_heading(cell, stage: str) -> str:
     # The notebook opens with "## 01_build: Build" and a paragraph: the heading becomes the
     # report's one heading of the stage, the paragraph stays.
-    lines = cell.source.split("\n")
-    if lines and lines[0].startswith("#"):
-        cell.source = "\n".join(lines[1:]).strip("\n")
-        return lines[0].lstrip("#").strip()
-    return stage
+    heading = _heading_of(cell)
+    if heading is None:
+        return stage
+    cell.source = cell.source.split("\n", 1)[1].strip("\n") if "\n" in cell.source else ""
+    return heading
 
 
 def merged_notebook(run_dir: Path, stages: list[str], fragment: str, *,
@@ -221,10 +226,10 @@ def _index_row(root: Path, name: str, run_dir: Path) -> dict:
     counts: dict[str, int] = {}
     for g in rec["gates"]:
         counts[g["status"]] = counts.get(g["status"], 0) + 1
+    from verifylib.views.formats import run_date
+
     host = rec.get("host") or {}
-    stamp = run_dir.name.split("-", 1)[0]
-    date = (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
-            if len(stamp) >= 13 and stamp[8:9] == "T" else "")
+    date = run_date(run_dir.name)
     return {"kind": "run", "name": name, "verdict": gates.Verdict(rec["verdict"]).value,
             "counts": counts, "rel": run_dir.relative_to(root).as_posix(),
             "sha256": canonical.sha256_bytes(raw), "key": run_dir.name, "date": date,

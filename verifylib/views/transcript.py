@@ -65,7 +65,9 @@ def relative(text: str, paths: Iterable[tuple[str, str]]) -> str:
 
 def collapse_redraws(text: str) -> str:
     """Keep the last drawing of every carriage-return-redrawn line (tqdm's bars)."""
-    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+    from verifylib.runtime.progress import last_drawing
+
+    return "\n".join(last_drawing(line) for line in text.split("\n"))
 
 
 def _text(value) -> str:
