@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,14 @@ def test_every_evidence_link_opens_its_file_and_the_digest_matches(run_dir):
     for anchor in anchors:
         assert f'id="{anchor}"' in page, anchor
     assert "<title>tiny-en: INCOMPLETE · verifylib audit " in page
+    # Each public clip plays from the report: its audio is the cited file both legs heard.
+    audio = re.findall(r'<audio [^>]*src="([^"]+)"', page)
+    assert audio == ["evidence/05_wer/audio-jfk.wav"]
+    assert _sha256(run_dir / audio[0]) == cited[audio[0]]
+    # Each rendering links to the other, never to itself.
+    full = (run_dir / "report-full.html").read_text(encoding="utf-8")
+    assert 'href="report.html"' in full and 'href="report-full.html"' not in full
+    assert 'href="report.html"' not in page
 
 
 def test_no_host_path_is_left_outside_the_host_facts(run_dir):
@@ -156,6 +165,13 @@ def test_the_pages_in_chromium_fit_the_window_and_pass_axe(run_dir, page_name, t
                        for v in Axe().run(page).response["violations"]
                        if v["impact"] in ("serious", "critical")]
                 assert bad == [], (width, bad)
+                if page_name == "report.html":
+                    # The clip's player loads the file: Chromium reads its duration.
+                    seconds = page.evaluate(
+                        "async () => { const a = document.querySelector('audio');"
+                        " a.preload = 'auto'; a.load(); await new Promise((ok, no) => {"
+                        " a.onloadedmetadata = ok; a.onerror = no; }); return a.duration; }")
+                    assert 10.0 < seconds < 12.0, seconds
                 shot = tmp_path / f"{Path(page_name).stem}-first-screen-{width}.png"
                 page.screenshot(path=str(shot))
                 assert shot.stat().st_size > 10_000

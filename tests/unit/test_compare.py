@@ -131,3 +131,55 @@ def test_a_copy_of_a_run_compared_with_it_is_named_as_the_same_run(tmp_path, mon
     assert "a copy compared with itself, nothing below can differ" in note
     assert "same run" in view.page(cmp)
     assert not [n for n in vcmp.compare_runs([a, other]).notes_on("runs") if "same run" in n]
+
+
+def test_the_b_minus_a_view_lists_status_changes_and_every_shared_measurement_that_moved():
+    from pathlib import Path
+
+    from verifylib.compare.model import (
+        CandidateComparison,
+        ClipRow,
+        Comparison,
+        CorpusRow,
+        GateCell,
+        GateRow,
+        RunInfo,
+        WerComparison,
+    )
+    from verifylib.evidence.gates import Status
+    from verifylib.views import compare as compare_view
+
+    runs = tuple(RunInfo(label=lab, path=Path(lab), run_id=f"r{lab}", name="m",
+                         created_utc=None, simulated=False, recorded_verdict="INCOMPLETE",
+                         verified_verdict="INCOMPLETE", verification="verified")
+                 for lab in "ABC")
+    P, F = Status.PASS, Status.FAIL
+    gates_ = (GateRow("export.pair", "02_export", True, tuple(GateCell(s) for s in (P, P, F))),
+              GateRow("wer.ggml_vs_source", "05_wer", True, tuple(GateCell(P) for _ in "ABC")))
+    cands = (CandidateComparison("export.pair", None, "pair", (P, P, F), (60.0, 61.5, 12.0),
+                                 (1.0, 1.0, 0.9)),
+             CandidateComparison("parity.program", "fp32", "program", (P, P, P),
+                                 (float("inf"), float("inf"), 140.0), (1.0, 1.0, 1.0)))
+    wer = WerComparison(
+        clips=(ClipRow("jfk", (22, 22, 22), (0.0, 0.0, 0.0), (0.0, 0.0, 0.05),
+                       (None, None, None)),),
+        corpus=(CorpusRow(0.0, 0.0, None, 0.0), CorpusRow(0.0, 0.0, None, 0.0),
+                CorpusRow(0.0, 0.05, None, 0.05)))
+    cmp = Comparison(runs=runs, gates=gates_, identities=(), candidates=cands, wer=wer,
+                     notes=(), summary=())
+    assert [(c.gate, c.run, c.baseline, c.status) for c in cmp.status_changes] == \
+        [("export.pair", "C", "PASS", "FAIL")]
+    rows = {r.measure: r for r in cmp.differences}
+    # Unchanged everywhere (source WER) is not listed; exact in both A and B differs by 0.
+    assert set(rows) == {"export.pair SNR", "parity.program SNR", "corpus GGML WER",
+                         "GGML WER, clip jfk"}
+    assert rows["export.pair SNR"].deltas == (1.5, -48.0)
+    assert rows["export.pair SNR"].worse == (False, True)
+    assert rows["parity.program SNR"].deltas == (0.0, float("-inf"))
+    assert rows["GGML WER, clip jfk"].baseline == 0.0
+    assert rows["GGML WER, clip jfk"].worse == (False, True)
+    page = compare_view.fragment(cmp, style=False)
+    assert "Each run against the baseline (B − A)" in page
+    assert "<th>C − A</th>" in page and "+1.50 dB" in page and "-48.00 dB <b>worse</b>" in page
+    assert "-inf dB <b>worse</b>" in page and "+0.050 <b>worse</b>" in page
+    assert "<code>export.pair</code>: A PASS, C <b>FAIL</b>" in page

@@ -340,3 +340,45 @@ def test_a_pin_is_required_from_wer_v3_and_refused_before():
     assert j.status is Status.FAIL and "policy 'wer-v3' lacks a decoding pin" in j.detail
     j = judge_ggml_vs_source({"policy": dict(V2, decoding=v3["decoding"]), "clips": [clip]})
     assert j.status is Status.FAIL and "policy 'wer-v2' has a decoding pin" in j.detail
+
+
+def test_published_audio_must_be_the_file_both_legs_heard_and_never_a_private_clips():
+    from verifylib.canonical import sha256_bytes
+    from verifylib.evidence.rules.wer import audio_problems
+    from verifylib.evidence.schemas.wer import WerEvidence, audio_evidence
+
+    heard = b"RIFF....WAVEfmt 16k mono"
+    pub = _clip("jfk", "en", "and so", "and so", "and so")
+    pub["intake"] = {"pcm16k_sha256": sha256_bytes(heard)}
+    private = _clip("secret", "en", "x y", "x y", "x y", public=False)
+    doc = WerEvidence.from_json(_doc(pub, private))
+    files = {audio_evidence("jfk"): heard}
+    assert audio_problems(doc, files.__contains__, files.__getitem__) == []
+    # Runs made before the audio was published cite none: nothing to hold.
+    assert audio_problems(doc, {}.__contains__, {}.__getitem__) == []
+    swapped = {audio_evidence("jfk"): b"another recording"}
+    got = audio_problems(doc, swapped.__contains__, swapped.__getitem__)
+    assert len(got) == 1 and got[0].startswith("jfk: the published audio") \
+        and "is not the file both legs heard" in got[0]
+    leaked = {audio_evidence("secret"): b"private speech"}
+    assert audio_problems(doc, leaked.__contains__, leaked.__getitem__) == \
+        ["secret: the audio of a private clip is published"]
+
+
+def test_a_public_clip_plays_from_the_notebook_and_from_the_report():
+    from verifylib.evidence.results.wer import ClipResult
+    from verifylib.numerics.scoring import RATE_OF
+    from verifylib.views import render, run_link
+    from verifylib.views.transcript import rebase_links
+
+    c = ClipResult(id="jfk", public=True, words=3, counts={}, reference="a", source="a",
+                   ggml="a", hybrid=None, wer_source=0.0, wer_ggml=0.0, wer_hybrid=None,
+                   wer_pairwise=0.0, language="en", audio="evidence/05_wer/audio-jfk.wav")
+    quiet = ClipResult(**{**c.__dict__, "id": "private", "public": False, "audio": None})
+    page = render("wer_transcripts.html.j2", style=False, clips=[c, quiet], corpus_by_unit={},
+                  has_hybrid=False, no_worse=2, rate_of=RATE_OF, run_link=run_link)
+    # From notebooks/05_wer.ipynb the run is one folder up; the report at the root rebases.
+    assert page.count("<audio") == 1
+    assert 'src="../evidence/05_wer/audio-jfk.wav"' in page
+    assert 'src="evidence/05_wer/audio-jfk.wav"' in rebase_links(page)
+    assert rebase_links('<a href="https://x/../y">') == '<a href="https://x/../y">'

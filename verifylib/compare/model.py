@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 from verifylib.evidence.gates import Status
 
@@ -398,6 +399,52 @@ class Note:
 
 
 @dataclass(frozen=True)
+class DeltaRow:
+    """One measurement in the baseline, and each other run's difference from it (B−A).
+
+    Attributes
+    ----------
+    measure : str
+        What was measured (``export.pair SNR``, ``GGML WER, clip jfk``, ``corpus GGML WER``).
+    unit : str
+        ``dB`` (higher is better) or ``rate`` (a WER or CER fraction: lower is better).
+    baseline : float or None
+        The baseline's value (None where it has none).
+    deltas : tuple of float or None
+        For each run after the baseline, its value minus the baseline's (None where either
+        has no value).
+    """
+
+    measure: str
+    unit: str
+    baseline: float | None
+    deltas: tuple[float | None, ...]
+
+    @property
+    def worse(self) -> tuple[bool, ...]:
+        """For each run after the baseline, whether it moved the wrong way."""
+        sign = -1.0 if self.unit == "dB" else 1.0
+        return tuple(d is not None and sign * d > 0 for d in self.deltas)
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """A gate whose status in a run differs from the baseline's."""
+
+    gate: str
+    run: str
+    baseline: str
+    status: str
+
+
+def _minus(values: Sequence[float | None]) -> tuple[float | None, tuple[float | None, ...]]:
+    base = values[0] if values else None
+    # Equal values differ by 0, exact ones (inf dB) included, where inf - inf is nan.
+    return base, tuple(None if base is None or v is None else 0.0 if v == base else v - base
+                       for v in values[1:])
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Several published runs side by side; built by :func:`compare_runs`.
 
@@ -484,6 +531,42 @@ class Comparison:
             if c.gate == gate:
                 return c
         raise KeyError(gate)
+
+    @property
+    def status_changes(self) -> tuple[StatusChange, ...]:
+        """Every gate whose status in a later run differs from the baseline's."""
+        out = []
+        for g in self.gates:
+            base = g.cells[0].status if g.cells else None
+            for run, cell in zip(self.runs[1:], g.cells[1:]):
+                if cell.status != base:
+                    out.append(StatusChange(g.gate, run.label,
+                                            base.value if base else "missing",
+                                            cell.status.value if cell.status else "missing"))
+        return tuple(out)
+
+    @property
+    def differences(self) -> tuple[DeltaRow, ...]:
+        """Each measurement the runs share, as the baseline's value and every run's B−A.
+
+        The gated SNR of each parity gate, then corpus and per-clip error rates (source,
+        GGML, hybrid); a row appears only where some run differs from the baseline.
+        """
+        rows = []
+        for c in self.candidates:
+            base, deltas = _minus(c.gated_snr_db)
+            rows.append(DeltaRow(f"{c.gate} SNR", "dB", base, deltas))
+        if self.wer is not None:
+            sides = (("source", "HF source"), ("ggml", "GGML"), ("hybrid", "hybrid"))
+            for attr, side in sides:
+                base, deltas = _minus([getattr(cr, attr) if cr else None
+                                       for cr in self.wer.corpus])
+                rows.append(DeltaRow(f"corpus {side} WER", "rate", base, deltas))
+            for clip in self.wer.clips:
+                for attr, side in sides:
+                    base, deltas = _minus(getattr(clip, f"wer_{attr}"))
+                    rows.append(DeltaRow(f"{side} WER, clip {clip.id}", "rate", base, deltas))
+        return tuple(r for r in rows if any(d for d in r.deltas))
 
     def notes_on(self, topic: str) -> list[str]:
         """Return the notes about one topic.

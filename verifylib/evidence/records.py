@@ -104,6 +104,23 @@ class EvidenceView:
         """
         return name in self._refs
 
+    def path_of(self, name: str) -> str:
+        """Return the run-relative path of evidence ``name`` (a link's target).
+
+        Parameters
+        ----------
+        name : str
+            A cited evidence name.
+
+        Returns
+        -------
+        str
+            The path the gate's reference records, relative to the run directory.
+        """
+        if name not in self._refs:
+            raise EvidenceInvalid(f"no evidence named {name!r}")
+        return self._refs[name].path
+
     def unread(self) -> list[str]:
         """Names of cited files the rule has not read (a rule must read what a gate cites)."""
         return sorted(set(self._refs) - self._read)

@@ -41,6 +41,7 @@ from verifylib.evidence.schemas.wer import (
     WerClip,
     WerEvidence,
     WerPolicy,
+    audio_evidence,
 )
 from verifylib.numerics.scoring import (
     english_normalizer,
@@ -300,6 +301,11 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
     # stderr holds logs only (the transcript is on stdout): kept for every clip so the
     # validator can re-check COREML = 0 on each run.
     refs.append(ctx.write_bytes(f"ggml_stderr_{t.id}", res.stderr, f"ggml-{t.id}.stderr.txt"))
+    if t.public:
+        # The 16 kHz file both legs heard, so a reader of the report can listen to what
+        # was scored; the rule holds it to the intake's digest. Private clips: never.
+        refs.append(ctx.write_bytes(audio_evidence(t.id), Path(audio_path).read_bytes(),
+                                    f"audio-{t.id}.wav"))
     rate = "CER" if sc.unit == "characters" else "WER"
     heard_as = "" if detected is None else (
         "; heard as " + ", ".join(f"{leg} {h.language} (p {h.p:.2f})" for leg, h in (

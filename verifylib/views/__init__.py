@@ -160,6 +160,30 @@ def strip_style(fragment: str) -> str:
     return fragment
 
 
+RUN_FROM_NOTEBOOK = "../"
+"""A run's root as a link from a stage notebook's output (notebooks sit in ``notebooks/``)."""
+
+
+def run_link(path: str) -> str:
+    """Return a link, from a stage notebook's output, to a file of its run.
+
+    The executed notebooks live one folder below the run, so a view links up; the report,
+    which sits at the run's root, rebases such links
+    (:func:`verifylib.views.transcript.rebase_links`).
+
+    Parameters
+    ----------
+    path : str
+        The file's path relative to the run directory (as an evidence reference records it).
+
+    Returns
+    -------
+    str
+        The relative link.
+    """
+    return RUN_FROM_NOTEBOOK + path
+
+
 def show_html(fragment: str) -> None:
     """Display an HTML string in the running notebook.
 

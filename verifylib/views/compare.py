@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from verifylib.views import render, show_html
-from verifylib.views.formats import snr_cell, wer_text
+from verifylib.views.formats import delta_text, snr_cell, wer_text
 from verifylib.views.parity import SNR_CAP_DB
 
 PAGE = "compare.html"
@@ -258,7 +258,7 @@ def _images(comparison) -> dict[str, str | None]:
 
 def _context(comparison) -> dict[str, Any]:
     return {"cmp": comparison, "images": _images(comparison), "db": snr_cell, "rate": wer_text,
-            "labels": comparison.labels}
+            "delta": delta_text, "labels": comparison.labels}
 
 
 def fragment(comparison, *, style: bool = True) -> str:

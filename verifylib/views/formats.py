@@ -124,6 +124,31 @@ def wer_text(value: Any) -> str:
     return "—" if value is None else f"{float(value):.3f}"
 
 
+def delta_text(value: Any, unit: str) -> str:
+    """Format a difference from a baseline with its sign (``+0.050``, ``-3.21 dB``).
+
+    Parameters
+    ----------
+    value : float or None
+        The difference: a rate fraction, or dB (``unit == "dB"``).
+    unit : str
+        ``dB`` or ``rate``.
+
+    Returns
+    -------
+    str
+        A dash for nothing; ``±inf dB`` where one side is exact.
+    """
+    if value is None:
+        return "—"
+    v = float(value)
+    if unit != "dB":
+        return f"{v:+.3f}"
+    if math.isinf(v):
+        return ("+inf" if v > 0 else "-inf") + " dB"
+    return f"{v:+.2f} dB"
+
+
 def run_date(run_id: str) -> str:
     """Format the UTC minute a run id was made (``2026-12-04 04:59 UTC``), or "" if none.
 

@@ -194,7 +194,9 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
 
 def receipt_summary(receipt: dict, receipt_sha256: str, *, run_dir=None,
                     stages: list[str] | None = None, sections: list | None = None,
-                    host_paths: list | None = None) -> str:
+                    host_paths: list | None = None,
+                    sibling: tuple[str, str] = ("report-full.html", "the report with its code"),
+                    ) -> str:
     """HTML of a receipt's first screen, gate tables, identities, host and package versions.
 
     Parameters
@@ -212,6 +214,9 @@ def receipt_summary(receipt: dict, receipt_sha256: str, *, run_dir=None,
     host_paths : list of (str, str), optional
         ``(name, absolute path)`` the report writes by name (``$CACHE`` …), listed in the
         host facts.
+    sibling : (str, str)
+        The other rendering of the report, ``(file, words)``, linked from the files row
+        (each page links to the other, never to itself).
 
     Returns
     -------
@@ -243,4 +248,4 @@ def receipt_summary(receipt: dict, receipt_sha256: str, *, run_dir=None,
                   sections=sections or [(f"stage-{s}", s) for s in stages],
                   host_rows=host_rows, capabilities=caps, host_paths=host_paths or [],
                   meaning=verdict_meaning(receipt),
-                  packages=receipt.get("packages", {}))
+                  packages=receipt.get("packages", {}), sibling=sibling)

@@ -148,11 +148,13 @@ def _drop_view_styles(cell) -> None:
 _TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1",
          "h2", "h3", "h4", "h5", "hr", "i", "ins", "li", "nav", "ol", "p", "pre", "small",
          "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "th", "thead",
-         "tr", "ul", "wbr"]
+         "tr", "ul", "wbr", "audio"]
 _ATTRS = {"*": ["class", "title", "style"], "a": ["href", "title"],
           # Our headings carry the ids the table of contents and the gate rows link to.
           "h1": ["class", "id"], "h2": ["class", "id"], "h3": ["class", "id"],
-          "nav": ["class", "aria-label"]}
+          "nav": ["class", "aria-label"],
+          # A public clip's audio, from the run's own evidence (a relative link).
+          "audio": ["class", "controls", "preload", "src", "aria-label"]}
 _STYLES = ["white-space", "font-family", "font-size", "text-align", "color", "background",
            "background-color", "padding", "margin", "width"]
 
@@ -195,16 +197,22 @@ def render(run_dir: str | Path, stages: list[str] | None = None) -> tuple[Path, 
     stages = list(stages or gates.STAGES)
     cache = cache_dir()
     paths = transcript.host_paths(run_dir, cache)
-    fragment = gate_views.receipt_summary(
-        receipt, canonical.sha256_bytes(raw), run_dir=run_dir, stages=stages,
-        sections=[(stage_anchor(s), _stage_title(run_dir, s)) for s in stages],
-        host_paths=[(name, absolute) for absolute, name in paths if name != "."])
-    nb = merged_notebook(run_dir, stages, fragment, paths=paths,
+    def fragment(sibling: tuple[str, str]) -> str:
+        return gate_views.receipt_summary(
+            receipt, canonical.sha256_bytes(raw), run_dir=run_dir, stages=stages,
+            sections=[(stage_anchor(s), _stage_title(run_dir, s)) for s in stages],
+            host_paths=[(name, absolute) for absolute, name in paths if name != "."],
+            sibling=sibling)
+
+    nb = merged_notebook(run_dir, stages, fragment((REPORT_FULL, "the report with its code")),
+                         paths=paths,
                          title=f"{receipt.get('name')}: {receipt.get('verdict')} · "
                                f"verifylib audit {receipt.get('run_id')}")
     short = run_dir / REPORT
     full = run_dir / REPORT_FULL
     canonical.atomic_write_bytes(short, _export(nb, True).encode("utf-8"))
+    # The full page is the same document; its first screen links back to the short one.
+    nb.cells[0] = _summary_cell(fragment((REPORT, "the report without code")))
     canonical.atomic_write_bytes(full, _export(nb, False).encode("utf-8"))
     return short, full
 

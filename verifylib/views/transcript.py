@@ -8,6 +8,8 @@ copy of each output for reading:
   last drawing, and folded into ``<details>`` beyond :data:`FOLD_LINES` lines;
 - the line each stage prints first (stage, model, run directory) is dropped: the stage's
   heading says it;
+- links a view made from its notebook to a file of the run (``../evidence/…``) are
+  rebased to the report's place at the run's root (:func:`rebase_links`);
 - absolute paths of the audit host are written relative to the run (``./``) or by the
   name the report's host facts define (:func:`host_paths`), so a copied run reads the same
   and the page does not carry the host's folders.
@@ -19,6 +21,7 @@ preprocessors (which run next) sanitize and render the result.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -82,6 +85,25 @@ def _log_html(text: str) -> str:
     return render("log.html.j2", text="\n".join(lines), summary=summary, lines=len(lines))
 
 
+_NOTEBOOK_LINK = re.compile(r'(\s(?:src|href)=")\.\./')
+
+
+def rebase_links(html: str) -> str:
+    """Rebase a view's links to run files from its notebook's folder to the run's root.
+
+    Parameters
+    ----------
+    html : str
+        A view's HTML output, its run links made by :func:`verifylib.views.run_link`.
+
+    Returns
+    -------
+    str
+        The same HTML with ``src="../x"`` and ``href="../x"`` written ``"x"``.
+    """
+    return _NOTEBOOK_LINK.sub(r"\1", html)
+
+
 def rewrite_outputs(cell, paths: list[tuple[str, str]]) -> None:
     """Rewrite one cell's outputs for the report, in place (see the module docstring).
 
@@ -106,6 +128,8 @@ def rewrite_outputs(cell, paths: list[tuple[str, str]]) -> None:
         for mime in ("text/plain", "text/html"):
             if mime in data:
                 data[mime] = relative(_text(data[mime]), paths)
+        if "text/html" in data:
+            data["text/html"] = rebase_links(data["text/html"])
         if out.get("output_type") == "error":
             out["traceback"] = [relative(_text(t), paths) for t in out.get("traceback", [])]
             out["evalue"] = relative(_text(out.get("evalue", "")), paths)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verifylib.numerics.scoring import RATE_OF, WordCounts, corpus_wer
-from verifylib.views import display_html
+from verifylib.views import display_html, run_link
 
 SIDE_LABELS = {"source": "HF source", "ggml": "GGML", "hybrid": "hybrid"}
 
@@ -29,7 +29,7 @@ def show(report) -> None:
     no_worse = sum(1 for c in clips if c.wer_ggml <= c.wer_source)
     display_html("wer_transcripts.html.j2", style=True, clips=clips, corpus=corpus,
                  corpus_by_unit=report.result.corpus_by_unit, has_hybrid=has_hybrid,
-                 no_worse=no_worse, rate_of=RATE_OF)
+                 no_worse=no_worse, rate_of=RATE_OF, run_link=run_link)
     display_html("wer_counts.html.j2", **counts_table(clips, has_hybrid))
     if any(c.wer_conversion is not None for c in clips):
         display_html("wer_decomposition.html.j2", clips=clips, rate_of=RATE_OF,

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from verifylib.evidence.results.common import judged_evidence
-from verifylib.evidence.schemas.wer import HybridClip, HybridEvidence, WerClip, WerEvidence
+from verifylib.evidence.schemas.wer import (
+    HybridClip,
+    HybridEvidence,
+    WerClip,
+    WerEvidence,
+    audio_evidence,
+)
 
 PRIVATE = "(not public)"
 """What a non-public clip shows instead of its texts (runs persist only its counts)."""
@@ -51,6 +57,9 @@ class ClipResult:
     detected : mapping or None
         ``source`` / ``from_ggml`` / ``ggml`` -> (language, probability) each leg detects
         on the clip (multilingual models in runs that record it; facts, not judged).
+    audio : str or None
+        The run-relative path of the 16 kHz file both legs heard (public clips of runs
+        that publish it).
     """
 
     id: str
@@ -73,6 +82,7 @@ class ClipResult:
     wer_implementation: float | None = None
     normalized: Mapping[str, str] | None = None
     detected: Mapping[str, tuple[str, float]] | None = None
+    audio: str | None = None
 
     @property
     def heard_otherwise(self) -> bool:
@@ -255,6 +265,11 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
                 corpus_wer([c.source.to_json() for c in group]),
                 corpus_wer([c.ggml.to_json() for c in group]),
                 corpus_wer([c.pairwise.to_json() for c in group if c.pairwise is not None]))
+    def audio(cid: str) -> str | None:
+        name = audio_evidence(cid)
+        return v.path_of(name) if v.has(name) else None
+
     return WerResult(
-        [ClipResult.from_evidence(c, hybrid.get(c.id), stdout(c.id)) for c in clips],
+        [replace(ClipResult.from_evidence(c, hybrid.get(c.id), stdout(c.id)), audio=audio(c.id))
+         for c in clips],
         next(iter(by_unit.values()), None), by_unit)

@@ -19,6 +19,7 @@ from verifylib.evidence.schemas.wer import (
     HybridEvidence,
     WerClip,
     WerEvidence,
+    audio_evidence,
 )
 from verifylib.numerics.scoring import (
     RATE_OF,
@@ -118,6 +119,42 @@ def _clean_ggml_run(label: str, run, stderr: bytes) -> list[str]:
     return problems
 
 
+def audio_problems(doc: WerEvidence, has: Callable[[str], bool],
+                   read: Callable[[str], bytes]) -> list[str]:
+    """List why the audio a run publishes is not the audio its clips were scored on.
+
+    A public clip may cite its 16 kHz file (runs made before it was published do not);
+    where it does, the bytes must be the intake's ``pcm16k_sha256``. A private clip's
+    audio must never be published.
+
+    Parameters
+    ----------
+    doc : WerEvidence
+        The ``wer`` document.
+    has, read : callable
+        Whether the gate cites an evidence name, and its verified bytes.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when every published clip is the one both legs heard).
+    """
+    out = []
+    for c in doc.clips:
+        name = audio_evidence(c.id)
+        if not has(name):
+            continue
+        if not c.public:
+            out.append(f"{c.id}: the audio of a private clip is published")
+            continue
+        want = (c.intake or {}).get("pcm16k_sha256")
+        got = canonical_sha(read(name))
+        if want != got:
+            out.append(f"{c.id}: the published audio (sha256 {got}) is not the file both "
+                       f"legs heard ({want})")
+    return out
+
+
 def _wer_policy_problems(doc: WerEvidence | HybridEvidence) -> list[str]:
     # The evidence's copy of the policy is only shown; the thresholds come from the package.
     pid = doc.policy.id
@@ -147,6 +184,7 @@ def _rule_ggml_vs_source(ev) -> Judgement:
         problems += policy_file_problems(ev, "policy", doc.policy.id)
     problems += ggml_run_problems(doc, lambda cid: ev.bytes(f"ggml_stderr_{cid}"),
                                   lambda cid: ev.bytes(f"ggml_detect_stderr_{cid}"))
+    problems += audio_problems(doc, ev.has, ev.bytes)
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     j = judge_ggml_vs_source(doc)

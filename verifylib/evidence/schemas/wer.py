@@ -229,6 +229,22 @@ class WerPolicy(Schema, kw_only=True):
     hybrid: HybridRules = field(HybridRules)
 
 
+def audio_evidence(clip_id: str) -> str:
+    """Return the evidence name of a public clip's 16 kHz audio (``audio_<id>``).
+
+    Parameters
+    ----------
+    clip_id : str
+        The fixture id.
+
+    Returns
+    -------
+    str
+        The name ``wer.ggml_vs_source`` cites the file both legs heard by.
+    """
+    return f"audio_{clip_id}"
+
+
 class WerClip(Schema, kw_only=True):
     """One fixture of the ``wer`` document.
 
