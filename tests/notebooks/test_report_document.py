@@ -99,8 +99,11 @@ def test_every_evidence_link_opens_its_file_and_the_digest_matches(run_dir):
     assert "<title>tiny-en: INCOMPLETE · verifylib audit " in page
     # Each public clip plays from the report: its audio is the cited file both legs heard.
     audio = re.findall(r'<audio [^>]*src="([^"]+)"', page)
-    assert audio == ["evidence/05_wer/audio-jfk.wav"]
-    assert _sha256(run_dir / audio[0]) == cited[audio[0]]
+    wer = canonical.read_json(run_dir / "evidence" / "05_wer" / "wer.json")
+    assert audio == [f"evidence/05_wer/audio-{c['id']}.wav" for c in wer["clips"] if c["public"]]
+    assert "evidence/05_wer/audio-jfk.wav" in audio
+    for src in audio:
+        assert _sha256(run_dir / src) == cited[src], src
     # Each rendering links to the other, never to itself.
     full = (run_dir / "report-full.html").read_text(encoding="utf-8")
     assert 'href="report.html"' in full and 'href="report-full.html"' not in full
@@ -168,7 +171,7 @@ def test_the_pages_in_chromium_fit_the_window_and_pass_axe(run_dir, page_name, t
                 if page_name == "report.html":
                     # The clip's player loads the file: Chromium reads its duration.
                     seconds = page.evaluate(
-                        "async () => { const a = document.querySelector('audio');"
+                        "async () => { const a = document.querySelector('audio[src$=\"audio-jfk.wav\"]');"
                         " a.preload = 'auto'; a.load(); await new Promise((ok, no) => {"
                         " a.onloadedmetadata = ok; a.onerror = no; }); return a.duration; }")
                     assert 10.0 < seconds < 12.0, seconds
