@@ -14,12 +14,12 @@ __all__ = ["__version__", "open_run", "Run"]
 def __getattr__(name: str):
     # ``verifylib.open_run`` is loaded on first use: importing the package stays as light
     # as before for the CLI and every notebook kernel, which never read a published run.
-    # importlib rather than an import statement: tests/test_layers.py follows every import
-    # statement of a parent package, so a static one here would make every module (each
-    # view included) appear to reach the run reader and, through it, the rules.
+    # The package root is the front door (the driver layer of docs/architecture.md), so this
+    # lazy import points down; ``from verifylib import canonical`` loads only the root's
+    # module-level code, never this function.
     if name in ("open_run", "Run"):
-        import importlib
-        return getattr(importlib.import_module(f"{__name__}.evidence.runs"), name)
+        from verifylib.evidence import runs
+        return getattr(runs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -43,6 +43,21 @@ def _quiet_library_chatter() -> None:
     warnings.filterwarnings("ignore", message="IProgress not found")
 
 
+def _show_stage_reports_as_tables() -> None:
+    # A stage's report, the last value of its cell, displays as its gate table. Registered
+    # with IPython here, by the driver, so the record type knows nothing of the views.
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from verifylib.evidence.records import StageReport
+    from verifylib.views.gates import stage_table
+    shell.display_formatter.formatters["text/html"].for_type(StageReport, stage_table)
+
+
 def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
     """Validate a notebook's parameters and open its run directory.
 
@@ -73,6 +88,7 @@ def setup(namespace: Mapping[str, Any], stage: str) -> tuple[Params, Path]:
         made with.
     """
     _quiet_library_chatter()
+    _show_stage_reports_as_tables()
     run_dir = namespace.get("run_dir")
     published = namespace.get(PUBLISHED_RUN)
     if published:

@@ -20,7 +20,7 @@ from tests.helpers import forged_physical
 from tests.helpers.forge import snapshot
 from verifylib import canonical, open_run
 from verifylib.evidence import receipt
-from verifylib.replay import rederive
+from verifylib.replay import rederive, replay
 from verifylib.replay.claims import ClaimStatus, ReplayResult
 
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
@@ -127,7 +127,7 @@ def test_a_forged_physical_result_verifies_but_does_not_replay(replayed, tmp_pat
     plain = receipt.verify(forged)
     assert plain.ok, plain.problems  # consistent: the project's own rules accept it
     rd = rederive.load(replayed["out"] / "work")
-    result = open_run(forged).replay(tmp_path / "replay", rederived=rd, log=lambda _: None)
+    result = replay(forged, tmp_path / "replay", rederived=rd, log=lambda _: None)
     assert result.exit_code == 1
     differs = {c.id for c in result.differs}
     if expected is None:

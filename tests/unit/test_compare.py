@@ -12,6 +12,8 @@ import sys
 import nbformat
 import pytest
 
+from verifylib.evidence.layout import inside_a_run
+
 from verifylib.cli import main as cli
 from verifylib.compare import runs as vcmp
 from verifylib.views import compare as view
@@ -91,8 +93,8 @@ def test_labels_and_default_output_dir(tmp_path, monkeypatch):
     d.mkdir(parents=True)
     assert vcmp.default_output_dir(when).name == "compare-20260102T030405Z-2"
     run = tmp_path / "r"
-    assert vcmp.inside_a_run(run / "x", [tmp_path / "other", run]) == str(run.resolve())
-    assert vcmp.inside_a_run(tmp_path / "elsewhere", [run]) is None
+    assert inside_a_run(run / "x", [tmp_path / "other", run]) == str(run.resolve())
+    assert inside_a_run(tmp_path / "elsewhere", [run]) is None
 
 
 # ----------------------------------------------------------------------------- notebook

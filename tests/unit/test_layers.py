@@ -33,8 +33,8 @@ MODULES = {_module_name(p): p for p in PKG.rglob("*.py")}
 # The layers of docs/architecture.md#layers, lowest first: a module imports only modules of
 # its own layer or a lower one (lazy imports included).
 LAYERS = (
-    ("foundation", r"verifylib(\.(errors|canonical|resources|locks|evidence\.gates"
-                   r"|evidence\.identities))?|verifylib\.evidence"),
+    ("foundation", r"verifylib\.(errors|canonical|resources|locks|evidence\.gates"
+                   r"|evidence\.identities)|verifylib\.evidence"),
     ("runtime", r"verifylib\.runtime(\..+)?"),
     ("domain", r"verifylib\.(numerics|models)(\..+)?|verifylib\.whispercpp(?!\.pincheck)(\..+)?"),
     ("parameters", r"verifylib\.params"),
@@ -43,16 +43,11 @@ LAYERS = (
     ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting|declarations)"),
     ("stages", r"verifylib\.stages(\..+)?"),
     ("views", r"verifylib\.views(\..+)?"),
-    ("driver", r"verifylib\.(batch|compare|cli|replay)(\..+)?|verifylib\.(notebook|__main__)"
+    # The package root is the front door: its lazy ``open_run`` reaches the run reader.
+    ("driver", r"verifylib|verifylib\.(batch|compare|cli|replay)(\..+)?"
+               r"|verifylib\.(notebook|__main__)"
                r"|verifylib\.whispercpp\.pincheck"),
 )
-# The one upward reference, lazy: a StageReport displays itself in a notebook through
-# IPython's _repr_html_ protocol, which renders the gate table of views.gates.
-# And Run.replay() hands the run it is to the replay driver, also lazily.
-UPWARD = {("verifylib.evidence.records", "verifylib.views.gates"),
-          ("verifylib.evidence.runs", "verifylib.replay.engine")}
-
-
 def _layer(module: str) -> int:
     found = [i for i, (_, pat) in enumerate(LAYERS) if re.fullmatch(pat, module)]
     assert len(found) == 1, f"{module} is in layers {found}; docs/architecture.md places each once"
@@ -67,10 +62,11 @@ def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
         parts = module.split(".")
         keep = len(parts) - node.level + (1 if is_pkg else 0)
         base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-    out = [base]
-    # ``from . import x`` and ``from .pkg import mod`` import submodules too.
-    out += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
-    return out
+    # ``from . import x`` and ``from .pkg import mod`` import submodules too. Naming only
+    # submodules of a package uses none of the package's own names: its module-level code
+    # runs (the load-time closure follows it), its functions' lazy imports do not.
+    subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
+    return subs if subs and len(subs) == len(node.names) else [base] + subs
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -112,21 +108,27 @@ def _direct(module: str) -> set[str]:
 
 
 def _closure(module: str, *, load_time: bool) -> set[str]:
-    seen, todo = set(), [module]
+    # A module named in an import is followed as asked (lazy imports too unless load_time);
+    # the parent packages that importing it runs first are followed at load time only:
+    # importing a.b.c executes a's and a.b's module-level code, not their functions.
+    seen: set[str] = set()
+    todo = [(module, load_time)]
+    followed: set[tuple[str, bool]] = set()
     while todo:
-        m = todo.pop()
-        if m in seen:
+        m, lt = todo.pop()
+        if (m, lt) in followed:
             continue
+        followed.add((m, lt))
         seen.add(m)
-        for imp in _imports(m, load_time=load_time):
-            # importing a.b.c runs a and a.b first
+        for imp in _imports(m, load_time=lt):
             parts = imp.split(".")
             for i in range(1, len(parts) + 1):
                 name = ".".join(parts[:i])
-                if name in MODULES and name not in seen:
-                    todo.append(name)
-                elif name not in MODULES:
+                if name not in MODULES:
                     seen.add(name)
+                    continue
+                named = name == imp or (i == len(parts) - 1 and imp not in MODULES)
+                todo.append((name, lt if named else True))
     return seen
 
 
@@ -162,14 +164,12 @@ def test_every_module_has_one_layer():
 
 def test_imports_point_down_the_layers():
     upward = sorted((m, imp) for m in MODULES for imp in _direct(m)
-                    if _layer(imp) > _layer(m) and (m, imp) not in UPWARD)
+                    if _layer(imp) > _layer(m))
     assert upward == []
 
 
 def test_no_import_cycle_counting_lazy_imports():
-    # The declared upward references are lazy calls up into a driver or a view; only they
-    # may close a loop (Run.replay -> replay.engine -> open_run).
-    graph = {m: {n for n in _direct(m) if (m, n) not in UPWARD} for m in MODULES}
+    graph = {m: _direct(m) for m in MODULES}
     state: dict[str, int] = {}
     cycles = []
 

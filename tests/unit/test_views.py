@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from verifylib.views.gates import stage_table
+
 from tests.helpers import synthetic
 from verifylib.evidence import gates
 from verifylib.evidence.results import canary as canary_results
@@ -342,7 +344,7 @@ def test_stage_report_repr_escapes_reason_detail(tmp_path, monkeypatch):
     g = ctx.begin("build.source_identity")
     with g:
         g.judge([ctx.write_json("t", {"transcript": HOSTILE})], {"runtime.tree": HOSTILE})
-    page = ctx.finish()._repr_html_()
+    page = stage_table(ctx.finish())
     assert page.startswith(views.style_block())
     assert "<script" not in page.lower() and page.count(ESCAPED) >= 2
     assert "<td class=\"vl-FAIL\"><b>FAIL</b></td>" in page
@@ -434,7 +436,7 @@ def test_stylesheet_in_view_output_index_page_and_report(tmp_path, monkeypatch, 
     rep = StageReport("01_build", _records(), {}, 0.1, {"k": HOSTILE})
     cell = nbformat.v4.new_code_cell("view.show(report)")
     cell.outputs = [nbformat.v4.new_output("execute_result", execution_count=1,
-                                           data={"text/html": rep._repr_html_()}),
+                                           data={"text/html": stage_table(rep)}),
                     nbformat.v4.new_output("display_data", data={"text/html": out[0]})]
     nb = nbformat.v4.new_notebook(cells=[cell])
     (run_dir / "notebooks").mkdir()
@@ -444,3 +446,20 @@ def test_stylesheet_in_view_output_index_page_and_report(tmp_path, monkeypatch, 
     assert page.count(css) == 1
     assert "&lt;style" not in page and "vl-style" not in page
     assert ESCAPED in page and "Build facts" in page and 'class="vl-FAIL"' in page
+
+
+def test_a_stage_report_displays_as_its_gate_table_once_a_notebook_is_set_up(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from verifylib import notebook
+
+    shell = InteractiveShell.instance()
+    try:
+        monkeypatch.setattr("IPython.get_ipython", lambda: shell)
+        rep = StageReport("01_build", _records(), {}, 0.1, {})
+        html = shell.display_formatter.formatters["text/html"]
+        assert html(rep) is None
+        notebook._show_stage_reports_as_tables()
+        assert html(rep) == stage_table(rep)
+    finally:
+        InteractiveShell.clear_instance()

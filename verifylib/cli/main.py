@@ -405,12 +405,8 @@ def _cmd_drift(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from verifylib.compare.runs import (
-        CompareInputInvalid,
-        compare_runs,
-        default_output_dir,
-        inside_a_run,
-    )
+    from verifylib.compare.runs import CompareInputInvalid, compare_runs, default_output_dir
+    from verifylib.evidence.layout import inside_a_run
     out_dir = Path(args.output) if args.output else default_output_dir()
     # Checked before reading anything: compare never writes into a run.
     inside = inside_a_run(out_dir, args.runs)

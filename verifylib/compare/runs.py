@@ -5,8 +5,9 @@
 :func:`verifylib.open_run` (digest-checked, never written) and, by default, re-verified; a
 run that does not verify, or cannot be read, is kept and flagged. What this module cannot
 compare becomes a :class:`~verifylib.compare.model.Note`; the summary's sentences come from
-:mod:`verifylib.compare.summary`. :func:`default_output_dir` and :func:`inside_a_run`
-decide where ``verifylib compare`` may write its page.
+:mod:`verifylib.compare.summary`. :func:`default_output_dir` decides where ``verifylib
+compare`` writes its page by default (never inside a run:
+:func:`verifylib.evidence.layout.inside_a_run`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ from verifylib.errors import ParametersInvalid, VerifylibError
 from verifylib.evidence import gates
 from verifylib.evidence.layout import RECEIPT_FILE
 
-__all__ = ["compare_runs", "CompareInputInvalid", "label_for", "default_output_dir",
-           "inside_a_run"]
+__all__ = ["compare_runs", "CompareInputInvalid", "label_for", "default_output_dir"]
 
 
 class CompareInputInvalid(ParametersInvalid):
@@ -587,26 +587,3 @@ def default_output_dir(now: datetime | None = None) -> Path:
     from verifylib.evidence.layout import stamped_dir
     from verifylib.resources import reports_dir
     return stamped_dir(reports_dir(), "compare", now)
-
-
-def inside_a_run(out_dir: str | os.PathLike, runs: Sequence[str | os.PathLike]) -> str | None:
-    """Return the run directory ``out_dir`` lies in, if any (compare never writes into a run).
-
-    Parameters
-    ----------
-    out_dir : path-like
-        Where the page would be written.
-    runs : sequence of path-like
-        The compared run directories.
-
-    Returns
-    -------
-    str or None
-        The resolved run directory that is ``out_dir`` or holds it; None if none does.
-    """
-    out = Path(out_dir).expanduser().resolve()
-    for r in runs:
-        rp = Path(r).expanduser().resolve()
-        if out == rp or rp in out.parents:
-            return str(rp)
-    return None

@@ -9,9 +9,11 @@ module names them, creates ``run.json``, reads the stage files back and owns the
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import secrets
 from pathlib import Path
+from typing import Sequence
 
 from verifylib import canonical
 from verifylib.evidence import gates, identities
@@ -155,3 +157,26 @@ def stamped_dir(parent: Path, prefix: str, now: _dt.datetime | None = None) -> P
         n += 1
         out = parent / f"{prefix}-{stamp}-{n}"
     return out
+
+
+def inside_a_run(out_dir: str | os.PathLike, runs: Sequence[str | os.PathLike]) -> str | None:
+    """Return the run directory ``out_dir`` lies in, if any (nothing writes into a run).
+
+    Parameters
+    ----------
+    out_dir : path-like
+        Where the page would be written.
+    runs : sequence of path-like
+        The compared run directories.
+
+    Returns
+    -------
+    str or None
+        The resolved run directory that is ``out_dir`` or holds it; None if none does.
+    """
+    out = Path(out_dir).expanduser().resolve()
+    for r in runs:
+        rp = Path(r).expanduser().resolve()
+        if out == rp or rp in out.parents:
+            return str(rp)
+    return None

@@ -299,6 +299,3 @@ class StageReport:
         """
         return next(r.status for r in self.records if r.id == gate_id)
 
-    def _repr_html_(self) -> str:
-        from verifylib.views.gates import stage_table
-        return stage_table(self)

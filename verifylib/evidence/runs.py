@@ -275,32 +275,6 @@ class Run:
         from verifylib.evidence.receipt import verify
         return verify(self.path, allow_simulated=allow_simulated)
 
-    def replay(self, out_dir: str | os.PathLike | None = None, *,
-               allow_simulated: bool = False, log=print, rederived=None):
-        """Replay the run on this host (``verifylib verify RUN --replay``).
-
-        Parameters
-        ----------
-        out_dir : path-like, optional
-            Where ``replay.json``, ``replay.html`` and the scratch run go (never inside
-            the run; default ``./reports/replay-<run id>-<time>/``).
-        allow_simulated : bool
-            Accept a run made on the simulated Mac (tests only).
-        log : callable
-            Progress lines.
-        rederived : verifylib.replay.rederive.Rederived, optional
-            A re-derivation of the same parameters made here before, compared against
-            instead of re-running the stages.
-
-        Returns
-        -------
-        verifylib.replay.claims.ReplayResult
-            One claim per physical result: REPRODUCED, DIFFERS or NOT_REPLAYABLE.
-        """
-        from verifylib.replay.engine import replay
-        return replay(self.path, out_dir, allow_simulated=allow_simulated, log=log,
-                      rederived=rederived)
-
     # ------------------------------------------------------------------ gates and evidence
 
     def gate(self, gate_id: str) -> GateRecord:

@@ -5,3 +5,7 @@ run's Linux-physical work from its recorded parameters and compares each result 
 the run recorded (:mod:`verifylib.replay.engine`). Each claim ends REPRODUCED, DIFFERS or
 NOT_REPLAYABLE (:mod:`verifylib.replay.claims`). Replay never writes into the run.
 """
+
+from verifylib.replay.engine import replay
+
+__all__ = ["replay"]

@@ -91,7 +91,7 @@ def check_output_dir(out_dir: Path, run_dir: Path) -> None:
     ------
     verifylib.errors.ParametersInvalid
     """
-    from verifylib.compare.runs import inside_a_run
+    from verifylib.evidence.layout import inside_a_run
 
     out = out_dir.expanduser().resolve()
     inside = inside_a_run(out, [run_dir])
