@@ -224,16 +224,16 @@ def v185_asan_builds(v185_source, v185_patched, v185_pin, v185_builds) -> AsanBu
     return AsanBuilds(unpatched=unpatched, patched=patched)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def published(tmp_path_factory):
     """The session's published run of the simulated Mac (:mod:`tests.helpers.published_runs`)."""
     from tests.helpers.published_runs import simulated_published_run
     return simulated_published_run(tmp_path_factory.getbasetemp())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(published, tmp_path_factory):
-    """The published run and its forged variants (one clone each per module)."""
+    """The published run and its forged variants (one clone each per session: read only)."""
     from tests.helpers.forged_runs import checkpoint2, parity_not_run, three_blocks
     base = tmp_path_factory.mktemp("compare-runs")
     a = published.run_dir

@@ -25,37 +25,59 @@ from verifylib import params
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """The run directory and, per stage, the report its ``run`` returned."""
+    """The run directory, per stage the report its ``run`` returned, and its prefixes.
+
+    ``prefixes[i]`` is a copy of the run directory after its first ``i`` stages (0: just
+    initialized; 1-5: through stage ``STAGES[i - 1]``), from which the scenario rows run
+    their own stages instead of a whole simulated audit of their own.
+    """
 
     run_dir: Path
     reports: dict
+    params: params.Params
+    prefixes: dict
 
 
 _MADE: dict[Path, PublishedRun] = {}
 
 
 def run_params() -> params.Params:
-    """The default parameters, cut to two fixtures (one public, one private) and two
-    canary runs per side, without the fp16 variant (it adds time, not kinds of result)."""
+    """The default parameters cut to what the readers and the scenario rows need.
+
+    Three fixtures: ``jfk`` and ``weather`` public (the hostile-transcript and WER rows edit
+    ``weather``), ``directions`` private. Two canary runs per side with short timeouts (a
+    clean simulated run takes about a second; the hanging-runtime row waits them out). No
+    fp16 variant (it adds time, not kinds of result).
+    """
     data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
     data["name"] = "explore"
-    data["fixtures"] = [f for f in data["fixtures"] if f["id"] in ("jfk", "directions")]
-    data["canary"] = {"runs": 2, "timeout_s": 60, "first_run_timeout_s": 120}
+    data["fixtures"] = [f for f in data["fixtures"] if f["id"] in ("jfk", "weather", "directions")]
+    data["canary"] = {"runs": 2, "timeout_s": 8, "first_run_timeout_s": 12}
     data["export"] = {"fp16": False}
     return params.validate(data, "explore parameters", params.PARAMETERS_DIR)
 
 
 def simulated_published_run(base: Path) -> PublishedRun:
     """Make the run under ``base`` once per process (the session's base temp folder)."""
+    import shutil
+
+    from verifylib.stages.context import init_run_dir
+
     base = Path(base)
     if base not in _MADE:
         run_dir = base / "explore-run"
         p = run_params()
+        init_run_dir(run_dir, p)
+        prefixes = {0: base / "explore-prefixes" / "p0"}
+        shutil.copytree(run_dir, prefixes[0], symlinks=True)
         reports = {}
         with SimulatedMac(Scenario(), base / "explore-simmac-state"):
-            for stage in gates.STAGES:
+            for i, stage in enumerate(gates.STAGES, 1):
                 mod = importlib.import_module(f"verifylib.stages.{stage.split('_', 1)[1]}")
                 reports[stage] = mod.run(p, run_dir)
+                if i < len(gates.STAGES):
+                    prefixes[i] = base / "explore-prefixes" / f"p{i}"
+                    shutil.copytree(run_dir, prefixes[i], symlinks=True)
         receipt.build_receipt(run_dir)
-        _MADE[base] = PublishedRun(run_dir, reports)
+        _MADE[base] = PublishedRun(run_dir, reports, p, prefixes)
     return _MADE[base]

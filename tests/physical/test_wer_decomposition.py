@@ -39,7 +39,13 @@ def _zeroed_cross_attention(hf_dir: Path, dest: Path, layer: int) -> Path:
     return dest
 
 
-def _evidence(tmp_path, info, bundle, binary, ggml_file):
+def _evidence(tmp_path, cache, bundle, binary, ggml_file, source_texts):
+    """Return the wer-v2 document of stage 05's three legs on ``ggml_file``.
+
+    ``cache`` receives the file's import (keyed by its digest); ``source_texts`` maps a
+    clip to the source model's transcript, which does not depend on the file: made once
+    and shared by both files' passes.
+    """
     import yaml
 
     from verifylib.models.ggml_import import import_ggml_cached
@@ -51,7 +57,7 @@ def _evidence(tmp_path, info, bundle, binary, ggml_file):
 
     rules = load_policy("wer-v2").rules
     sc = scoring_for(rules, "en")
-    from_ggml = load_hf(import_ggml_cached(ggml_file, tmp_path / "cache").hf_dir)
+    from_ggml = load_hf(import_ggml_cached(ggml_file, cache).hf_dir)
     params = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
     texts = {fx["id"]: fx["text"] for fx in params["fixtures"] if "text" in fx}
     clips = []
@@ -60,9 +66,10 @@ def _evidence(tmp_path, info, bundle, binary, ggml_file):
         audio = read_wav_16k(got.pcm_path)
         raw_cli, res = cli_transcribe(binary, str(ggml_file), got.pcm_path, "en")
         assert res.ok, res.describe()
+        if fid not in source_texts:
+            source_texts[fid] = transcribe_hf(bundle, audio, "en")
         r, s, f, g = (sc.normalize(rules, t) for t in (
-            texts[fid], transcribe_hf(bundle, audio, "en"), transcribe_hf(from_ggml, audio, "en"),
-            raw_cli))
+            texts[fid], source_texts[fid], transcribe_hf(from_ggml, audio, "en"), raw_cli))
         clips.append({"id": fid, "public": True, "language": "en", "normalizer": sc.normalizer,
                       "unit": sc.unit, "source": sc.count(rules, r, s).as_dict(),
                       "ggml": sc.count(rules, r, g).as_dict(),
@@ -75,7 +82,7 @@ def _evidence(tmp_path, info, bundle, binary, ggml_file):
     return {"policy": rules, "clips": clips}
 
 
-def test_a_broken_conversion_fails_and_a_faithful_one_passes(tmp_path, tiny_en_info,
+def test_a_broken_conversion_fails_and_a_faithful_one_passes(tmp_path, cache_root, tiny_en_info,
                                                               tiny_en_bundle, v185_ggml_build):
     from verifylib.evidence.gates import Status
     from verifylib.evidence.rules.wer import judge_ggml_vs_source
@@ -85,7 +92,11 @@ def test_a_broken_conversion_fails_and_a_faithful_one_passes(tmp_path, tiny_en_i
     good = tmp_path / "good" / "ggml-model.bin"
     good.parent.mkdir()
     write_ggml_model(tiny_en_info.hf_dir, good)
-    j = judge_ggml_vs_source(_evidence(tmp_path, tiny_en_info, tiny_en_bundle, binary, good))
+    source_texts: dict[str, str] = {}
+    # The faithful file's import is the one stage 05 of the default audit makes (same
+    # digest): the session cache shares it.
+    j = judge_ggml_vs_source(_evidence(tmp_path, cache_root, tiny_en_bundle, binary, good,
+                                       source_texts))
     assert j.status is Status.PASS, j.detail
     assert "conversion (source vs HF-from-ggml) 0.0000" in j.detail
 
@@ -93,7 +104,8 @@ def test_a_broken_conversion_fails_and_a_faithful_one_passes(tmp_path, tiny_en_i
     broken.parent.mkdir()
     write_ggml_model(_zeroed_cross_attention(Path(tiny_en_info.hf_dir), tmp_path / "zeroed", 0),
                      broken)
-    j = judge_ggml_vs_source(_evidence(tmp_path, tiny_en_info, tiny_en_bundle, binary, broken))
+    j = judge_ggml_vs_source(_evidence(tmp_path, tmp_path / "cache", tiny_en_bundle, binary,
+                                       broken, source_texts))
     assert j.status is Status.FAIL, j.detail
     assert "HF-from-ggml corpus WER above the limit (a conversion error)" in j.detail \
         or "transcript empty where the source's is not" in j.detail, j.detail

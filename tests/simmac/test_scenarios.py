@@ -291,15 +291,9 @@ ROWS = [
 # ---------------------------------------------------------------------------- machinery
 
 def _params(tmp: Path):
-    import yaml
-    data = yaml.safe_load(params.DEFAULT_PARAMETERS.read_text())
-    data["name"] = "scenarios"
-    keep = {"jfk", "weather"}
-    data["fixtures"] = [f for f in data["fixtures"] if f["id"] in keep]
-    # Short timeouts keep the hanging-runtime row to seconds; every clean run takes ~1 s.
-    data["canary"] = {"runs": 2, "timeout_s": 8, "first_run_timeout_s": 12}
-    data["export"] = {"fp16": False}
-    return params.validate(data, "scenario parameters", params.PARAMETERS_DIR)
+    # The published run's parameters: its stage prefixes are the rows' starting points.
+    from tests.helpers.published_runs import run_params
+    return run_params()
 
 
 def _run_stages(p, run_dir: Path, stages, sim: Scenario | None, state: Path) -> None:
@@ -314,18 +308,10 @@ def _run_stages(p, run_dir: Path, stages, sim: Scenario | None, state: Path) -> 
 
 
 @pytest.fixture(scope="session")
-def scenario_prefixes(tmp_path_factory, v185_ggml_build):
-    """Run directories after 0, 1, … 5 stages of the default simulated Mac (made once)."""
-    tmp = tmp_path_factory.mktemp("scenario-prefixes")
-    p = _params(tmp)
-    out = {0: tmp / "p0"}
-    from verifylib.stages.context import init_run_dir
-    init_run_dir(out[0], p)
-    for i, stage in enumerate(STAGES[:-1], 1):
-        out[i] = tmp / f"p{i}"
-        shutil.copytree(out[i - 1], out[i], symlinks=True)
-        _run_stages(p, out[i], (stage,), Scenario(), tmp / f"state{i}")
-    return p, out
+def scenario_prefixes(published, v185_ggml_build):
+    """Run directories after 0, 1, … 5 stages of the default simulated Mac: the session's
+    published run, copied after each of its stages (tests.helpers.published_runs)."""
+    return published.params, published.prefixes
 
 
 def _verdict(run_dir: Path, stages) -> str:
@@ -655,7 +641,7 @@ def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
     """The default audit on the simulated Mac: all six notebooks through papermill,
     ADMISSIBLE, refused by ``verify`` unless ``allow_simulated``.
 
-    With the scenarios' parameters (two fixtures, two canary runs, the fp32 variant alone):
+    With the scenarios' parameters (three fixtures, two canary runs, the fp32 variant alone):
     what is under test is every notebook and gate reaching ADMISSIBLE on a Mac, not the
     fixture count, which the Linux default audit runs at full size (this test took 13 min
     with all ten fixtures, twenty canary runs and the fp16 variant).
