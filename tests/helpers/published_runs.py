@@ -67,11 +67,13 @@ def simulated_published_run(base: Path) -> PublishedRun:
     if base not in _MADE:
         run_dir = base / "explore-run"
         p = run_params()
-        init_run_dir(run_dir, p)
+        # The empty prefix is made off the simulated Mac, as the rows have always started
+        # from it; the published run records the simulated host it runs on.
         prefixes = {0: base / "explore-prefixes" / "p0"}
-        shutil.copytree(run_dir, prefixes[0], symlinks=True)
+        init_run_dir(prefixes[0], p)
         reports = {}
         with SimulatedMac(Scenario(), base / "explore-simmac-state"):
+            init_run_dir(run_dir, p)
             for i, stage in enumerate(gates.STAGES, 1):
                 mod = importlib.import_module(f"verifylib.stages.{stage.split('_', 1)[1]}")
                 reports[stage] = mod.run(p, run_dir)
