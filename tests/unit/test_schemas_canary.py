@@ -14,11 +14,11 @@ import pytest
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.schemas import canary as schemas
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence.canary import schema as schemas
 from verifylib.runtime import contracts, sanitizer
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 
 BIN = {"unpatched": "/cache/builds/" + "a" * 64 + "/bin/whisper-cli",
        "patched": "/cache/builds/" + "b" * 64 + "/bin/whisper-cli"}

@@ -20,12 +20,12 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceRef, EvidenceView
-from verifylib.evidence.rules.export import RULES
-from verifylib.evidence.schemas import export as schemas
+from verifylib.evidence.export.rules import RULES
+from verifylib.evidence.export import schema as schemas
 from verifylib.models.coreml_export import EncoderContract
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 
 HPARAMS = {"n_vocab": 51864, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6,
            "n_audio_layer": 4, "n_text_ctx": 448, "n_text_state": 384, "n_text_head": 6,
@@ -236,7 +236,8 @@ def test_documents_must_be_objects():
 
 def test_export_facts_are_typed_and_give_the_table(tmp_path):
     from verifylib.evidence.records import GateRecord, Reason
-    from verifylib.evidence.results.facts import ExportFacts, export_facts_from_evidence, fact_rows
+    from verifylib.evidence.export.facts import ExportFacts, export_facts_from_evidence
+    from verifylib.evidence.reading import fact_rows
 
     def judged(gate_id, docs):
         refs = tuple(EvidenceRef(n, f"{n}.json", canonical.write_json(tmp_path / f"{n}.json", d))

@@ -20,11 +20,11 @@ import pytest
 
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.results import canary as canary_results
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.schemas import build as build_schemas
-from verifylib.evidence.schemas import canary as canary_schemas
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.canary import result as canary_results
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence.build import schema as build_schemas
+from verifylib.evidence.canary import schema as canary_schemas
+from verifylib.evidence.fields import SchemaError
 from verifylib.runtime import contracts, runner
 from verifylib.runtime.runner import RunResult, run_record
 

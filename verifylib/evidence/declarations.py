@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verifylib.errors import VerifylibError
+from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.records import GateRecord
-from verifylib.evidence.results.common import judged_evidence
 
 
 def _doc(run_dir: Path, records: Mapping[str, GateRecord], gate_id: str, name: str) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.evidence import identities
-from verifylib.evidence.schemas.export import ContractEvidence
+from verifylib.evidence.export.schema import ContractEvidence
 from verifylib.stages.artifacts import (
     ENCODER_COMPILED,
     ENCODER_PACKAGE,
@@ -42,7 +42,7 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
     through_schema : callable
         ``(schema, doc) -> doc`` as the export stage writes its documents.
     """
-    from verifylib.evidence.rules.export import prebuilt_contract_problems
+    from verifylib.evidence.export.rules import prebuilt_contract_problems
     from verifylib.models.coreml_export import build_facts, contract_of
     from verifylib.models.encoder_card import describe_encoder
     from verifylib.models.hf import load_hf_encoder

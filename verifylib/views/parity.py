@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verifylib.evidence.schemas.parity import Measurement
+from verifylib.evidence.parity.schema import Measurement
 from verifylib.numerics.layouts import LAYOUTS
 from verifylib.numerics.parity import snr_series
 from verifylib.views import display_html
@@ -245,7 +245,7 @@ def attribution(candidate, *, plots: bool = True) -> None:
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.parity.ParityCandidate
+    candidate : verifylib.evidence.parity.result.ParityCandidate
         A program candidate (``parity.program`` or ``parity.program_fp16``); nothing is
         displayed when it has no attribution.
     plots : bool
@@ -406,7 +406,7 @@ def layer_frames_plot(candidate, layers=None):
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.parity.ParityCandidate
+    candidate : verifylib.evidence.parity.result.ParityCandidate
         A program candidate with stored outputs.
     layers : iterable of str, optional
         Labels as in ``candidate.drift.layers`` (``"block 2"`` …); all by default.

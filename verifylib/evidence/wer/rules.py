@@ -10,10 +10,10 @@ from typing import Any, Callable, Mapping
 from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
+from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.rules.common import policy_file_problems
-from verifylib.evidence.schemas.fields import SchemaError
-from verifylib.evidence.schemas.wer import (
+from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.wer.schema import (
     Counts,
     HybridClip,
     HybridEvidence,

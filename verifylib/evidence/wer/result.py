@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from verifylib.evidence.results.common import judged_evidence
-from verifylib.evidence.schemas.wer import (
+from verifylib.evidence.reading import judged_evidence
+from verifylib.evidence.wer.schema import (
     HybridClip,
     HybridEvidence,
     WerClip,
@@ -80,7 +80,7 @@ class ClipResult:
     wer_from_ggml: float | None = None
     wer_conversion: float | None = None
     wer_implementation: float | None = None
-    normalized: Mapping[str, str] | None = None
+    normalized: Mapping[str, str | None] | None = None
     detected: Mapping[str, tuple[str, float]] | None = None
     audio: str | None = None
 
@@ -241,7 +241,7 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a document does not parse
-        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
+        (:class:`verifylib.evidence.fields.SchemaError`).
     """
     from verifylib.numerics.scoring import corpus_wer
 

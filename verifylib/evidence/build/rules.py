@@ -7,9 +7,7 @@ from typing import Any, Callable, Sequence
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence import identities
-from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.rules.common import pin_problems, stream_problems
-from verifylib.evidence.schemas.build import (
+from verifylib.evidence.build.schema import (
     CoremlBuildEvidence,
     FailedBuild,
     GgmlBuildEvidence,
@@ -18,7 +16,9 @@ from verifylib.evidence.schemas.build import (
     parse_build,
     parse_coreml_build,
 )
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.judging import pin_problems, stream_problems
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.build import (
@@ -182,7 +182,7 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
     runs' decoder backend).
 
     ``ev`` is the ``coreml_build`` document (a mapping, parsed here with
-    :func:`~verifylib.evidence.schemas.build.parse_coreml_build`) or its parsed form; a
+    :func:`~verifylib.evidence.build.schema.parse_coreml_build`) or its parsed form; a
     document that does not parse is a FAIL naming the field.
     """
     import hashlib
@@ -290,7 +290,7 @@ def judge_ggml_build(evidence: Any, system_info_text: str, *,
     ----------
     evidence : mapping or GgmlBuildEvidence or FailedBuild
         :func:`build_evidence` output, or ``{"built": False, "error": ...}`` (parsed here
-        with :func:`~verifylib.evidence.schemas.build.parse_build`), or its parsed form.
+        with :func:`~verifylib.evidence.build.schema.parse_build`), or its parsed form.
     system_info_text : str
         The probe's streams (stderr, then stdout).
     expect_variant : str
@@ -367,7 +367,7 @@ def judge_source_identity(evidence: Any) -> Judgement:
     ----------
     evidence : mapping or SourceEvidence
         The ``source`` document (parsed here with
-        :meth:`~verifylib.evidence.schemas.build.SourceEvidence.from_json`) or its parsed
+        :meth:`~verifylib.evidence.build.schema.SourceEvidence.from_json`) or its parsed
         form; it holds ``computed_tree`` (tree id of the obtained folder) and ``pin_tree``.
 
     Returns
@@ -407,7 +407,7 @@ def judge_patch_exact(evidence: Any,
     ----------
     evidence : mapping or PatchEvidence
         As made by :func:`patch_evidence` (parsed here with
-        :meth:`~verifylib.evidence.schemas.build.PatchEvidence.from_json`), or its parsed
+        :meth:`~verifylib.evidence.build.schema.PatchEvidence.from_json`), or its parsed
         form: the pin's declared ``pin_tree``,
         ``declared_patch_sha256`` and ``touches``, and ``checks`` mapping each phase
         (``"before"``, ``"after"``) to what it measured: ``head_tree``,

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from verifylib.evidence.build import rules as build
+from verifylib.evidence.canary import rules as canary
+from verifylib.evidence.export import rules as export
 from verifylib.evidence.gates import Judgement
-from verifylib.evidence.rules import build, canary, export, parity, placement, wer
+from verifylib.evidence.parity import rules as parity
+from verifylib.evidence.placement import rules as placement
+from verifylib.evidence.wer import rules as wer
 
 RuleFn = Callable[[Any], Judgement]
 

@@ -14,15 +14,15 @@ either build when it did not build). :class:`RunRecord` is the record
 e.g. ``checks.before.diff_bytes``. Keys a format does not define are not read. ``to_json``
 gives back exactly the dict the stage writes, key for key, so ``to_json(from_json(doc)) ==
 doc`` for every document the stage writes. Whether the values support a gate is the rules'
-job (:mod:`verifylib.evidence.rules.build`). Only :mod:`verifylib.errors` is imported.
+job (:mod:`verifylib.evidence.build.rules`). Only :mod:`verifylib.errors` is imported.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, TypeVar, Union
 
-from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import NamedSchema, field, nullable, req
+from verifylib.evidence.fields import NAMED as _n
+from verifylib.evidence.fields import NamedSchema, field, nullable, req
 
 _T = TypeVar("_T")
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from verifylib.evidence.gates import Status
-from verifylib.evidence.results.common import judged_evidence
-from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
+from verifylib.evidence.parity.schema import Measurement, ParityEvidence
+from verifylib.evidence.reading import judged_evidence
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class ParityCandidate:
         The gate's status (PASS or FAIL: only judged gates have a candidate).
     detail : str
         Its rule's explanation.
-    measurements : tuple of verifylib.evidence.schemas.parity.Measurement
+    measurements : tuple of verifylib.evidence.parity.schema.Measurement
         One typed record (``input``, ``execution``, ``metrics``, ``seconds``) per input
         and execution mode, as stored.
     drift : Drift
@@ -163,7 +163,7 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a ``parity`` document does not parse
-        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
+        (:class:`verifylib.evidence.fields.SchemaError`).
     """
     from pathlib import Path
 

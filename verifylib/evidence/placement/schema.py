@@ -16,7 +16,7 @@ them; the rule refuses a plan whose ``cost_by_device`` is missing. ``to_json`` g
 exactly the dict the stage writes.
 
 Shapes and types only; whether the shares sum to one and the summary agrees with the rows
-is the rule's job (:mod:`verifylib.evidence.rules.placement`). This module imports nothing
+is the rule's job (:mod:`verifylib.evidence.placement.rules`). This module imports nothing
 from verifylib but :mod:`verifylib.errors` (through :mod:`.fields`).
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from verifylib.evidence.schemas.fields import (
+from verifylib.evidence.fields import (
     Schema,
     SchemaError,
     array_of,

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifylib.errors import EvidenceInvalid
-from verifylib.evidence.gates import Verdict
-from verifylib.evidence.records import GateRecord
-from verifylib.evidence.schemas.fields import (
+from verifylib.evidence.fields import (
     SchemaError,
     array_of,
     boolean,
@@ -27,6 +25,8 @@ from verifylib.evidence.schemas.fields import (
     string,
     string_or_null,
 )
+from verifylib.evidence.gates import Verdict
+from verifylib.evidence.records import GateRecord
 
 SCHEMA = "verifylib-receipt/1"
 """The receipt format this version writes and reads."""
@@ -35,13 +35,13 @@ SCHEMA = "verifylib-receipt/1"
 class ReceiptInvalid(SchemaError):
     """A receipt document does not have the receipt format.
 
-    A :class:`~verifylib.evidence.schemas.fields.SchemaError` whose message begins
+    A :class:`~verifylib.evidence.fields.SchemaError` whose message begins
     ``receipt:``, e.g. ``receipt: gates[3].stage: expected a string, got null``.
 
     Parameters
     ----------
     path, problem : str
-        As for :class:`~verifylib.evidence.schemas.fields.SchemaError`.
+        As for :class:`~verifylib.evidence.fields.SchemaError`.
     """
 
     def __init__(self, path: str, problem: str):

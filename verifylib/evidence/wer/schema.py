@@ -12,7 +12,7 @@ raises :class:`SchemaError` (an :class:`verifylib.errors.EvidenceInvalid`) whose
 names it, e.g. ``clips[1].ggml.substitutions``. Keys that only a public clip carries (its
 texts) are optional; so are the document-level digests and the run records, which records
 written by hand for the scoring rules' tests omit — the gate's rule
-(:mod:`verifylib.evidence.rules.wer`) refuses a document that lacks what it checks.
+(:mod:`verifylib.evidence.wer.rules`) refuses a document that lacks what it checks.
 ``to_json`` gives back exactly the dict the stage writes.
 
 Shapes and types only: the counts are recomputed from the texts, the streams re-classified
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.schemas.canary import RunRecord
-from verifylib.evidence.schemas.fields import (
+from verifylib.evidence.canary.schema import RunRecord
+from verifylib.evidence.fields import (
     Schema,
     array_of,
     boolean,

@@ -9,11 +9,11 @@ import math
 from typing import Any, Callable, Mapping
 
 from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
+from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.results.parity import ATTRIBUTION
-from verifylib.evidence.rules.common import policy_file_problems
-from verifylib.evidence.schemas.fields import SchemaError
-from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
+from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.parity.result import ATTRIBUTION
+from verifylib.evidence.parity.schema import Measurement, ParityEvidence
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (
     PAIR_POLICY,
@@ -133,7 +133,7 @@ def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, floa
 
     Raises
     ------
-    verifylib.evidence.schemas.fields.SchemaError
+    verifylib.evidence.fields.SchemaError
         If ``m`` is a mapping that does not parse.
     """
     if not isinstance(m, Measurement):

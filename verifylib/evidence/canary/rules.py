@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
-from verifylib.evidence.gates import Judgement
-from verifylib.evidence.schemas.canary import (
+from verifylib.evidence.canary.schema import (
     LIFECYCLE_SCHEMA,
     NEGATIVE_SCHEMA,
     POSITIVE_SCHEMA,
@@ -27,7 +26,8 @@ from verifylib.evidence.schemas.canary import (
     SchemaMismatch,
     SidesIncomplete,
 )
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.gates import Judgement
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.whispercpp import build as _build
@@ -139,7 +139,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
     ----------
     doc : mapping
         The ``lifecycle`` document, read by
-        :meth:`verifylib.evidence.schemas.canary.LifecycleEvidence.from_json` (a document
+        :meth:`verifylib.evidence.canary.schema.LifecycleEvidence.from_json` (a document
         that does not parse is a FAIL naming the field).
     stream : callable
         Digest to stored bytes, or None when no such stream is stored.
@@ -290,7 +290,7 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
     ----------
     doc : mapping
         The ``sanitizer`` document, read by
-        :meth:`verifylib.evidence.schemas.canary.SanitizerEvidence.from_json` (a document
+        :meth:`verifylib.evidence.canary.schema.SanitizerEvidence.from_json` (a document
         that does not parse is a FAIL naming the field).
     stream : callable
         Digest to stored bytes, or None when no such stream is stored.

@@ -8,16 +8,16 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from verifylib.canonical import is_sha256
-from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.rules.common import policy_file_problems, stream_problems
-from verifylib.evidence.schemas.export import (
+from verifylib.evidence.export.schema import (
     CompileEvidence,
     ContractEvidence,
     GgmlModelEvidence,
     ModelIntake,
     PairEvidence,
 )
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.judging import policy_file_problems, stream_problems
 from verifylib.runtime import contracts
 
 

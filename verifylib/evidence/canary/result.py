@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from verifylib.evidence.results.common import judged_evidence
-from verifylib.evidence.schemas.canary import SIDES
+from verifylib.evidence.canary.schema import SIDES
+from verifylib.evidence.reading import judged_evidence
 
 """The two builds of the lifecycle A/B and of ``canary.sanitizer``, in display order."""
 
@@ -29,7 +29,7 @@ class LifecycleSide:
         Wall times of the runs.
     ran_on : str or None
         The OS the runs ran on, from the signal table their records name
-        (:func:`verifylib.evidence.rules.canary.runs_system`).
+        (:func:`verifylib.evidence.canary.rules.runs_system`).
     """
 
     available: bool
@@ -66,7 +66,7 @@ class LifecycleSummary:
         ----------
         doc : mapping or LifecycleEvidence
             The document, as JSON or already read by
-            :meth:`verifylib.evidence.schemas.canary.LifecycleEvidence.from_json`.
+            :meth:`verifylib.evidence.canary.schema.LifecycleEvidence.from_json`.
 
         Returns
         -------
@@ -74,13 +74,13 @@ class LifecycleSummary:
 
         Raises
         ------
-        verifylib.evidence.schemas.fields.SchemaError
+        verifylib.evidence.fields.SchemaError
             If the document does not parse.
         """
         import statistics
 
-        from verifylib.evidence.rules.canary import runs_system
-        from verifylib.evidence.schemas.canary import LifecycleEvidence
+        from verifylib.evidence.canary.rules import runs_system
+        from verifylib.evidence.canary.schema import LifecycleEvidence
 
         ev = doc if isinstance(doc, LifecycleEvidence) else LifecycleEvidence.from_json(doc)
         sides = {}
@@ -107,11 +107,11 @@ class LifecycleSummary:
         Returns
         -------
         str or None
-            :func:`verifylib.evidence.rules.canary.unpatched_caveat` of the unpatched side:
+            :func:`verifylib.evidence.canary.rules.unpatched_caveat` of the unpatched side:
             the caveat when every one of its runs was clean and they ran on macOS, else
             None (also when the side is unavailable).
         """
-        from verifylib.evidence.rules.canary import unpatched_caveat
+        from verifylib.evidence.canary.rules import unpatched_caveat
         from verifylib.runtime.contracts import CLEAN_LIFECYCLE
         u = self.sides.get("unpatched")
         if u is None or not u.available:
@@ -185,7 +185,7 @@ class SanitizerSummary:
         ----------
         doc : mapping or SanitizerEvidence
             The document, as JSON or already read by
-            :meth:`verifylib.evidence.schemas.canary.SanitizerEvidence.from_json`.
+            :meth:`verifylib.evidence.canary.schema.SanitizerEvidence.from_json`.
 
         Returns
         -------
@@ -193,13 +193,13 @@ class SanitizerSummary:
 
         Raises
         ------
-        verifylib.evidence.schemas.fields.SchemaError
+        verifylib.evidence.fields.SchemaError
             If the document does not parse.
         """
         import statistics
         from collections import Counter
 
-        from verifylib.evidence.schemas.canary import SanitizerEvidence
+        from verifylib.evidence.canary.schema import SanitizerEvidence
         from verifylib.runtime.sanitizer import Frame
 
         ev = doc if isinstance(doc, SanitizerEvidence) else SanitizerEvidence.from_json(doc)
@@ -233,7 +233,9 @@ class NegativeControl:
     outcome, detail : str
         The classifier's label and its explanation.
     wall_s : float
-    returncode, signal : int or None
+    returncode : int or None
+    signal : str or None
+        The signal's name (``SIGSEGV``) when one ended the run.
     scratch_listing : list of str
         What the scratch folder held (the model alone, no ``.mlmodelc``).
     """
@@ -242,7 +244,7 @@ class NegativeControl:
     detail: str
     wall_s: float
     returncode: int | None
-    signal: int | None
+    signal: str | None
     scratch_listing: list[str]
 
     @classmethod
@@ -256,7 +258,7 @@ class NegativeControl:
         ----------
         doc : mapping or NegativeEvidence
             The document, as JSON or already read by
-            :meth:`verifylib.evidence.schemas.canary.NegativeEvidence.from_json`.
+            :meth:`verifylib.evidence.canary.schema.NegativeEvidence.from_json`.
         stderr, stdout : bytes
             The run's stored streams.
 
@@ -266,10 +268,10 @@ class NegativeControl:
 
         Raises
         ------
-        verifylib.evidence.schemas.fields.SchemaError
+        verifylib.evidence.fields.SchemaError
             If the document does not parse.
         """
-        from verifylib.evidence.schemas.canary import NegativeEvidence
+        from verifylib.evidence.canary.schema import NegativeEvidence
         from verifylib.runtime.contracts import classify_negative
 
         ev = doc if isinstance(doc, NegativeEvidence) else NegativeEvidence.from_json(doc)
@@ -318,7 +320,7 @@ class PositiveControl:
         ----------
         doc : mapping or PositiveEvidence
             The document, as JSON or already read by
-            :meth:`verifylib.evidence.schemas.canary.PositiveEvidence.from_json`.
+            :meth:`verifylib.evidence.canary.schema.PositiveEvidence.from_json`.
         stderr, stdout : bytes
             The measured run's stored streams.
 
@@ -328,10 +330,10 @@ class PositiveControl:
 
         Raises
         ------
-        verifylib.evidence.schemas.fields.SchemaError
+        verifylib.evidence.fields.SchemaError
             If the document does not parse.
         """
-        from verifylib.evidence.schemas.canary import PositiveEvidence
+        from verifylib.evidence.canary.schema import PositiveEvidence
         from verifylib.runtime.contracts import classify_positive
 
         ev = doc if isinstance(doc, PositiveEvidence) else PositiveEvidence.from_json(doc)

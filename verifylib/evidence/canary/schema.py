@@ -8,7 +8,7 @@ Four documents, one class each: :class:`LifecycleEvidence` (``verifylib-lifecycl
 sides of the two A/B documents.
 
 ``from_json`` is strict and fails closed: a field that is missing or of the wrong JSON type
-raises :class:`~verifylib.evidence.schemas.fields.SchemaError` (an
+raises :class:`~verifylib.evidence.fields.SchemaError` (an
 :class:`verifylib.errors.EvidenceInvalid`) whose ``path`` names it, e.g.
 ``sides.unpatched.runs[3].returncode``. Keys the format does not define are not read (the
 rules never look at them), except in a recorded sanitizer report and its frames, which the
@@ -20,7 +20,7 @@ either way.
 
 This module checks shapes and types only; whether the values support a gate (digests,
 outcomes re-classified from the stored streams, the trigger, the pin) is the rules' job
-(:mod:`verifylib.evidence.rules.canary`). It imports nothing from verifylib but
+(:mod:`verifylib.evidence.canary.rules`). It imports nothing from verifylib but
 :mod:`verifylib.errors` (through :mod:`.fields`), so views and readers may use it.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Generic, Mapping, Self, TypeVar
 
-from verifylib.evidence.schemas.fields import (
+from verifylib.evidence.fields import (
     Schema,
     SchemaError,
     array_of,
@@ -47,7 +47,7 @@ from verifylib.evidence.schemas.fields import (
     string_or_null,
     strings,
 )
-from verifylib.evidence.schemas.fields import obj as as_object
+from verifylib.evidence.fields import obj as as_object
 
 __all__ = [
     "LIFECYCLE_SCHEMA", "SANITIZER_SCHEMA", "NEGATIVE_SCHEMA", "POSITIVE_SCHEMA", "SIDES",

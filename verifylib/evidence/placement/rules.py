@@ -7,9 +7,9 @@ from collections import Counter, defaultdict
 from fractions import Fraction
 from typing import Any, Callable, Mapping
 
+from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import Judgement
-from verifylib.evidence.schemas.fields import SchemaError
-from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence
+from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence
 from verifylib.models.compute_plan import (
     COST_SUM_TOLERANCE,
     NO_DEVICE,

@@ -7,8 +7,8 @@ One frozen dataclass per document: :class:`ModelIntake` (``model``) and
 :class:`CompileEvidence` (``compile``, ``export.compile``, with :class:`CompiledVariant`
 and :class:`CoremlcRecord`).
 
-As in :mod:`verifylib.evidence.schemas.build`: ``from_json`` is strict and fails closed
-with a :class:`~verifylib.evidence.schemas.fields.SchemaError` naming the field path,
+As in :mod:`verifylib.evidence.build.schema`: ``from_json`` is strict and fails closed
+with a :class:`~verifylib.evidence.fields.SchemaError` naming the field path,
 ``to_json`` gives back exactly the dict the stage writes. Free-form records the judges
 re-check with their own pure functions (a package ``description`` from
 :func:`verifylib.models.coreml_export.describe_mlpackage`, the stored ``contract``, the
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.schemas.build import RunRecord
-from verifylib.evidence.schemas.fields import NAMED as _n
-from verifylib.evidence.schemas.fields import NamedSchema, field, req
+from verifylib.evidence.build.schema import RunRecord
+from verifylib.evidence.fields import NAMED as _n
+from verifylib.evidence.fields import NamedSchema, field, req
 
 __all__ = [
     "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",

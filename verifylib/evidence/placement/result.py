@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from verifylib.evidence.results.common import judged_evidence
-from verifylib.evidence.schemas.placement import PlanEvidence
+from verifylib.evidence.placement.schema import PlanEvidence
+from verifylib.evidence.reading import judged_evidence
 
 
 @dataclass
@@ -17,7 +17,7 @@ class PlacementResult:
     ----------
     plans : dict
         Variant -> the ``placement.plan`` evidence document, typed
-        (:class:`verifylib.evidence.schemas.placement.PlanEvidence`: ``ops``,
+        (:class:`verifylib.evidence.placement.schema.PlanEvidence`: ``ops``,
         ``cost_by_device``, ``cost_sum``, ``claim`` …).
     """
 
@@ -59,7 +59,7 @@ def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> Place
     ------
     verifylib.errors.EvidenceInvalid
         If a cited file is missing or altered, or a plan does not parse
-        (:class:`verifylib.evidence.schemas.fields.SchemaError`).
+        (:class:`verifylib.evidence.fields.SchemaError`).
     """
     v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
     if v is None:

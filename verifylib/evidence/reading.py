@@ -1,10 +1,15 @@
-"""What every stage's result builder shares: evidence read only from judged, cited gates."""
+"""What every stage's facts and result builders share.
+
+Evidence is read only from judged, cited gates (:func:`judged_evidence`); a run record is
+described in one set of words (:func:`describe_run`); a facts table is the rows its facts
+give (:func:`fact_rows`).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["judged_evidence"]
+__all__ = ["judged_evidence", "describe_run", "fact_rows", "has_rows"]
 
 
 def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str):
@@ -49,21 +54,47 @@ def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str
     return EvidenceView(Path(run_dir), rec.evidence, rec.identities)
 
 
-# ----------------------------------------------------------------------------- 03_canary
+def describe_run(record: Mapping[str, Any]) -> str:
+    """Describe how a recorded run ended.
+
+    The words are those of :meth:`verifylib.runtime.runner.RunResult.describe`.
+    """
+    if record.get("timed_out"):
+        return f"timed out after {record['wall_s']:.1f}s"
+    if record.get("signal"):
+        return f"killed by {record['signal']} (return code {record['returncode']})"
+    return f"exit {record['returncode']}"
 
 
-# ----------------------------------------------------------------------------- 04_parity
+def has_rows(facts: Any) -> bool:
+    """Tell whether a facts object has any row to show (its ``__bool__``).
+
+    Parameters
+    ----------
+    facts : object
+        Typed facts with a ``rows()`` method.
+
+    Returns
+    -------
+    bool
+    """
+    return bool(facts.rows())
 
 
-# ----------------------------------------------------------------------------- 05_wer
+def fact_rows(facts: Any) -> list[tuple[str, Any]]:
+    """Return the (label, value) rows a stage's facts table shows.
 
+    Parameters
+    ----------
+    facts : typed facts or mapping
+        ``StageReport.facts``: the typed facts of stages 01/02 (their ``rows()``), or a
+        plain label -> value mapping (the empty dict of the other stages).
 
-# ----------------------------------------------------------------------------- 06_placement
-
-
-# ----------------------------------------------------------------------------- 01_build, 02_export
-
-
-# ----------------------------------------------------------------------------- stages 01 and 02
-
-
+    Returns
+    -------
+    list of (str, object)
+    """
+    rows = getattr(facts, "rows", None)
+    if callable(rows):
+        return rows()
+    return list(dict(facts or {}).items())

@@ -17,7 +17,7 @@ the same strings, so the canonical bytes are the same either way.
 
 This module checks shapes and types only; whether the figures agree with their sums, the
 policy is the packaged one, or the artifact the exported one is the rule's job
-(:mod:`verifylib.evidence.rules.parity`). It imports nothing from verifylib but
+(:mod:`verifylib.evidence.parity.rules`). It imports nothing from verifylib but
 :mod:`verifylib.errors` (through :mod:`.fields`), so views and readers may use it.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.schemas.fields import (
+from verifylib.evidence.fields import (
     Schema,
     array_of,
     boolean,
