@@ -120,7 +120,7 @@ def test_judge_ggml_build_pass_and_each_failure():
     for probe_change, needle in [({"returncode": 139, "signal": "SIGSEGV"}, "SIGSEGV"),
                                  ({"returncode": None, "timed_out": True}, "timed out True"),
                                  ({"returncode": 3}, "returncode 3"),
-                                 ({"returncode": True}, "returncode True"),
+                                 ({"returncode": True}, "probe.returncode: expected an integer or null, got boolean True"),
                                  ({"argv": ["/elsewhere/whisper-cli"]}, "published binary"),
                                  ({"argv": ["/c/builds/k/whisper-cli", "-np"]}, "forbidden")]:
         ev = good_evidence()

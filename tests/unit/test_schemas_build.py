@@ -34,7 +34,7 @@ TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 KEY, CML_KEY = "4" * 64, "5" * 64
 SYSINFO = ("system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 | "
            "CPU : SSE3 = 1 | AVX2 = 1 | OPENMP = 1 |")
-LAUNCH = {"ledger": "launches.jsonl", "seq": 3, "sha256": "6" * 64}
+LAUNCH = {"seq": 3, "binary_sha256": "6" * 64}
 NO_GPU = "whisper_backend_init_gpu: no GPU found\n"
 BENCH_ERR = b"system_info: COREML = 1 |\n" + NO_GPU.encode()
 
@@ -279,7 +279,7 @@ def test_failed_build_needs_its_error_and_documents_must_be_objects():
                   schemas.SourceEvidence.from_json, schemas.PatchEvidence.from_json):
         with pytest.raises(SchemaError) as info:
             parse([])
-        assert info.value.path == ""
+        assert info.value.path == "document"
     assert build_rules.judge_patch_exact([]).status is Status.FAIL
     assert build_rules.judge_ggml_build({"built": False}, "").detail == \
         "malformed evidence: error: missing"

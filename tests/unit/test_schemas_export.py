@@ -49,7 +49,7 @@ def load_run(launch=True) -> RunResult:
     argv = ["/c/builds/k/whisper-cli", "-m", MODEL_ARG, "-f", "jfk.wav", "-d", "2000"]
     return RunResult(argv=argv, returncode=0, signal=None, timed_out=False, stdout=b"",
                      stderr=LOAD_ERR.encode(), wall_s=0.5612,
-                     launch={"ledger": "launches.jsonl", "seq": 1} if launch else None)
+                     launch={"seq": 1, "binary_sha256": "c" * 64} if launch else None)
 
 
 def ggml_doc(launch=True) -> dict:
@@ -229,7 +229,7 @@ def test_documents_must_be_objects():
                   schemas.ContractEvidence.from_json, schemas.CompileEvidence.from_json):
         with pytest.raises(SchemaError) as info:
             parse(["not", "an", "object"])
-        assert info.value.path == ""
+        assert info.value.path == "document"
 
 
 # ----------------------------------------------------------------------------- typed facts

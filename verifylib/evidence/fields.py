@@ -17,11 +17,9 @@ field as ``a.b[2].c``; pydantic, msgspec, cattrs and dacite are not dependencies
 would be added for a few dozen lines. The module imports nothing from verifylib but
 :mod:`verifylib.errors`.
 
-Two phrasings of a wrongly typed value are kept, because the rules' messages of both are
-relied on: :data:`EXPECTED` (``expected an integer or null, got string '3'``; stages 03-06
-and the receipt, also bound to the module-level readers below) and :data:`NAMED`
-(``returncode True is not an integer or null``; stages 01 and 02). They are the same readers
-with another :class:`Readers` phrasing.
+One phrasing of a wrongly typed value for every document, :data:`EXPECTED`
+(``<path>: expected an integer or null, got string '3'``), also bound to the module-level
+readers below.
 """
 
 from __future__ import annotations
@@ -34,11 +32,11 @@ from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar, cast, dat
 from verifylib.errors import EvidenceInvalid
 
 __all__ = [
-    "SchemaError", "Readers", "EXPECTED", "NAMED", "describe", "join", "req", "opt", "put",
+    "SchemaError", "Readers", "EXPECTED", "describe", "join", "req", "opt", "put",
     "exactly", "nullable", "copy_json",
     "obj", "string", "string_or_null", "integer", "integer_or_null", "number",
     "number_or_null", "boolean", "boolean_or_null", "real", "array", "array_of", "strings",
-    "mapping", "mapping_or_null", "number_map", "map_of", "field", "Schema", "NamedSchema",
+    "mapping", "mapping_or_null", "number_map", "map_of", "field", "Schema",
 ]
 
 _T = TypeVar("_T")
@@ -246,12 +244,6 @@ def copy_json(value: Any) -> Any:
 
 def _expected(path: str, want: str, value: Any) -> SchemaError:
     return SchemaError(path or "document", f"expected {want}, got {describe(value)}")
-
-
-def _named(path: str, want: str, value: Any) -> SchemaError:
-    if not path:
-        return SchemaError("", "evidence is not a JSON object")
-    return SchemaError(path, f"{path.rsplit('.', 1)[-1]} {value!r} is not {want}")
 
 
 def _is_int(v: Any) -> bool:
@@ -512,10 +504,6 @@ EXPECTED = Readers(_expected)
 """``<path>: expected an integer or null, got string '3'``; a document that is not an
 object is ``document: expected an object, got array``."""
 
-NAMED = Readers(_named)
-"""``<path>: returncode True is not an integer or null``; a document that is not an object
-is ``evidence is not a JSON object`` (path ``""``)."""
-
 obj = EXPECTED.obj
 string = EXPECTED.string
 string_or_null = EXPECTED.string_or_null
@@ -677,9 +665,3 @@ class Schema:
             elif not (m["optional"] and value is None):
                 out[m["key"] or f.name] = _write(value)
         return out
-
-
-class NamedSchema(Schema):
-    """A :class:`Schema` of the :data:`NAMED` phrasing (stages 01 and 02)."""
-
-    _readers = NAMED

@@ -8,7 +8,6 @@ bytes changed, and the gate's registered rule is re-run on the view by the valid
 from __future__ import annotations
 
 import builtins
-
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any

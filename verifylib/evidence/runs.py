@@ -208,7 +208,8 @@ class Run:
         They are not re-validated, so a run stays readable where its fixture files no longer
         exist.
         """
-        return Params(name=str(self._record.get("name")), data=copy.deepcopy(self._record["params"]),
+        return Params(name=str(self._record.get("name")),
+                      data=copy.deepcopy(self._record["params"]),
                       origin=str(self.path / RUN_FILE), base_dir=PARAMETERS_DIR)
 
     @property

@@ -42,12 +42,12 @@ from verifylib.evidence.build.schema import (
     FailedBuild,
     GgmlBuildEvidence,
     PatchEvidence,
-    RunRecord,
     SourceEvidence,
 )
 from verifylib.evidence.gates import Status
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.evidence.records import StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts

@@ -63,7 +63,6 @@ from verifylib.evidence.canary.schema import (
     PositiveEvidence,
     PositiveRun,
     PositiveTimeouts,
-    RunRecord,
     SanitizerEvidence,
     SanitizerRun,
     SanitizerSide,
@@ -71,6 +70,7 @@ from verifylib.evidence.canary.schema import (
 )
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.records import EvidenceRef, StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer

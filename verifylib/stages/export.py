@@ -27,7 +27,6 @@ from verifylib import canonical
 from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence import identities
-from verifylib.evidence.build.schema import RunRecord
 from verifylib.evidence.export.facts import export_facts_from_evidence
 from verifylib.evidence.export.schema import (
     CompileEvidence,
@@ -36,6 +35,7 @@ from verifylib.evidence.export.schema import (
     ModelIntake,
 )
 from verifylib.evidence.records import StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory

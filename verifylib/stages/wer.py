@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.evidence.wer.result import wer_result_from_evidence
 from verifylib.evidence.wer.schema import (
     Counts,
@@ -37,7 +38,6 @@ from verifylib.evidence.wer.schema import (
     Heard,
     HybridClip,
     HybridEvidence,
-    RunRecord,
     WerClip,
     WerEvidence,
     WerPolicy,

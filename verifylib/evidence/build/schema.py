@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar, Union
 
-from verifylib.evidence.fields import NAMED as _n
-from verifylib.evidence.fields import NamedSchema, field, nullable, req
+from verifylib.evidence.fields import EXPECTED as _n
+from verifylib.evidence.fields import Schema, field, nullable, req
+from verifylib.evidence.run_record import RunRecord
 
 _T = TypeVar("_T")
 
 __all__ = [
-    "RunRecord", "SystemInfoProbeRecord", "SourceEvidence", "PatchPhase",
+    "SystemInfoProbeRecord", "SourceEvidence", "PatchPhase",
     "PatchChecks", "PatchEvidence", "FailedBuild", "SharedGgmlRecord", "GgmlBuildEvidence",
     "BenchRecord",
     "CoremlBuildEvidence", "parse_build", "parse_coreml_build",
@@ -36,47 +37,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- run records
 
-class RunRecord(NamedSchema, kw_only=True):
-    """One launch as :func:`verifylib.runtime.runner.run_record` records it.
-
-    Attributes
-    ----------
-    argv : tuple of str
-        The command line.
-    returncode : int or None
-        Exit status (None on timeout).
-    signal : str or None
-        Name of the terminating signal.
-    signal_table : str or None
-        The OS whose signal numbers ``signal`` was decoded by
-        (:func:`verifylib.runtime.contracts.termination` decodes with it); None (key
-        absent) in a record written before records named it.
-    timed_out : bool
-        Whether the run was killed at its timeout.
-    wall_s : float
-        Wall time, seconds (an integer stays an integer).
-    stdout_sha256, stderr_sha256 : str
-        Digests of the stored streams.
-    stdout_bytes, stderr_bytes : int
-        Their lengths.
-    launch : dict or None
-        The launch-ledger citation; None when the record has no ``launch`` key.
-    """
-
-    argv: tuple[str, ...] = field(_n.strings)
-    returncode: int | None = field(_n.integer_or_null)
-    signal: str | None = field(_n.string_or_null)
-    signal_table: str | None = field(_n.string, optional=True, default=None)
-    timed_out: bool = field(_n.boolean)
-    wall_s: float = field(_n.number)
-    stdout_sha256: str = field(_n.string)
-    stderr_sha256: str = field(_n.string)
-    stdout_bytes: int = field(_n.integer)
-    stderr_bytes: int = field(_n.integer)
-    launch: dict[str, Any] | None = field(_n.mapping, optional=True, default=None)
-
-
-class SystemInfoProbeRecord(NamedSchema):
+class SystemInfoProbeRecord(Schema):
     """The ``system_info`` probe of a whisper-cli build (``SystemInfoProbe.to_evidence``).
 
     Attributes
@@ -101,7 +62,7 @@ class SystemInfoProbeRecord(NamedSchema):
 
 # ----------------------------------------------------------------------------- source
 
-class SourceEvidence(NamedSchema):
+class SourceEvidence(Schema):
     """``build.source_identity`` evidence (:func:`verifylib.whispercpp.source.source_evidence`).
 
     Attributes
@@ -129,7 +90,7 @@ class SourceEvidence(NamedSchema):
 
 # ----------------------------------------------------------------------------- patch
 
-class PatchPhase(NamedSchema):
+class PatchPhase(Schema):
     """One patch check (``PatchCheck.to_evidence``), before or after the build.
 
     Attributes
@@ -167,7 +128,7 @@ class PatchPhase(NamedSchema):
     problems: tuple[str, ...] = field(_n.strings)
 
 
-class PatchChecks(NamedSchema):
+class PatchChecks(Schema):
     """The ``checks`` of :class:`PatchEvidence`; each key is present only when made.
 
     Attributes
@@ -199,7 +160,7 @@ class PatchChecks(NamedSchema):
         return {"before": self.before, "after": self.after}.get(when)
 
 
-class PatchEvidence(NamedSchema):
+class PatchEvidence(Schema):
     """``build.patch_exact`` evidence (:func:`verifylib.whispercpp.source.patch_evidence`).
 
     Attributes
@@ -225,7 +186,7 @@ class PatchEvidence(NamedSchema):
 
 # ----------------------------------------------------------------------------- builds
 
-class FailedBuild(NamedSchema):
+class FailedBuild(Schema):
     """A build that did not build: ``{"built": false, "error": ...}``.
 
     Attributes
@@ -240,7 +201,7 @@ class FailedBuild(NamedSchema):
     error: str = field(_n.string)
 
 
-class SharedGgmlRecord(NamedSchema):
+class SharedGgmlRecord(Schema):
     """The shared ggml build a binary links (``GgmlBuild.to_evidence`` of whispercpp.build).
 
     Attributes
@@ -266,7 +227,7 @@ class SharedGgmlRecord(NamedSchema):
     files_sha256: str = field(_n.string)
 
 
-class GgmlBuildEvidence(NamedSchema):
+class GgmlBuildEvidence(Schema):
     """``build.ggml`` evidence of a built whisper-cli.
 
     As :func:`verifylib.whispercpp.build.build_evidence` writes it.
@@ -322,7 +283,7 @@ class GgmlBuildEvidence(NamedSchema):
     ggml: SharedGgmlRecord | None = field(SharedGgmlRecord, optional=True, default=None)
 
 
-class BenchRecord(NamedSchema):
+class BenchRecord(Schema):
     """The ``whisper-bench`` of a Core ML build and its ``system_info`` run.
 
     Attributes
@@ -352,7 +313,7 @@ class BenchRecord(NamedSchema):
     backend: str | None = field(_n.string, optional=True, default=None)
 
 
-class CoremlBuildEvidence(NamedSchema):
+class CoremlBuildEvidence(Schema):
     """``build.coreml`` evidence of a built Core ML whisper-cli (``write_coreml_evidence``).
 
     Attributes

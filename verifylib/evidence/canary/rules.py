@@ -20,7 +20,6 @@ from verifylib.evidence.canary.schema import (
     LifecycleEvidence,
     NegativeEvidence,
     PositiveEvidence,
-    RunRecord,
     SanitizerEvidence,
     SanitizerSide,
     SchemaMismatch,
@@ -28,6 +27,7 @@ from verifylib.evidence.canary.schema import (
 )
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import Judgement
+from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.whispercpp import build as _build

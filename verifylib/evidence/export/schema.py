@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.build.schema import RunRecord
-from verifylib.evidence.fields import NAMED as _n
-from verifylib.evidence.fields import NamedSchema, field, req
+from verifylib.evidence.fields import EXPECTED as _n
+from verifylib.evidence.fields import Schema, field, req
+from verifylib.evidence.run_record import RunRecord
 
 __all__ = [
     "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
@@ -33,7 +33,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- export.ggml_model
 
-class ModelIntake(NamedSchema):
+class ModelIntake(Schema):
     """The ``model`` document: the model as taken in (``obtain_model``).
 
     Attributes
@@ -60,7 +60,7 @@ class ModelIntake(NamedSchema):
     cached: bool = field(_n.boolean)
 
 
-class GgmlModelEvidence(NamedSchema):
+class GgmlModelEvidence(Schema):
     """The ``ggml`` document: the written ``ggml-model.bin`` and its load probe.
 
     Attributes
@@ -106,7 +106,7 @@ class GgmlModelEvidence(NamedSchema):
 
 # ----------------------------------------------------------------------------- export.contract
 
-class ModelRef(NamedSchema):
+class ModelRef(Schema):
     """The ``model`` entry of the contract document (``artifacts.model_source``).
 
     Attributes
@@ -126,7 +126,7 @@ class ModelRef(NamedSchema):
     origin: str = field(_n.string, key="from")
 
 
-class Conversion(NamedSchema):
+class Conversion(Schema):
     """How one variant was converted.
 
     Attributes
@@ -143,7 +143,7 @@ class Conversion(NamedSchema):
     seconds: float = field(_n.number)
 
 
-class ExportVariant(NamedSchema):
+class ExportVariant(Schema):
     """One exported variant (``fp32`` or ``fp16``) of the contract document.
 
     Attributes
@@ -173,7 +173,7 @@ class ExportVariant(NamedSchema):
     conversion: Conversion | None = field(Conversion.from_json, optional=True, default=None)
 
 
-class ConversionFacts(NamedSchema):
+class ConversionFacts(Schema):
     """The ``build`` entry: versions the conversion depends on (``build_facts``).
 
     Attributes
@@ -202,7 +202,7 @@ class ConversionFacts(NamedSchema):
     trace_seconds: float = field(_n.number)
 
 
-class ModelCopy(NamedSchema):
+class ModelCopy(Schema):
     """A copy or hard link of ``ggml-model.bin`` beside a variant.
 
     Attributes
@@ -220,7 +220,7 @@ class ModelCopy(NamedSchema):
     sha256: str = field(_n.string)
 
 
-class ContractEvidence(NamedSchema):
+class ContractEvidence(Schema):
     """The ``contract`` document of ``export.contract``.
 
     Attributes
@@ -265,7 +265,7 @@ class ContractEvidence(NamedSchema):
         return super().from_json(doc)
 
 
-class PrebuiltEncoder(NamedSchema):
+class PrebuiltEncoder(Schema):
     """The ``prebuilt`` entry: an encoder audited as given (parameter ``encoder.path``).
 
     Attributes
@@ -298,7 +298,7 @@ class PrebuiltEncoder(NamedSchema):
 
 # ----------------------------------------------------------------------------- export.compile
 
-class CoremlcRecord(NamedSchema):
+class CoremlcRecord(Schema):
     """The ``xcrun coremlc compile`` run of one variant.
 
     Attributes
@@ -328,7 +328,7 @@ class CoremlcRecord(NamedSchema):
     stderr_sha256: str | None = field(_n.string, optional=True, default=None)
 
 
-class CompiledVariant(NamedSchema):
+class CompiledVariant(Schema):
     """One compiled ``.mlmodelc``.
 
     Attributes
@@ -361,7 +361,7 @@ class CompiledVariant(NamedSchema):
     coremlc: CoremlcRecord | None = field(CoremlcRecord.from_json, optional=True, default=None)
 
 
-class CompileEvidence(NamedSchema):
+class CompileEvidence(Schema):
     """The ``compile`` document of ``export.compile``.
 
     Attributes
@@ -378,7 +378,7 @@ class CompileEvidence(NamedSchema):
 
 # ----------------------------------------------------------------------------- export.pair
 
-class PairInput(NamedSchema):
+class PairInput(Schema):
     """One log-mel through both encoders of ``export.pair``.
 
     Attributes
@@ -410,7 +410,7 @@ class PairInput(NamedSchema):
     first_divergent_block: int | None = field(_n.integer_or_null)
 
 
-class PairFloor(NamedSchema):
+class PairFloor(Schema):
     """The ``floor`` entry: which row of ``pair-v1`` applies, and its thresholds.
 
     Attributes
@@ -433,7 +433,7 @@ class PairFloor(NamedSchema):
     cosine_min: float = field(_n.real)
 
 
-class PairEvidence(NamedSchema):
+class PairEvidence(Schema):
     """The ``pair`` document of ``export.pair``.
 
     Attributes

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifylib.evidence.canary.schema import RunRecord
 from verifylib.evidence.fields import (
     Schema,
     array_of,
@@ -37,6 +36,7 @@ from verifylib.evidence.fields import (
     string,
     strings,
 )
+from verifylib.evidence.run_record import RunRecord
 
 __all__ = ["Counts", "Heard", "Detected", "DecodingPin", "GgmlVsSourceRules", "HybridRules",
            "BasicNormalizerSettings", "ScoringRules", "WerPolicy", "WerClip", "WerEvidence",
