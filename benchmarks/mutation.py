@@ -99,12 +99,18 @@ NEW_TESTS = ("tests/unit/test_boundaries.py", "tests/unit/test_mutants.py")
 
 MODULES: dict[str, ModuleSpec] = {
     "contracts": ModuleSpec(
-        "verifylib/runtime/contracts.py",
+        "verifylib/runtime/contracts/classify.py",
         ("classify_negative", "classify_positive", "classify_lifecycle", "classify_ggml_positive",
-         "record_problems", "termination", "check_cli_argv", "decode_signal"),
+         "record_problems", "termination"),
         # The checks of the contract against the upstream whisper.cpp sources (a 7 s tree
         # extraction per run) are in tests/physical/test_contracts.py, not selected here.
         ("tests/unit/test_contracts.py", "tests/fake/test_fake_runtime.py", *NEW_TESTS)),
+    "contracts-argv": ModuleSpec(
+        "verifylib/runtime/contracts/argv.py", ("check_cli_argv",),
+        ("tests/unit/test_contracts.py", "tests/fake/test_fake_runtime.py", *NEW_TESTS)),
+    "contracts-signals": ModuleSpec(
+        "verifylib/runtime/contracts/signals.py", ("decode_signal",),
+        ("tests/unit/test_contracts.py", "tests/unit/test_signals.py", *NEW_TESTS)),
     "gates": ModuleSpec(
         "verifylib/evidence/gates.py", ("verdict", "worst", "exit_code"),
         ("tests/unit/test_gates.py", *NEW_TESTS)),
