@@ -217,7 +217,7 @@ def test_verify_rederives_the_policy_from_the_published_encoder(mac, tmp_path):
     from tests.helpers.forge import clone, reseal
     from verifylib.evidence.declarations import declaration_problems
     from verifylib.evidence.records import GateRecord
-    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.encoder_reader import describe_encoder
     from verifylib.models.ggml_file import open_ggml
     from verifylib.numerics.parity import choose_parity_policy
 

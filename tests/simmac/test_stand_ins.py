@@ -310,7 +310,7 @@ def test_a_package_is_not_loaded_as_a_compiled_model(compiled, mac):
 def test_the_compiler_writes_coremlcs_file_set_and_nothing_more(compiled):
     from coremltools.proto import Model_pb2
 
-    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.encoder_reader import describe_encoder
     folder, _, pkg = compiled
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["analytics/coremldata.bin", "coremldata.bin", "metadata.json",

@@ -76,7 +76,7 @@ def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
         variants = contract.get("variants") or [{}]
         placed = run_dir / str(variants[0].get("path", ""))
         if placed.is_dir():
-            from verifylib.models.encoder_card import describe_encoder
+            from verifylib.models.encoder_reader import describe_encoder
             try:
                 card = describe_encoder(placed)
             except VerifylibError as exc:
