@@ -90,7 +90,7 @@ def _float(v: Any) -> float | None:
 
 
 def _region(path: str) -> str:
-    from verifylib.numerics.drift import region
+    from verifylib.numerics.program_map import region
     return region(path)
 
 

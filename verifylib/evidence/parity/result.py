@@ -87,7 +87,7 @@ class ParityCandidate:
         The frozen policy's rules.
     reference_seconds : dict
         Input kind -> HF encoder wall time.
-    attribution : verifylib.numerics.drift.Attribution or None
+    attribution : verifylib.numerics.attribution.Attribution or None
         Op-level attribution of the drift (program candidates).
     outputs : mapping or None
         The candidate's outputs as stored (:class:`verifylib.numerics.arrays.ArrayFile`):
@@ -168,7 +168,7 @@ def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityRe
     from pathlib import Path
 
     from verifylib.numerics.arrays import ArrayFile
-    from verifylib.numerics.drift import Attribution
+    from verifylib.numerics.attribution import Attribution
 
     run_dir = Path(run_dir)
     result = ParityResult()
