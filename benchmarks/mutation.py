@@ -99,27 +99,33 @@ NEW_TESTS = ("tests/unit/test_boundaries.py", "tests/unit/test_mutants.py")
 
 MODULES: dict[str, ModuleSpec] = {
     "contracts": ModuleSpec(
-        "verifylib/runtime/contracts.py",
+        "verifylib/runtime/contracts/classify.py",
         ("classify_negative", "classify_positive", "classify_lifecycle", "classify_ggml_positive",
-         "record_problems", "termination", "check_cli_argv", "decode_signal"),
+         "record_problems", "termination"),
         # The checks of the contract against the upstream whisper.cpp sources (a 7 s tree
         # extraction per run) are in tests/physical/test_contracts.py, not selected here.
         ("tests/unit/test_contracts.py", "tests/fake/test_fake_runtime.py", *NEW_TESTS)),
+    "contracts-argv": ModuleSpec(
+        "verifylib/runtime/contracts/argv.py", ("check_cli_argv",),
+        ("tests/unit/test_contracts.py", "tests/fake/test_fake_runtime.py", *NEW_TESTS)),
+    "contracts-signals": ModuleSpec(
+        "verifylib/runtime/contracts/signals.py", ("decode_signal",),
+        ("tests/unit/test_contracts.py", "tests/unit/test_signals.py", *NEW_TESTS)),
     "gates": ModuleSpec(
         "verifylib/evidence/gates.py", ("verdict", "worst", "exit_code"),
         ("tests/unit/test_gates.py", *NEW_TESTS)),
     "scoring": ModuleSpec(
-        "verifylib/evidence/rules/wer.py", ("judge_ggml_vs_source", "judge_hybrid"),
+        "verifylib/evidence/wer/rules.py", ("judge_ggml_vs_source", "judge_hybrid"),
         ("tests/unit/test_scoring.py", *NEW_TESTS)),
     "parity": ModuleSpec(
-        "verifylib/evidence/rules/parity.py", ("judge_parity", "recheck_measurement"),
+        "verifylib/evidence/parity/rules.py", ("judge_parity", "recheck_measurement"),
         ("tests/unit/test_parity.py", *NEW_TESTS),
         # Each runs an export stage (the tests with the real tiny.en model are in
         # tests/physical/test_parity.py, not selected here).
         deselect=("tests/unit/test_parity.py::test_export_rule_fails_closed_on_edited_evidence",
                   "tests/unit/test_parity.py::test_compile_rule_requires_the_derived_path")),
     "placement": ModuleSpec(
-        "verifylib/evidence/rules/placement.py", ("judge_plan",), ("tests/unit/test_placement.py", *NEW_TESTS)),
+        "verifylib/evidence/placement/rules.py", ("judge_plan",), ("tests/unit/test_placement.py", *NEW_TESTS)),
     "parity_numbers": ModuleSpec(
         "verifylib/numerics/parity.py", ("snr_from_energies", "cosine_from_sums"),
         ("tests/unit/test_parity.py", *NEW_TESTS)),

@@ -108,7 +108,7 @@ STAGES = {
         "AddressSanitizer builds (informational: what ASan reports), the fail-closed Core ML "
         "negative control (first run only) and the four-condition positive gate (one warm-up, "
         "one measured run).",
-        ["# The typed result (verifylib.evidence.results.canary.CanaryResult); None where a gate did not run\n"
+        ["# The typed result (verifylib.evidence.canary.result.CanaryResult); None where a gate did not run\n"
          "result = report.result\n"
          "lifecycle, sanitizer = result.lifecycle, result.sanitizer\n"
          "negative, positive = result.negative, result.positive",
@@ -123,7 +123,7 @@ STAGES = {
         "by the frozen SNR + cosine policy: the saved ML program executed op by op "
         "(conversion drift, any OS) and the compiled `.mlmodelc` under `ComputeUnit.ALL` "
         "(runtime drift, macOS); error histogram, SNR along time frames and SNR per layer.",
-        ["# The typed result (verifylib.evidence.results.parity.ParityResult): one candidate per parity gate\n"
+        ["# The typed result (verifylib.evidence.parity.result.ParityResult): one candidate per parity gate\n"
          "# that ran; fp32 / fp16 are the ML programs (None when their gate did not run)\n"
          "result = report.result\n"
          "candidates = result.candidates if result else {}\n"
@@ -141,7 +141,7 @@ STAGES = {
         "wer", "WER",
         "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
         "normalized WER and its deltas.",
-        ["# The typed result (verifylib.evidence.results.wer.WerResult; None when wer.ggml_vs_source did\n"
+        ["# The typed result (verifylib.evidence.wer.result.WerResult; None when wer.ggml_vs_source did\n"
          "# not run): one ClipResult per fixture, and the corpus WER of each side\n"
          "result = report.result\n"
          "clips = result.clips if result else []\n"
@@ -154,7 +154,7 @@ STAGES = {
         "placement", "Placement",
         "`MLComputePlan` per-operation preferred devices and cost shares for the published "
         "`.mlmodelc`.",
-        ["# The typed result (verifylib.evidence.results.placement.PlacementResult; None when placement.plan did\n"
+        ["# The typed result (verifylib.evidence.placement.result.PlacementResult; None when placement.plan did\n"
          "# not run): variant -> its plan (ops, cost_by_device, cost_sum, claim)\n"
          "result = report.result\n"
          "plans = result.plans if result else {}",

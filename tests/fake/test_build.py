@@ -10,7 +10,7 @@ import pytest
 
 from verifylib import canonical
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.build import judge_ggml_build
+from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.runtime import contracts
 from verifylib.whispercpp.build import (BuildError, build_evidence, build_whisper_cli,
                                         compiler_identity, probe_system_info)

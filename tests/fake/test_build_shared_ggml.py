@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verifylib import canonical
-from verifylib.evidence.schemas.build import GgmlBuildEvidence
+from verifylib.evidence.build.schema import GgmlBuildEvidence
 from verifylib.whispercpp import build
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"

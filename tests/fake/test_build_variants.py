@@ -12,13 +12,13 @@ from verifylib.stages import artifacts
 from verifylib.whispercpp import build
 from verifylib import canonical
 from verifylib.evidence import gates
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.whispercpp.build import build_whisper_cli
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.gates import Status
 from verifylib.stages.context import StageContext
 from verifylib.stages import build as stage_build
-from verifylib.evidence.rules import build as build_rules
+from verifylib.evidence.build import rules as build_rules
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"

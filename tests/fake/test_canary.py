@@ -20,7 +20,7 @@ from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.gates import Status
 from verifylib.stages import canary
 from verifylib.stages.artifacts import unpatched_binary
-from verifylib.evidence.rules import canary as canary_rules
+from verifylib.evidence.canary import rules as canary_rules
 
 from tests.helpers.canary import (CLEAN, FAKE_MAC, ctx_for, fake, fake_bins,
                                   forge_prerequisites, judge, make_params)

@@ -492,7 +492,7 @@ def _two_clip_texts(tmp_path):
                                           ("coreml-nonsense:clip=jfk", "jfk")])
 def test_wer_hybrid_catches_nonsense_on_one_clip(tmp_path, scenario, bad):
     from verifylib import canonical, params
-    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence import registry as rules
     from verifylib.evidence.records import EvidenceView
     from verifylib.evidence.gates import Status
     from verifylib.stages.context import StageContext
@@ -575,7 +575,7 @@ def test_flaky_core_ml_the_other_way_round_with_a_state_argument(files):
 def test_flaky_core_ml_fails_the_positive_gate_on_its_measured_run(files):
     # Default pattern LF: the warm-up loads, the measured run does not. The gate classifies
     # the measured run alone and never retries it.
-    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence import registry as rules
     from verifylib.evidence.records import EvidenceView
     from verifylib.evidence.gates import Status
     from verifylib.stages.context import StageContext

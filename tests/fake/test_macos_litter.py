@@ -19,7 +19,7 @@ import yaml
 from verifylib import canonical, params
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.evidence.build.rules import judge_source_identity
 from verifylib.whispercpp.source.fetch import (SourceSpec, git_tree_id, obtain_source,
                                                source_evidence)
 

@@ -9,7 +9,7 @@ import pytest
 from verifylib import canonical, params
 from verifylib.evidence import gates, receipt
 from verifylib.views import report
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.stages.context import StageContext
 

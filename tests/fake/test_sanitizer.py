@@ -18,15 +18,15 @@ from verifylib.evidence import gates, receipt
 from verifylib.evidence.gates import Status
 from verifylib.evidence.layout import ASAN_SIDECAR
 from verifylib.evidence.records import EvidenceView
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence import registry as rules
 from verifylib.runtime import contracts, sanitizer
 from verifylib.stages import build as build_stage
 from verifylib.stages import canary
 from verifylib.stages.artifacts import asan_build
 from verifylib.stages.context import StageContext
 from verifylib.whispercpp import build, source
-from verifylib.evidence.schemas import canary as canary_schemas
+from verifylib.evidence.canary import schema as canary_schemas
 
 # ----------------------------------------------------------------------------- the stage's runs
 

@@ -16,7 +16,7 @@ from verifylib.whispercpp import source
 from verifylib.evidence.gates import Status
 from verifylib.whispercpp.source.fetch import (SourceError, SourceSpec, git_tree_id,
                                                obtain_source, source_evidence)
-from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.evidence.build.rules import judge_source_identity
 
 from tests.helpers.source_synth import make_tar, make_zip, plain_git, snapshot
 

@@ -13,7 +13,7 @@ from verifylib.whispercpp import source
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.whispercpp.source.patch import (PatchError, check_patch_exact, patch_evidence,
                                                prepare_patched_tree, work_tree_key)
-from verifylib.evidence.rules.build import judge_patch_exact
+from verifylib.evidence.build.rules import judge_patch_exact
 
 from tests.helpers.source_synth import plain_git, snapshot
 

@@ -6,13 +6,13 @@ import pytest
 from tests.helpers import fake_whisper_cli
 from verifylib import canonical, params
 from verifylib.evidence import gates
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.gates import Status
 from verifylib.numerics.scoring import english_normalizer
 from verifylib.stages.context import StageContext
 from verifylib.stages import wer
-from verifylib.evidence.rules import wer as wer_rules
+from verifylib.evidence.wer import rules as wer_rules
 
 from tests.helpers import ROOT
 

@@ -15,7 +15,7 @@ from verifylib.evidence import gates
 from verifylib.evidence.gates import Status
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY
 from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, Reason
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.runtime import sanitizer
 from verifylib.runtime.capabilities import HostCapabilities
 from verifylib.stages.context import StageContext

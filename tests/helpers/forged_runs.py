@@ -8,7 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from tests.helpers.forge import clone, edit_json, relabel, reseal
-from verifylib.numerics.drift import Attribution, _rank, _summaries, derive
+from verifylib.numerics.attribution import Attribution
+from verifylib.numerics.drift import _rank, _summaries, derive
 
 ATTRIBUTION = "evidence/04_parity/program-attribution.json"
 

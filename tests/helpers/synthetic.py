@@ -12,7 +12,7 @@ from pathlib import Path
 
 from verifylib.evidence import gates, receipt
 from verifylib import params
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.stages.context import StageContext

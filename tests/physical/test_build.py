@@ -10,8 +10,8 @@ import pytest
 
 from verifylib import canonical
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules import build as build_rules
-from verifylib.evidence.rules.build import judge_ggml_build
+from verifylib.evidence.build import rules as build_rules
+from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source
 from verifylib.whispercpp.build import build_evidence, build_whisper_cli, probe_system_info

@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import ROOT
 from verifylib import canonical
 from verifylib.cli import main as cli
-from verifylib.numerics.drift import EMBEDDINGS, check_document, map_program
+from verifylib.numerics.drift import check_document
+from verifylib.numerics.program_map import EMBEDDINGS, map_program
 
 PARAMS = ROOT / "parameters" / "tiny-en.yaml"
 DEFECT_LAYER = 2

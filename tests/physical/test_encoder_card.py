@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from verifylib.models.coreml_export import FLOAT16_IO_REASON, describe_mlpackage
-from verifylib.models.encoder_card import (EncoderCard, contract_check, declared_policy,
-                                           describe_encoder)
+from verifylib.models.encoder_card import EncoderCard, contract_check, declared_policy
+from verifylib.models.encoder_reader import describe_encoder
 
 
 def test_tiny_en_fp32_card(tiny_en_export):

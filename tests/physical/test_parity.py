@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.encoders import edit_weight
 from verifylib import canonical
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.parity import judge_parity
+from verifylib.evidence.parity.rules import judge_parity
 from verifylib.numerics.parity import FP16_POLICY, FP32_POLICY, compare, policy_record
 from verifylib.numerics.scoring import load_policy
 
@@ -237,7 +237,7 @@ def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run)
     assert again.noise_energy == pytest.approx(float(stored.noise_energy), rel=1e-12)
     # The stage's result is what open_run's builder reads back from the evidence.
     from verifylib.evidence.layout import recorded_gates
-    from verifylib.evidence.results.parity import parity_result_from_evidence
+    from verifylib.evidence.parity.result import parity_result_from_evidence
     back = parity_result_from_evidence(run_dir, recorded_gates(run_dir))
     assert back.candidates.keys() == res.candidates.keys()
     assert back.candidates["parity.program_fp16"].attribution == fp16

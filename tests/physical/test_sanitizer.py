@@ -7,7 +7,7 @@ import pytest
 from tests.helpers.canary import make_params
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceView
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.runtime import contracts, sanitizer
 from verifylib.stages import canary
 from verifylib.stages.context import StageContext

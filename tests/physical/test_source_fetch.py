@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers.source_synth import V185_SDIST_SHA256, V185_TREE
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.evidence.build.rules import judge_source_identity
 from verifylib.whispercpp.source.fetch import git_tree_id, source_evidence
 
 

@@ -29,7 +29,7 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.upstream import PACKAGE, SDISTS
 from verifylib.cli import main as cli
-from verifylib.numerics import drift
+from verifylib.numerics import attribution, drift
 from verifylib.numerics.mil_exec import execute, load_program
 from verifylib.numerics.parity import compare
 
@@ -164,7 +164,7 @@ def test_plain_path_attribution_maps_openai_modules_and_says_what_it_did_not(pro
     assert by_name[ln.outputs[0].name].module == "layers.0.self_attn_layer_norm"
     # Every compared value is fp16 arithmetic against HF's float32: 50-75 dB, never exact.
     assert all(45 < o.snr_db < 80 for o in att.ops if o.module)
-    assert drift.mapping_sentence(att) == ("44 of 105 ops mapped to a reference module; "
+    assert attribution.mapping_sentence(att) == ("44 of 105 ops mapped to a reference module; "
                                            "conversion drift was not attributed for the "
                                            "other 61")
 
@@ -207,7 +207,7 @@ def test_ane_path_attribution_maps_its_convs_and_leaves_the_folded_query(program
     assert all(45 < o.snr_db < 80 for o in att.ops if o.module)
     # A split is measured on all its outputs: no einsum reading head 1..5 starts exact.
     assert all(o.precision_delta_snr_db > -30 for o in att.ops if o.type == "einsum")
-    assert "of 147 ops mapped" in drift.mapping_sentence(att)
+    assert "of 147 ops mapped" in attribution.mapping_sentence(att)
 
 
 def check_ok(att) -> bool:

@@ -85,7 +85,7 @@ def _evidence(tmp_path, cache, bundle, binary, ggml_file, source_texts):
 def test_a_broken_conversion_fails_and_a_faithful_one_passes(tmp_path, cache_root, tiny_en_info,
                                                               tiny_en_bundle, v185_ggml_build):
     from verifylib.evidence.gates import Status
-    from verifylib.evidence.rules.wer import judge_ggml_vs_source
+    from verifylib.evidence.wer.rules import judge_ggml_vs_source
     from verifylib.models.ggml_writer import write_ggml_model
 
     binary = v185_ggml_build.result.binary

@@ -40,7 +40,7 @@ from tests.simmac import Scenario, SimulatedMac
 from verifylib import canonical
 from verifylib.canonical import tree_digest
 from verifylib.evidence import gates, receipt
-from verifylib.evidence.schemas.export import CompileEvidence
+from verifylib.evidence.export.schema import CompileEvidence
 from verifylib.runtime import contracts
 
 pytestmark = pytest.mark.physical  # real whisper.cpp builds and launches, as test_scenarios
@@ -164,7 +164,7 @@ def test_another_models_encoder_fails_the_pair(mac):
 # ----------------------------------------------------------------------------- stage 04
 
 def test_program_parity_is_measured_through_compiled_mlmodel(mac):
-    from verifylib.evidence.rules.parity import judge_parity
+    from verifylib.evidence.parity.rules import judge_parity
     run = mac["ours"]
     rec = gate_records(run)["parity.program"]
     doc = canonical.read_json(run / "evidence/04_parity/program.json")
@@ -217,7 +217,7 @@ def test_verify_rederives_the_policy_from_the_published_encoder(mac, tmp_path):
     from tests.helpers.forge import clone, reseal
     from verifylib.evidence.declarations import declaration_problems
     from verifylib.evidence.records import GateRecord
-    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.encoder_reader import describe_encoder
     from verifylib.models.ggml_file import open_ggml
     from verifylib.numerics.parity import choose_parity_policy
 

@@ -17,7 +17,7 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
 from verifylib.evidence import gates, receipt
 from verifylib.evidence.gates import Verdict
-from verifylib.evidence.results.wer import PRIVATE
+from verifylib.evidence.wer.result import PRIVATE
 from verifylib.evidence.runs import RunInvalid, open_run
 from verifylib.numerics.arrays import ArrayFile
 
@@ -100,7 +100,7 @@ def test_each_stage_reads_back_as_it_returned(published, stage):
 
 @pytest.mark.physical
 def test_parity_reads_back_as_it_returned(published):
-    # Stage 04's builder is verifylib.evidence.results.parity.parity_result_from_evidence.
+    # Stage 04's builder is verifylib.evidence.parity.result.parity_result_from_evidence.
     want = published.reports["04_parity"]
     run = open_run(published.run_dir)
     got = run.report("04_parity")

@@ -145,7 +145,7 @@ def _escaped_in_view(run_dir: Path) -> None:
     # raw text, escaped.
     assert clip["reference"].startswith("alert") and "<" not in clip["reference"]
     raw = "<script>alert('x')</script> light rain"
-    from verifylib.evidence.results import wer as wer_results
+    from verifylib.evidence.wer import result as wer_results
     from verifylib.views import render
     from verifylib.views.wer import RATE_OF, clip_alignments
     corpus = wer_results.CorpusWer(0.0, 0.0, 0.0)
@@ -530,7 +530,7 @@ def test_mac_recorded_signal_verified_on_linux(tmp_path):
     import hashlib
 
     from verifylib.evidence.records import EvidenceRef, EvidenceView
-    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence import registry as rules
     from verifylib.runtime import contracts
     model_arg = "/Users/me/run/fp32/ggml-model.bin"
     encoder = "/Users/me/run/fp32/ggml-model-encoder.mlmodelc"

@@ -201,7 +201,7 @@ def _analysis(folder, sim, units=None):
 
 
 def test_the_plan_has_the_rows_core_ml_gives(compiled, mac):
-    from verifylib.evidence.rules.placement import judge_plan
+    from verifylib.evidence.placement.rules import judge_plan
     from verifylib.models import compute_plan as cpm
     a = _analysis(compiled[0], mac())
     kinds = {o["operator"]: cpm.row_kind(o["operator"], o["preferred"], o["cost"])
@@ -241,7 +241,7 @@ def test_the_plan_honours_the_compute_units(compiled, mac, units, preferred, sup
 
 
 def test_a_costed_compute_operation_without_a_device_fails_the_rule(compiled, mac):
-    from verifylib.evidence.rules.placement import judge_plan
+    from verifylib.evidence.placement.rules import judge_plan
     from verifylib.models import compute_plan as cpm
     a = _analysis(compiled[0], mac(plan="no-device"))
     j = judge_plan(cpm.placement_evidence(a, "fp16", "d" * 64))
@@ -310,7 +310,7 @@ def test_a_package_is_not_loaded_as_a_compiled_model(compiled, mac):
 def test_the_compiler_writes_coremlcs_file_set_and_nothing_more(compiled):
     from coremltools.proto import Model_pb2
 
-    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.encoder_reader import describe_encoder
     folder, _, pkg = compiled
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["analytics/coremldata.bin", "coremldata.bin", "metadata.json",

@@ -17,9 +17,9 @@ from verifylib.errors import ParametersInvalid
 from verifylib.evidence import identities
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceRef, EvidenceView
-from verifylib.evidence.rules import build as build_rules
-from verifylib.evidence.rules.registry import RULES
-from verifylib.evidence.schemas.build import CoremlBuildEvidence, GgmlBuildEvidence
+from verifylib.evidence.build import rules as build_rules
+from verifylib.evidence.registry import RULES
+from verifylib.evidence.build.schema import CoremlBuildEvidence, GgmlBuildEvidence
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult
 from verifylib.whispercpp import build
@@ -355,7 +355,7 @@ def test_the_stage_takes_the_parameter_and_old_parameters_mean_cpu():
 
 
 def test_the_facts_table_shows_each_builds_backend():
-    from verifylib.evidence.results.facts import (CoremlBuildFacts, GgmlBuildFacts,
+    from verifylib.evidence.build.facts import (CoremlBuildFacts, GgmlBuildFacts,
                                                   SidecarBuildFacts)
     rows = dict(GgmlBuildFacts("b", "1" * 64, True, 0.1, SYSINFO, {}, "cpu", "cpu").rows())
     assert rows["ggml backend"] == "cpu (pinned; the probe chose cpu)"

@@ -21,16 +21,16 @@ import pytest
 
 from verifylib.runtime import contracts
 from verifylib.models import compute_plan as placement
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, cosine_from_sums, policy_record,
                                        snr_from_energies)
-from verifylib.evidence.rules.parity import judge_parity
+from verifylib.evidence.parity.rules import judge_parity
 from verifylib.numerics.scoring import corpus_wer, load_policy
-from verifylib.evidence.rules.wer import judge_ggml_vs_source, judge_hybrid
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.rules import placement as placement_rules
-from verifylib.evidence.schemas import canary as canary_schemas
+from verifylib.evidence.wer.rules import judge_ggml_vs_source, judge_hybrid
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence.placement import rules as placement_rules
+from verifylib.evidence.canary import schema as canary_schemas
 
 # ----------------------------------------------------------------------------- builders
 

@@ -10,7 +10,7 @@ import pytest
 
 from verifylib import canonical
 from verifylib.whispercpp.build import build_key, effective_options, parse_system_info
-from verifylib.evidence.rules.build import judge_ggml_build
+from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.evidence.gates import Status
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
@@ -77,7 +77,7 @@ def test_effective_options_force_static_release_and_variant_flags():
 
 def good_evidence() -> dict:
     # A complete build.ggml document, shaped as build_evidence writes it (the judge parses
-    # it strictly with verifylib.evidence.schemas.build).
+    # it strictly with verifylib.evidence.build.schema).
     return {"built": True, "variant": "ggml", "key": "k", "binary": "/c/builds/k/whisper-cli",
             "sha256": "1" * 64, "recorded_sha256": "1" * 64, "static": True,
             "needed_libs": ["libgomp.so.1", "libstdc++.so.6", "libc.so.6"],
@@ -120,7 +120,7 @@ def test_judge_ggml_build_pass_and_each_failure():
     for probe_change, needle in [({"returncode": 139, "signal": "SIGSEGV"}, "SIGSEGV"),
                                  ({"returncode": None, "timed_out": True}, "timed out True"),
                                  ({"returncode": 3}, "returncode 3"),
-                                 ({"returncode": True}, "returncode True"),
+                                 ({"returncode": True}, "probe.returncode: expected an integer or null, got boolean True"),
                                  ({"argv": ["/elsewhere/whisper-cli"]}, "published binary"),
                                  ({"argv": ["/c/builds/k/whisper-cli", "-np"]}, "forbidden")]:
         ev = good_evidence()

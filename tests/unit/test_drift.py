@@ -10,8 +10,9 @@ import math
 import pytest
 
 from verifylib import canonical
-from verifylib.numerics.drift import (CEILING_DB, Attribution, OpDrift, check_document, derive,
-                                      weight_module, module_keys)
+from verifylib.numerics.attribution import CEILING_DB, Attribution, OpDrift
+from verifylib.numerics.drift import check_document, derive
+from verifylib.numerics.program_map import module_keys, weight_module
 
 
 def test_weight_names_map_to_the_longest_module_path():

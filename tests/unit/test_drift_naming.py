@@ -14,10 +14,11 @@ import torch
 
 from verifylib.cli.drift import format_top
 from verifylib.numerics import drift
-from verifylib.numerics.drift import (EMBEDDINGS, Attribution, OpDrift, check_document,
-                                      empty_ranking_sentence, map_program, mapping_sentence,
-                                      module_keys, openai_module_path, reference_layout,
-                                      weight_module)
+from verifylib.numerics.attribution import (Attribution, OpDrift, empty_ranking_sentence,
+                                            mapping_sentence)
+from verifylib.numerics.drift import check_document, reference_layout
+from verifylib.numerics.program_map import (EMBEDDINGS, map_program, module_keys,
+                                            openai_module_path, weight_module)
 from verifylib.numerics.mil_exec import Op, Program, Value
 
 LEAVES = ("self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",

@@ -18,8 +18,9 @@ from verifylib.errors import EvidenceInvalid, ParametersInvalid
 from verifylib.models.coreml_export import (FLOAT16_IO_REASON, EncoderContract,
                                             contract_problems, describe_mlpackage)
 from verifylib.models.encoder_card import (EncoderCard, EncoderInvalid, PolicyUndetermined,
-                                           contract_check, declared_policy, describe_encoder,
-                                           parse_mil_text)
+                                           contract_check, declared_policy)
+from verifylib.models.encoder_reader import describe_encoder
+from verifylib.models.mil_text import parse_mil_text
 
 CONTRACT = EncoderContract(n_mels=4, max_source_positions=6, d_model=8, conv1_stride=1,
                            conv2_stride=2)

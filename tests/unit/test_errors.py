@@ -17,7 +17,7 @@ import pytest
 import verifylib
 from verifylib import canonical, errors, params
 from verifylib.evidence import receipt
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.errors import PrerequisiteBroken, VerifylibError
 from verifylib.evidence.gates import Judgement, Status
 from verifylib.stages.context import StageContext

@@ -87,7 +87,7 @@ def test_exit_codes_and_worst():
 
 
 def test_rules_registry_is_explicit_and_complete():
-    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence import registry as rules
     implemented = {g.id for g in gates.GATES if g.implemented}
     assert set(rules.RULES) == implemented
     # This version implements every gate of the table (canary.sanitizer was the last).
@@ -103,7 +103,7 @@ def test_a_gate_declared_unimplemented_ends_not_run_and_verifies(tmp_path, monke
 
     from verifylib import params
     from verifylib.evidence import receipt
-    from verifylib.evidence.rules import registry as rules
+    from verifylib.evidence import registry as rules
     from verifylib.stages.context import StageContext
     table = tuple(dataclasses.replace(g, implemented=False) if g.id == "canary.sanitizer"
                   else g for g in gates.GATES)

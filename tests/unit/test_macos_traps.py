@@ -34,7 +34,7 @@ from verifylib.batch import kernel
 from verifylib.cli import main as cli
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.evidence.build.rules import judge_source_identity
 
 from tests.helpers import ROOT
 

@@ -23,11 +23,11 @@ from verifylib.errors import ContractBroken, PolicyInvalid
 from verifylib.runtime.contracts import check_cli_argv
 from verifylib.evidence.gates import Judgement, Status, Verdict
 from verifylib.numerics.parity import FP32_POLICY, as_float, cosine_from_sums, snr_from_energies
-from verifylib.evidence.rules.parity import judge_parity, recheck_measurement
+from verifylib.evidence.parity.rules import judge_parity, recheck_measurement
 from verifylib.numerics.scoring import (WordCounts, corpus_wer, count_words, exact_corpus_wer,
                                         policy_fraction)
-from verifylib.evidence.rules.wer import judge_ggml_vs_source, judge_hybrid
-from verifylib.evidence.rules import placement as placement_rules
+from verifylib.evidence.wer.rules import judge_ggml_vs_source, judge_hybrid
+from verifylib.evidence.placement import rules as placement_rules
 
 # ============================================================================ contracts
 

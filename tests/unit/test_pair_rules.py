@@ -15,8 +15,8 @@ from tests.unit.test_schemas_export import DESC, _view, contract_doc
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Capability, Status, capability_of, gate
-from verifylib.evidence.rules.export import RULES
-from verifylib.evidence.schemas.export import PairEvidence
+from verifylib.evidence.export.rules import RULES
+from verifylib.evidence.export.schema import PairEvidence
 from verifylib.numerics.parity import (
     FP16_POLICY,
     FP32_POLICY,

@@ -16,7 +16,7 @@ from verifylib.evidence.gates import Status
 from verifylib.numerics.parity import (FP16_POLICY, FP32_POLICY, as_float, compare,
                                        cosine_from_sums, error_histogram, frame_snr_db,
                                        policy_record, snr_from_energies)
-from verifylib.evidence.rules.parity import judge_parity
+from verifylib.evidence.parity.rules import judge_parity
 from verifylib.numerics.scoring import load_policy
 
 
@@ -147,7 +147,7 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
     """export.contract re-judged on stored evidence: edits to the description, the model
     values or the build facts are caught without touching the artifact."""
     from verifylib.evidence.gates import Status
-    from verifylib.evidence.rules.registry import RULES
+    from verifylib.evidence.registry import RULES
     from verifylib.models.coreml_export import EncoderContract
     import verifylib.stages  # noqa: F401  (registers the rules)
     c = EncoderContract(80, 1500, 384, 1, 2)
@@ -211,7 +211,7 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
 
 def test_compile_rule_requires_the_derived_path(tmp_path):
     from verifylib.evidence.gates import Status
-    from verifylib.evidence.rules.registry import RULES
+    from verifylib.evidence.registry import RULES
     import verifylib.stages  # noqa: F401
     # A complete compile entry, shaped as stage 02 writes it (parsed strictly).
     entry = {"precision": "fp32", "package": "fp32/ggml-model-encoder.mlpackage",

@@ -161,7 +161,7 @@ def test_a_tap_in_no_known_layout_is_recorded_and_shown_not_raised(tmp_path):
 
 def test_unmapped_taps_reach_the_typed_result_and_the_page(tmp_path):
     from verifylib.canonical import dumps, loads
-    from verifylib.evidence.results.parity import Drift
+    from verifylib.evidence.parity.result import Drift
     from verifylib.views import render
 
     mel = RNG.normal(size=(1, T, C)).astype(np.float32)

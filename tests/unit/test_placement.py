@@ -9,7 +9,7 @@ import pytest
 
 from verifylib.models import compute_plan as placement
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules import placement as placement_rules
+from verifylib.evidence.placement import rules as placement_rules
 
 
 # Classes named like coremltools' device classes: the analysis names devices by class.

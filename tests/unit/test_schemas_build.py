@@ -22,19 +22,19 @@ from tests.helpers.edits import delete_at, set_at
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules import build as build_rules
-from verifylib.evidence.schemas import build as schemas
+from verifylib.evidence.build import rules as build_rules
+from verifylib.evidence.build import schema as schemas
 from verifylib.runtime.runner import RunResult
 from verifylib.whispercpp import source
 from verifylib.whispercpp.build import (BenchBuild, BuildResult, SystemInfoProbe, build_evidence,
                                         effective_options)
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 KEY, CML_KEY = "4" * 64, "5" * 64
 SYSINFO = ("system_info: n_threads = 2 / 2 | WHISPER : COREML = 0 | OPENVINO = 0 | "
            "CPU : SSE3 = 1 | AVX2 = 1 | OPENMP = 1 |")
-LAUNCH = {"ledger": "launches.jsonl", "seq": 3, "sha256": "6" * 64}
+LAUNCH = {"seq": 3, "binary_sha256": "6" * 64}
 NO_GPU = "whisper_backend_init_gpu: no GPU found\n"
 BENCH_ERR = b"system_info: COREML = 1 |\n" + NO_GPU.encode()
 
@@ -279,7 +279,7 @@ def test_failed_build_needs_its_error_and_documents_must_be_objects():
                   schemas.SourceEvidence.from_json, schemas.PatchEvidence.from_json):
         with pytest.raises(SchemaError) as info:
             parse([])
-        assert info.value.path == ""
+        assert info.value.path == "document"
     assert build_rules.judge_patch_exact([]).status is Status.FAIL
     assert build_rules.judge_ggml_build({"built": False}, "").detail == \
         "malformed evidence: error: missing"
@@ -298,7 +298,8 @@ def _judged(run_dir, gate_id, docs: dict, blobs: dict = None):
 
 def test_build_facts_are_typed_and_give_the_table(pin, tmp_path):
     from verifylib.evidence.records import EvidenceRef
-    from verifylib.evidence.results.facts import BuildFacts, build_facts_from_evidence, fact_rows
+    from verifylib.evidence.build.facts import BuildFacts, build_facts_from_evidence
+    from verifylib.evidence.reading import fact_rows
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     src, ggml, cml = source_doc(pin, tmp_path), ggml_doc(tmp_path), coreml_doc(tmp_path)

@@ -14,11 +14,12 @@ import pytest
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.schemas import canary as schemas
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence.canary import schema as schemas
+from verifylib.evidence.run_record import Launch
 from verifylib.runtime import contracts, sanitizer
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 
 BIN = {"unpatched": "/cache/builds/" + "a" * 64 + "/bin/whisper-cli",
        "patched": "/cache/builds/" + "b" * 64 + "/bin/whisper-cli"}
@@ -169,7 +170,7 @@ def test_round_trip_keeps_value_types_and_optional_parts():
     assert ev.to_json() == doc
     assert isinstance(ev.to_json()["timeout_s"], int)  # 30 stays 30, not 30.0
     assert ev.sides.unpatched.available is False and ev.sides.unpatched.runs == ()
-    assert ev.sides.patched.runs[0].launch == schemas.Launch(seq=0, binary_sha256=SHA["patched"])
+    assert ev.sides.patched.runs[0].launch == Launch(seq=0, binary_sha256=SHA["patched"])
     assert "launch" not in ev.sides.patched.runs[1].to_json()
     # model and audio are optional in the format (the rule does not read them).
     del doc["model"], doc["audio"]

@@ -20,12 +20,12 @@ from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceRef, EvidenceView
-from verifylib.evidence.rules.export import RULES
-from verifylib.evidence.schemas import export as schemas
+from verifylib.evidence.export.rules import RULES
+from verifylib.evidence.export import schema as schemas
 from verifylib.models.coreml_export import EncoderContract
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 
 HPARAMS = {"n_vocab": 51864, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6,
            "n_audio_layer": 4, "n_text_ctx": 448, "n_text_state": 384, "n_text_head": 6,
@@ -49,7 +49,7 @@ def load_run(launch=True) -> RunResult:
     argv = ["/c/builds/k/whisper-cli", "-m", MODEL_ARG, "-f", "jfk.wav", "-d", "2000"]
     return RunResult(argv=argv, returncode=0, signal=None, timed_out=False, stdout=b"",
                      stderr=LOAD_ERR.encode(), wall_s=0.5612,
-                     launch={"ledger": "launches.jsonl", "seq": 1} if launch else None)
+                     launch={"seq": 1, "binary_sha256": "c" * 64} if launch else None)
 
 
 def ggml_doc(launch=True) -> dict:
@@ -229,14 +229,15 @@ def test_documents_must_be_objects():
                   schemas.ContractEvidence.from_json, schemas.CompileEvidence.from_json):
         with pytest.raises(SchemaError) as info:
             parse(["not", "an", "object"])
-        assert info.value.path == ""
+        assert info.value.path == "document"
 
 
 # ----------------------------------------------------------------------------- typed facts
 
 def test_export_facts_are_typed_and_give_the_table(tmp_path):
     from verifylib.evidence.records import GateRecord, Reason
-    from verifylib.evidence.results.facts import ExportFacts, export_facts_from_evidence, fact_rows
+    from verifylib.evidence.export.facts import ExportFacts, export_facts_from_evidence
+    from verifylib.evidence.reading import fact_rows
 
     def judged(gate_id, docs):
         refs = tuple(EvidenceRef(n, f"{n}.json", canonical.write_json(tmp_path / f"{n}.json", d))

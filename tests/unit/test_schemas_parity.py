@@ -10,10 +10,10 @@ import pytest
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.parity import judge_parity, recheck_measurement
-from verifylib.evidence.schemas.parity import (Artifact, Measurement, MeasurementMetrics,
+from verifylib.evidence.parity.rules import judge_parity, recheck_measurement
+from verifylib.evidence.parity.schema import (Artifact, Measurement, MeasurementMetrics,
                                                ParityEvidence, PolicyRecord)
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
 from verifylib.numerics.parity import FP32_POLICY, compare, policy_record
 from verifylib.numerics.scoring import load_policy
 
@@ -133,7 +133,7 @@ def test_recheck_reads_typed_and_stored_measurements_alike():
 
 def test_the_gate_rule_refuses_a_stored_record_that_does_not_parse(tmp_path):
     from verifylib.evidence.records import EvidenceRef, EvidenceView
-    from verifylib.evidence.rules.parity import RULES
+    from verifylib.evidence.parity.rules import RULES
 
     def judge(doc):
         refs = [EvidenceRef("policy_program", "policy_program.json", canonical.write_json(

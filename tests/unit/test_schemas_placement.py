@@ -10,10 +10,10 @@ from tests.unit.test_placement import ANE, CPU, GPU, FakePlan, _op, fp32_like_pl
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.results.placement import PlacementResult
-from verifylib.evidence.rules.placement import judge_plan
-from verifylib.evidence.schemas.placement import CostNotANumber, PlanEvidence, PlanOp
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.placement.result import PlacementResult
+from verifylib.evidence.placement.rules import judge_plan
+from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence, PlanOp
+from verifylib.evidence.fields import SchemaError
 from verifylib.models import compute_plan as placement
 
 

@@ -9,9 +9,9 @@ import pytest
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.rules import wer as wer_rules
-from verifylib.evidence.schemas.wer import (Counts, HybridClip, HybridEvidence, RunRecord, WerClip, WerEvidence, WerPolicy)
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.wer import rules as wer_rules
+from verifylib.evidence.wer.schema import (Counts, HybridClip, HybridEvidence, RunRecord, WerClip, WerEvidence, WerPolicy)
+from verifylib.evidence.fields import SchemaError
 from verifylib.numerics.scoring import count_words, load_policy
 from verifylib.runtime.runner import RunResult, run_record
 
@@ -243,7 +243,7 @@ DETECT_STDERR = STDERR + b"whisper_full_with_state: auto-detected language: de (
 
 
 def _with_detection(language: str = "de", *, drop_run: bool = False) -> WerEvidence:
-    from verifylib.evidence.schemas.wer import Detected, Heard
+    from verifylib.evidence.wer.schema import Detected, Heard
 
     res = RunResult(argv=["/b/whisper-cli", "-m", "m.bin", "-f", "jfk.wav", "-dl", "-p", "1"],
                     returncode=0, signal=None, timed_out=False, stdout=b"",

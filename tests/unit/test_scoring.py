@@ -9,7 +9,7 @@ from verifylib.errors import PolicyInvalid
 from verifylib.numerics import scoring
 from verifylib.evidence.gates import Status
 from verifylib.numerics.scoring import WordCounts, count_words, corpus_wer
-from verifylib.evidence.rules.wer import judge_ggml_vs_source
+from verifylib.evidence.wer.rules import judge_ggml_vs_source
 
 
 def test_normalizer_is_openais_with_the_pinned_mapping():

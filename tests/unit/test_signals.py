@@ -20,11 +20,10 @@ import pytest
 
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.gates import Status
-from verifylib.evidence.results import canary as canary_results
-from verifylib.evidence.rules import canary as canary_rules
-from verifylib.evidence.schemas import build as build_schemas
-from verifylib.evidence.schemas import canary as canary_schemas
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.canary import result as canary_results
+from verifylib.evidence.canary import rules as canary_rules
+from verifylib.evidence.canary import schema as canary_schemas
+from verifylib.evidence.fields import SchemaError
 from verifylib.runtime import contracts, runner
 from verifylib.runtime.runner import RunResult, run_record
 
@@ -193,15 +192,15 @@ def test_a_clean_darwin_lifecycle_run_is_clean():
 
 # ----------------------------------------------------------------------------- schemas
 
-def test_the_run_record_schemas_keep_the_table():
+def test_the_run_record_schema_keeps_the_table():
+    from verifylib.evidence.run_record import RunRecord
+
     rec = _record(-10, "SIGBUS", "Darwin")
-    assert canary_schemas.RunRecord.from_json(rec).to_json() == rec
-    assert build_schemas.RunRecord.from_json(rec).to_json() == rec
+    assert RunRecord.from_json(rec).to_json() == rec
     old = _record(-10, "SIGUSR1")
-    assert canary_schemas.RunRecord.from_json(old).to_json() == old
-    assert build_schemas.RunRecord.from_json(old).to_json() == old
+    assert RunRecord.from_json(old).to_json() == old
     with pytest.raises(SchemaError, match="signal_table"):
-        canary_schemas.RunRecord.from_json(dict(rec, signal_table=10))
+        RunRecord.from_json(dict(rec, signal_table=10))
 
 
 # ----------------------------------------------------------------------------- the unpatched side on macOS

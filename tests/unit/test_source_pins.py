@@ -6,7 +6,7 @@ import pytest
 
 from verifylib import canonical
 from verifylib.evidence.gates import Status
-from verifylib.evidence.rules.build import judge_source_identity
+from verifylib.evidence.build.rules import judge_source_identity
 from verifylib.whispercpp.source.pins import load_pins
 
 from tests.helpers.source_synth import V185_PATCH_SHA256, V185_TREE

@@ -16,19 +16,19 @@ from verifylib.views.gates import stage_table
 
 from tests.helpers import synthetic
 from verifylib.evidence import gates
-from verifylib.evidence.results import canary as canary_results
-from verifylib.evidence.results import parity as parity_results
-from verifylib.evidence.results import placement as placement_results
-from verifylib.evidence.results import wer as wer_results
+from verifylib.evidence.canary import result as canary_results
+from verifylib.evidence.parity import result as parity_results
+from verifylib.evidence.placement import result as placement_results
+from verifylib.evidence.wer import result as wer_results
 from verifylib import params, views
 from verifylib.views import report
-from verifylib.evidence.rules import registry as rules
+from verifylib.evidence import registry as rules
 from verifylib.evidence.records import GateRecord, Reason
 from verifylib.evidence.gates import Judgement, Status, Verdict
 from verifylib.stages.context import StageContext
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.schemas.parity import Measurement
-from verifylib.evidence.schemas.placement import PlanEvidence
+from verifylib.evidence.parity.schema import Measurement
+from verifylib.evidence.placement.schema import PlanEvidence
 
 from tests.helpers import ROOT
 

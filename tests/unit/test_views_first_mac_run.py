@@ -12,10 +12,10 @@ import pytest
 from verifylib import views
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import GateRecord, Reason, StageReport
-from verifylib.evidence.results import parity as parity_results
-from verifylib.evidence.results import placement as placement_results
-from verifylib.evidence.schemas.parity import Measurement
-from verifylib.evidence.schemas.placement import PlanEvidence
+from verifylib.evidence.parity import result as parity_results
+from verifylib.evidence.placement import result as placement_results
+from verifylib.evidence.parity.schema import Measurement
+from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.models import compute_plan
 from verifylib.numerics.parity import compare
 from verifylib.numerics.scoring import load_policy

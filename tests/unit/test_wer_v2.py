@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from verifylib.evidence.gates import Judgement, Status
-from verifylib.evidence.rules.wer import judge_ggml_vs_source, judge_hybrid
+from verifylib.evidence.wer.rules import judge_ggml_vs_source, judge_hybrid
 from verifylib.numerics.scoring import (count_characters, count_units, load_policy,
                                         normalizer_identities, scoring_for)
 
@@ -276,7 +276,7 @@ def test_a_tokenizer_listing_ids_beyond_the_embedding_is_refused(tmp_path):
 
 
 def test_clips_heard_as_another_language_are_named_above_the_table():
-    from verifylib.evidence.results.wer import ClipResult
+    from verifylib.evidence.wer.result import ClipResult
     from verifylib.numerics.scoring import RATE_OF
     from verifylib.views import render
 
@@ -344,8 +344,8 @@ def test_a_pin_is_required_from_wer_v3_and_refused_before():
 
 def test_published_audio_must_be_the_file_both_legs_heard_and_never_a_private_clips():
     from verifylib.canonical import sha256_bytes
-    from verifylib.evidence.rules.wer import audio_problems
-    from verifylib.evidence.schemas.wer import WerEvidence, audio_evidence
+    from verifylib.evidence.wer.rules import audio_problems
+    from verifylib.evidence.wer.schema import WerEvidence, audio_evidence
 
     heard = b"RIFF....WAVEfmt 16k mono"
     pub = _clip("jfk", "en", "and so", "and so", "and so")
@@ -366,7 +366,7 @@ def test_published_audio_must_be_the_file_both_legs_heard_and_never_a_private_cl
 
 
 def test_a_public_clip_plays_from_the_notebook_and_from_the_report():
-    from verifylib.evidence.results.wer import ClipResult
+    from verifylib.evidence.wer.result import ClipResult
     from verifylib.numerics.scoring import RATE_OF
     from verifylib.views import render, run_link
     from verifylib.views.transcript import rebase_links

@@ -271,7 +271,7 @@ def preflight(params: Params) -> None:
     from verifylib.errors import ParametersInvalid
 
     if params.encoder is not None:
-        from verifylib.models.encoder_card import describe_encoder
+        from verifylib.models.encoder_reader import describe_encoder
         try:
             describe_encoder(params.encoder.path)
         except ParametersInvalid as exc:

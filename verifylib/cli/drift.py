@@ -14,13 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from verifylib.errors import ParametersInvalid
-from verifylib.numerics.drift import (
-    TOP_N,
-    Attribution,
-    attribute,
-    empty_ranking_sentence,
-    mapping_sentence,
-)
+from verifylib.numerics.attribution import Attribution, empty_ranking_sentence, mapping_sentence
+from verifylib.numerics.drift import TOP_N, attribute
 
 
 @dataclass
@@ -132,7 +127,7 @@ def format_top(att: Attribution, n: int = TOP_N) -> str:
     -------
     str
         Both tables, one line per op. An empty one says what it covers
-        (:func:`~verifylib.numerics.drift.empty_ranking_sentence`): ``no op loses anything``
+        (:func:`~verifylib.numerics.attribution.empty_ranking_sentence`): ``no op loses anything``
         only when every op was compared, else how many were and that the others were not.
     """
     lines = []

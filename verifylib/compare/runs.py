@@ -90,7 +90,7 @@ def _float(v: Any) -> float | None:
 
 
 def _region(path: str) -> str:
-    from verifylib.numerics.drift import region
+    from verifylib.numerics.program_map import region
     return region(path)
 
 
@@ -216,7 +216,7 @@ def _gated(c) -> tuple[float | None, float | None]:
     gated = (c.policy or {}).get("gated") or {}
     want_input = gated.get("input", "fixture")
     want_exec = gated.get(f"{c.kind}_execution")
-    for m in c.measurements:  # verifylib.evidence.schemas.parity.Measurement
+    for m in c.measurements:  # verifylib.evidence.parity.schema.Measurement
         if m.input == want_input and (want_exec is None or m.execution == want_exec):
             return _float(m.metrics.snr_db), _float(m.metrics.cosine)
     return None, None

@@ -326,7 +326,8 @@ def build_statement(run_dir: str | os.PathLike, verdict: str | None) -> dict:
     """
     run_dir = Path(run_dir)
     doc, receipt_sha = _read_receipt(run_dir)
-    identities = doc.get("identities") if isinstance(doc.get("identities"), dict) else {}
+    ids = doc.get("identities")
+    identities = ids if isinstance(ids, dict) else {}
     return {
         "_type": STATEMENT_TYPE,
         "subject": [s.to_dict() for s in collect_subjects(run_dir, identities)],

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verifylib.errors import VerifylibError
+from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.records import GateRecord
-from verifylib.evidence.results.common import judged_evidence
 
 
 def _doc(run_dir: Path, records: Mapping[str, GateRecord], gate_id: str, name: str) -> Any:
@@ -76,7 +76,7 @@ def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
         variants = contract.get("variants") or [{}]
         placed = run_dir / str(variants[0].get("path", ""))
         if placed.is_dir():
-            from verifylib.models.encoder_card import describe_encoder
+            from verifylib.models.encoder_reader import describe_encoder
             try:
                 card = describe_encoder(placed)
             except VerifylibError as exc:

@@ -2,7 +2,7 @@
 
 Ids are stable API. Reports, the receipt, the verdict and the exit code are all derived
 from :data:`GATES`; nothing else in the package lists gates. The pass rule of each gate
-lives in :mod:`verifylib.evidence.rules.registry` (gate id -> pure judge), which judges
+lives in :mod:`verifylib.evidence.registry` (gate id -> pure judge), which judges
 the evidence at run time and again inside ``verifylib verify``.
 """
 

@@ -4,7 +4,7 @@
 table and lists every file of the run with its SHA-256. :func:`verify` trusts none of it.
 It re-hashes every file and re-justifies every status with its own knowledge -- the gate
 registry (:mod:`verifylib.evidence.gates`), the rules registry
-(:mod:`verifylib.evidence.rules.registry`, never the stage modules), the packaged policies,
+(:mod:`verifylib.evidence.registry`, never the stage modules), the packaged policies,
 the pin manifest, the runtime contract and the launch ledger -- never with what the
 evidence says about itself:
 
@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
 from verifylib.evidence import accounting, gates
+from verifylib.evidence import registry as rules
 from verifylib.evidence.declarations import declaration_problems
 from verifylib.evidence.gates import NotRunKind, Status
 from verifylib.evidence.layout import (
@@ -45,6 +46,7 @@ from verifylib.evidence.layout import (
     error_filename,
     read_stage_file,
 )
+from verifylib.evidence.receipt_schema import SCHEMA, FileDigest, Receipt, ReceiptGate
 from verifylib.evidence.records import (
     ERROR_EXCEPTION,
     ERROR_KINDS,
@@ -54,8 +56,6 @@ from verifylib.evidence.records import (
     GateRecord,
     Reason,
 )
-from verifylib.evidence.rules import registry as rules
-from verifylib.evidence.schemas.receipt import SCHEMA, FileDigest, Receipt, ReceiptGate
 from verifylib.runtime import ledger
 from verifylib.runtime.capabilities import HostCapabilities
 
@@ -111,8 +111,8 @@ def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
         if not isinstance(data, Mapping):
             continue
         recs = [r for r in data.get("gates", []) if isinstance(r, Mapping)]
-        ids = data.get("identities") if isinstance(data.get("identities"), Mapping) else {}
-        for key, value in ids.items():
+        ids = data.get("identities")
+        for key, value in (ids.items() if isinstance(ids, Mapping) else ()):
             if key in table and table[key] != value:
                 carriers = [r["id"] for r in recs if isinstance(r.get("identities"), Mapping)
                             and key in r["identities"] and r["identities"][key] != table[key]]
@@ -423,7 +423,7 @@ class _Checker:
 
     def rows(self) -> dict[str, dict]:
         gate_rows = self.receipt.get("gates", [])
-        rows = {g.get("id"): g for g in gate_rows if isinstance(g, dict)} \
+        rows = {str(g.get("id")): g for g in gate_rows if isinstance(g, dict)} \
             if isinstance(gate_rows, list) else {}
         if not isinstance(gate_rows, list) or len(rows) != len(gate_rows):
             self.problems.append("receipt gate rows are malformed or duplicated")

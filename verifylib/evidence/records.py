@@ -7,6 +7,7 @@ bytes changed, and the gate's registered rule is re-run on the view by the valid
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -131,7 +132,7 @@ class EvidenceView:
         self._read.add(name)
         return data
 
-    def _load(self, name: str) -> bytes:
+    def _load(self, name: str) -> builtins.bytes:
         if name in self._cache:
             return self._cache[name]
         if name not in self._refs:
@@ -264,11 +265,11 @@ class StageReport:
         Time spent inside the stage's verifylib work.
     facts : BuildFacts, ExportFacts or dict
         Values worth showing (paths, timings, versions): for stages 01 and 02 the typed
-        :class:`~verifylib.evidence.results.facts.BuildFacts` /
-        :class:`~verifylib.evidence.results.facts.ExportFacts`, whose ``rows()`` are the table;
+        :class:`~verifylib.evidence.build.facts.BuildFacts` /
+        :class:`~verifylib.evidence.export.facts.ExportFacts`, whose ``rows()`` are the table;
         an empty dict for the other stages.
     result : object or None
-        The stage's typed result (a dataclass of :mod:`verifylib.evidence.results`), for the stages
+        The stage's typed result (a dataclass of an ``evidence/<stage>/result.py``), for the stages
         whose results are more than a table.
     """
 

@@ -17,9 +17,9 @@ trusting what they read more than ``verifylib verify`` would. A :class:`Run` is 
   (:class:`verifylib.numerics.arrays.ArrayFile`). A changed file raises
   :class:`verifylib.errors.EvidenceInvalid` naming it.
 - **One code path for results.** A stage's typed result (or facts table) is rebuilt from
-  the evidence its gates cite by the same ``*_from_evidence`` function of
-  :mod:`verifylib.evidence.results` the stage itself returned it with; nothing comes
-  from a summary the stage wrote. This module never imports a stage module.
+  the evidence its gates cite by the same ``*_from_evidence`` function (in
+  ``evidence/<stage>/``) the stage itself returned it with; nothing comes from a summary
+  the stage wrote. This module never imports a stage module.
 - **Recorded versus verified.** :attr:`Run.verdict` is what the receipt records;
   :meth:`Run.verify` re-judges every gate with :func:`verifylib.evidence.receipt.verify` and
   returns the verified verdict. That is not done on open (about 0.2 s for a tiny.en run on two
@@ -32,7 +32,6 @@ trusting what they read more than ``verifylib verify`` would. A :class:`Run` is 
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -50,17 +49,32 @@ from verifylib.evidence.layout import (
     RUN_FILE,
     UNPATCHED_SIDECAR,
 )
+from verifylib.evidence.receipt_schema import SCHEMA as RECEIPT_SCHEMA
+from verifylib.evidence.receipt_schema import Receipt, ReceiptInvalid
 from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
-from verifylib.evidence.schemas.receipt import SCHEMA as RECEIPT_SCHEMA
-from verifylib.evidence.schemas.receipt import Receipt, ReceiptInvalid
 from verifylib.params import PARAMETERS_DIR, Params
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
-_RESULT_BUILDERS = {"03_canary": "canary", "04_parity": "parity", "05_wer": "wer",
-                    "06_placement": "placement"}
-"""Stage -> its module of :mod:`verifylib.evidence.results`, whose
-``<module>_result_from_evidence`` builds the stage's typed result."""
+def _result_builder(stage: str):
+    """Return the function that builds a stage's typed result (03-06), imported when asked.
+
+    Each lives beside the stage's documents and rules (``evidence/<stage>/result.py``);
+    imported lazily, so reading a run's receipt loads none of them.
+    """
+    if stage == "03_canary":
+        from verifylib.evidence.canary.result import canary_result_from_evidence
+        return canary_result_from_evidence
+    if stage == "04_parity":
+        from verifylib.evidence.parity.result import parity_result_from_evidence
+        return parity_result_from_evidence
+    if stage == "05_wer":
+        from verifylib.evidence.wer.result import wer_result_from_evidence
+        return wer_result_from_evidence
+    if stage == "06_placement":
+        from verifylib.evidence.placement.result import placement_result_from_evidence
+        return placement_result_from_evidence
+    return None
 
 # The two stage-01 sidecars behind the unpatched and AddressSanitizer rows of its facts.
 _BUILD_SIDECARS = {"unpatched": UNPATCHED_SIDECAR, "asan": ASAN_SIDECAR}
@@ -194,7 +208,8 @@ class Run:
         They are not re-validated, so a run stays readable where its fixture files no longer
         exist.
         """
-        return Params(name=self._record.get("name"), data=copy.deepcopy(self._record["params"]),
+        return Params(name=str(self._record.get("name")),
+                      data=copy.deepcopy(self._record["params"]),
                       origin=str(self.path / RUN_FILE), base_dir=PARAMETERS_DIR)
 
     @property
@@ -432,19 +447,20 @@ class Run:
         Returns
         -------
         BuildFacts, ExportFacts or dict
-            :class:`~verifylib.evidence.results.facts.BuildFacts` for 01_build,
-            :class:`~verifylib.evidence.results.facts.ExportFacts` for 02_export (frozen; their
+            :class:`~verifylib.evidence.build.facts.BuildFacts` for 01_build,
+            :class:`~verifylib.evidence.export.facts.ExportFacts` for 02_export (frozen; their
             ``rows()`` are the table the notebooks show), an empty dict for the others.
         """
         stage = _stage_name(stage)
         if stage not in self._facts:
-            from verifylib.evidence.results import facts as results
             if stage == "01_build":
+                from verifylib.evidence.build.facts import build_facts_from_evidence
                 sc = self.sidecars(stage)
                 sidecars = {role: sc.get(stem) for role, stem in _BUILD_SIDECARS.items()}
-                facts = self._built(stage, results.build_facts_from_evidence, sidecars)
+                facts = self._built(stage, build_facts_from_evidence, sidecars)
             elif stage == "02_export":
-                facts = self._built(stage, results.export_facts_from_evidence)
+                from verifylib.evidence.export.facts import export_facts_from_evidence
+                facts = self._built(stage, export_facts_from_evidence)
             else:
                 facts = {}
             self._facts[stage] = facts
@@ -461,10 +477,11 @@ class Run:
 
         Returns
         -------
-        CanaryResult, ParityResult, WerResult, PlacementResult or None
-            For 03_canary … 06_placement (:mod:`verifylib.evidence.results`); None for 01/02
-            (see :meth:`facts`) and where the stage's builder gives None (WER and placement when
-            their gate did not run). Arrays inside load lazily, digest-checked.
+        BuildFacts, ExportFacts, CanaryResult, ParityResult, WerResult, PlacementResult or None
+            Every stage's: the facts of 01/02 (as :meth:`facts`), the results of 03-06
+            (``evidence/<stage>/result.py``); None where the stage's builder gives None (WER
+            and placement when their gate did not run). Arrays inside load lazily,
+            digest-checked.
 
         Raises
         ------
@@ -473,18 +490,15 @@ class Run:
             (:class:`RunInvalid`).
         """
         stage = _stage_name(stage)
+        if stage in ("01_build", "02_export"):
+            return self.facts(stage)
         if stage not in self._results:
-            name = _RESULT_BUILDERS.get(stage)
-            if name is None:
-                self._results[stage] = None
-            else:
-                module = importlib.import_module(f"verifylib.evidence.results.{name}")
-                builder = getattr(module, f"{name}_result_from_evidence")
-                self._results[stage] = self._built(stage, builder)
+            builder = _result_builder(stage)
+            self._results[stage] = None if builder is None else self._built(stage, builder)
         return self._results[stage]
 
     def _built(self, stage: str, builder, *extra):
-        from verifylib.evidence.schemas.fields import SchemaError  # every stage's schemas
+        from verifylib.evidence.fields import SchemaError  # every stage's schemas
         try:
             return builder(self.path, self._gates, *extra)
         except SchemaError as exc:  # a stage's document without its schema's shape
@@ -520,22 +534,22 @@ class Run:
 
     @property
     def canary(self):
-        """Stage 03's :class:`~verifylib.evidence.results.canary.CanaryResult`."""
+        """Stage 03's :class:`~verifylib.evidence.canary.result.CanaryResult`."""
         return self.result("03_canary")
 
     @property
     def parity(self):
-        """Stage 04's :class:`~verifylib.evidence.results.parity.ParityResult`."""
+        """Stage 04's :class:`~verifylib.evidence.parity.result.ParityResult`."""
         return self.result("04_parity")
 
     @property
     def wer(self):
-        """Stage 05's :class:`~verifylib.evidence.results.wer.WerResult`, or None if not run."""
+        """Stage 05's :class:`~verifylib.evidence.wer.result.WerResult`, or None if not run."""
         return self.result("05_wer")
 
     @property
     def placement(self):
-        """Stage 06's :class:`~verifylib.evidence.results.placement.PlacementResult` or None."""
+        """Stage 06's :class:`~verifylib.evidence.placement.result.PlacementResult` or None."""
         return self.result("06_placement")
 
 

@@ -258,7 +258,7 @@ def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_diges
     -------
     dict
         The ``plan_<variant>`` document
-        (:class:`verifylib.evidence.schemas.placement.PlanEvidence`).
+        (:class:`verifylib.evidence.placement.schema.PlanEvidence`).
     """
     return {"variant": variant, "mlmodelc_digest": mlmodelc_digest,
             "compute_units": "ALL", "ops": analysis.ops,

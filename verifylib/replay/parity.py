@@ -7,7 +7,7 @@ computes from the fixture and the seed (their digests must be the recorded ones)
 a reference encoder computed here. It is REPRODUCED when the replayed candidate outputs
 are within :data:`~verifylib.replay.claims.SNR_REPRODUCED_DB` of the recorded arrays, the
 fresh reference within the same of the recorded reference, and the gate's judgement under
-its policy (:func:`verifylib.evidence.rules.parity.judge_parity`) comes out the same.
+its policy (:func:`verifylib.evidence.parity.rules.judge_parity`) comes out the same.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
     """
     from verifylib.errors import VerifylibError
     from verifylib.evidence.gates import Status
-    from verifylib.evidence.results.parity import CANDIDATE_ARRAYS, REFERENCE_ARRAYS
-    from verifylib.evidence.rules.parity import chosen_policy, judge_parity
-    from verifylib.evidence.schemas.parity import Measurement, ParityEvidence
+    from verifylib.evidence.parity.result import CANDIDATE_ARRAYS, REFERENCE_ARRAYS
+    from verifylib.evidence.parity.rules import chosen_policy, judge_parity
+    from verifylib.evidence.parity.schema import Measurement, ParityEvidence
     from verifylib.runtime import progress
     from verifylib.stages.context import StageContext
     from verifylib.stages.parity import measure_program, reference_run

@@ -2,6 +2,6 @@
 
 Each stage module runs its gates (``run``) and nothing else: what an earlier stage
 published is read through :mod:`verifylib.stages.artifacts`, pass rules live in
-:mod:`verifylib.evidence.rules.registry`, display in :mod:`verifylib.views`. Importing
+:mod:`verifylib.evidence.registry`, display in :mod:`verifylib.views`. Importing
 this package imports no stage, so a notebook kernel loads only the stage it runs.
 """

@@ -35,19 +35,19 @@ from typing import Callable, Mapping
 
 from verifylib.canonical import read_json
 from verifylib.evidence import identities
-from verifylib.evidence.gates import Status
-from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
-from verifylib.evidence.records import StageReport
-from verifylib.evidence.results.facts import build_facts_from_evidence
-from verifylib.evidence.schemas.build import (
+from verifylib.evidence.build.facts import build_facts_from_evidence
+from verifylib.evidence.build.schema import (
     BenchRecord,
     CoremlBuildEvidence,
     FailedBuild,
     GgmlBuildEvidence,
     PatchEvidence,
-    RunRecord,
     SourceEvidence,
 )
+from verifylib.evidence.gates import Status
+from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
+from verifylib.evidence.records import StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts

@@ -41,8 +41,7 @@ from typing import Mapping
 from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
-from verifylib.evidence.records import EvidenceRef, StageReport
-from verifylib.evidence.results.canary import (
+from verifylib.evidence.canary.result import (
     CanaryResult,
     LifecycleSummary,
     NegativeControl,
@@ -50,8 +49,8 @@ from verifylib.evidence.results.canary import (
     SanitizerSummary,
     canary_result_from_evidence,
 )
-from verifylib.evidence.rules.canary import asan_stream_name, stream_name
-from verifylib.evidence.schemas.canary import (
+from verifylib.evidence.canary.rules import asan_stream_name, stream_name
+from verifylib.evidence.canary.schema import (
     SIDES,
     AsanBuild,
     CoremlDigests,
@@ -64,13 +63,14 @@ from verifylib.evidence.schemas.canary import (
     PositiveEvidence,
     PositiveRun,
     PositiveTimeouts,
-    RunRecord,
     SanitizerEvidence,
     SanitizerRun,
     SanitizerSide,
     SanitizerSides,
 )
-from verifylib.evidence.schemas.fields import SchemaError
+from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.records import EvidenceRef, StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -489,7 +489,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     Returns
     -------
     StageReport
-        With ``result`` (:class:`~verifylib.evidence.results.canary.CanaryResult`) holding
+        With ``result`` (:class:`~verifylib.evidence.canary.result.CanaryResult`) holding
         the A/B outcomes and the Core ML runs, shown by :func:`verifylib.views.canary.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)

@@ -2,7 +2,7 @@
 
 A stage (one notebook) opens a :class:`StageContext`, asks :meth:`StageContext.begin` for
 each gate it implements, gathers evidence, and lets the gate's rule
-(:mod:`verifylib.evidence.rules.registry`) judge it. When the stage finishes, a gate the
+(:mod:`verifylib.evidence.registry`) judge it. When the stage finishes, a gate the
 registry declares unimplemented is recorded NOT_RUN(not-implemented); an implemented gate
 the stage never judged is an ERROR, so a gate cannot silently disappear or pass by default.
 Every ERROR cites a stored traceback file; its reason kind is ``prerequisite-broken`` when
@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from verifylib import canonical
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
 from verifylib.evidence import gates
+from verifylib.evidence import registry as rules
 from verifylib.evidence.gates import Gate, NotRunKind, Status
 from verifylib.evidence.layout import (
     EVIDENCE_DIR,
@@ -42,7 +43,6 @@ from verifylib.evidence.records import (
     Reason,
     StageReport,
 )
-from verifylib.evidence.rules import registry as rules
 from verifylib.params import Params
 from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect

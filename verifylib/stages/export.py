@@ -27,15 +27,15 @@ from verifylib import canonical
 from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence import identities
-from verifylib.evidence.records import StageReport
-from verifylib.evidence.results.facts import export_facts_from_evidence
-from verifylib.evidence.schemas.build import RunRecord
-from verifylib.evidence.schemas.export import (
+from verifylib.evidence.export.facts import export_facts_from_evidence
+from verifylib.evidence.export.schema import (
     CompileEvidence,
     ContractEvidence,
     GgmlModelEvidence,
     ModelIntake,
 )
+from verifylib.evidence.records import StageReport
+from verifylib.evidence.run_record import RunRecord
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory

@@ -24,7 +24,7 @@ import time
 
 from verifylib.canonical import sha256_bytes, sha256_file, tree_digest
 from verifylib.evidence import identities
-from verifylib.evidence.schemas.export import PairEvidence, PairFloor, PairInput
+from verifylib.evidence.export.schema import PairEvidence, PairFloor, PairInput
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import PAIR_POLICY, pair_floor, policy_record
 from verifylib.numerics.reference import fixture_logmel, random_logmel

@@ -29,14 +29,13 @@ from typing import Any
 from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
-from verifylib.evidence.records import StageReport
-from verifylib.evidence.results.parity import (
+from verifylib.evidence.parity.result import (
     ATTRIBUTION,
     CANDIDATE_ARRAYS,
     REFERENCE_ARRAYS,
     parity_result_from_evidence,
 )
-from verifylib.evidence.schemas.parity import (
+from verifylib.evidence.parity.schema import (
     Artifact,
     Measurement,
     MeasurementMetrics,
@@ -44,6 +43,7 @@ from verifylib.evidence.schemas.parity import (
     PolicyChoiceRecord,
     PolicyRecord,
 )
+from verifylib.evidence.records import StageReport
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (
@@ -394,7 +394,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
     Returns
     -------
     StageReport
-        ``result`` (:class:`verifylib.evidence.results.parity.ParityResult`) holds, per gate that
+        ``result`` (:class:`verifylib.evidence.parity.result.ParityResult`) holds, per gate that
         ran, the measurements and drift that :func:`verifylib.views.parity.show` tables
         and plots.
     """

@@ -12,9 +12,9 @@ import os
 
 from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.placement.result import placement_result_from_evidence
+from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results.placement import placement_result_from_evidence
-from verifylib.evidence.schemas.placement import PlanEvidence
 from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
 from verifylib.params import Params
 from verifylib.stages.artifacts import published_mlmodelc
@@ -39,7 +39,7 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
     -------
     StageReport
         With ``result``
-        (:class:`~verifylib.evidence.results.placement.PlacementResult`) holding each plan.
+        (:class:`~verifylib.evidence.placement.result.PlacementResult`) holding each plan.
     """
     ctx = StageContext(STAGE, params, run_dir)
     g = ctx.begin("placement.plan")

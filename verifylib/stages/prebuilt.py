@@ -2,7 +2,7 @@
 
 Most users never export an encoder: they download ``ggml-*-encoder.mlmodelc.zip`` or run
 upstream's converter. Such an encoder is read before anything is measured
-(:func:`verifylib.models.encoder_card.describe_encoder`: converter, declared compute
+(:func:`verifylib.models.encoder_reader.describe_encoder`: converter, declared compute
 precision, weight compression, layout, IO contract), checked against the contract derived
 from the model, and copied unchanged into the gated slot
 (``fp32/ggml-model-encoder.mlpackage`` or ``….mlmodelc``: the slot is named after the gated
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.evidence import identities
-from verifylib.evidence.schemas.export import ContractEvidence
+from verifylib.evidence.export.schema import ContractEvidence
 from verifylib.stages.artifacts import (
     ENCODER_COMPILED,
     ENCODER_PACKAGE,
@@ -42,9 +42,9 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
     through_schema : callable
         ``(schema, doc) -> doc`` as the export stage writes its documents.
     """
-    from verifylib.evidence.rules.export import prebuilt_contract_problems
+    from verifylib.evidence.export.rules import prebuilt_contract_problems
     from verifylib.models.coreml_export import build_facts, contract_of
-    from verifylib.models.encoder_card import describe_encoder
+    from verifylib.models.encoder_reader import describe_encoder
     from verifylib.models.hf import load_hf_encoder
     from verifylib.numerics.parity import choose_parity_policy
 

@@ -30,14 +30,14 @@ from typing import Any, Mapping
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.records import StageReport
-from verifylib.evidence.results.wer import wer_result_from_evidence
-from verifylib.evidence.schemas.wer import (
+from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.wer.result import wer_result_from_evidence
+from verifylib.evidence.wer.schema import (
     Counts,
     Detected,
     Heard,
     HybridClip,
     HybridEvidence,
-    RunRecord,
     WerClip,
     WerEvidence,
     WerPolicy,
@@ -390,7 +390,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     Returns
     -------
     StageReport
-        With ``result`` (:class:`~verifylib.evidence.results.wer.WerResult`) holding the
+        With ``result`` (:class:`~verifylib.evidence.wer.result.WerResult`) holding the
         per-clip table shown by :func:`verifylib.views.wer.show`.
     """
     ctx = StageContext(STAGE, params, run_dir)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifylib.evidence.results.facts import fact_rows
+from verifylib.evidence.reading import fact_rows
 from verifylib.views import render, show_html
 
 

@@ -22,7 +22,7 @@ def show(report) -> None:
 
     Each part that did not run is displayed as a note saying why. A clean unpatched side
     that ran on macOS is followed by the note that it is no evidence the defect is gone
-    (:meth:`~verifylib.evidence.results.canary.LifecycleSummary.unpatched_caveat`).
+    (:meth:`~verifylib.evidence.canary.result.LifecycleSummary.unpatched_caveat`).
 
     Parameters
     ----------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from verifylib.numerics.drift import CEILING_DB
+from verifylib.numerics.attribution import CEILING_DB
 
 __all__ = ["snr_cell", "snr_text", "snr_change", "capped_snr", "wer_text", "run_date"]
 
@@ -61,7 +61,7 @@ def snr_text(v: float | None) -> str:
 
 
 def capped_snr(v: float | None) -> float | None:
-    """Cap an SNR for differencing at :data:`verifylib.numerics.drift.CEILING_DB`.
+    """Cap an SNR for differencing at :data:`verifylib.numerics.attribution.CEILING_DB`.
 
     At or above the ceiling an SNR counts as exact (float32 rounding alone gives about
     145-150 dB), so an exact run and one off by rounding do not read as a change.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verifylib.evidence.schemas.parity import Measurement
+from verifylib.evidence.parity.schema import Measurement
 from verifylib.numerics.layouts import LAYOUTS
 from verifylib.numerics.parity import snr_series
 from verifylib.views import display_html
@@ -245,13 +245,13 @@ def attribution(candidate, *, plots: bool = True) -> None:
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.parity.ParityCandidate
+    candidate : verifylib.evidence.parity.result.ParityCandidate
         A program candidate (``parity.program`` or ``parity.program_fp16``); nothing is
         displayed when it has no attribution.
     plots : bool
         Also draw :func:`program_snr_plot` and :func:`worst_ops_plot`.
     """
-    from verifylib.numerics.drift import empty_ranking_sentence, mapping_sentence
+    from verifylib.numerics.attribution import empty_ranking_sentence, mapping_sentence
 
     att = candidate.attribution
     if att is None:
@@ -279,7 +279,7 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
 
     Parameters
     ----------
-    att : verifylib.numerics.drift.Attribution
+    att : verifylib.numerics.attribution.Attribution
         The candidate's op-level attribution.
     start, stop : int, optional
         Op index range to draw.
@@ -348,7 +348,7 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
 
 
 def _region_label(o) -> str:
-    from verifylib.numerics.drift import region
+    from verifylib.numerics.program_map import region
     return region(o.module or o.scope)
 
 
@@ -367,7 +367,7 @@ def worst_ops_plot(att, n: int = 10):
 
     import matplotlib.pyplot as plt
 
-    from verifylib.numerics.drift import empty_ranking_sentence, mapping_sentence
+    from verifylib.numerics.attribution import empty_ranking_sentence, mapping_sentence
 
     fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
     colors = _op_colors(o.type for o in att.ops)
@@ -406,7 +406,7 @@ def layer_frames_plot(candidate, layers=None):
 
     Parameters
     ----------
-    candidate : verifylib.evidence.results.parity.ParityCandidate
+    candidate : verifylib.evidence.parity.result.ParityCandidate
         A program candidate with stored outputs.
     layers : iterable of str, optional
         Labels as in ``candidate.drift.layers`` (``"block 2"`` …); all by default.

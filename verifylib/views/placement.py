@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifylib.evidence.schemas.placement import PlanOp
+from verifylib.evidence.placement.schema import PlanOp
 from verifylib.models.compute_plan import (
     NO_DEVICE,
     NO_DEVICE_OPS,
@@ -129,7 +129,7 @@ def summarize(variant: str, plan) -> PlanSummary:
     ----------
     variant : str
         The variant.
-    plan : verifylib.evidence.schemas.placement.PlanEvidence
+    plan : verifylib.evidence.placement.schema.PlanEvidence
         Its ``placement.plan`` evidence.
 
     Returns

@@ -90,7 +90,7 @@ def clip_alignments(clip) -> dict[str, list[AlignedToken]]:
 
     Parameters
     ----------
-    clip : verifylib.evidence.results.wer.ClipResult
+    clip : verifylib.evidence.wer.result.ClipResult
         A clip with its normalized texts.
 
     Returns

@@ -42,8 +42,8 @@ from typing import Callable
 
 from verifylib.canonical import describe_litter, os_litter
 from verifylib.errors import ParametersInvalid
+from verifylib.evidence.canary.rules import runs_system, unpatched_caveat
 from verifylib.evidence.gates import Capability
-from verifylib.evidence.rules.canary import runs_system, unpatched_caveat
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.runtime.capabilities import detect
@@ -427,7 +427,7 @@ def lifecycle_row(check: str, summary: str, clean: bool, first_bad: str | None,
         The first run that was not clean, described.
     system : str or None
         The OS the runs ran on
-        (:func:`verifylib.evidence.rules.canary.runs_system` of their records).
+        (:func:`verifylib.evidence.canary.rules.runs_system` of their records).
 
     Returns
     -------

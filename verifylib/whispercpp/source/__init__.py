@@ -21,7 +21,7 @@ The package is split by concern:
     tree against its pin (:func:`check_patch_exact`).
 
 The judges of this evidence (source identity, exact patch) live with every other pass
-rule in :mod:`verifylib.evidence.rules.build`; they take plain JSON-able dicts, so
+rule in :mod:`verifylib.evidence.build.rules`; they take plain JSON-able dicts, so
 ``verifylib verify`` can re-judge the stored evidence later without the source tree.
 
 The package re-exports the names below, so a caller can write

@@ -1,0 +1,5 @@
+"""Evidence of stage 04_parity, side by side.
+
+Its typed documents (:mod:`.schema`), the rules that judge its gates (:mod:`.rules`) and the
+result a reader sees (:mod:`.result`).
+"""

@@ -1,0 +1,317 @@
+"""Pass rules of stage 04 (parity).
+
+Each variant's ML program and compiled model against the frozen SNR + cosine policy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
+from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.parity.result import ATTRIBUTION
+from verifylib.evidence.parity.schema import Measurement, ParityEvidence
+from verifylib.numerics.drift import check_document
+from verifylib.numerics.parity import (
+    PAIR_POLICY,
+    POLICY_OF_VARIANT,
+    as_float,
+    choose_parity_policy,
+    compare,
+    cosine_from_sums,
+    pair_floor,
+    snr_from_energies,
+)
+from verifylib.numerics.scoring import load_policy
+
+
+def chosen_policy(variant: str, doc: ParityEvidence | None) -> tuple[str, list[str]]:
+    """Return the policy a parity gate is judged under, and any problem with the choice.
+
+    That is the variant's policy, or the one its recorded choice re-derives (an encoder
+    audited as given, a ggml-file source).
+
+    Parameters
+    ----------
+    variant : str
+        ``fp32`` or ``fp16``.
+    doc : ParityEvidence or None
+        The gate's parity record, if it parses.
+
+    Returns
+    -------
+    (policy_id, problems)
+    """
+    default = POLICY_OF_VARIANT[variant]
+    if doc is None or doc.choice is None:
+        return default, []
+    if variant != "fp32":
+        return default, [f"a {variant} variant records a policy choice; only the audited "
+                         "encoder's gates choose one"]
+    c = doc.choice
+    try:
+        again = choose_parity_policy(c.precision, c.source_ftype)
+    except EvidenceInvalid as exc:
+        return default, [f"the recorded policy choice is malformed: {exc}"]
+    if again.policy_id != c.policy_id:
+        return again.policy_id, [f"the recorded choice {c.policy_id} is not what its declared "
+                                 f"precision {c.precision} and source ftype {c.source_ftype} "
+                                 f"choose ({again.policy_id})"]
+    return again.policy_id, []
+
+
+def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
+    def judge(ev) -> Judgement:
+        problems = []
+        try:
+            first: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
+        except SchemaError:
+            first = None
+        policy_id, chosen = chosen_policy(variant, first)
+        problems += chosen
+        for name in ev.names():
+            if name.startswith("policy_"):
+                problems += policy_file_problems(ev, name, policy_id)
+        try:
+            doc: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
+        except SchemaError as exc:
+            doc = None
+            problems.append(_refusal(exc))
+        if ev.has("drift") and not isinstance(ev.json("drift"), Mapping):
+            problems.append("the drift record is not a mapping")
+        if doc is not None:
+            problems += stored_outputs_problems(doc, ev)
+        if ev.has(ATTRIBUTION):
+            problems += [f"attribution: {p}" for p in check_document(ev.json(ATTRIBUTION))]
+        if problems or doc is None:
+            return Judgement(Status.FAIL, "; ".join(problems))
+        return judge_parity(doc, policy_id, kind)
+    judge.__doc__ = f"Judge {variant} {kind} parity under its variant's or its chosen policy."
+    return judge
+
+
+RULES: dict[str, Callable[[Any], Judgement]] = {
+    "parity.program": _parity_rule("fp32", "program"),
+    "parity.runtime": _parity_rule("fp32", "runtime"),
+    "parity.program_fp16": _parity_rule("fp16", "program"),
+    "parity.runtime_fp16": _parity_rule("fp16", "runtime"),
+}
+"""Gate id to judge, for the gates of stage 04."""
+
+
+def _refusal(exc: SchemaError) -> str:
+    return f"the parity record does not parse: {exc}"
+
+
+def _parsed(doc: ParityEvidence | Mapping[str, Any]) -> ParityEvidence:
+    return doc if isinstance(doc, ParityEvidence) else ParityEvidence.from_json(doc)
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _fmt_db(v: float) -> str:
+    return "inf" if v == math.inf else ("-inf" if v == -math.inf else f"{v:.2f}")
+
+
+def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, float, list[str]]:
+    """Recompute SNR and cosine of one stored measurement from its sums.
+
+    Parameters
+    ----------
+    m : Measurement or mapping
+        The measurement (a mapping is read with :meth:`Measurement.from_json`).
+
+    Returns
+    -------
+    (snr_db, cosine, problems)
+        ``problems`` names any stored figure that disagrees with its sums.
+
+    Raises
+    ------
+    verifylib.evidence.fields.SchemaError
+        If ``m`` is a mapping that does not parse.
+    """
+    if not isinstance(m, Measurement):
+        m = Measurement.from_json(m)
+    met = m.metrics
+    snr = snr_from_energies(met.signal_energy, met.noise_energy)
+    cos = cosine_from_sums(met.dot, met.signal_energy, met.candidate_energy)
+    problems = []
+    if not _same(snr, met.snr_db):
+        problems.append(f"{m.label}: stored SNR {met.snr_db} disagrees with its sums "
+                        f"({snr})")
+    if not _same(cos, met.cosine):
+        problems.append(f"{m.label}: stored cosine {met.cosine} disagrees with its sums "
+                        f"({cos})")
+    return snr, cos, problems
+
+
+def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
+                 kind: str) -> Judgement:
+    """Judge a stored parity record by the fp32-v1 / fp16-v1 rule.
+
+    Parameters
+    ----------
+    evidence : ParityEvidence or mapping
+        ``policy`` (id, sha256, rules), ``variant``, ``artifact`` (``tree_digest`` measured
+        and ``exported_tree_digest`` bound by the export stage) and ``measurements``: a
+        list of ``{input, execution, metrics}`` whose metrics hold the float64 sums. A
+        mapping is read with :meth:`ParityEvidence.from_json`; one that does not parse is
+        a FAIL naming the field.
+    policy_id : str
+        The policy the gate must be judged under (``fp32-v1`` or ``fp16-v1``).
+    kind : str
+        ``"program"`` (MIL-program executor) or ``"runtime"`` (Core ML).
+
+    Returns
+    -------
+    Judgement
+        PASS or FAIL under the policy, with the figures behind the decision.
+    """
+    try:
+        packaged = load_policy(policy_id)
+    except PolicyInvalid as exc:
+        return Judgement.failed(str(exc))
+    try:
+        doc = _parsed(evidence)
+    except SchemaError as exc:
+        return Judgement.failed(_refusal(exc))
+    pol = doc.policy
+    if pol.id != policy_id:
+        return Judgement.failed(f"evidence was measured under policy {pol.id!r}, "
+                                f"not {policy_id}")
+    if pol.sha256 != packaged.sha256 or pol.rules != packaged.rules:
+        return Judgement.failed(f"the stored {policy_id} record differs from the "
+                                f"packaged resource "
+                                f"(sha256 {pol.sha256} vs {packaged.sha256})")
+    rules = packaged.rules
+    if policy_id == PAIR_POLICY:
+        # A quantized source: the gated figure is the fixture through the program, against
+        # the ftype's floor (the choice record names the ftype and the precision).
+        if doc.choice is None or doc.choice.source_ftype is None:
+            return Judgement.failed(f"{PAIR_POLICY} applies only to a recorded quantized "
+                                    "source")
+        want_input = rules["inputs"][0]
+        want_exec = rules[f"{kind}_execution"]
+        try:
+            smin, cmin = pair_floor(rules, doc.choice.source_ftype, doc.choice.precision)
+        except EvidenceInvalid as exc:
+            return Judgement.failed(str(exc))
+    else:
+        # An audited encoder's slot is fp32 whatever it declares: its recorded choice
+        # (re-derived above and by verify) names the policy instead of the variant.
+        if doc.choice is None and doc.variant != rules["variant"]:
+            return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
+        want_input = rules["gated"]["input"]
+        want_exec = rules["gated"][f"{kind}_execution"]
+        smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
+    problems: list[str] = []
+    art = doc.artifact
+    if kind == "program" and (art.path or "").endswith(".mlmodelc"):
+        # A compiled model audited as given: no program to execute, Core ML runs it.
+        want_exec = rules.get("runtime_execution") or rules["gated"]["runtime_execution"]
+    if not art.tree_digest or art.tree_digest != art.exported_tree_digest:
+        problems.append(f"the measured artifact (tree digest {art.tree_digest}) is not "
+                        f"the exported one ({art.exported_tree_digest})")
+    gated = [m for m in doc.measured() if m.input == want_input and m.execution == want_exec]
+    if len(gated) != 1:
+        return Judgement.failed(f"expected exactly one {want_input}/{want_exec} "
+                                f"measurement, found "
+                                f"{len(gated)}")
+    extra = []
+    for m in doc.measured():
+        snr, cos, probs = recheck_measurement(m)
+        problems += probs
+        if m is not gated[0]:
+            extra.append(f"{m.label}: SNR {_fmt_db(snr)} dB, cosine {cos:.9f}")
+    snr, cos, _ = recheck_measurement(gated[0])
+    met = gated[0].metrics
+    figures = (f"{policy_id}, {want_input}/{want_exec}: SNR {_fmt_db(snr)} dB (min {smin:g}), "
+               f"cosine {cos:.9f} (min {cmin:g}), max |err| "
+               f"{met.max_abs_error:.3g}, mean |err| {met.mean_abs_error:.3g}")
+    if extra:
+        figures += "; beside it: " + "; ".join(extra)
+    if not met.finite:
+        problems.append("the candidate output holds non-finite values")
+    if not snr >= smin:
+        problems.append(f"SNR {_fmt_db(snr)} dB below {smin:g} dB")
+    if not cos >= cmin:
+        problems.append(f"cosine {cos:.9f} below {cmin:g}")
+    if problems:
+        return Judgement.failed("; ".join(problems) + f" — {figures}")
+    return Judgement.passed(figures)
+
+
+def _agree(a: Any, b: float) -> bool:
+    try:
+        x = as_float(a)
+    except EvidenceInvalid:
+        return False
+    if math.isnan(x) or math.isnan(b) or math.isinf(x) or math.isinf(b):
+        return (math.isnan(x) and math.isnan(b)) or x == b
+    # The sums are re-taken on another machine's BLAS: agree to 1e-9 relative.
+    return abs(x - b) <= 1e-9 * max(abs(x), abs(b)) + 1e-300
+
+
+def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any], ev) -> list[str]:
+    """Check the stored output arrays against the measurements that cite them.
+
+    When a parity gate cites its candidate's outputs and the reference's outputs
+    (``outputs`` / ``reference_outputs`` ``.npz`` evidence), every stored measurement of
+    the gated execution is re-taken from those arrays: its sums must agree. So the
+    arrays a researcher opens are the ones the gate was judged on.
+
+    Parameters
+    ----------
+    doc : ParityEvidence or mapping
+        The parity record (``measurements``, ``kind``); a mapping is read with
+        :meth:`ParityEvidence.from_json` (one that does not parse is a problem).
+    ev : verifylib.evidence.records.EvidenceView
+        The gate's evidence.
+
+    Returns
+    -------
+    list of str
+        Problems (empty when the arrays agree, or when the gate cites none).
+    """
+    has_out, has_ref = ev.has("outputs"), ev.has("reference_outputs")
+    if not has_out and not has_ref:
+        return []
+    if has_out != has_ref:
+        return ["the gate cites only one of its candidate's and the reference's outputs"]
+    try:
+        parsed = _parsed(doc)
+    except SchemaError as exc:
+        return [_refusal(exc)]
+    out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
+    compiled_only = (parsed.artifact.path or "").endswith(".mlmodelc")
+    execution = "float32" if parsed.kind == "program" and not compiled_only else "coreml-all"
+    problems = []
+    seen = 0
+    for m in parsed.measured():
+        if m.execution != execution:
+            continue
+        kind = m.input
+        if kind not in out or kind not in ref:
+            problems.append(f"no stored {kind} output for the {kind}/{execution} measurement")
+            continue
+        seen += 1
+        try:
+            again = compare(ref[kind], out[kind])
+        except ContractBroken as exc:
+            problems.append(f"stored {kind} outputs: {exc}")
+            continue
+        for key in ("signal_energy", "noise_energy", "dot", "candidate_energy"):
+            stored = getattr(m.metrics, key)
+            if not _agree(stored, getattr(again, key)):
+                problems.append(f"{kind}/{execution}: stored {key} {stored} is not what "
+                                f"the stored outputs give ({getattr(again, key)!r})")
+                break
+    if not seen:
+        problems.append(f"the stored outputs back no {execution} measurement")
+    return problems

@@ -1,0 +1,39 @@
+"""The rules registry: gate id -> pure judge of stored evidence.
+
+Every pass rule of :data:`verifylib.evidence.gates.GATES` is listed in :data:`RULES`, explicitly,
+here and nowhere else. The same function judges a gate at run time (through
+:class:`verifylib.stages.context.GateRun`) and again inside ``verifylib verify``, which imports
+this module and never the stage modules. A rule reads only the evidence view it is given
+and what this version of verifylib ships (the packaged policies, the pin manifest, the
+runtime contract); it never trusts a value the evidence states about itself when the
+validator can know it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from verifylib.evidence.build import rules as build
+from verifylib.evidence.canary import rules as canary
+from verifylib.evidence.export import rules as export
+from verifylib.evidence.gates import Judgement
+from verifylib.evidence.parity import rules as parity
+from verifylib.evidence.placement import rules as placement
+from verifylib.evidence.wer import rules as wer
+
+RuleFn = Callable[[Any], Judgement]
+
+RULES: dict[str, RuleFn] = {**build.RULES, **export.RULES, **canary.RULES, **parity.RULES,
+                            **wer.RULES, **placement.RULES}
+"""Gate id to its judge. A gate the registry declares unimplemented has no entry."""
+
+
+def judge(gate_id: str, evidence) -> Judgement:
+    """Judge ``gate_id`` on an evidence view with its registered rule.
+
+    Raises
+    ------
+    KeyError
+        If the gate has no rule (it is unimplemented in this version).
+    """
+    return RULES[gate_id](evidence)
