@@ -44,18 +44,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from verifylib.evidence.gates import Status
+from verifylib.evidence.gates import (
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PARITY_RUNTIME_FP16,
+    Status,
+)
 
 __all__ = ["Comparison", "RunInfo", "GateCell", "GateRow", "IdentityRow", "LayerCurve",
            "OpCurve", "OpRow", "ModuleRow", "WorstEntry", "WorstRow", "CandidateComparison",
            "ClipRow", "CorpusRow", "WerComparison", "Note", "PROGRAM_GATES", "PARITY_GATE_IDS"]
 
-PROGRAM_GATES = ("parity.program", "parity.program_fp16")
+PROGRAM_GATES = (PARITY_PROGRAM, PARITY_PROGRAM_FP16)
 """The parity gates whose candidate is the ML program: they carry per-layer curves and an
 op-level attribution."""
 
-PARITY_GATE_IDS = ("parity.program", "parity.runtime", "parity.program_fp16",
-                   "parity.runtime_fp16")
+PARITY_GATE_IDS = (PARITY_PROGRAM, PARITY_RUNTIME, PARITY_PROGRAM_FP16,
+                   PARITY_RUNTIME_FP16)
 """Every parity gate, in table order (their gated SNR is compared)."""
 
 

@@ -43,6 +43,7 @@ from verifylib.compare.model import (
 from verifylib.compare.summary import summary_lines
 from verifylib.errors import ParametersInvalid, VerifylibError
 from verifylib.evidence import gates
+from verifylib.evidence.gates import WER_GGML_VS_SOURCE
 from verifylib.evidence.layout import RECEIPT_FILE
 
 __all__ = ["compare_runs", "CompareInputInvalid", "label_for", "default_output_dir"]
@@ -423,7 +424,7 @@ def _wer(opened: Sequence[_Opened], results: Sequence[Any],
         return None
     for lab, op, r in zip(labels, opened, results):
         if r is None and op.run is not None:
-            g = op.run.gates.get("wer.ggml_vs_source")
+            g = op.run.gates.get(WER_GGML_VS_SOURCE)
             why = f"{g.status.value} {g.reason.kind}" if g is not None else "missing"
             notes.append(Note("wer", f"run {lab}: no WER result (wer.ggml_vs_source {why}); "
                                      f"its column is empty"))

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verifylib.errors import VerifylibError
+from verifylib.evidence.gates import (
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+    EXPORT_PAIR,
+    PARITY_PROGRAM,
+)
 from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.records import GateRecord
 
@@ -48,10 +54,10 @@ def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
     params = params or {}
     problems: list[str] = []
     try:
-        ggml = _doc(run_dir, records, "export.ggml_model", "ggml")
-        contract = _doc(run_dir, records, "export.contract", "contract")
-        pair = _doc(run_dir, records, "export.pair", "pair")
-        parity = _doc(run_dir, records, "parity.program", "parity")
+        ggml = _doc(run_dir, records, EXPORT_GGML_MODEL, "ggml")
+        contract = _doc(run_dir, records, EXPORT_CONTRACT, "contract")
+        pair = _doc(run_dir, records, EXPORT_PAIR, "pair")
+        parity = _doc(run_dir, records, PARITY_PROGRAM, "parity")
     except (OSError, ValueError, VerifylibError) as exc:
         return [f"declarations: evidence unreadable: {exc}"]
 

@@ -92,6 +92,29 @@ class Gate:
     proves: str = ""
 
 
+# The gate ids, each written once, here: code names a gate by its constant, never by a
+# literal (docs and tests may spell the ids out).
+BUILD_SOURCE_IDENTITY = "build.source_identity"
+BUILD_PATCH_EXACT = "build.patch_exact"
+BUILD_GGML = "build.ggml"
+BUILD_COREML = "build.coreml"
+EXPORT_GGML_MODEL = "export.ggml_model"
+EXPORT_CONTRACT = "export.contract"
+EXPORT_COMPILE = "export.compile"
+EXPORT_PAIR = "export.pair"
+CANARY_LIFECYCLE_AB = "canary.lifecycle_ab"
+CANARY_COREML_NEGATIVE = "canary.coreml_negative"
+CANARY_COREML_POSITIVE = "canary.coreml_positive"
+PARITY_PROGRAM = "parity.program"
+PARITY_RUNTIME = "parity.runtime"
+WER_GGML_VS_SOURCE = "wer.ggml_vs_source"
+WER_HYBRID = "wer.hybrid"
+PLACEMENT_PLAN = "placement.plan"
+PARITY_PROGRAM_FP16 = "parity.program_fp16"
+PARITY_RUNTIME_FP16 = "parity.runtime_fp16"
+CANARY_SANITIZER = "canary.sanitizer"
+
+
 _CANARY_SWITCH = (("canary.enabled", False),)
 _FP16_SWITCH = (("export.fp16", False),)
 
@@ -102,109 +125,109 @@ def _g(id, stage, required, cap, prereq, rule_text, *, implemented=True, disable
 
 
 PROVES = {
-    "build.source_identity": "The whisper.cpp source that was built is exactly the pinned "
+    BUILD_SOURCE_IDENTITY: "The whisper.cpp source that was built is exactly the pinned "
                              "release.",
-    "build.patch_exact": "The only change made to that source is the declared patch.",
-    "build.ggml": "A whisper-cli without Core ML was built from it; its digest identifies every "
+    BUILD_PATCH_EXACT: "The only change made to that source is the declared patch.",
+    BUILD_GGML: "A whisper-cli without Core ML was built from it; its digest identifies every "
                   "GGML run below.",
-    "build.coreml": "A whisper-cli with Core ML, and no silent fallback to GGML, was built from "
+    BUILD_COREML: "A whisper-cli with Core ML, and no silent fallback to GGML, was built from "
                     "the same source.",
-    "export.ggml_model": "The model file whisper.cpp reads was written from this model and "
+    EXPORT_GGML_MODEL: "The model file whisper.cpp reads was written from this model and "
                          "loads in the built binary.",
-    "export.contract": "The Core ML encoder takes and returns exactly the tensors whisper.cpp "
+    EXPORT_CONTRACT: "The Core ML encoder takes and returns exactly the tensors whisper.cpp "
                        "hands it.",
-    "export.compile": "The encoder was compiled to the .mlmodelc at the path whisper.cpp "
+    EXPORT_COMPILE: "The encoder was compiled to the .mlmodelc at the path whisper.cpp "
                       "derives from its -m argument.",
-    "export.pair": "The Core ML encoder and the ggml file hold the same model, not merely "
+    EXPORT_PAIR: "The Core ML encoder and the ggml file hold the same model, not merely "
                    "models of the same shape.",
-    "canary.lifecycle_ab": "The patched build exits cleanly through the code path that "
+    CANARY_LIFECYCLE_AB: "The patched build exits cleanly through the code path that "
                            "crashes unpatched builds.",
-    "canary.coreml_negative": "Without its encoder the Core ML build fails loudly instead of "
+    CANARY_COREML_NEGATIVE: "Without its encoder the Core ML build fails loudly instead of "
                               "falling back to GGML.",
-    "canary.coreml_positive": "whisper.cpp loaded and ran the Core ML encoder in the measured "
+    CANARY_COREML_POSITIVE: "whisper.cpp loaded and ran the Core ML encoder in the measured "
                               "run.",
-    "parity.program": "The converted encoder computes what the Hugging Face encoder computes, "
+    PARITY_PROGRAM: "The converted encoder computes what the Hugging Face encoder computes, "
                       "within the fp32 policy.",
-    "parity.runtime": "Core ML's own execution of the compiled encoder stays within the fp32 "
+    PARITY_RUNTIME: "Core ML's own execution of the compiled encoder stays within the fp32 "
                       "policy.",
-    "wer.ggml_vs_source": "Converting the model to whisper.cpp's format costs no accuracy "
+    WER_GGML_VS_SOURCE: "Converting the model to whisper.cpp's format costs no accuracy "
                           "beyond the policy.",
-    "wer.hybrid": "Transcripts made with the Core ML encoder are as accurate as GGML's, and "
+    WER_HYBRID: "Transcripts made with the Core ML encoder are as accurate as GGML's, and "
                   "never silently empty.",
-    "placement.plan": "Core ML's plan says where each operation of the encoder runs (Neural "
+    PLACEMENT_PLAN: "Core ML's plan says where each operation of the encoder runs (Neural "
                       "Engine, GPU or CPU) and what it costs.",
-    "parity.program_fp16": "What fp16 precision costs the converted encoder, measured "
+    PARITY_PROGRAM_FP16: "What fp16 precision costs the converted encoder, measured "
                            "(informational).",
-    "parity.runtime_fp16": "What fp16 precision costs under Core ML's own execution, measured "
+    PARITY_RUNTIME_FP16: "What fp16 precision costs under Core ML's own execution, measured "
                            "(informational).",
-    "canary.sanitizer": "AddressSanitizer sees the unpatched defect and no memory error in "
+    CANARY_SANITIZER: "AddressSanitizer sees the unpatched defect and no memory error in "
                         "the patched build (informational).",
 }
 """What each gate's PASS proves, in one sentence: :attr:`Gate.proves`, written once here."""
 
 
 GATES: tuple[Gate, ...] = (
-    _g("build.source_identity", "01_build", True, Capability.ANY, [],
+    _g(BUILD_SOURCE_IDENTITY, "01_build", True, Capability.ANY, [],
        "source tree's git tree id (git add -A -f) equals the pin's"),
-    _g("build.patch_exact", "01_build", True, Capability.ANY, ["build.source_identity"],
+    _g(BUILD_PATCH_EXACT, "01_build", True, Capability.ANY, [BUILD_SOURCE_IDENTITY],
        "before and after the build the tree differs from the pin by exactly the declared "
        "patch bytes, nothing else, ignored files included"),
-    _g("build.ggml", "01_build", True, Capability.ANY, ["build.patch_exact"],
+    _g(BUILD_GGML, "01_build", True, Capability.ANY, [BUILD_PATCH_EXACT],
        "patched non-Core-ML whisper-cli built statically, SHA-256 recorded, system_info "
        "shows COREML = 0"),
-    _g("build.coreml", "01_build", True, Capability.MACOS_XCODE, ["build.patch_exact"],
+    _g(BUILD_COREML, "01_build", True, Capability.MACOS_XCODE, [BUILD_PATCH_EXACT],
        "Core ML build, fallback OFF, own dir, SHA-256, COREML = 1"),
-    _g("export.ggml_model", "02_export", True, Capability.ANY, ["build.ggml"],
+    _g(EXPORT_GGML_MODEL, "02_export", True, Capability.ANY, [BUILD_GGML],
        "ggml-model.bin written from the HF model and loaded by build.ggml's binary"),
-    _g("export.contract", "02_export", True, Capability.ANY, [],
+    _g(EXPORT_CONTRACT, "02_export", True, Capability.ANY, [],
        "saved fp32 .mlpackage has logmel_data/output, float32, contract shapes from config"),
-    _g("export.compile", "02_export", True, Capability.MACOS_XCODE, ["export.contract"],
+    _g(EXPORT_COMPILE, "02_export", True, Capability.MACOS_XCODE, [EXPORT_CONTRACT],
        ".mlmodelc compiled, placed at coreml_encoder_path(-m), tree digest recorded"),
-    _g("export.pair", "02_export", True, Capability.ANY,
-       ["export.ggml_model", "export.contract"],
+    _g(EXPORT_PAIR, "02_export", True, Capability.ANY,
+       [EXPORT_GGML_MODEL, EXPORT_CONTRACT],
        "pair-v1: the encoder (its ML program; a .mlmodelc through CompiledMLModel on macOS) "
        "and the encoder rebuilt from the .bin's own weights agree on the real and on a seeded "
        "random log-mel, each above the floor for the .bin's ftype and the encoder's declared "
        "precision"),
-    _g("canary.lifecycle_ab", "03_canary", True, Capability.ANY, ["build.ggml"],
+    _g(CANARY_LIFECYCLE_AB, "03_canary", True, Capability.ANY, [BUILD_GGML],
        "patched build: N/N exit 3 + both markers, no signal (unpatched outcomes recorded, "
        "not gated)", disabled_by=_CANARY_SWITCH),
-    _g("canary.coreml_negative", "03_canary", True, Capability.MACOS,
-       ["build.coreml", "export.ggml_model"],
+    _g(CANARY_COREML_NEGATIVE, "03_canary", True, Capability.MACOS,
+       [BUILD_COREML, EXPORT_GGML_MODEL],
        "exit exactly 3 + load-failure + init-failure markers, no signal, first run only",
        disabled_by=_CANARY_SWITCH),
-    _g("canary.coreml_positive", "03_canary", True, Capability.MACOS,
-       ["build.coreml", "export.compile", "canary.coreml_negative"],
+    _g(CANARY_COREML_POSITIVE, "03_canary", True, Capability.MACOS,
+       [BUILD_COREML, EXPORT_COMPILE, CANARY_COREML_NEGATIVE],
        "the four load conditions (docs/runtime-contract.md §2.3) from the measured run; a "
        "warm-up that crashed, timed out, exited non-zero or fell back fails the gate",
        disabled_by=_CANARY_SWITCH),
-    _g("parity.program", "04_parity", True, Capability.ANY, ["export.contract"],
+    _g(PARITY_PROGRAM, "04_parity", True, Capability.ANY, [EXPORT_CONTRACT],
        "MIL program executed in float32 vs HF reference meets the fp32 policy (float64 "
        "shown beside)"),
-    _g("parity.runtime", "04_parity", True, Capability.MACOS, ["export.compile"],
+    _g(PARITY_RUNTIME, "04_parity", True, Capability.MACOS, [EXPORT_COMPILE],
        "CompiledMLModel(.mlmodelc, ALL) vs HF reference meets the fp32 policy"),
-    _g("wer.ggml_vs_source", "05_wer", True, Capability.ANY, ["export.ggml_model"],
+    _g(WER_GGML_VS_SOURCE, "05_wer", True, Capability.ANY, [EXPORT_GGML_MODEL],
        "wer-v3 (wer-v1 and wer-v2 runs still verify): every run under the policy's decoding "
        "pin; per unit (WER in words, CER for languages written without spaces), corpus rate "
        "of the reference run on the ggml file's weights vs reference texts <= HF source's + "
        "0.05, each fixture normalized for its language; no GGML transcript empty where the "
        "source's is not"),
-    _g("wer.hybrid", "05_wer", True, Capability.MACOS,
-       ["canary.coreml_positive", "wer.ggml_vs_source"],
+    _g(WER_HYBRID, "05_wer", True, Capability.MACOS,
+       [CANARY_COREML_POSITIVE, WER_GGML_VS_SOURCE],
        "wer-v3 (wer-v1 and wer-v2 runs still verify): hybrid transcripts non-empty under the "
        "decoding pin, four load conditions "
        "per run, corpus rate per unit vs references <= min(GGML, source) + 0.05, no clip with "
        "hybrid-vs-GGML rate > 0.5"),
-    _g("placement.plan", "06_placement", True, Capability.MACOS_14_4, ["export.compile"],
+    _g(PLACEMENT_PLAN, "06_placement", True, Capability.MACOS_14_4, [EXPORT_COMPILE],
        "MLComputePlan loaded for the published .mlmodelc; per-op devices + costs recorded; "
        "cost shares sum to 1 +/- 0.01"),
-    _g("parity.program_fp16", "04_parity", False, Capability.ANY, ["export.contract"],
+    _g(PARITY_PROGRAM_FP16, "04_parity", False, Capability.ANY, [EXPORT_CONTRACT],
        "the fp16 variant's MIL program against policy fp16-v1 (informational)",
        disabled_by=_FP16_SWITCH),
-    _g("parity.runtime_fp16", "04_parity", False, Capability.MACOS, ["export.compile"],
+    _g(PARITY_RUNTIME_FP16, "04_parity", False, Capability.MACOS, [EXPORT_COMPILE],
        "the fp16 variant's .mlmodelc against policy fp16-v1 (informational)",
        disabled_by=_FP16_SWITCH),
-    _g("canary.sanitizer", "03_canary", False, Capability.ANY, ["build.patch_exact"],
+    _g(CANARY_SANITIZER, "03_canary", False, Capability.ANY, [BUILD_PATCH_EXACT],
        "AddressSanitizer builds (patched, unpatched) under the lifecycle trigger, 3 runs each: "
        "every unpatched run prints a sanitizer report (kind recorded), every patched run exits "
        "3 with both markers and none (informational; supports, never replaces, "
@@ -213,7 +236,7 @@ GATES: tuple[Gate, ...] = (
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
 
-PROGRAM_GATES: frozenset[str] = frozenset({"export.pair", "parity.program"})
+PROGRAM_GATES: frozenset[str] = frozenset({EXPORT_PAIR, PARITY_PROGRAM})
 """Gates that execute the audited encoder's ML program. A prebuilt ``.mlmodelc`` holds no
 program this package can read, so for one (parameter ``encoder.path``) these gates need
 macOS, where Core ML itself runs the compiled model."""
@@ -241,7 +264,7 @@ def capability_of(g: Gate, params: Mapping[str, Any]) -> Capability:
     compiled = isinstance(path, str) and path.endswith(".mlmodelc")
     if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY:
         return Capability.MACOS
-    if compiled and g.id == "export.compile":
+    if compiled and g.id == EXPORT_COMPILE:
         # Already compiled: placing it needs no compiler, and checking it needs Core ML.
         return Capability.MACOS
     return g.capability

@@ -13,6 +13,25 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifylib.evidence.gates import (
+    BUILD_COREML,
+    BUILD_GGML,
+    BUILD_PATCH_EXACT,
+    BUILD_SOURCE_IDENTITY,
+    CANARY_COREML_POSITIVE,
+    CANARY_LIFECYCLE_AB,
+    CANARY_SANITIZER,
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+    EXPORT_PAIR,
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PLACEMENT_PLAN,
+    WER_GGML_VS_SOURCE,
+    WER_HYBRID,
+)
+
 REPLAY_SCHEMA = "verifylib.replay/v1"
 """Schema id of ``replay.json``."""
 
@@ -58,41 +77,41 @@ class ClaimSpec:
 
 
 CLAIMS: tuple[ClaimSpec, ...] = (
-    ClaimSpec("source.tree", "build.source_identity",
+    ClaimSpec("source.tree", BUILD_SOURCE_IDENTITY,
               "source obtained from its recorded spec: git tree id"),
-    ClaimSpec("source.patch", "build.patch_exact",
+    ClaimSpec("source.patch", BUILD_PATCH_EXACT,
               "the exact compatibility patch: patched tree id"),
-    ClaimSpec("build.ggml_lib", "build.ggml", "the shared static ggml: options and digests"),
-    ClaimSpec("build.ggml", "build.ggml", "whisper-cli (patched) rebuilt: SHA-256"),
-    ClaimSpec("build.unpatched", "canary.lifecycle_ab",
+    ClaimSpec("build.ggml_lib", BUILD_GGML, "the shared static ggml: options and digests"),
+    ClaimSpec(BUILD_GGML, BUILD_GGML, "whisper-cli (patched) rebuilt: SHA-256"),
+    ClaimSpec("build.unpatched", CANARY_LIFECYCLE_AB,
               "whisper-cli (unpatched) rebuilt: SHA-256"),
-    ClaimSpec("build.asan", "canary.sanitizer", "the two AddressSanitizer builds: SHA-256"),
-    ClaimSpec("export.ggml_model", "export.ggml_model",
+    ClaimSpec("build.asan", CANARY_SANITIZER, "the two AddressSanitizer builds: SHA-256"),
+    ClaimSpec(EXPORT_GGML_MODEL, EXPORT_GGML_MODEL,
               "ggml-model.bin re-derived from the source model: SHA-256"),
-    ClaimSpec("export.program.fp32", "export.contract",
+    ClaimSpec("export.program.fp32", EXPORT_CONTRACT,
               "fp32 ML program re-converted: op by op, weight by weight"),
-    ClaimSpec("export.program.fp16", "export.contract",
+    ClaimSpec("export.program.fp16", EXPORT_CONTRACT,
               "fp16 ML program re-converted: op by op, weight by weight"),
-    ClaimSpec("export.pair", "export.pair",
+    ClaimSpec(EXPORT_PAIR, EXPORT_PAIR,
               "the program against the model file's encoder, judged again"),
-    ClaimSpec("canary.lifecycle.patched", "canary.lifecycle_ab",
+    ClaimSpec("canary.lifecycle.patched", CANARY_LIFECYCLE_AB,
               "patched lifecycle runs: exit 3 and both markers every time"),
-    ClaimSpec("canary.lifecycle.unpatched", "canary.lifecycle_ab",
+    ClaimSpec("canary.lifecycle.unpatched", CANARY_LIFECYCLE_AB,
               "unpatched lifecycle runs: outcome distribution"),
-    ClaimSpec("canary.sanitizer", "canary.sanitizer",
+    ClaimSpec(CANARY_SANITIZER, CANARY_SANITIZER,
               "AddressSanitizer: bad free unpatched, clean patched"),
-    ClaimSpec("parity.program", "parity.program",
+    ClaimSpec(PARITY_PROGRAM, PARITY_PROGRAM,
               "published fp32 package re-executed on the recorded inputs"),
-    ClaimSpec("parity.program_fp16", "parity.program_fp16",
+    ClaimSpec(PARITY_PROGRAM_FP16, PARITY_PROGRAM_FP16,
               "published fp16 package re-executed on the recorded inputs"),
-    ClaimSpec("wer.transcripts", "wer.ggml_vs_source",
+    ClaimSpec("wer.transcripts", WER_GGML_VS_SOURCE,
               "whisper-cli and source-model transcripts and edit counts"),
-    ClaimSpec("build.coreml", "build.coreml", "Core ML whisper-cli build", macos_only=True),
-    ClaimSpec("canary.coreml", "canary.coreml_positive",
+    ClaimSpec(BUILD_COREML, BUILD_COREML, "Core ML whisper-cli build", macos_only=True),
+    ClaimSpec("canary.coreml", CANARY_COREML_POSITIVE,
               "Core ML encoder loaded and run by whisper-cli", macos_only=True),
-    ClaimSpec("parity.runtime", "parity.runtime", "Core ML runtime parity", macos_only=True),
-    ClaimSpec("wer.hybrid", "wer.hybrid", "Core ML hybrid transcripts", macos_only=True),
-    ClaimSpec("placement", "placement.plan", "Core ML compute plan", macos_only=True),
+    ClaimSpec(PARITY_RUNTIME, PARITY_RUNTIME, "Core ML runtime parity", macos_only=True),
+    ClaimSpec(WER_HYBRID, WER_HYBRID, "Core ML hybrid transcripts", macos_only=True),
+    ClaimSpec("placement", PLACEMENT_PLAN, "Core ML compute plan", macos_only=True),
 )
 """Every claim replay knows, in the order of the claim table."""
 

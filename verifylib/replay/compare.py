@@ -12,7 +12,18 @@ from collections import Counter
 from typing import Any
 
 from verifylib import canonical
-from verifylib.evidence.gates import Status
+from verifylib.evidence.gates import (
+    BUILD_GGML,
+    BUILD_PATCH_EXACT,
+    BUILD_SOURCE_IDENTITY,
+    CANARY_LIFECYCLE_AB,
+    CANARY_SANITIZER,
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+    EXPORT_PAIR,
+    WER_GGML_VS_SOURCE,
+    Status,
+)
 from verifylib.evidence.layout import EVIDENCE_DIR, UNPATCHED_SIDECAR, recorded_gates
 from verifylib.evidence.records import EvidenceView
 from verifylib.replay.claims import (
@@ -84,21 +95,21 @@ def _status_differs(sides: _Sides, claim_id: str, gate_id: str) -> Claim | None:
 def source_claims(sides: _Sides) -> list[Claim]:
     """``source.tree`` and ``source.patch``."""
     out = []
-    why = sides.reason("build.source_identity")
+    why = sides.reason(BUILD_SOURCE_IDENTITY)
     if why:
         out.append(not_replayable("source.tree", f"source unreachable or not compared: {why}"))
     else:
-        rec, rep = (sides.recorded("build.source_identity", "source"),
-                    sides.replayed_json("build.source_identity", "source"))
+        rec, rep = (sides.recorded(BUILD_SOURCE_IDENTITY, "source"),
+                    sides.replayed_json(BUILD_SOURCE_IDENTITY, "source"))
         out.append(same_or_differs("source.tree", _tree(rec), _tree(rep),
                                    what="git tree id of the source obtained from its spec"))
-    why = sides.reason("build.patch_exact")
+    why = sides.reason(BUILD_PATCH_EXACT)
     if why:
         out.append(not_replayable("source.patch", why))
     else:
-        out.append(same_or_differs("source.patch", _patch(sides.recorded("build.patch_exact",
+        out.append(same_or_differs("source.patch", _patch(sides.recorded(BUILD_PATCH_EXACT,
                                                                          "patch")),
-                                   _patch(sides.replayed_json("build.patch_exact", "patch")),
+                                   _patch(sides.replayed_json(BUILD_PATCH_EXACT, "patch")),
                                    what="patched tree and exact diff"))
     return out
 
@@ -179,12 +190,12 @@ def _unpatched_sidecar(sides: _Sides, *, replayed: bool) -> dict | None:
 def build_claims(sides: _Sides) -> list[Claim]:
     """``build.ggml_lib``, ``build.ggml``, ``build.unpatched`` and ``build.asan``."""
     out = []
-    why = sides.reason("build.ggml")
+    why = sides.reason(BUILD_GGML)
     if why:
         out.append(not_replayable("build.ggml_lib", why))
-        out.append(not_replayable("build.ggml", why))
+        out.append(not_replayable(BUILD_GGML, why))
     else:
-        rec, rep = sides.recorded("build.ggml", "build"), sides.replayed_json("build.ggml",
+        rec, rep = sides.recorded(BUILD_GGML, "build"), sides.replayed_json(BUILD_GGML,
                                                                               "build")
         rg, pg = rec.get("ggml") or {}, rep.get("ggml") or {}
         if not rg:
@@ -197,7 +208,7 @@ def build_claims(sides: _Sides) -> list[Claim]:
                               {"key": pg.get("key"), "sha256": pg.get("libraries"),
                                "compiler": rep.get("compiler"), "options": pg.get("options")})
             out.append(lib)
-        out.append(build_claim("build.ggml", rec, rep))
+        out.append(build_claim(BUILD_GGML, rec, rep))
     rec_u, rep_u = _unpatched_sidecar(sides, replayed=False), _unpatched_sidecar(
         sides, replayed=True)
     if rec_u is None or not rec_u.get("sha256"):
@@ -206,7 +217,7 @@ def build_claims(sides: _Sides) -> list[Claim]:
         out.append(not_replayable("build.unpatched", "no unpatched build was made here"))
     else:
         out.append(build_claim("build.unpatched", rec_u, rep_u))
-    gate = "canary.sanitizer"
+    gate = CANARY_SANITIZER
     why = sides.reason(gate)
     if why:
         out.append(not_replayable("build.asan", why))
@@ -232,20 +243,20 @@ def export_claims(sides: _Sides) -> list[Claim]:
     from verifylib.replay.programs import compare_programs
 
     out = []
-    why = sides.reason("export.ggml_model")
+    why = sides.reason(EXPORT_GGML_MODEL)
     if why:
-        out.append(not_replayable("export.ggml_model", why))
+        out.append(not_replayable(EXPORT_GGML_MODEL, why))
     else:
-        rec, rep = (sides.recorded("export.ggml_model", "ggml"),
-                    sides.replayed_json("export.ggml_model", "ggml"))
-        src = (sides.recorded("export.ggml_model", "model").get("source_digest")
-               if sides.has("export.ggml_model", "model") else None)
-        src2 = sides.replayed_json("export.ggml_model", "model").get("source_digest")
-        out.append(same_or_differs("export.ggml_model",
+        rec, rep = (sides.recorded(EXPORT_GGML_MODEL, "ggml"),
+                    sides.replayed_json(EXPORT_GGML_MODEL, "ggml"))
+        src = (sides.recorded(EXPORT_GGML_MODEL, "model").get("source_digest")
+               if sides.has(EXPORT_GGML_MODEL, "model") else None)
+        src2 = sides.replayed_json(EXPORT_GGML_MODEL, "model").get("source_digest")
+        out.append(same_or_differs(EXPORT_GGML_MODEL,
                                    {"sha256": rec.get("sha256"), "source_digest": src},
                                    {"sha256": rep.get("sha256"), "source_digest": src2},
                                    what="model file written again from the source model"))
-    why = sides.reason("export.contract")
+    why = sides.reason(EXPORT_CONTRACT)
     for precision in ("fp32", "fp16"):
         cid = f"export.program.{precision}"
         recorded = sides.packages / precision / PACKAGE
@@ -268,14 +279,14 @@ def export_claims(sides: _Sides) -> list[Claim]:
                              rec_v, {**rec_v, "differences": cmp.differences},
                              f"re-converted program against the published one: "
                              f"{cmp.summary()}"))
-    if "export.pair" in sides.run.gates:
-        why = sides.reason("export.pair")
+    if EXPORT_PAIR in sides.run.gates:
+        why = sides.reason(EXPORT_PAIR)
         if why:
-            out.append(not_replayable("export.pair", why))
+            out.append(not_replayable(EXPORT_PAIR, why))
         else:
-            out.append(_status_differs(sides, "export.pair", "export.pair")
-                       or Claim("export.pair", ClaimStatus.REPRODUCED,
-                                *[{"status": s} for s in sides.status_pair("export.pair")],
+            out.append(_status_differs(sides, EXPORT_PAIR, EXPORT_PAIR)
+                       or Claim(EXPORT_PAIR, ClaimStatus.REPRODUCED,
+                                *[{"status": s} for s in sides.status_pair(EXPORT_PAIR)],
                                 "the program against the model file's encoder, judged the "
                                 "same again"))
     return out
@@ -321,7 +332,7 @@ def distributions_agree(recorded: Counter, replayed: Counter) -> tuple[bool, str
 def canary_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
     """``canary.lifecycle.patched``, ``canary.lifecycle.unpatched``, ``canary.sanitizer``."""
     out = []
-    gate = "canary.lifecycle_ab"
+    gate = CANARY_LIFECYCLE_AB
     why = sides.reason(gate)
     if why:
         out += [not_replayable("canary.lifecycle.patched", why),
@@ -338,17 +349,17 @@ def canary_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
                          ClaimStatus.REPRODUCED if agree else ClaimStatus.DIFFERS,
                          dict(ru), dict(pu), f"unpatched outcomes as distributions: {detail}",
                          rebuilt=rebuilt))
-    gate = "canary.sanitizer"
+    gate = CANARY_SANITIZER
     why = sides.reason(gate)
     if why:
-        out.append(not_replayable("canary.sanitizer", why))
+        out.append(not_replayable(CANARY_SANITIZER, why))
     else:
         rec, rep = _asan_view(sides.recorded(gate, "sanitizer")), _asan_view(
             sides.replayed_json(gate, "sanitizer"))
-        c = same_or_differs("canary.sanitizer", rec, rep,
+        c = same_or_differs(CANARY_SANITIZER, rec, rep,
                             what="sanitizer report kind and frame, patched outcomes",
                             rebuilt=rebuilt)
-        out.append(_status_differs(sides, "canary.sanitizer", gate) or c)
+        out.append(_status_differs(sides, CANARY_SANITIZER, gate) or c)
     return out
 
 
@@ -369,7 +380,7 @@ def _asan_view(doc: dict) -> dict:
 
 def wer_claims(sides: _Sides, missing, *, rebuilt: bool = False) -> list[Claim]:
     """``wer.transcripts.<fixture>``: one per fixture of the run."""
-    gate = "wer.ggml_vs_source"
+    gate = WER_GGML_VS_SOURCE
     out = [not_replayable(f"wer.transcripts.{m.id}", m.reason) for m in missing]
     why = sides.reason(gate)
     rec_rec = sides.run.gates.get(gate)
@@ -440,7 +451,7 @@ def all_claims(run, rd: Rederived, parity: list[Claim], *, packages=None) -> lis
     """
     sides = _Sides(run, rd, packages)
     builds = build_claims(sides)
-    rebuilt = any(c.rebuilt for c in builds if c.id in ("build.ggml", "build.unpatched"))
+    rebuilt = any(c.rebuilt for c in builds if c.id in (BUILD_GGML, "build.unpatched"))
     claims = (source_claims(sides) + builds + export_claims(sides)
               + canary_claims(sides, rebuilt=rebuilt) + parity
               + wer_claims(sides, rd.missing, rebuilt=rebuilt) + macos_claims(run))

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from verifylib.evidence.gates import PARITY_PROGRAM, PARITY_PROGRAM_FP16
 from verifylib.replay.claims import SNR_REPRODUCED_DB, Claim, ClaimStatus, not_replayable
 
-PROGRAM_GATES = (("parity.program", "fp32"), ("parity.program_fp16", "fp16"))
+PROGRAM_GATES = ((PARITY_PROGRAM, "fp32"), (PARITY_PROGRAM_FP16, "fp16"))
 
 
 def _snr(recorded, replayed) -> float:

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from verifylib import canonical
 from verifylib.canonical import is_sha256
 from verifylib.errors import EvidenceInvalid
+from verifylib.evidence.gates import CANARY_COREML_NEGATIVE
 
 LEDGER_FILE = "ledger.jsonl"
 """Name of the ledger at the run-directory root."""
@@ -45,7 +46,7 @@ CITED_FIELDS = ("returncode", "signal", "timed_out", "stdout_sha256", "stderr_sh
 """Fields a citing record must repeat exactly as its ledger entry holds them (besides the
 argv, compared through its digest, and the citation's ``binary_sha256``)."""
 
-SINGLE_SHOT_GATES = ("canary.coreml_negative",)
+SINGLE_SHOT_GATES = (CANARY_COREML_NEGATIVE,)
 """Gates whose rule is about a first and only run: each must own exactly one launch."""
 
 _bound: Path | None = None

@@ -22,6 +22,14 @@ from typing import Any
 
 from verifylib.canonical import read_json, sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence.gates import (
+    BUILD_COREML,
+    BUILD_GGML,
+    BUILD_SOURCE_IDENTITY,
+    EXPORT_COMPILE,
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+)
 from verifylib.evidence.layout import (
     ASAN_SIDECAR,
     EVIDENCE_DIR,
@@ -131,7 +139,7 @@ def runtime_tree(ctx: StageContext) -> Path:
     """
     from verifylib.whispercpp.source import git_tree_id
 
-    ev = ctx.evidence_of("build.source_identity", "source")
+    ev = ctx.evidence_of(BUILD_SOURCE_IDENTITY, "source")
     path = Path(ev["path"])
     if not path.is_dir() or git_tree_id(path) != ev["computed_tree"]:
         raise PrerequisiteBroken(f"runtime source {path} changed since "
@@ -159,7 +167,7 @@ def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
     PrerequisiteBroken
         If the gate did not pass or the binary is not the recorded bytes.
     """
-    return _passed_binary(ctx, "build.ggml", "build")
+    return _passed_binary(ctx, BUILD_GGML, "build")
 
 
 def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
@@ -182,7 +190,7 @@ def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
     PrerequisiteBroken
         If the gate did not pass or the binary is not the recorded bytes.
     """
-    return _passed_binary(ctx, "build.coreml", "coreml_build")
+    return _passed_binary(ctx, BUILD_COREML, "coreml_build")
 
 
 def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path, str]:
@@ -342,7 +350,7 @@ def audited_encoder(ctx: StageContext) -> AuditedEncoder:
     PrerequisiteBroken
         If the gate did not pass or the placed folder's bytes changed since.
     """
-    exported = ctx.evidence_of("export.contract", "contract")
+    exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
     v = exported_variant(ctx, "fp32")
     pre = exported.get("prebuilt")
     fmt = pre["format"] if pre else "mlpackage"
@@ -374,7 +382,7 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
     PrerequisiteBroken
         If the gate did not pass or the file's bytes are not the ones it recorded.
     """
-    ev = ctx.evidence_of("export.ggml_model", "ggml")
+    ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
     # A record without a path names the writer's file (what every written model is).
     rel = ev.get("path", "/".join(GGML_MODEL))
     if rel != published_model_name(ev.get("ftype", "f16")):
@@ -408,7 +416,7 @@ def source_ftype(ctx: StageContext) -> str | None:
     if ctx.params.model.kind != "ggml":
         return None
     try:
-        return ctx.evidence_of("export.ggml_model", "ggml").get("ftype")
+        return ctx.evidence_of(EXPORT_GGML_MODEL, "ggml").get("ftype")
     except PrerequisiteBroken:
         pass
     from verifylib.models.ggml_file import open_ggml
@@ -433,7 +441,7 @@ def model_source(ctx: StageContext) -> dict:
         ``hf_dir``, ``source_digest`` and ``from`` (which of the two it came from).
     """
     try:
-        ev = ctx.evidence_of("export.ggml_model", "model")
+        ev = ctx.evidence_of(EXPORT_GGML_MODEL, "model")
         return {"hf_dir": ev["hf_dir"], "source_digest": ev["source_digest"],
                 "from": "export.ggml_model evidence"}
     except PrerequisiteBroken:
@@ -515,7 +523,7 @@ def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
     PrerequisiteBroken
         If the gate did not pass, or the variant was not exported or not placed.
     """
-    exported = ctx.evidence_of("export.contract", "contract")
+    exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
     for v in exported["variants"]:
         if v["precision"] == variant:
             if not v["placed"]:
@@ -546,7 +554,7 @@ def compiled_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
     PrerequisiteBroken
         If the gate did not pass or compiled no such variant.
     """
-    compiled = ctx.evidence_of("export.compile", "compile")
+    compiled = ctx.evidence_of(EXPORT_COMPILE, "compile")
     for v in compiled["variants"]:
         if v["precision"] == variant:
             return v

@@ -44,7 +44,13 @@ from verifylib.evidence.build.schema import (
     PatchEvidence,
     SourceEvidence,
 )
-from verifylib.evidence.gates import Status
+from verifylib.evidence.gates import (
+    BUILD_COREML,
+    BUILD_GGML,
+    BUILD_PATCH_EXACT,
+    BUILD_SOURCE_IDENTITY,
+    Status,
+)
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
@@ -126,7 +132,7 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
     pins = _source.load_pins()
     pin = pins[params.runtime.pin]
     tree = None
-    g = ctx.begin("build.source_identity")
+    g = ctx.begin(BUILD_SOURCE_IDENTITY)
     if g:
         with g:
             st = _source.obtain_source(source_spec(params), cache, log=print)
@@ -139,7 +145,7 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
             if rec.status is Status.PASS:
                 tree = st
     build_result = build_error = patched = None
-    g = ctx.begin("build.patch_exact")
+    g = ctx.begin(BUILD_PATCH_EXACT)
     if g:
         with g:
             checks = {}
@@ -167,7 +173,7 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
             ev = PatchEvidence.from_json(_source.patch_evidence(pin, checks))
             ref = ctx.write_json("patch", ev.to_json())
             g.judge([ref], {"runtime.patch_sha256": pin.patch_sha256})
-    g = ctx.begin("build.ggml")
+    g = ctx.begin(BUILD_GGML)
     if g:
         with g:
             refs = []
@@ -193,13 +199,13 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
                         jobs=params.runtime.jobs, backend=ggml_backend(params), pool=pool)
-        exact = ctx.records.get("build.patch_exact")
+        exact = ctx.records.get(BUILD_PATCH_EXACT)
         sanitizer_builds(ctx, tree.path,
                          patched.path if patched is not None and exact is not None
                          and exact.status is Status.PASS else None,
                          pin, build_options(params), cache, jobs=params.runtime.jobs,
                          backend=ggml_backend(params), pool=pool)
-    g = ctx.begin("build.coreml")
+    g = ctx.begin(BUILD_COREML)
     if g:
         with g:
             if patched is None or tree is None:

@@ -69,6 +69,12 @@ from verifylib.evidence.canary.schema import (
     SanitizerSides,
 )
 from verifylib.evidence.fields import SchemaError
+from verifylib.evidence.gates import (
+    CANARY_COREML_NEGATIVE,
+    CANARY_COREML_POSITIVE,
+    CANARY_LIFECYCLE_AB,
+    CANARY_SANITIZER,
+)
 from verifylib.evidence.records import EvidenceRef, StageReport
 from verifylib.evidence.run_record import RunRecord
 from verifylib.params import Params
@@ -497,7 +503,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     cfg = params.canary
     disabled = None if cfg.enabled else "canary.enabled"
     language = model_language(params)
-    g = ctx.begin("canary.lifecycle_ab", disabled)
+    g = ctx.begin(CANARY_LIFECYCLE_AB, disabled)
     if g:
         with g:
             tree = runtime_tree(ctx)
@@ -511,7 +517,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 audio=tree / contracts.TEST_AUDIO_IN_TREE,
                 runs=cfg.runs, timeout=cfg.timeout_s, progress=progress)
             g.judge(refs, ids)
-    g = ctx.begin("canary.coreml_negative", disabled)
+    g = ctx.begin(CANARY_COREML_NEGATIVE, disabled)
     if g:
         with g:
             binary, sha = coreml_binary(ctx)
@@ -521,7 +527,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE,
                 timeout=cfg.timeout_s, language=language)
             g.judge(refs, ids)
-    g = ctx.begin("canary.coreml_positive", disabled)
+    g = ctx.begin(CANARY_COREML_POSITIVE, disabled)
     if g:
         with g:
             binary, sha = coreml_binary(ctx)
@@ -532,7 +538,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
                 first_timeout=cfg.first_run_timeout_s, timeout=cfg.timeout_s,
                 language=language)
             g.judge(refs, ids)
-    g = ctx.begin("canary.sanitizer", disabled)
+    g = ctx.begin(CANARY_SANITIZER, disabled)
     if g:
         with g:
             tree = runtime_tree(ctx)

@@ -34,6 +34,7 @@ from verifylib.evidence.export.schema import (
     GgmlModelEvidence,
     ModelIntake,
 )
+from verifylib.evidence.gates import EXPORT_COMPILE, EXPORT_CONTRACT, EXPORT_GGML_MODEL
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
 from verifylib.models.ggml_writer import write_ggml_model
@@ -84,7 +85,7 @@ def _export_contract(ctx: StageContext) -> None:
     )
     from verifylib.models.hf import load_hf_encoder
 
-    g = ctx.begin("export.contract")
+    g = ctx.begin(EXPORT_CONTRACT)
     if not g:
         return
     with g:
@@ -155,13 +156,13 @@ def _export_contract(ctx: StageContext) -> None:
 def _export_compile(ctx: StageContext) -> None:
     from verifylib.models.coreml_export import compile_mlpackage
 
-    g = ctx.begin("export.compile")
+    g = ctx.begin(EXPORT_COMPILE)
     if not g:
         return
     with g:
-        exported = ctx.evidence_of("export.contract", "contract")
+        exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
         try:
-            fp32_arg = ctx.evidence_of("export.ggml_model", "ggml")["model_arg"]
+            fp32_arg = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")["model_arg"]
         except PrerequisiteBroken:
             fp32_arg = str(ctx.run_dir.joinpath(*GGML_MODEL))
         refs, entries, ids = [], [], {}
@@ -281,7 +282,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     StageReport
     """
     ctx = StageContext(STAGE, params, run_dir)
-    g = ctx.begin("export.ggml_model")
+    g = ctx.begin(EXPORT_GGML_MODEL)
     if g:
         with g:
             info = obtain_model(params.model.spec, cache_dir(), log=print,

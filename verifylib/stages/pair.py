@@ -25,6 +25,7 @@ import time
 from verifylib.canonical import sha256_bytes, sha256_file, tree_digest
 from verifylib.evidence import identities
 from verifylib.evidence.export.schema import PairEvidence, PairFloor, PairInput
+from verifylib.evidence.gates import EXPORT_GGML_MODEL, EXPORT_PAIR
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import PAIR_POLICY, pair_floor, policy_record
 from verifylib.numerics.reference import fixture_logmel, random_logmel
@@ -35,7 +36,7 @@ from verifylib.runtime.audio import read_wav_16k
 from verifylib.stages.artifacts import audited_encoder, published_model, runtime_tree
 from verifylib.stages.context import StageContext
 
-GATE = "export.pair"
+GATE = EXPORT_PAIR
 REFERENCE = ("Hugging Face WhisperEncoder rebuilt from the model file's tensors (dequantized "
              "as ggml does), float32, eval, eager attention, CPU")
 
@@ -59,7 +60,7 @@ def run_pair(ctx: StageContext) -> None:
         t0 = time.perf_counter()
         policy = load_policy(PAIR_POLICY)
         model_path, _ = published_model(ctx)
-        ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
+        ggml_ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
         ftype = ggml_ev.get("ftype", "f16")
         enc = audited_encoder(ctx)
         smin, cmin = pair_floor(policy.rules, ftype, enc.precision)

@@ -29,6 +29,13 @@ from typing import Any
 from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
 from verifylib.evidence import identities
+from verifylib.evidence.gates import (
+    EXPORT_CONTRACT,
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PARITY_RUNTIME_FP16,
+)
 from verifylib.evidence.parity.result import (
     ATTRIBUTION,
     CANDIDATE_ARRAYS,
@@ -76,9 +83,9 @@ from verifylib.stages.artifacts import (
 from verifylib.stages.context import StageContext
 
 STAGE = "04_parity"
-CANDIDATES = (("parity.program", "fp32", "program"), ("parity.runtime", "fp32", "runtime"),
-              ("parity.program_fp16", "fp16", "program"),
-              ("parity.runtime_fp16", "fp16", "runtime"))
+CANDIDATES = ((PARITY_PROGRAM, "fp32", "program"), (PARITY_RUNTIME, "fp32", "runtime"),
+              (PARITY_PROGRAM_FP16, "fp16", "program"),
+              (PARITY_RUNTIME_FP16, "fp16", "runtime"))
 """(gate, variant, kind) in the order the stage measures them."""
 
 PROGRAM_MODES = ("float32", "float64")
@@ -121,7 +128,7 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
     # The encoder alone: the decoder would only add memory (issue of large encoders).
     encoder, fe = load_hf_encoder(src["hf_dir"])
     contract = contract_of(encoder)
-    exported = ctx.evidence_of("export.contract", "contract")
+    exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
     if exported["contract"] != contract.as_dict():
         raise PrerequisiteBroken("the reference model's contract differs from the exported one: "
                            f"{contract.as_dict()} vs {exported['contract']}")
@@ -182,7 +189,7 @@ def policy_choice(ctx: StageContext) -> PolicyChoice | None:
     -------
     PolicyChoice or None
     """
-    exported = ctx.evidence_of("export.contract", "contract")
+    exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
     pre = exported.get("prebuilt")
     ftype = source_ftype(ctx)
     if pre is None and ftype is None:

@@ -12,6 +12,7 @@ import os
 
 from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
+from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.result import placement_result_from_evidence
 from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.evidence.records import StageReport
@@ -42,7 +43,7 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
         (:class:`~verifylib.evidence.placement.result.PlacementResult`) holding each plan.
     """
     ctx = StageContext(STAGE, params, run_dir)
-    g = ctx.begin("placement.plan")
+    g = ctx.begin(PLACEMENT_PLAN)
     if g:
         with g:
             refs, ids = [], {}

@@ -20,6 +20,7 @@ from pathlib import Path
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.evidence import identities
 from verifylib.evidence.export.schema import ContractEvidence
+from verifylib.evidence.gates import EXPORT_CONTRACT
 from verifylib.stages.artifacts import (
     ENCODER_COMPILED,
     ENCODER_PACKAGE,
@@ -48,7 +49,7 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
     from verifylib.models.hf import load_hf_encoder
     from verifylib.numerics.parity import choose_parity_policy
 
-    g = ctx.begin("export.contract")
+    g = ctx.begin(EXPORT_CONTRACT)
     if not g:
         return
     with g:

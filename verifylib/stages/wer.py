@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
+from verifylib.evidence.gates import EXPORT_GGML_MODEL, WER_GGML_VS_SOURCE, WER_HYBRID
 from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
 from verifylib.evidence.wer.result import wer_result_from_evidence
@@ -174,8 +175,8 @@ def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[
     fixtures = params.fixtures
     if not fixtures:
         raise ParametersInvalid("no fixtures in the parameters: nothing to transcribe")
-    model_ev = ctx.evidence_of("export.ggml_model", "model")
-    ggml_ev = ctx.evidence_of("export.ggml_model", "ggml")
+    model_ev = ctx.evidence_of(EXPORT_GGML_MODEL, "model")
+    ggml_ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
     model_file, _ = published_model(ctx)
     binary, binary_sha = ggml_binary(ctx)
     bundle = load_hf(model_ev["hf_dir"])
@@ -395,12 +396,12 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
     """
     ctx = StageContext(STAGE, params, run_dir)
     texts: list[ClipText] = []
-    g = ctx.begin("wer.ggml_vs_source")
+    g = ctx.begin(WER_GGML_VS_SOURCE)
     if g:
         with g:
             refs, ids, texts = ggml_vs_source(ctx, params)
             g.judge(refs, ids)
-    g = ctx.begin("wer.hybrid")
+    g = ctx.begin(WER_HYBRID)
     if g:
         with g:
             binary, sha = coreml_binary(ctx)

@@ -5,6 +5,11 @@ The batch-lifecycle A/B, its sanitizer runs, the Core ML controls.
 
 from __future__ import annotations
 
+from verifylib.evidence.gates import (
+    CANARY_COREML_NEGATIVE,
+    CANARY_COREML_POSITIVE,
+    CANARY_SANITIZER,
+)
 from verifylib.runtime import contracts
 from verifylib.views import display_html
 
@@ -12,9 +17,9 @@ COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT":
           "timeout": "#6a1b9a"}
 """Bar colour of each run outcome in the A/B chart (any other outcome is orange)."""
 
-CONTROLS = (("negative", "canary.coreml_negative"), ("positive", "canary.coreml_positive"))
+CONTROLS = (("negative", CANARY_COREML_NEGATIVE), ("positive", CANARY_COREML_POSITIVE))
 
-SANITIZER_GATE = "canary.sanitizer"
+SANITIZER_GATE = CANARY_SANITIZER
 
 
 def show(report) -> None:

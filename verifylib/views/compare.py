@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from verifylib.evidence.gates import PARITY_PROGRAM
 from verifylib.views import render, show_html
 from verifylib.views.formats import delta_text, snr_cell, wer_text
 from verifylib.views.parity import SNR_CAP_DB
@@ -59,7 +60,7 @@ def _run_colors(labels: Sequence[str]) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- plots
 
-def layer_plot(comparison, gate: str = "parity.program", *, modes: Sequence[str] | None = None,
+def layer_plot(comparison, gate: str = PARITY_PROGRAM, *, modes: Sequence[str] | None = None,
                labels: Sequence[str] | None = None):
     """Plot every run's per-layer SNR curve of one program candidate on one plot.
 
@@ -111,7 +112,7 @@ def layer_plot(comparison, gate: str = "parity.program", *, modes: Sequence[str]
     return fig
 
 
-def op_plot(comparison, gate: str = "parity.program", *, start: int = 0,
+def op_plot(comparison, gate: str = PARITY_PROGRAM, *, start: int = 0,
             stop: int | None = None):
     """Plot every run's SNR along the program.
 

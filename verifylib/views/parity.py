@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verifylib.evidence.gates import (
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PARITY_RUNTIME_FP16,
+)
 from verifylib.evidence.parity.schema import Measurement
 from verifylib.numerics.layouts import LAYOUTS
 from verifylib.numerics.parity import snr_series
@@ -21,8 +27,8 @@ from verifylib.views.gates import status_text
 SNR_CAP_DB = 160.0
 """Where an exact (infinite-SNR) point is drawn; labelled as such in the legend."""
 
-RUNTIME_GATES = (("parity.runtime", "parity.program"),
-                 ("parity.runtime_fp16", "parity.program_fp16"))
+RUNTIME_GATES = ((PARITY_RUNTIME, PARITY_PROGRAM),
+                 (PARITY_RUNTIME_FP16, PARITY_PROGRAM_FP16))
 """Each Core ML runtime parity gate, with the program gate of the same variant."""
 
 

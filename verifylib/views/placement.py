@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.schema import PlanOp
 from verifylib.models.compute_plan import (
     NO_DEVICE,
@@ -23,7 +24,7 @@ from verifylib.models.compute_plan import (
 from verifylib.views import display_html
 from verifylib.views.gates import status_text
 
-GATE = "placement.plan"
+GATE = PLACEMENT_PLAN
 
 TOP_OPS = 10
 """Operations listed per variant, costliest first."""

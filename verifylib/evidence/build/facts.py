@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from verifylib.evidence.canary.schema import SIDES
+from verifylib.evidence.gates import BUILD_COREML, BUILD_GGML, BUILD_SOURCE_IDENTITY
 from verifylib.evidence.reading import has_rows, judged_evidence
 
 
@@ -282,10 +283,10 @@ def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
 
     source = ggml = unpatched = coreml = None
     asan: dict[str, SidecarBuildFacts] = {}
-    v = judged_evidence(run_dir, records, "build.source_identity", "source")
+    v = judged_evidence(run_dir, records, BUILD_SOURCE_IDENTITY, "source")
     if v is not None:
         source = SourceFacts(v.json("source")["path"])
-    v = judged_evidence(run_dir, records, "build.ggml", "build")
+    v = judged_evidence(run_dir, records, BUILD_GGML, "build")
     if v is not None:
         ev = v.json("build")
         if ev.get("built"):
@@ -300,7 +301,7 @@ def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
         builds = side.json(refs["asan"].name)
         asan = {name: SidecarBuildFacts.from_record(builds[name]) for name in SIDES
                 if name in builds}
-    v = judged_evidence(run_dir, records, "build.coreml", "coreml_build")
+    v = judged_evidence(run_dir, records, BUILD_COREML, "coreml_build")
     if v is not None:
         ev = v.json("coreml_build")
         if ev.get("built"):

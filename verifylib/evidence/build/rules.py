@@ -17,7 +17,14 @@ from verifylib.evidence.build.schema import (
     parse_coreml_build,
 )
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.gates import (
+    BUILD_COREML,
+    BUILD_GGML,
+    BUILD_PATCH_EXACT,
+    BUILD_SOURCE_IDENTITY,
+    Judgement,
+    Status,
+)
 from verifylib.evidence.judging import pin_problems, stream_problems
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
@@ -274,10 +281,10 @@ def _rule_coreml(ev) -> Judgement:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "build.source_identity": _rule_source,
-    "build.patch_exact": _rule_patch,
-    "build.ggml": _rule_ggml,
-    "build.coreml": _rule_coreml,
+    BUILD_SOURCE_IDENTITY: _rule_source,
+    BUILD_PATCH_EXACT: _rule_patch,
+    BUILD_GGML: _rule_ggml,
+    BUILD_COREML: _rule_coreml,
 }
 """Gate id to judge, for the gates of stage 01."""
 

@@ -6,6 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from verifylib.evidence.canary.schema import SIDES
+from verifylib.evidence.gates import (
+    CANARY_COREML_NEGATIVE,
+    CANARY_COREML_POSITIVE,
+    CANARY_LIFECYCLE_AB,
+    CANARY_SANITIZER,
+)
 from verifylib.evidence.reading import judged_evidence
 
 """The two builds of the lifecycle A/B and of ``canary.sanitizer``, in display order."""
@@ -381,17 +387,17 @@ def canary_result_from_evidence(run_dir, records: Mapping[str, Any]) -> CanaryRe
         :func:`judged_evidence`).
     """
     out = CanaryResult()
-    v = judged_evidence(run_dir, records, "canary.lifecycle_ab", "lifecycle")
+    v = judged_evidence(run_dir, records, CANARY_LIFECYCLE_AB, "lifecycle")
     if v is not None:
         out.lifecycle = LifecycleSummary.from_evidence(v.json("lifecycle"))
-    v = judged_evidence(run_dir, records, "canary.sanitizer", "sanitizer")
+    v = judged_evidence(run_dir, records, CANARY_SANITIZER, "sanitizer")
     if v is not None:
         out.sanitizer = SanitizerSummary.from_evidence(v.json("sanitizer"))
-    v = judged_evidence(run_dir, records, "canary.coreml_negative", "negative")
+    v = judged_evidence(run_dir, records, CANARY_COREML_NEGATIVE, "negative")
     if v is not None:
         out.negative = NegativeControl.from_evidence(
             v.json("negative"), v.bytes("negative_stderr"), v.bytes("negative_stdout"))
-    v = judged_evidence(run_dir, records, "canary.coreml_positive", "positive")
+    v = judged_evidence(run_dir, records, CANARY_COREML_POSITIVE, "positive")
     if v is not None:
         out.positive = PositiveControl.from_evidence(
             v.json("positive"), v.bytes("measured_stderr"), v.bytes("measured_stdout"))

@@ -26,7 +26,13 @@ from verifylib.evidence.canary.schema import (
     SidesIncomplete,
 )
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement
+from verifylib.evidence.gates import (
+    CANARY_COREML_NEGATIVE,
+    CANARY_COREML_POSITIVE,
+    CANARY_LIFECYCLE_AB,
+    CANARY_SANITIZER,
+    Judgement,
+)
 from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -505,9 +511,9 @@ def _rule_positive(ev) -> Judgement:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "canary.lifecycle_ab": _rule_lifecycle,
-    "canary.coreml_negative": _rule_negative,
-    "canary.coreml_positive": _rule_positive,
-    "canary.sanitizer": _rule_sanitizer,
+    CANARY_LIFECYCLE_AB: _rule_lifecycle,
+    CANARY_COREML_NEGATIVE: _rule_negative,
+    CANARY_COREML_POSITIVE: _rule_positive,
+    CANARY_SANITIZER: _rule_sanitizer,
 }
 """Gate id to judge, for the gates of stage 03."""

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from verifylib.evidence.gates import (
+    EXPORT_COMPILE,
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+    EXPORT_PAIR,
+)
 from verifylib.evidence.reading import describe_run, has_rows, judged_evidence
 
 
@@ -264,13 +270,13 @@ def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFac
     """
     model = contract = None
     compiled: tuple = ()
-    v = judged_evidence(run_dir, records, "export.ggml_model", "ggml")
+    v = judged_evidence(run_dir, records, EXPORT_GGML_MODEL, "ggml")
     if v is not None:
         m, g = v.json("model"), v.json("ggml")
         model = ModelFacts(m["kind"], m["source_digest"], m["hf_dir"], g["sha256"], g["bytes"],
                            g["hparams"], describe_run(g["probe"]), g["probe"]["wall_s"],
                            g["path"], g.get("ftype", "f16"), g.get("given"))
-    v = judged_evidence(run_dir, records, "export.contract", "contract")
+    v = judged_evidence(run_dir, records, EXPORT_CONTRACT, "contract")
     if v is not None:
         doc = v.json("contract")
         c, b = doc["contract"], doc["build"]
@@ -286,13 +292,13 @@ def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFac
                                  b["torch"], tuple(b["torch_version_warning"]),
                                  b["trace_seconds"], packages, copies,
                                  _prebuilt_rows(doc.get("prebuilt")))
-    v = judged_evidence(run_dir, records, "export.compile", "compile")
+    v = judged_evidence(run_dir, records, EXPORT_COMPILE, "compile")
     if v is not None:
         compiled = tuple(CompiledFacts(e["precision"], e["placed_path"], e["tree_digest"],
                                        (e.get("coremlc") or {}).get("wall_s"))
                          for e in v.json("compile")["variants"])
     pair = None
-    v = judged_evidence(run_dir, records, "export.pair", "pair")
+    v = judged_evidence(run_dir, records, EXPORT_PAIR, "pair")
     if v is not None:
         pair = PairFacts.from_doc(v.json("pair"))
     return ExportFacts(model, contract, compiled, pair)

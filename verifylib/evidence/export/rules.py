@@ -16,7 +16,14 @@ from verifylib.evidence.export.schema import (
     PairEvidence,
 )
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.gates import (
+    EXPORT_COMPILE,
+    EXPORT_CONTRACT,
+    EXPORT_GGML_MODEL,
+    EXPORT_PAIR,
+    Judgement,
+    Status,
+)
 from verifylib.evidence.judging import policy_file_problems, stream_problems
 from verifylib.runtime import contracts
 
@@ -343,9 +350,9 @@ def _rule_pair(ev) -> Judgement:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "export.ggml_model": _rule_ggml_model,
-    "export.contract": _rule_contract,
-    "export.compile": _rule_compile,
-    "export.pair": _rule_pair,
+    EXPORT_GGML_MODEL: _rule_ggml_model,
+    EXPORT_CONTRACT: _rule_contract,
+    EXPORT_COMPILE: _rule_compile,
+    EXPORT_PAIR: _rule_pair,
 }
 """Gate id to judge, for the gates of stage 02."""

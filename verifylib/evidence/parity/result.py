@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from verifylib.evidence.gates import Status
+from verifylib.evidence.gates import (
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PARITY_RUNTIME_FP16,
+    Status,
+)
 from verifylib.evidence.parity.schema import Measurement, ParityEvidence
 from verifylib.evidence.reading import judged_evidence
 
@@ -134,8 +140,8 @@ ATTRIBUTION = "attribution"
 """Evidence name of a program candidate's op-level attribution."""
 
 
-PARITY_GATES = ("parity.program", "parity.runtime", "parity.program_fp16",
-                "parity.runtime_fp16")
+PARITY_GATES = (PARITY_PROGRAM, PARITY_RUNTIME, PARITY_PROGRAM_FP16,
+                PARITY_RUNTIME_FP16)
 
 
 def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityResult:

@@ -10,7 +10,14 @@ from typing import Any, Callable, Mapping
 
 from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.gates import (
+    PARITY_PROGRAM,
+    PARITY_PROGRAM_FP16,
+    PARITY_RUNTIME,
+    PARITY_RUNTIME_FP16,
+    Judgement,
+    Status,
+)
 from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.parity.result import ATTRIBUTION
 from verifylib.evidence.parity.schema import Measurement, ParityEvidence
@@ -94,10 +101,10 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "parity.program": _parity_rule("fp32", "program"),
-    "parity.runtime": _parity_rule("fp32", "runtime"),
-    "parity.program_fp16": _parity_rule("fp16", "program"),
-    "parity.runtime_fp16": _parity_rule("fp16", "runtime"),
+    PARITY_PROGRAM: _parity_rule("fp32", "program"),
+    PARITY_RUNTIME: _parity_rule("fp32", "runtime"),
+    PARITY_PROGRAM_FP16: _parity_rule("fp16", "program"),
+    PARITY_RUNTIME_FP16: _parity_rule("fp16", "runtime"),
 }
 """Gate id to judge, for the gates of stage 04."""
 

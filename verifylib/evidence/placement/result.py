@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.evidence.reading import judged_evidence
 
@@ -61,7 +62,7 @@ def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> Place
         If a cited file is missing or altered, or a plan does not parse
         (:class:`verifylib.evidence.fields.SchemaError`).
     """
-    v = judged_evidence(run_dir, records, "placement.plan", "plan_fp32")
+    v = judged_evidence(run_dir, records, PLACEMENT_PLAN, "plan_fp32")
     if v is None:
         return None
     return PlacementResult({variant: PlanEvidence.from_json(v.json(f"plan_{variant}"))

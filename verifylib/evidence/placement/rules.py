@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any, Callable, Mapping
 
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement
+from verifylib.evidence.gates import PLACEMENT_PLAN, Judgement
 from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence
 from verifylib.models.compute_plan import (
     COST_SUM_TOLERANCE,
@@ -31,7 +31,7 @@ def _rule_plan(ev) -> Judgement:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "placement.plan": _rule_plan,
+    PLACEMENT_PLAN: _rule_plan,
 }
 """Gate id to judge, for the gate of stage 06."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID
 from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.wer.schema import (
     HybridClip,
@@ -245,11 +246,11 @@ def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult |
     """
     from verifylib.numerics.scoring import corpus_wer
 
-    v = judged_evidence(run_dir, records, "wer.ggml_vs_source", "wer")
+    v = judged_evidence(run_dir, records, WER_GGML_VS_SOURCE, "wer")
     if v is None:
         return None
     clips = WerEvidence.from_json(v.json("wer")).clips
-    hv = judged_evidence(run_dir, records, "wer.hybrid", "hybrid")
+    hv = judged_evidence(run_dir, records, WER_HYBRID, "hybrid")
     hybrid = ({c.id: c for c in HybridEvidence.from_json(hv.json("hybrid")).clips}
               if hv is not None else {})
 

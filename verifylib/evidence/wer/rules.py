@@ -11,7 +11,7 @@ from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import Judgement, Status
+from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID, Judgement, Status
 from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.wer.schema import (
     Counts,
@@ -259,8 +259,8 @@ def _rule_hybrid(ev) -> Judgement:
 
 
 RULES: dict[str, Callable[[Any], Judgement]] = {
-    "wer.ggml_vs_source": _rule_ggml_vs_source,
-    "wer.hybrid": _rule_hybrid,
+    WER_GGML_VS_SOURCE: _rule_ggml_vs_source,
+    WER_HYBRID: _rule_hybrid,
 }
 """Gate id to judge, for the gates of stage 05."""
 
