@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from verifylib.canonical import sha256_bytes as canonical_sha
+from verifylib.evidence.records import EvidenceView
 from verifylib.numerics.scoring import load_policy
 from verifylib.whispercpp import source as _source
 
@@ -38,7 +39,7 @@ def pin_problems(doc: Any) -> list[str]:
             for k, v in shipped.items() if k in doc and doc[k] != v]
 
 
-def stream_problems(ev, record: Any, names: Mapping[str, str]) -> list[str]:
+def stream_problems(ev: EvidenceView, record: Any, names: Mapping[str, str]) -> list[str]:
     """Each stored stream must be its run record's (SHA-256 of the stored bytes)."""
     if not isinstance(record, Mapping):
         return ["run record missing"]
@@ -49,7 +50,7 @@ def stream_problems(ev, record: Any, names: Mapping[str, str]) -> list[str]:
     return out
 
 
-def policy_file_problems(ev, name: str, policy_id: str) -> list[str]:
+def policy_file_problems(ev: EvidenceView, name: str, policy_id: str) -> list[str]:
     """List why a cited policy record is not the packaged resource (id, digest, rules)."""
     packaged = load_policy(policy_id)
     stored = ev.json(name)

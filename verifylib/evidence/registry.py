@@ -11,7 +11,7 @@ validator can know it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from verifylib.evidence.build import rules as build
 from verifylib.evidence.canary import rules as canary
@@ -19,9 +19,10 @@ from verifylib.evidence.export import rules as export
 from verifylib.evidence.gates import Judgement
 from verifylib.evidence.parity import rules as parity
 from verifylib.evidence.placement import rules as placement
+from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.wer import rules as wer
 
-RuleFn = Callable[[Any], Judgement]
+RuleFn = Callable[[EvidenceView], Judgement]
 
 RULES: dict[str, RuleFn] = {**build.RULES, **export.RULES, **canary.RULES, **parity.RULES,
                             **wer.RULES, **placement.RULES}

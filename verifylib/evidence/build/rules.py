@@ -26,6 +26,7 @@ from verifylib.evidence.gates import (
     Status,
 )
 from verifylib.evidence.judging import pin_problems, stream_problems
+from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.build import (
@@ -41,7 +42,7 @@ from verifylib.whispercpp.source.patch import expected_status, phase_problems
 from verifylib.whispercpp.source.pins import is_oid
 
 
-def _rule_source(ev) -> Judgement:
+def _rule_source(ev: EvidenceView) -> Judgement:
     doc = ev.json("source")
     problems = pin_problems(doc)
     if problems:
@@ -53,7 +54,7 @@ def _malformed(exc: SchemaError) -> Judgement:
     return Judgement.failed(f"malformed evidence: {exc}")
 
 
-def _rule_patch(ev) -> Judgement:
+def _rule_patch(ev: EvidenceView) -> Judgement:
     doc = ev.json("patch")
     problems = pin_problems(doc)
     if problems:
@@ -69,7 +70,7 @@ def _rule_patch(ev) -> Judgement:
     return judge_patch_exact(parsed)
 
 
-def _rule_ggml(ev) -> Judgement:
+def _rule_ggml(ev: EvidenceView) -> Judgement:
     doc = ev.json("build")
     if not ev.has("probe_stderr"):
         return judge_ggml_build(doc, "")
@@ -254,7 +255,7 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
                             f"with the same options ({label}); {note}")
 
 
-def _rule_coreml(ev) -> Judgement:
+def _rule_coreml(ev: EvidenceView) -> Judgement:
     def stream(name):
         return ev.bytes(name) if ev.has(name) else b""
     doc = ev.json("coreml_build")
@@ -280,7 +281,7 @@ def _rule_coreml(ev) -> Judgement:
     return j
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     BUILD_SOURCE_IDENTITY: _rule_source,
     BUILD_PATCH_EXACT: _rule_patch,
     BUILD_GGML: _rule_ggml,

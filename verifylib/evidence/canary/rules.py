@@ -33,6 +33,7 @@ from verifylib.evidence.gates import (
     CANARY_SANITIZER,
     Judgement,
 )
+from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -223,7 +224,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
                             f"both markers, no signal; {a_side}")
 
 
-def _rule_lifecycle(ev) -> Judgement:
+def _rule_lifecycle(ev: EvidenceView) -> Judgement:
     def stream(sha):
         name = stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
@@ -396,7 +397,7 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
                             f"report")
 
 
-def _rule_sanitizer(ev) -> Judgement:
+def _rule_sanitizer(ev: EvidenceView) -> Judgement:
     def stream(sha):
         name = asan_stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
@@ -446,7 +447,7 @@ def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
                             f"load-failure and init-failure lines, no signal")
 
 
-def _rule_negative(ev) -> Judgement:
+def _rule_negative(ev: EvidenceView) -> Judgement:
     return judge_negative(ev.json("negative"), ev.bytes("negative_stderr"),
                           ev.bytes("negative_stdout"))
 
@@ -504,13 +505,13 @@ def judge_positive(doc: Any, stderr: bytes, stdout: bytes,
                             f"{warm.wall_s} s)")
 
 
-def _rule_positive(ev) -> Judgement:
+def _rule_positive(ev: EvidenceView) -> Judgement:
     return judge_positive(ev.json("positive"), ev.bytes("measured_stderr"),
                           ev.bytes("measured_stdout"),
                           (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout")))
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     CANARY_LIFECYCLE_AB: _rule_lifecycle,
     CANARY_COREML_NEGATIVE: _rule_negative,
     CANARY_COREML_POSITIVE: _rule_positive,

@@ -5,7 +5,7 @@ The ggml model file, the encoder's IO contract, the compiled encoder.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.export.schema import (
@@ -25,6 +25,7 @@ from verifylib.evidence.gates import (
     Status,
 )
 from verifylib.evidence.judging import policy_file_problems, stream_problems
+from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
 
 
@@ -32,7 +33,7 @@ def _malformed(name: str, exc: SchemaError) -> Judgement:
     return Judgement(Status.FAIL, f"malformed {name} evidence: {exc}")
 
 
-def _rule_ggml_model(ev) -> Judgement:
+def _rule_ggml_model(ev: EvidenceView) -> Judgement:
     try:
         g = GgmlModelEvidence.from_json(ev.json("ggml"))
     except SchemaError as exc:
@@ -75,7 +76,7 @@ def _rule_ggml_model(ev) -> Judgement:
                                   f"hyper-parameters {wrote}")
 
 
-def _rule_contract(ev) -> Judgement:
+def _rule_contract(ev: EvidenceView) -> Judgement:
     from verifylib.models.coreml_export import PRECISIONS, EncoderContract, contract_problems
     try:
         d = ContractEvidence.from_json(ev.json("contract"))
@@ -102,9 +103,9 @@ def _rule_contract(ev) -> Judgement:
     if logs != set(variants):
         return Judgement(Status.FAIL, f"conversion logs {sorted(logs)} do not match the "
                                       f"exported variants {sorted(variants)}")
-    for v in sorted(logs):
-        if not ev.bytes(f"convert_log_{v}").strip():
-            return Judgement(Status.FAIL, f"{v}: the conversion log is empty")
+    for variant in sorted(logs):
+        if not ev.bytes(f"convert_log_{variant}").strip():
+            return Judgement(Status.FAIL, f"{variant}: the conversion log is empty")
     # The build facts (coremltools, torch, the tested maximum, the warning) are required
     # fields of the schema: a document without one did not parse.
     build = d.build
@@ -234,7 +235,7 @@ def _judge_prebuilt(d: ContractEvidence, c, variants) -> Judgement:
         f"{card.get('source') or 'an unrecorded source'}")
 
 
-def _rule_compile(ev) -> Judgement:
+def _rule_compile(ev: EvidenceView) -> Judgement:
     try:
         d = CompileEvidence.from_json(ev.json("compile"))
     except SchemaError as exc:
@@ -283,7 +284,7 @@ def _fmt_db(x: float) -> str:
     return "+inf" if x == float("inf") else f"{x:.2f}"
 
 
-def _rule_pair(ev) -> Judgement:
+def _rule_pair(ev: EvidenceView) -> Judgement:
     import math
 
     from verifylib.errors import EvidenceInvalid, PolicyInvalid
@@ -349,7 +350,7 @@ def _rule_pair(ev) -> Judgement:
                             f"(sha256 {d.model_sha256[:12]}…): {figures}")
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     EXPORT_GGML_MODEL: _rule_ggml_model,
     EXPORT_CONTRACT: _rule_contract,
     EXPORT_COMPILE: _rule_compile,

@@ -21,6 +21,7 @@ from verifylib.evidence.gates import (
 from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.parity.result import ATTRIBUTION
 from verifylib.evidence.parity.schema import Measurement, ParityEvidence
+from verifylib.evidence.records import EvidenceView
 from verifylib.numerics.drift import check_document
 from verifylib.numerics.parity import (
     PAIR_POLICY,
@@ -71,7 +72,7 @@ def chosen_policy(variant: str, doc: ParityEvidence | None) -> tuple[str, list[s
 
 
 def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
-    def judge(ev) -> Judgement:
+    def judge(ev: EvidenceView) -> Judgement:
         problems = []
         try:
             first: ParityEvidence | None = ParityEvidence.from_json(ev.json("parity"))
@@ -100,7 +101,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
     return judge
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     PARITY_PROGRAM: _parity_rule("fp32", "program"),
     PARITY_RUNTIME: _parity_rule("fp32", "runtime"),
     PARITY_PROGRAM_FP16: _parity_rule("fp16", "program"),

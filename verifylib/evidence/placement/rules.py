@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import PLACEMENT_PLAN, Judgement
 from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence
+from verifylib.evidence.records import EvidenceView
 from verifylib.models.compute_plan import (
     COST_SUM_TOLERANCE,
     NO_DEVICE,
@@ -20,7 +21,7 @@ from verifylib.models.compute_plan import (
 )
 
 
-def _rule_plan(ev) -> Judgement:
+def _rule_plan(ev: EvidenceView) -> Judgement:
     j = judge_plan(ev.json("plan_fp32"))
     if j.ok and ev.has("plan_fp16"):
         j16 = judge_plan(ev.json("plan_fp16"))
@@ -30,7 +31,7 @@ def _rule_plan(ev) -> Judgement:
     return j
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     PLACEMENT_PLAN: _rule_plan,
 }
 """Gate id to judge, for the gate of stage 06."""

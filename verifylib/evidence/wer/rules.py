@@ -13,6 +13,7 @@ from verifylib.evidence import identities
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID, Judgement, Status
 from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.wer.schema import (
     Counts,
     HybridClip,
@@ -173,7 +174,7 @@ def _parse_failure(raw: Any, exc: SchemaError, name: str) -> Judgement:
     return Judgement(Status.FAIL, _refusal(exc, name))
 
 
-def _rule_ggml_vs_source(ev) -> Judgement:
+def _rule_ggml_vs_source(ev: EvidenceView) -> Judgement:
     raw = ev.json("wer")
     try:
         doc = WerEvidence.from_json(raw)
@@ -194,7 +195,7 @@ def _rule_ggml_vs_source(ev) -> Judgement:
                             + " with no .mlmodelc beside its model")
 
 
-def _classifier(ev):
+def _classifier(ev: EvidenceView):
     def classify(clip: HybridClip | Mapping[str, Any]) -> Judgement:
         try:
             c = clip if isinstance(clip, HybridClip) else HybridClip.from_json(clip)
@@ -245,7 +246,7 @@ def hybrid_binding_problems(doc: HybridEvidence | Any, coreml_sha256: Any) -> li
     return out
 
 
-def _rule_hybrid(ev) -> Judgement:
+def _rule_hybrid(ev: EvidenceView) -> Judgement:
     raw = ev.json("hybrid")
     try:
         doc = HybridEvidence.from_json(raw)
@@ -258,7 +259,7 @@ def _rule_hybrid(ev) -> Judgement:
     return judge_hybrid(doc, _classifier(ev))
 
 
-RULES: dict[str, Callable[[Any], Judgement]] = {
+RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     WER_GGML_VS_SOURCE: _rule_ggml_vs_source,
     WER_HYBRID: _rule_hybrid,
 }
