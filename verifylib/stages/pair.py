@@ -24,7 +24,7 @@ import time
 
 from verifylib.canonical import sha256_bytes, sha256_file, tree_digest
 from verifylib.evidence import identities
-from verifylib.evidence.export.schema import PairEvidence, PairFloor, PairInput
+from verifylib.evidence.export.schema import GgmlModelEvidence, PairEvidence, PairFloor, PairInput
 from verifylib.evidence.gates import EXPORT_GGML_MODEL, EXPORT_PAIR
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import PAIR_POLICY, pair_floor, policy_record
@@ -60,8 +60,8 @@ def run_pair(ctx: StageContext) -> None:
         t0 = time.perf_counter()
         policy = load_policy(PAIR_POLICY)
         model_path, _ = published_model(ctx)
-        ggml_ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
-        ftype = ggml_ev.get("ftype", "f16")
+        ggml_ev = GgmlModelEvidence.from_json(ctx.evidence_of(EXPORT_GGML_MODEL, "ggml"))
+        ftype = ggml_ev.ftype
         enc = audited_encoder(ctx)
         smin, cmin = pair_floor(policy.rules, ftype, enc.precision)
         # The floor is bound before anything is measured; the rule re-derives it.
@@ -93,7 +93,7 @@ def run_pair(ctx: StageContext) -> None:
         del encoder
         release_memory()
         doc = PairEvidence(
-            policy=policy_record(policy), model_file=ggml_ev["path"],
+            policy=policy_record(policy), model_file=ggml_ev.path,
             model_sha256=sha256_file(model_path), encoder=enc.rel_path,
             encoder_tree_digest=tree_digest(enc.path), reference=REFERENCE,
             execution=execution,

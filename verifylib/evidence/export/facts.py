@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from verifylib.evidence.export.schema import GgmlModelEvidence, ModelIntake
 from verifylib.evidence.gates import (
     EXPORT_COMPILE,
     EXPORT_CONTRACT,
@@ -272,10 +273,11 @@ def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFac
     compiled: tuple = ()
     v = judged_evidence(run_dir, records, EXPORT_GGML_MODEL, "ggml")
     if v is not None:
-        m, g = v.json("model"), v.json("ggml")
-        model = ModelFacts(m["kind"], m["source_digest"], m["hf_dir"], g["sha256"], g["bytes"],
-                           g["hparams"], describe_run(g["probe"]), g["probe"]["wall_s"],
-                           g["path"], g.get("ftype", "f16"), g.get("given"))
+        m = ModelIntake.from_json(v.json("model"))
+        g = GgmlModelEvidence.from_json(v.json("ggml"))
+        model = ModelFacts(m.kind, m.source_digest, m.hf_dir, g.sha256, g.bytes, g.hparams,
+                           describe_run(g.probe.to_json()), g.probe.wall_s, g.path, g.ftype,
+                           g.given)
     v = judged_evidence(run_dir, records, EXPORT_CONTRACT, "contract")
     if v is not None:
         doc = v.json("contract")
