@@ -15,7 +15,6 @@ the failing keyword, every error at once). ``jsonschema`` costs most of a second
 from __future__ import annotations
 
 import copy
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,15 @@ if TYPE_CHECKING:
 
 from verifylib import resources
 from verifylib.errors import ParametersInvalid
+from verifylib.param_files import (
+    check_audio,
+    check_backend,
+    check_encoder,
+    check_ggml_file,
+    check_languages,
+    check_vocabulary,
+    refuse_litter,
+)
 from verifylib.runtime.contracts import GGML_BACKENDS
 
 PARAMETERS_DIR = resources.parameters_dir()
@@ -97,8 +105,6 @@ ENCODER_SCHEMA = {
     "properties": {"path": _STR},
 }
 
-ENCODER_SUFFIXES = (".mlpackage", ".mlmodelc")
-"""What an ``encoder.path`` may end in: an ML package or a compiled Core ML model."""
 
 FIXTURE_SCHEMA = {
     "type": "object",
@@ -469,7 +475,7 @@ def validate(data: Any, origin: str, base_dir: Path,
     if pin not in pins:
         raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
                                 f"(known: {', '.join(sorted(pins))}; see {manifest})")
-    _check_backend(origin, p["runtime"]["ggml_backend"])
+    check_backend(origin, p["runtime"]["ggml_backend"])
     src = p["runtime"]["source"]
     if src["kind"] == "git":
         want = pins[pin].commit
@@ -487,17 +493,17 @@ def validate(data: Any, origin: str, base_dir: Path,
         if src["kind"] == "folder":
             # Only the subdir is copied; a missing one is the fetch's to report.
             sub = path / src["subdir"] if src.get("subdir") else path
-            _refuse_litter(f"{origin}: key runtime.source.path", sub if sub.is_dir() else path,
+            refuse_litter(f"{origin}: key runtime.source.path", sub if sub.is_dir() else path,
                            "the source's git tree id, which must be the pin's")
     model = p["model"]
     if model["kind"] in ("ct2-dir", "hf-dir"):
         mp = base_dir / Path(model["path"]).expanduser()
         if not mp.is_dir():
             raise ParametersInvalid(f"{origin}: key model.path: {mp} is not a folder")
-        _refuse_litter(f"{origin}: key model.path", mp,
+        refuse_litter(f"{origin}: key model.path", mp,
                        "the model's digest, its identity in every run")
     if model["kind"] == "ggml":
-        _check_ggml_file(origin, base_dir / Path(model["path"]).expanduser())
+        check_ggml_file(origin, base_dir / Path(model["path"]).expanduser())
     if "encoder" in p:
         if data.get("export", {}).get("fp16") is True:
             raise ParametersInvalid(f"{origin}: key export.fp16: a prebuilt encoder (key "
@@ -505,7 +511,7 @@ def validate(data: Any, origin: str, base_dir: Path,
                                     "exported beside it")
         # Nothing is exported: the fp16 variant's gates are NOT_RUN(disabled) by this key.
         p["export"]["fp16"] = False
-        _check_encoder(origin, base_dir / Path(p["encoder"]["path"]).expanduser())
+        check_encoder(origin, base_dir / Path(p["encoder"]["path"]).expanduser())
     seen: dict[str, str] = {}  # case-folded id -> its first spelling
     for i, fx in enumerate(p["fixtures"]):
         first = seen.get(fx["id"].casefold())
@@ -523,7 +529,7 @@ def validate(data: Any, origin: str, base_dir: Path,
             fp = base_dir / Path(fx["path"]).expanduser()
             if not fp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
-            _check_audio(origin, i, fp)
+            check_audio(origin, i, fp)
         if "text" in fx and "text_file" in fx:
             raise ParametersInvalid(f"{origin}: key fixtures[{i}]: give text or text_file, "
                                     "not both")
@@ -537,210 +543,10 @@ def validate(data: Any, origin: str, base_dir: Path,
             if not tp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
                                         "does not exist")
-    _check_vocabulary(origin, p["model"], base_dir)
-    _check_languages(origin, p, base_dir)
+    check_vocabulary(origin, p["model"], base_dir)
+    check_languages(origin, p, base_dir)
     _absolutize(p, base_dir)
     return Params(name=p["name"], data=p, origin=origin, base_dir=base_dir.resolve())
-
-
-def _vocabulary_size(model: dict, base_dir: Path) -> int | None:
-    """Return the model's vocabulary size where it is readable before any work, else None."""
-    kind = model["kind"]
-    path = base_dir / Path(model.get("path", "")).expanduser()
-    if kind == "ggml":
-        from verifylib.models.ggml_file import open_ggml
-        with open_ggml(path) as f:
-            return int(f.hparams["n_vocab"])
-    if kind == "hf-dir" and (path / "config.json").is_file():
-        try:
-            size = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            return None  # the intake names what is wrong with the folder
-        return size if isinstance(size, int) else None
-    if kind == "ct2-dir":
-        from verifylib.models.ct2 import ModelError
-        from verifylib.models.ct2_import import read_vocabulary
-        try:
-            vocabulary = read_vocabulary(path)
-        except (ModelError, ValueError, UnicodeDecodeError, OSError):
-            return None  # the intake names what is wrong with the folder
-        return None if vocabulary is None else len(vocabulary)
-    return None  # a registry or hub model: checked when it is obtained
-
-
-def _check_vocabulary(origin: str, model: dict, base_dir: Path) -> None:
-    """Refuse a vocabulary whisper.cpp cannot decode with, before any work.
-
-    whisper.cpp has no list of special tokens: it derives their ids from ``n_vocab``
-    (51864 English-only, 51865 multilingual, 51866 from large-v3), so a fine-tune whose
-    tokenizer gained tokens would be decoded with the wrong special ids, and one whose
-    tokenizer lists more tokens than its embedding has could not be written at all.
-    """
-    if model["kind"] not in ("hf-dir", "ct2-dir"):
-        return  # a ggml file is checked when opened; a registry or hub model when obtained
-    size = _vocabulary_size(model, base_dir)
-    if size is None:
-        return
-    from verifylib.models.ggml_import import whisper_cpp_tokens
-
-    try:
-        whisper_cpp_tokens(size)
-    except ParametersInvalid as exc:
-        raise ParametersInvalid(
-            f"{origin}: key model.path: a vocabulary of {size} tokens ({exc}): whisper.cpp "
-            "derives its special tokens from the vocabulary size and knows 51864, 51865 and "
-            "51866, so a tokenizer with added tokens cannot be decoded by it") from None
-    if model["kind"] == "hf-dir":
-        listed = _tokenizer_size(base_dir / Path(model.get("path", "")).expanduser())
-        if listed is not None and listed > size:
-            raise ParametersInvalid(
-                f"{origin}: key model.path: tokenizer.json lists {listed} tokens, the model's "
-                f"vocab_size is {size}: the added tokens have no embedding, and whisper.cpp "
-                "could not decode them")
-
-
-def _tokenizer_size(folder: Path) -> int | None:
-    """Return one more than the highest id a folder's ``tokenizer.json`` lists, else None."""
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        ids = [int(i) for i in (doc.get("model") or {}).get("vocab", {}).values()]
-        ids += [int(t["id"]) for t in doc.get("added_tokens") or []]
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
-        return None  # the intake names what is wrong with the folder
-    return max(ids) + 1 if ids else None
-
-
-def _check_languages(origin: str, p: dict, base_dir: Path) -> None:
-    """Refuse a language Whisper does not know, or one the model has no token for.
-
-    Each fixture is decoded and scored in its own ``language`` (default ``model.language``).
-    Whisper's languages and which of them a vocabulary holds are whisper.cpp's rules
-    (:func:`verifylib.models.ggml_import.whisper_cpp_tokens`): an English-only vocabulary
-    holds none but English, and languages were appended over time (yue with large-v3).
-    """
-    wanted = [("model.language", p["model"].get("language") or "en")]
-    wanted += [(f"fixtures[{i}].language", fx["language"])
-               for i, fx in enumerate(p["fixtures"]) if "language" in fx]
-    if all(lang == "en" for _, lang in wanted):
-        return
-    from verifylib.models.ggml_import import LANGUAGE_CODES, whisper_cpp_tokens
-
-    for key, lang in wanted:
-        if lang not in LANGUAGE_CODES:
-            raise ParametersInvalid(f"{origin}: key {key}: {lang!r} is not a language Whisper "
-                                    "decodes (e.g. de, fr, zh)")
-    size = _vocabulary_size(p["model"], base_dir)
-    if size is None:
-        return
-    try:
-        tokens = whisper_cpp_tokens(size)
-    except ParametersInvalid:  # below even the English vocabulary: the intake refuses it
-        tokens = None
-    if tokens is None or not tokens.multilingual:
-        key, lang = next((k, v) for k, v in wanted if v != "en")
-        raise ParametersInvalid(f"{origin}: key {key}: {lang!r}, but the model is English-only "
-                                f"(a vocabulary of {size} tokens; multilingual Whisper models "
-                                "have 51865 or more): it decodes English alone")
-    known = LANGUAGE_CODES[:tokens.n_languages]
-    for key, lang in wanted:
-        if lang not in known:
-            raise ParametersInvalid(f"{origin}: key {key}: {lang!r} has no language token "
-                                    f"in this model (a vocabulary of {size} tokens holds "
-                                    f"the first {len(known)} of Whisper's languages)")
-
-
-def _check_audio(origin: str, i: int, path: Path) -> None:
-    """Refuse, before any work, a fixture neither leg could transcribe as given."""
-    from verifylib.runtime.audio_intake import probe
-
-    try:
-        probe(path)
-    except ParametersInvalid as exc:  # AudioError: one line naming the file
-        raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {exc}") from None
-
-
-def _check_backend(origin: str, backend: str) -> None:
-    """Refuse a ``runtime.ggml_backend`` this host cannot build: Metal exists on macOS only.
-
-    Off macOS ggml's CMake cannot find the Metal framework, so a ``metal`` build would
-    fail in stage 01 after the source was fetched; refused here, before any work.
-    """
-    if backend == GGML_BACKENDS[0]:
-        return
-    from verifylib.evidence.gates import Capability
-    from verifylib.runtime.capabilities import detect
-    host = detect()
-    if not host.has(Capability.MACOS):
-        raise ParametersInvalid(f"{origin}: key runtime.ggml_backend: {backend!r} needs macOS "
-                                f"(this host: {host.system} {host.machine}); use "
-                                f"{GGML_BACKENDS[0]!r}, the default")
-
-
-def _check_ggml_file(origin: str, path: Path) -> None:
-    """Refuse a ``model.path`` that is not a readable whisper.cpp model file.
-
-    The whole structure is walked (header, filters, vocabulary, every tensor header and its
-    extent), not the tensor data: a bad magic, a truncated tensor or an unsupported tensor
-    type is refused here, before any work, with the reader's own words.
-    """
-    if not path.exists():
-        raise ParametersInvalid(f"{origin}: key model.path: {path} does not exist")
-    if not path.is_file():
-        raise ParametersInvalid(f"{origin}: key model.path: {path} is not a file (a "
-                                "whisper.cpp ggml-*.bin model file is expected)")
-    if path.suffix != ".bin":
-        raise ParametersInvalid(f"{origin}: key model.path: {path.name} does not end in .bin "
-                                "(a whisper.cpp ggml-*.bin model file is expected)")
-    from verifylib.models.ggml_file import open_ggml
-    try:
-        open_ggml(path)
-    except ParametersInvalid as exc:
-        raise ParametersInvalid(f"{origin}: key model.path: {exc}") from None
-
-
-def _check_encoder(origin: str, path: Path) -> None:
-    """Refuse an ``encoder.path`` that is not an ML package or a compiled model.
-
-    Only the folder's shape is checked here (the suffix and the files Core ML needs); what
-    the encoder says about itself is read by stage 02, before anything is measured.
-    """
-    key = f"{origin}: key encoder.path"
-    if not path.exists():
-        raise ParametersInvalid(f"{key}: {path} does not exist")
-    if path.suffix not in ENCODER_SUFFIXES:
-        raise ParametersInvalid(f"{key}: {path.name} ends in neither .mlpackage nor .mlmodelc "
-                                "(a Core ML encoder such as ggml-tiny.en-encoder.mlmodelc is "
-                                "expected)")
-    if not path.is_dir():
-        raise ParametersInvalid(f"{key}: {path} is a file; a Core ML "
-                                f"{path.suffix} is a folder (unzip a downloaded .zip first)")
-    if path.suffix == ".mlpackage":
-        needed = ("Manifest.json", "Data/com.apple.CoreML/model.mlmodel")
-        what = "an ML package"
-    else:
-        needed = ("metadata.json", "coremldata.bin")
-        what = "a compiled Core ML model"
-    missing = [n for n in needed if not (path / n).is_file()]
-    if missing:
-        raise ParametersInvalid(f"{key}: {path} is not {what} (no {', '.join(missing)})")
-    _refuse_litter(key, path, "the encoder's tree digest, which every stage checks")
-
-
-def _refuse_litter(key: str, folder: Path, identity: str) -> None:
-    """Refuse a folder holding files macOS writes on its own (``.DS_Store``, ``._*`` …).
-
-    Nothing is skipped when a folder is identified (the tree id must stay what git
-    computes, a digest what anyone recomputes), so such a file would change the identity
-    with no word why; naming it here is the fix.
-    """
-    from verifylib.canonical import describe_litter, os_litter
-    found = os_litter(folder)
-    if found:
-        raise ParametersInvalid(f"{key}: {describe_litter(folder, found)}; they would change "
-                                f"{identity}")
 
 
 def check_distinct_names(all_params: Sequence[Params], reports_root: Path | None = None) -> None:
