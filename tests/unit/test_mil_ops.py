@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from verifylib.numerics import mil_ops
+from verifylib.numerics import mil_constexpr, mil_ops
 from verifylib.numerics.mil_exec import (SUPPORTED_OPS, MilExecError, Stepper, UnsupportedOpError,
                                          execute, load_program)
 
@@ -648,8 +648,8 @@ def test_a_shared_compressed_weight_is_decompressed_once_per_execution(ct, tmp_p
         return mb.add(x=mb.mul(x=x, y=w), y=w)
     program = _save(ct, tmp_path, Case("x", dict(x=f32(4, 3)), body, opset="iOS16"))
     calls = []
-    real = mil_ops.CONSTEXPR_KERNELS["constexpr_affine_dequantize"]
-    monkeypatch.setitem(mil_ops.CONSTEXPR_KERNELS, "constexpr_affine_dequantize",
+    real = mil_constexpr.CONSTEXPR_KERNELS["constexpr_affine_dequantize"]
+    monkeypatch.setitem(mil_constexpr.CONSTEXPR_KERNELS, "constexpr_affine_dequantize",
                         lambda a: calls.append(1) or real(a))
     x = f32(4, 3)
     run = Stepper(program, {"x": x}, compute="float64")
@@ -714,7 +714,7 @@ def test_unpack_bits_is_the_blob_writers_layout(ct, tmp_path, nbits):
     data = path.read_bytes()
     size, start = np.frombuffer(data, np.uint64, 2, offset + 8)
     packed = np.frombuffer(data, np.uint8, int(size), int(start))
-    np.testing.assert_array_equal(mil_ops.unpack_bits(packed, nbits, 29), vals)
+    np.testing.assert_array_equal(mil_constexpr.unpack_bits(packed, nbits, 29), vals)
     signed = (vals.astype(np.int16) - 2 ** (nbits - 1)).astype(np.int8) if nbits == 4 else None
     if signed is not None:
         w = _BlobStorageWriter(str(tmp_path / "s.bin"))
@@ -723,7 +723,7 @@ def test_unpack_bits_is_the_blob_writers_layout(ct, tmp_path, nbits):
         raw = (tmp_path / "s.bin").read_bytes()
         size, start = np.frombuffer(raw, np.uint64, 2, off + 8)
         np.testing.assert_array_equal(
-            mil_ops.unpack_bits(np.frombuffer(raw, np.uint8, int(size), int(start)), 4, 29,
+            mil_constexpr.unpack_bits(np.frombuffer(raw, np.uint8, int(size), int(start)), 4, 29,
                                 signed=True), signed)
 
 
@@ -745,5 +745,5 @@ def test_kernel_refusals_name_the_problem():
     with pytest.raises(MilExecError, match="outside"):
         mil_ops.KERNELS["gather"]({"x": torch.zeros(3), "indices": np.array([3])}, "float64")
     with pytest.raises(MilExecError, match="nonzero_data"):
-        mil_ops.CONSTEXPR_KERNELS["constexpr_sparse_to_dense"](
+        mil_constexpr.CONSTEXPR_KERNELS["constexpr_sparse_to_dense"](
             {"nonzero_data": np.zeros(2, np.float32), "mask": np.ones((2, 2), np.uint8)})

@@ -79,14 +79,8 @@ import numpy as np
 
 from verifylib.errors import ParametersInvalid
 from verifylib.numerics.memory import trimmed
-from verifylib.numerics.mil_ops import (
-    CONSTEXPR_KERNELS,
-    KERNELS,
-    MilExecError,
-    as_tensor,
-    torch_dtype,
-    unpack_bits,
-)
+from verifylib.numerics.mil_constexpr import CONSTEXPR_KERNELS, unpack_bits
+from verifylib.numerics.mil_ops import KERNELS, MilExecError, as_tensor, torch_dtype
 
 __all__ = ["COMPUTE_MODES", "SUPPORTED_OPS", "Execution", "MilExecError", "Op", "Program",
            "Stepper", "UnsupportedOpError", "Value", "check_supported", "execute",
@@ -229,7 +223,7 @@ _BLOB_SUB_BYTE = {8: ("int4", 4, True), 9: ("uint1", 1, False), 10: ("uint2", 2,
 """Sub-byte blob codes -> (MIL dtype, bits, signed): bit-packed, read as :class:`PackedInts`.
 
 Codes as coremltools' blob writer (``libmilstoragepython``) stores them; its packing is
-least significant bit first (:func:`verifylib.numerics.mil_ops.unpack_bits`)."""
+least significant bit first (:func:`verifylib.numerics.mil_constexpr.unpack_bits`)."""
 
 
 class PackedInts:
