@@ -396,6 +396,7 @@ def _trace_export(trace: MemoryTrace) -> None:
 def _trace_parity(trace: MemoryTrace) -> None:
     import verifylib.numerics.drift as dr
     import verifylib.numerics.mil_exec as mx
+    import verifylib.numerics.program_map as pm
     import verifylib.models.intake as vm
     import verifylib.stages.parity as sp
 
@@ -405,8 +406,9 @@ def _trace_parity(trace: MemoryTrace) -> None:
     for name in ("reference_run", "reference_encode", "fixture_logmel", "measure_program",
                  "encode_arrays", "tree_digest", "parity_result_from_evidence"):
         trace.wrap(sp, name)
-    for name in ("load_program", "execute", "residual_taps"):
+    for name in ("load_program", "execute"):
         trace.wrap(mx, name)
+    trace.wrap(pm, "residual_taps")
     for name in ("attribute", "hf_points", "map_program"):
         if hasattr(dr, name):
             trace.wrap(dr, name)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifylib.numerics.mil_exec import (MilExecError, UnsupportedOpError, execute, load_program,
-                                         residual_taps)
+from verifylib.numerics.mil_exec import MilExecError, UnsupportedOpError, execute, load_program
+from verifylib.numerics.program_map import residual_taps
 from verifylib.numerics.parity import compare
 
 from tests.helpers.encoders import export_small, small_encoder

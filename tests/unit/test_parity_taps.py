@@ -17,7 +17,8 @@ import pytest
 
 from tests.helpers.mil_programs import save_program
 from verifylib.numerics.layouts import LAYOUTS, relayout_for, unmapped_record
-from verifylib.numerics.mil_exec import execute, load_program, residual_taps
+from verifylib.numerics.mil_exec import execute, load_program
+from verifylib.numerics.program_map import residual_taps
 
 pytestmark = pytest.mark.unit
 

@@ -84,7 +84,7 @@ from verifylib.numerics.mil_ops import KERNELS, MilExecError, as_tensor, torch_d
 
 __all__ = ["COMPUTE_MODES", "SUPPORTED_OPS", "Execution", "MilExecError", "Op", "Program",
            "Stepper", "UnsupportedOpError", "Value", "check_supported", "execute",
-           "load_program", "residual_taps"]
+           "load_program"]
 
 SUPPORTED_OPS = ("const", *CONSTEXPR_KERNELS, *KERNELS)
 """Every MIL operation type :func:`execute` implements."""
@@ -783,46 +783,3 @@ def execute(program: Program, feeds: Mapping[str, np.ndarray], *, compute: str =
         if name not in delivered and name in run.env:
             deliver(name, run.env[name].detach().cpu().numpy())
     return Execution(outputs=run.outputs(), taps=tapped, seconds=run.seconds, compute=compute)
-
-
-# ----------------------------------------------------------------------------- drift taps
-
-def residual_taps(program: Program) -> list[tuple[str, str]]:
-    """Locate the residual stream between encoder blocks of a Whisper-style program.
-
-    The Whisper encoder is pre-norm: block ``i`` opens with a ``layer_norm`` of the
-    residual stream and closes with a residual ``add``; one final ``layer_norm`` follows
-    the last block. So with ``L`` blocks the program holds ``2L + 1`` layer norms, the
-    ``x`` of layer norm ``0`` is the embedded input and the ``x`` of layer norm ``2i + 2``
-    is the output of block ``i``.
-
-    Parameters
-    ----------
-    program : Program
-        The loaded program.
-
-    Returns
-    -------
-    list of (label, value name)
-        ``("embeddings", ...)``, ``("block 0", ...)`` ... ``("block L-1", ...)`` and
-        ``("output", ...)``.
-
-    Raises
-    ------
-    MilExecError
-        If the program does not have that structure (then no per-layer drift is shown).
-    """
-    lns = [op for op in program.ops if op.type == "layer_norm"]
-    if len(lns) < 3 or len(lns) % 2 != 1:
-        raise MilExecError(f"{len(lns)} layer_norm ops: not the 2L+1 of a pre-norm encoder")
-    prod = program.producer()
-    n_blocks = (len(lns) - 1) // 2
-    out = [("embeddings", lns[0].inputs["x"][0])]
-    for i in range(n_blocks):
-        name = lns[2 * i + 2].inputs["x"][0]
-        src = prod.get(name)
-        if src is None or src.type != "add":
-            raise MilExecError(f"block {i}: the residual stream {name!r} is not an add's output")
-        out.append((f"block {i}", name))
-    out.append(("output", program.outputs[0]))
-    return out

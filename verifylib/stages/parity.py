@@ -233,7 +233,8 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
 
     from verifylib.numerics.drift import attribute
     from verifylib.numerics.layouts import relayout_for, unmapped_record
-    from verifylib.numerics.mil_exec import MilExecError, execute, load_program, residual_taps
+    from verifylib.numerics.mil_exec import MilExecError, execute, load_program
+    from verifylib.numerics.program_map import residual_taps
 
     program = load_program(package)
 
