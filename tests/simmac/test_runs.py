@@ -134,7 +134,10 @@ def test_every_kind_of_result_is_there(published):
     assert export.model.load_probe == "exit 0"
     assert "fp32 .mlmodelc" in dict(export.rows())
     assert [c.precision for c in export.compiled][:1] == ["fp32"]
-    assert run.facts("03_canary") == {} and run.result("01_build") is None
+    assert run.facts("03_canary") == {}
+    # Run.result serves every stage: the facts of 01 and 02, the results of 03-06.
+    assert run.result("01_build") == run.facts("01_build")
+    assert run.result("02_export") == run.facts("02_export")
     c = run.canary
     assert c.lifecycle.outcome_counts()["patched"] == {"exit 3 + both markers": 2}
     assert c.sanitizer.sides["unpatched"].kind

@@ -530,7 +530,9 @@ class Run:
         data = self.stage_file(stage) or {}
         return StageReport(stage, self.stage_records(stage), dict(data.get("identities") or {}),
                            float(data.get("verifylib_seconds") or 0.0), self.facts(stage),
-                           self.result(stage))
+                           # As the stage returned it: stages 01 and 02 hand their facts over
+                           # as ``facts`` and no nested result.
+                           None if stage in ("01_build", "02_export") else self.result(stage))
 
     @property
     def canary(self):
