@@ -23,6 +23,8 @@ from typing import Callable
 
 import pytest
 
+from tests.helpers.published_runs import run_params
+
 if not __package__:  # run as a script for --markdown: the repository root holds `tests`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -290,12 +292,6 @@ ROWS = [
 
 # ---------------------------------------------------------------------------- machinery
 
-def _params(tmp: Path):
-    # The published run's parameters: its stage prefixes are the rows' starting points.
-    from tests.helpers.published_runs import run_params
-    return run_params()
-
-
 def _run_stages(p, run_dir: Path, stages, sim: Scenario | None, state: Path) -> None:
     mods = [importlib.import_module(f"verifylib.stages.{s.split('_', 1)[1]}") for s in stages]
     if sim is None:
@@ -494,7 +490,7 @@ def test_xcode_license(tmp_path):
     for that reason, and the stage, the host record and doctor name
     ``sudo xcodebuild -license accept``."""
     from verifylib.evidence.receipt import host_capabilities
-    p = _params(tmp_path)
+    p = run_params()
     with SimulatedMac(Scenario(coremlc="license"), tmp_path / "state"):
         reason, host = _blocked_compile(p, tmp_path / "run")
         row = _doctor_row("export.compile")
@@ -509,7 +505,7 @@ def test_clt_selected(tmp_path):
     """Xcode is installed but xcode-select points at the Command Line Tools: the reason
     says so and names ``sudo xcode-select -s <that Xcode>/Contents/Developer``."""
     state = tmp_path / "state"
-    p = _params(tmp_path)
+    p = run_params()
     with SimulatedMac(Scenario(coremlc="clt-selected"), state):
         reason, host = _blocked_compile(p, tmp_path / "run")
         row = _doctor_row("export.compile")
@@ -648,7 +644,7 @@ def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
     """
     from verifylib.batch import audit as orchestrate
     from verifylib.evidence.receipt import verify
-    p = _params(tmp_path)
+    p = run_params()
     sim = SimulatedMac(Scenario(), tmp_path / "state")
     with sim:  # the driver records the host in run.json; its stage kernels start simulated
         out = orchestrate.run_one(p, tmp_path / "reports", log=lambda s: None, progress=False,

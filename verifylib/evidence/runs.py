@@ -56,6 +56,10 @@ from verifylib.params import PARAMETERS_DIR, Params
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
+_FACTS_STAGES = ("01_build", "02_export")
+"""The stages whose typed output is facts (a table), not a nested result."""
+
+
 def _result_builder(stage: str):
     """Return the function that builds a stage's typed result (03-06), imported when asked.
 
@@ -465,7 +469,7 @@ class Run:
                 facts = {}
             self._facts[stage] = facts
         facts = self._facts[stage]
-        return facts if stage in ("01_build", "02_export") else dict(facts)
+        return facts if stage in _FACTS_STAGES else dict(facts)
 
     def result(self, stage: str) -> Any:
         """Return a stage's typed result, rebuilt from the evidence its gates cite.
@@ -490,7 +494,7 @@ class Run:
             (:class:`RunInvalid`).
         """
         stage = _stage_name(stage)
-        if stage in ("01_build", "02_export"):
+        if stage in _FACTS_STAGES:
             return self.facts(stage)
         if stage not in self._results:
             builder = _result_builder(stage)
@@ -532,7 +536,7 @@ class Run:
                            float(data.get("verifylib_seconds") or 0.0), self.facts(stage),
                            # As the stage returned it: stages 01 and 02 hand their facts over
                            # as ``facts`` and no nested result.
-                           None if stage in ("01_build", "02_export") else self.result(stage))
+                           None if stage in _FACTS_STAGES else self.result(stage))
 
     @property
     def canary(self):
