@@ -62,3 +62,20 @@ def test_a_gate_added_the_documented_way_is_recorded_bound_verified_and_shown(
     assert next(g for g in rec["gates"] if g["id"] == NEW)["status"] == Status.FAIL.value
     assert rec["verdict"] == canonical.read_json(run_dir / "receipt.json")["verdict"]
     assert receipt.verify(failed).ok
+
+
+def test_a_gate_added_is_in_the_replay_catalogue_without_a_line_of_replay(with_new_gate):
+    from verifylib.replay import claims
+    derived = claims.derive_claims(gates.GATES)
+    (spec,) = [c for c in derived if c.gate == NEW]
+    # Its own id, titled from its pass rule; any host can run it, so it is listed with the
+    # claims this host re-derives, before the macOS-only ones.
+    assert (spec.id, spec.title, spec.macos_only) == (NEW, "the throwaway document says ok",
+                                                      False)
+    assert derived.index(spec) < min(i for i, c in enumerate(derived) if c.macos_only)
+    # The catalogue without the new gate is the published one, and an override replaces a
+    # gate's default claim.
+    assert claims.derive_claims(gates.GATES[:-1]) == claims.CLAIMS
+    named = claims.ClaimSpec("placement.throwaway.doc", NEW, "the document, named")
+    assert [c for c in claims.derive_claims(gates.GATES, {NEW: (named,)})
+            if c.gate == NEW] == [named]

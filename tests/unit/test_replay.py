@@ -128,3 +128,20 @@ def test_the_page_puts_the_claim_table_first():
 def test_a_build_without_a_recorded_digest_is_never_reproduced():
     none = build_claim("build.asan", {"key": "k", "sha256": None}, {"key": "k", "sha256": None})
     assert none.status is cl.ClaimStatus.NOT_REPLAYABLE and "no digest" in none.detail
+
+
+def test_each_claim_nothing_compared_is_not_replayable_with_its_reason():
+    from types import SimpleNamespace
+
+    from verifylib.evidence.gates import GATES, Status
+    from verifylib.replay.compare import unreplayed_claims
+    recorded = SimpleNamespace(status=Status.PASS)
+    run = SimpleNamespace(gates={g.id: recorded for g in GATES if g.id != "export.pair"})
+    made = {c.id for c in cl.CLAIMS} - {"export.pair", "parity.program", "wer.hybrid"}
+    got = {c.id: c for c in unreplayed_claims(run, made)}
+    assert set(got) == {"export.pair", "parity.program", "wer.hybrid"}
+    assert all(c.status is cl.ClaimStatus.NOT_REPLAYABLE for c in got.values())
+    assert got["export.pair"].detail == ("export.pair is absent in the run: "
+                                         "nothing recorded to replay")
+    assert got["wer.hybrid"].detail.startswith("macOS-only")
+    assert got["parity.program"].detail.startswith("replay does not re-derive parity.program")

@@ -3,13 +3,19 @@
 A *claim* is one physical result the run records (a tree id, a binary digest, a program,
 an outcome distribution, a set of transcripts). Replay re-derives it on this host and
 says REPRODUCED, DIFFERS (with the recorded and the replayed values side by side) or
-NOT_REPLAYABLE (with the reason). :data:`CLAIMS` is the catalogue in table order; its ids
-are stable (``replay.json`` and the verification summary carry them).
+NOT_REPLAYABLE (with the reason). :data:`CLAIMS` is the catalogue; its ids are stable
+(``replay.json`` and the verification summary carry them).
+
+The catalogue is derived from the gate table: each gate is one claim of its own id, unless
+:data:`CLAIMS_OF` overrides it with the claims replay makes of that gate's evidence (a gate
+may hold several, or be re-derived under another name). So a new gate is in the catalogue
+without a line here: NOT_REPLAYABLE with the reason until replay learns to re-derive it.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +30,15 @@ from verifylib.evidence.gates import (
     EXPORT_CONTRACT,
     EXPORT_GGML_MODEL,
     EXPORT_PAIR,
+    GATES,
     PARITY_PROGRAM,
     PARITY_PROGRAM_FP16,
     PARITY_RUNTIME,
     PLACEMENT_PLAN,
     WER_GGML_VS_SOURCE,
     WER_HYBRID,
+    Capability,
+    Gate,
 )
 
 REPLAY_SCHEMA = "verifylib.replay/v1"
@@ -76,44 +85,105 @@ class ClaimSpec:
     macos_only: bool = False
 
 
-CLAIMS: tuple[ClaimSpec, ...] = (
-    ClaimSpec("source.tree", BUILD_SOURCE_IDENTITY,
-              "source obtained from its recorded spec: git tree id"),
-    ClaimSpec("source.patch", BUILD_PATCH_EXACT,
-              "the exact compatibility patch: patched tree id"),
-    ClaimSpec("build.ggml_lib", BUILD_GGML, "the shared static ggml: options and digests"),
-    ClaimSpec(BUILD_GGML, BUILD_GGML, "whisper-cli (patched) rebuilt: SHA-256"),
-    ClaimSpec("build.unpatched", CANARY_LIFECYCLE_AB,
-              "whisper-cli (unpatched) rebuilt: SHA-256"),
-    ClaimSpec("build.asan", CANARY_SANITIZER, "the two AddressSanitizer builds: SHA-256"),
-    ClaimSpec(EXPORT_GGML_MODEL, EXPORT_GGML_MODEL,
-              "ggml-model.bin re-derived from the source model: SHA-256"),
-    ClaimSpec("export.program.fp32", EXPORT_CONTRACT,
-              "fp32 ML program re-converted: op by op, weight by weight"),
-    ClaimSpec("export.program.fp16", EXPORT_CONTRACT,
-              "fp16 ML program re-converted: op by op, weight by weight"),
-    ClaimSpec(EXPORT_PAIR, EXPORT_PAIR,
-              "the program against the model file's encoder, judged again"),
-    ClaimSpec("canary.lifecycle.patched", CANARY_LIFECYCLE_AB,
-              "patched lifecycle runs: exit 3 and both markers every time"),
-    ClaimSpec("canary.lifecycle.unpatched", CANARY_LIFECYCLE_AB,
-              "unpatched lifecycle runs: outcome distribution"),
-    ClaimSpec(CANARY_SANITIZER, CANARY_SANITIZER,
-              "AddressSanitizer: bad free unpatched, clean patched"),
-    ClaimSpec(PARITY_PROGRAM, PARITY_PROGRAM,
-              "published fp32 package re-executed on the recorded inputs"),
-    ClaimSpec(PARITY_PROGRAM_FP16, PARITY_PROGRAM_FP16,
-              "published fp16 package re-executed on the recorded inputs"),
-    ClaimSpec("wer.transcripts", WER_GGML_VS_SOURCE,
-              "whisper-cli and source-model transcripts and edit counts"),
-    ClaimSpec(BUILD_COREML, BUILD_COREML, "Core ML whisper-cli build", macos_only=True),
-    ClaimSpec("canary.coreml", CANARY_COREML_POSITIVE,
-              "Core ML encoder loaded and run by whisper-cli", macos_only=True),
-    ClaimSpec(PARITY_RUNTIME, PARITY_RUNTIME, "Core ML runtime parity", macos_only=True),
-    ClaimSpec(WER_HYBRID, WER_HYBRID, "Core ML hybrid transcripts", macos_only=True),
-    ClaimSpec("placement", PLACEMENT_PLAN, "Core ML compute plan", macos_only=True),
-)
-"""Every claim replay knows, in the order of the claim table."""
+CLAIMS_OF: dict[str, tuple[ClaimSpec, ...]] = {
+    BUILD_SOURCE_IDENTITY: (
+        ClaimSpec("source.tree", BUILD_SOURCE_IDENTITY,
+                  "source obtained from its recorded spec: git tree id"),),
+    BUILD_PATCH_EXACT: (
+        ClaimSpec("source.patch", BUILD_PATCH_EXACT,
+                  "the exact compatibility patch: patched tree id"),),
+    BUILD_GGML: (
+        ClaimSpec("build.ggml_lib", BUILD_GGML, "the shared static ggml: options and digests"),
+        ClaimSpec(BUILD_GGML, BUILD_GGML, "whisper-cli (patched) rebuilt: SHA-256")),
+    BUILD_COREML: (
+        ClaimSpec(BUILD_COREML, BUILD_COREML, "Core ML whisper-cli build", macos_only=True),),
+    EXPORT_GGML_MODEL: (
+        ClaimSpec(EXPORT_GGML_MODEL, EXPORT_GGML_MODEL,
+                  "ggml-model.bin re-derived from the source model: SHA-256"),),
+    EXPORT_CONTRACT: (
+        ClaimSpec("export.program.fp32", EXPORT_CONTRACT,
+                  "fp32 ML program re-converted: op by op, weight by weight"),
+        ClaimSpec("export.program.fp16", EXPORT_CONTRACT,
+                  "fp16 ML program re-converted: op by op, weight by weight")),
+    EXPORT_PAIR: (
+        ClaimSpec(EXPORT_PAIR, EXPORT_PAIR,
+                  "the program against the model file's encoder, judged again"),),
+    CANARY_LIFECYCLE_AB: (
+        ClaimSpec("build.unpatched", CANARY_LIFECYCLE_AB,
+                  "whisper-cli (unpatched) rebuilt: SHA-256"),
+        ClaimSpec("canary.lifecycle.patched", CANARY_LIFECYCLE_AB,
+                  "patched lifecycle runs: exit 3 and both markers every time"),
+        ClaimSpec("canary.lifecycle.unpatched", CANARY_LIFECYCLE_AB,
+                  "unpatched lifecycle runs: outcome distribution")),
+    CANARY_COREML_POSITIVE: (
+        ClaimSpec("canary.coreml", CANARY_COREML_POSITIVE,
+                  "Core ML encoder loaded and run by whisper-cli", macos_only=True),),
+    PARITY_PROGRAM: (
+        ClaimSpec(PARITY_PROGRAM, PARITY_PROGRAM,
+                  "published fp32 package re-executed on the recorded inputs"),),
+    PARITY_RUNTIME: (
+        ClaimSpec(PARITY_RUNTIME, PARITY_RUNTIME, "Core ML runtime parity", macos_only=True),),
+    WER_GGML_VS_SOURCE: (
+        ClaimSpec("wer.transcripts", WER_GGML_VS_SOURCE,
+                  "whisper-cli and source-model transcripts and edit counts"),),
+    WER_HYBRID: (
+        ClaimSpec(WER_HYBRID, WER_HYBRID, "Core ML hybrid transcripts", macos_only=True),),
+    PLACEMENT_PLAN: (
+        ClaimSpec("placement", PLACEMENT_PLAN, "Core ML compute plan", macos_only=True),),
+    PARITY_PROGRAM_FP16: (
+        ClaimSpec(PARITY_PROGRAM_FP16, PARITY_PROGRAM_FP16,
+                  "published fp16 package re-executed on the recorded inputs"),),
+    CANARY_SANITIZER: (
+        ClaimSpec("build.asan", CANARY_SANITIZER, "the two AddressSanitizer builds: SHA-256"),
+        ClaimSpec(CANARY_SANITIZER, CANARY_SANITIZER,
+                  "AddressSanitizer: bad free unpatched, clean patched")),
+}
+"""The claims replay makes of a gate's evidence, where they are not the gate's default one."""
+
+
+def default_claim(gate: Gate) -> ClaimSpec:
+    """Return the claim a gate is when :data:`CLAIMS_OF` says nothing of it.
+
+    Parameters
+    ----------
+    gate : Gate
+        A row of the gate table.
+
+    Returns
+    -------
+    ClaimSpec
+        The gate's own id, titled by the first clause of its pass rule; macOS-only when the
+        gate needs anything more than any host.
+    """
+    title = re.split(r"[,;:] ", gate.pass_rule, maxsplit=1)[0]
+    return ClaimSpec(gate.id, gate.id, title, macos_only=gate.capability is not Capability.ANY)
+
+
+def derive_claims(gates: tuple[Gate, ...] = GATES,
+                  overrides: dict[str, tuple[ClaimSpec, ...]] | None = None
+                  ) -> tuple[ClaimSpec, ...]:
+    """Return the claim catalogue of a gate table.
+
+    Parameters
+    ----------
+    gates : tuple of Gate
+        The gate table, in its order.
+    overrides : dict, optional
+        Gate id to the claims replay makes of it (default :data:`CLAIMS_OF`).
+
+    Returns
+    -------
+    tuple of ClaimSpec
+        Each gate's claims in gate-table order, those this host can re-derive first and the
+        macOS-only ones after (the order ``replay.json`` and its page list them in).
+    """
+    chosen = CLAIMS_OF if overrides is None else overrides
+    specs = [spec for g in gates for spec in chosen.get(g.id, (default_claim(g),))]
+    return tuple(sorted(specs, key=lambda spec: spec.macos_only))
+
+
+CLAIMS: tuple[ClaimSpec, ...] = derive_claims()
+"""Every claim replay knows, in catalogue order."""
 
 SPEC_OF = {c.id: c for c in CLAIMS}
 

@@ -28,6 +28,7 @@ from verifylib.evidence.layout import EVIDENCE_DIR, UNPATCHED_SIDECAR, recorded_
 from verifylib.evidence.records import EvidenceView
 from verifylib.replay.claims import (
     CLAIMS,
+    SPEC_OF,
     Claim,
     ClaimStatus,
     not_replayable,
@@ -411,24 +412,49 @@ def _clip_view(clip: dict) -> dict:
     return {k: clip.get(k) for k in keys if k in clip}
 
 
-# ----------------------------------------------------------------------------- macOS
+# ------------------------------------------------------------- claims not re-derived
 
-def macos_claims(run) -> list[Claim]:
-    """Return the Core ML claims: NOT_REPLAYABLE here, each with its reason."""
+def unreplayed_claims(run, made: set[str]) -> list[Claim]:
+    """Return a NOT_REPLAYABLE claim, with its reason, for each catalogue claim not in ``made``.
+
+    The Core ML claims are not re-derived here (a Core ML runtime result); a gate that
+    replay has not learned to re-derive is in the catalogue all the same (it is derived
+    from the gate table), and says so.
+
+    Parameters
+    ----------
+    run : verifylib.evidence.runs.Run
+        The published run.
+    made : set of str
+        The claim ids the comparisons decided (a per-fixture claim counts for its base).
+
+    Returns
+    -------
+    list of Claim
+    """
     out = []
     for spec in CLAIMS:
-        if not spec.macos_only:
+        if spec.id in made:
             continue
         rec = run.gates.get(spec.gate)
         if rec is None or rec.status not in (Status.PASS, Status.FAIL):
             status = rec.status.value if rec is not None else "absent"
             out.append(not_replayable(spec.id, f"{spec.gate} is {status} in the run: "
                                                f"nothing recorded to replay"))
-        else:
+        elif spec.macos_only:
             out.append(not_replayable(spec.id, "macOS-only: a Core ML runtime result, which "
                                                "replay does not re-derive",
                                       {"status": rec.status.value}))
+        else:
+            out.append(not_replayable(spec.id, f"replay does not re-derive {spec.gate} yet: "
+                                               f"its recorded evidence is re-judged by verify",
+                                      {"status": rec.status.value}))
     return out
+
+
+def _base(claim_id: str) -> str:
+    """Return the catalogue id of a claim (``wer.transcripts.jfk``: ``wer.transcripts``)."""
+    return claim_id if claim_id in SPEC_OF else claim_id.rsplit(".", 1)[0]
 
 
 def all_claims(run, rd: Rederived, parity: list[Claim], *, packages=None) -> list[Claim]:
@@ -454,10 +480,11 @@ def all_claims(run, rd: Rederived, parity: list[Claim], *, packages=None) -> lis
     rebuilt = any(c.rebuilt for c in builds if c.id in (BUILD_GGML, "build.unpatched"))
     claims = (source_claims(sides) + builds + export_claims(sides)
               + canary_claims(sides, rebuilt=rebuilt) + parity
-              + wer_claims(sides, rd.missing, rebuilt=rebuilt) + macos_claims(run))
+              + wer_claims(sides, rd.missing, rebuilt=rebuilt))
+    claims += unreplayed_claims(run, {_base(c.id) for c in claims})
     order = [c.id for c in CLAIMS]
 
     def rank(c: Claim) -> tuple[int, str]:
-        base = c.id if c.id in order else c.id.rsplit(".", 1)[0]
+        base = _base(c.id)
         return (order.index(base) if base in order else len(order), c.id)
     return sorted(claims, key=rank)
