@@ -323,7 +323,24 @@ def _candidate(gid: str, opened: Sequence[_Opened], parity: Sequence[Any],
     if gid not in PROGRAM_GATES or all(c is None for c in cands):
         return base
 
-    # Per-layer curves.
+    curves, union, mode = _layer_curves(gid, labels, cands, notes)
+    atts = [c.attribution if c is not None else None for c in cands]
+    op_curves, matching, ops = _op_comparison(gid, labels, cands, atts, notes)
+    return CandidateComparison(
+        gid, variant, kind, status, base.gated_snr_db, base.gated_cosine,
+        layers=tuple(curves), layer_labels=union, layer_mode=mode, op_curves=op_curves,
+        op_matching=matching, ops=ops, modules=_module_rows(atts),
+        op_counts=tuple(len(a.ops) if a is not None else None for a in atts),
+        top=_worst_rows(atts, "top", "delta_snr_db"),
+        precision_top=_worst_rows(atts, "precision_top", "precision_delta_snr_db"))
+
+
+def _layer_curves(gid: str, labels: Sequence[str], cands: Sequence[Any], notes: list[Note]
+                  ) -> tuple[list[LayerCurve], tuple[str, ...], str | None]:
+    """Return each run's per-layer curves, the union of their labels, and the mode shown.
+
+    A judged run without a curve, and curves whose points differ, are noted.
+    """
     curves = []
     for lab, c in zip(labels, cands):
         if c is None:
@@ -336,7 +353,7 @@ def _candidate(gid: str, opened: Sequence[_Opened], parity: Sequence[Any],
             curves.append(LayerCurve(lab, mode, tuple(str(r.get("label")) for r in rows),
                                      tuple(_float(r.get("snr_db")) if _float(r.get("snr_db"))
                                            is not None else math.nan for r in rows)))
-    mode = _gated_mode(cands) or (curves[0].mode if curves else None)
+    shown = _gated_mode(cands) or (curves[0].mode if curves else None)
     lists = [c.labels for c in curves]
     union = _merge_labels(lists)
     if curves and len({c.labels for c in curves}) > 1:
@@ -346,9 +363,17 @@ def _candidate(gid: str, opened: Sequence[_Opened], parity: Sequence[Any],
         notes.append(Note(gid, f"per-layer curves have different points (points per curve: "
                                f"{lens}); overlaid by label, points not in every curve: "
                                f"{', '.join(only)}"))
+    return curves, union, shown
 
-    # Op-level attribution.
-    atts = [c.attribution if c is not None else None for c in cands]
+
+def _op_comparison(gid: str, labels: Sequence[str], cands: Sequence[Any],
+                   atts: Sequence[Any], notes: list[Note]
+                   ) -> tuple[tuple[OpCurve, ...], str, tuple[OpRow, ...]]:
+    """Return each run's op-level curve, how the runs' ops are matched, and the matched ops.
+
+    Ops are matched one to one when every attributed program has the same length, else
+    per module ("module", no op rows); a run without attribution is noted.
+    """
     with_att = [(lab, a) for lab, a in zip(labels, atts) if a is not None]
     for lab, c in zip(labels, cands):
         if c is not None and c.attribution is None:
@@ -373,13 +398,7 @@ def _candidate(gid: str, opened: Sequence[_Opened], parity: Sequence[Any],
     elif with_att:
         notes.append(Note(gid, f"only run {with_att[0][0]} has an op-level attribution: "
                                f"nothing to compare op by op"))
-    return CandidateComparison(
-        gid, variant, kind, status, base.gated_snr_db, base.gated_cosine,
-        layers=tuple(curves), layer_labels=union, layer_mode=mode, op_curves=op_curves,
-        op_matching=matching, ops=ops, modules=_module_rows(atts),
-        op_counts=tuple(len(a.ops) if a is not None else None for a in atts),
-        top=_worst_rows(atts, "top", "delta_snr_db"),
-        precision_top=_worst_rows(atts, "precision_top", "precision_delta_snr_db"))
+    return op_curves, matching, ops
 
 
 def _match_ops(gid: str, labels: Sequence[str], atts: Sequence[Any],
@@ -504,8 +523,30 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
                                   + _published_hint())
     opened = [_open(label_for(i), p, verify=verify, allow_simulated=allow_simulated)
               for i, p in enumerate(paths)]
-    notes: list[Note] = []
     infos = tuple(op.info for op in opened)
+    notes = _run_notes(infos)
+    gate_rows = _gate_rows(opened, notes)
+    idents = _identity_rows(opened)
+    parity = [_result(op, "04_parity", notes, "parity") for op in opened]
+    cands = tuple(_candidate(gid, opened, parity, notes) for gid in PARITY_GATE_IDS)
+    for c in cands:
+        _note_never_judged(c, opened, notes)
+    wer_results = [_result(op, "05_wer", notes, "wer") for op in opened]
+    wer = _wer(opened, wer_results, notes)
+    summary = summary_lines(infos, gate_rows, idents, cands, wer)
+    # A run beside a copy of itself: said first, since every line after it is vacuous.
+    same = [n.text for n in notes if n.topic == "runs" and " are the same run " in n.text]
+    summary = tuple(f"warning: {t}" for t in same) + tuple(summary)
+    return Comparison(infos, gate_rows, idents, cands, wer, tuple(notes), summary)
+
+
+def _run_notes(infos: Sequence[RunInfo]) -> list[Note]:
+    """Note what about the runs themselves makes the comparison say less.
+
+    A directory given twice, a copy of a run beside it (the same receipt), a run that
+    cannot be read, and runs that audit different models.
+    """
+    notes: list[Note] = []
     seen: dict[Path, str] = {}
     by_receipt: dict[str, str] = {}
     for info in infos:
@@ -534,25 +575,19 @@ def compare_runs(runs: Sequence[str | os.PathLike], *, verify: bool = True,
                                               if i.name is not None)
                                   + "): compared where they have the same gates, layers, "
                                     "ops and clips"))
-    gate_rows = _gate_rows(opened, notes)
-    idents = _identity_rows(opened)
-    parity = [_result(op, "04_parity", notes, "parity") for op in opened]
-    cands = tuple(_candidate(gid, opened, parity, notes) for gid in PARITY_GATE_IDS)
-    for c in cands:
-        if c.is_program and not any(c.judged) and any(op.run is not None for op in opened):
-            why = [f"{op.info.label} {s.value if s else 'missing'}"
-                   + (f" {op.run.gates[c.gate].reason.kind}"
-                      if s and op.run is not None else "")
-                   for op, s in zip(opened, c.status)]
-            notes.append(Note(c.gate, f"{c.gate} was judged in no run ({', '.join(why)}): "
-                                      f"no drift to compare"))
-    wer_results = [_result(op, "05_wer", notes, "wer") for op in opened]
-    wer = _wer(opened, wer_results, notes)
-    summary = summary_lines(infos, gate_rows, idents, cands, wer)
-    # A run beside a copy of itself: said first, since every line after it is vacuous.
-    same = [n.text for n in notes if n.topic == "runs" and " are the same run " in n.text]
-    summary = tuple(f"warning: {t}" for t in same) + tuple(summary)
-    return Comparison(infos, gate_rows, idents, cands, wer, tuple(notes), summary)
+    return notes
+
+
+def _note_never_judged(c: CandidateComparison, opened: Sequence[_Opened],
+                       notes: list[Note]) -> None:
+    """Note a program candidate judged in no readable run: there is no drift to compare."""
+    if c.is_program and not any(c.judged) and any(op.run is not None for op in opened):
+        why = [f"{op.info.label} {s.value if s else 'missing'}"
+               + (f" {op.run.gates[c.gate].reason.kind}"
+                  if s and op.run is not None else "")
+               for op, s in zip(opened, c.status)]
+        notes.append(Note(c.gate, f"{c.gate} was judged in no run ({', '.join(why)}): "
+                                  f"no drift to compare"))
 
 
 def _published_hint(limit: int = 6) -> str:

@@ -51,8 +51,33 @@ def summary_lines(runs: Sequence[RunInfo], gate_rows: Sequence[GateRow],
         The lines of :attr:`verifylib.compare.model.Comparison.summary`; the last says
         "no difference ..." when nothing differs.
     """
-    lines: list[str] = []
-    base = runs[0]
+    lines = _verdict_lines(runs)
+    verdicts = [r.verdict for r in runs]
+    changed = [g for g in gate_rows if g.differs]
+    if changed:
+        lines.append("gates that differ: " + _listed([
+            f"{g.gate} (" + ", ".join(f"{r.label} {c.status.value if c.status else 'missing'}"
+                                      for r, c in zip(runs, g.cells)) + ")" for g in changed]))
+    diffs = [r for r in identities if r.differs]
+    if diffs:
+        lines.append("identities that differ: " + _listed([
+            f"{r.key} (" + ", ".join(f"{run.label} {_short(v)}"
+                                     for run, v in zip(runs, r.values)) + ")" for r in diffs]))
+    for c in cands:
+        lines += _candidate_lines(c, runs)
+    if wer is not None:
+        lines += _wer_summary(runs, wer)
+    drift_changed = any(_drift_changed(c) for c in cands)
+    wer_changed = wer is not None and (any(r.differs for r in wer.clips)
+                                       or len(set(wer.corpus)) > 1)
+    if not (changed or diffs or drift_changed or wer_changed or len(set(verdicts)) > 1):
+        lines.append("no difference in verdicts, gates, identities, drift or WER")
+    return tuple(lines)
+
+
+def _verdict_lines(runs: Sequence[RunInfo]) -> list[str]:
+    """Say the runs' verdicts (one line when they agree) and which runs do not verify."""
+    lines = []
     verdicts = [r.verdict for r in runs]
     if len(set(verdicts)) == 1 and not any(r.flagged for r in runs):
         lines.append(f"verdict {verdicts[0] or '—'} in every run")
@@ -66,49 +91,41 @@ def summary_lines(runs: Sequence[RunInfo], gate_rows: Sequence[GateRow],
                          f"shown flagged, its figures are as recorded")
         elif r.verification == "unreadable":
             lines.append(f"run {r.label} cannot be read; nothing of it is compared")
-    changed = [g for g in gate_rows if g.differs]
-    if changed:
-        lines.append("gates that differ: " + _listed([
-            f"{g.gate} (" + ", ".join(f"{r.label} {c.status.value if c.status else 'missing'}"
-                                      for r, c in zip(runs, g.cells)) + ")" for g in changed]))
-    diffs = [r for r in identities if r.differs]
-    if diffs:
-        lines.append("identities that differ: " + _listed([
-            f"{r.key} (" + ", ".join(f"{run.label} {_short(v)}"
-                                     for run, v in zip(runs, r.values)) + ")" for r in diffs]))
-    for c in cands:
-        if not any(c.judged):
+    return lines
+
+
+def _candidate_lines(c: CandidateComparison, runs: Sequence[RunInfo]) -> list[str]:
+    """Say how one candidate's gated SNR moved from the baseline in each other run.
+
+    Nothing for a candidate judged in no run, or a runtime one judged everywhere alike.
+    """
+    if not any(c.judged):
+        return []
+    what = f"{c.variant} {c.kind} SNR"
+    if not c.is_program and all(c.judged) and len(set(c.gated_snr_db)) == 1:
+        return []  # a runtime candidate that did not change says nothing new
+    base = runs[0]
+    lines = []
+    for j, r in enumerate(runs[1:], start=1):
+        a, v = c.gated_snr_db[0], c.gated_snr_db[j]
+        if a is None or v is None:
+            missing = [(x.label, c.status[i]) for i, x in ((0, base), (j, r))
+                       if c.gated_snr_db[i] is None]
+            lines.append(f"{what}: not judged in " + ", ".join(
+                f"run {lab} ({st.value if st else 'missing'})" for lab, st in missing)
+                + f"; nothing to compare between runs {base.label} and {r.label}")
             continue
-        what = f"{c.variant} {c.kind} SNR"
-        if not c.is_program and all(c.judged) and len(set(c.gated_snr_db)) == 1:
-            continue  # a runtime candidate that did not change says nothing new
-        for j, r in enumerate(runs[1:], start=1):
-            a, v = c.gated_snr_db[0], c.gated_snr_db[j]
-            if a is None or v is None:
-                missing = [(x.label, c.status[i]) for i, x in ((0, base), (j, r))
-                           if c.gated_snr_db[i] is None]
-                lines.append(f"{what}: not judged in " + ", ".join(
-                    f"run {lab} ({st.value if st else 'missing'})" for lab, st in missing)
-                    + f"; nothing to compare between runs {base.label} and {r.label}")
-                continue
-            line = (f"{what}: run {base.label} {snr_text(a)}, run {r.label} {snr_text(v)} "
-                    f"({snr_change(a, v)})")
-            if c.is_program:
-                line += _layer_change(c, base.label, r.label)
-                na, nb = c.op_counts[0], c.op_counts[j]
-                if na is not None and nb is not None and na != nb:
-                    line += (f"; the programs differ in length ({na} and {nb} ops), "
-                             f"ops compared per region")
-                line += _new_worst(c, j)
-            lines.append(line)
-    if wer is not None:
-        lines += _wer_summary(runs, wer)
-    drift_changed = any(_drift_changed(c) for c in cands)
-    wer_changed = wer is not None and (any(r.differs for r in wer.clips)
-                                       or len(set(wer.corpus)) > 1)
-    if not (changed or diffs or drift_changed or wer_changed or len(set(verdicts)) > 1):
-        lines.append("no difference in verdicts, gates, identities, drift or WER")
-    return tuple(lines)
+        line = (f"{what}: run {base.label} {snr_text(a)}, run {r.label} {snr_text(v)} "
+                f"({snr_change(a, v)})")
+        if c.is_program:
+            line += _layer_change(c, base.label, r.label)
+            na, nb = c.op_counts[0], c.op_counts[j]
+            if na is not None and nb is not None and na != nb:
+                line += (f"; the programs differ in length ({na} and {nb} ops), "
+                         f"ops compared per region")
+            line += _new_worst(c, j)
+        lines.append(line)
+    return lines
 
 
 def _drift_changed(c: CandidateComparison) -> bool:

@@ -10,8 +10,9 @@ module is the validator's side of it, which needs the gate records.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.errors import EvidenceInvalid
@@ -65,40 +66,77 @@ def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list
     path = run_dir / LEDGER_FILE
     has_ledger = path.is_file()
     entries, problems = scan(path.read_bytes()) if has_ledger else ({}, [])
+    files = _cited_files(run_dir, records, problems)
+    cited_by = _match_citations(files, entries, has_ledger, problems)
+    problems += _shared_launches(cited_by, records)
+    problems += _uncited_launches(entries, cited_by)
+    problems += _single_shot_problems(records, files)
+    return problems
 
+
+@dataclass
+class _CitedFiles:
+    """The JSON evidence files each gate cites, and the launch citations each file holds.
+
+    Attributes
+    ----------
+    owner : dict
+        Evidence path -> the first gate, in registry order, that cites it.
+    per_file : dict
+        Evidence path -> its ``(pointer, citing dict)`` pairs, read once.
+    gate_files : dict
+        Gate id -> the evidence paths it cites that could be read, in citing order.
+    """
+
+    owner: dict[str, str] = field(default_factory=dict)
+    per_file: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
+    gate_files: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _cited_files(run_dir: Path, records: Mapping[str, GateRecord],
+                 problems: list[str]) -> _CitedFiles:
+    """Read each gate's JSON evidence for its launch citations, noting files it cannot read."""
     # Citations per evidence file, read once per path: two gates citing one shared file
     # (the same bytes) must not count its launches twice, so a file's citations belong to
     # the first gate, in registry order, that cites it.
-    owner: dict[str, str] = {}
-    per_file: dict[str, list[tuple[str, dict]]] = {}
-    gate_files: dict[str, list[str]] = {}
+    files = _CitedFiles()
     for gid in _gate_order(records):
-        gate_files[gid] = []
+        files.gate_files[gid] = []
         for ref in records[gid].evidence:
-            if not ref.path.endswith(".json") or ref.path in gate_files[gid]:
+            if not ref.path.endswith(".json") or ref.path in files.gate_files[gid]:
                 continue
             try:
                 doc = EvidenceView(run_dir, [ref]).json(ref.name)
             except EvidenceInvalid as exc:
                 problems.append(f"{gid}: cannot read evidence {ref.path} for its launches: {exc}")
                 continue
-            gate_files[gid].append(ref.path)
-            owner.setdefault(ref.path, gid)
-            if ref.path not in per_file:
-                per_file[ref.path] = list(walk_citations(doc))
+            files.gate_files[gid].append(ref.path)
+            files.owner.setdefault(ref.path, gid)
+            if ref.path not in files.per_file:
+                files.per_file[ref.path] = list(walk_citations(doc))
+    return files
 
+
+def _well_formed(launch: Any) -> bool:
+    """Tell whether a citation's ``launch`` is ``{"seq", "binary_sha256"}`` of the right types."""
+    return (isinstance(launch, dict) and set(launch) == {"seq", "binary_sha256"}
+            and is_int(launch["seq"]) and launch["seq"] >= 0
+            and is_sha256(launch["binary_sha256"]))
+
+
+def _match_citations(files: _CitedFiles, entries: Mapping[int, Mapping], has_ledger: bool,
+                     problems: list[str]) -> dict[int, list[tuple[str, str]]]:
+    """Hold each citation against its ledger entry; return launch seq -> (gate, place) cites."""
     cited_by: dict[int, list[tuple[str, str]]] = {}
-    for gid, files in gate_files.items():
-        for fpath in files:
-            for pointer, d in per_file[fpath]:
+    for gid, paths in files.gate_files.items():
+        for fpath in paths:
+            for pointer, d in files.per_file[fpath]:
                 where = f"{fpath}#{pointer}"
                 launch = d["launch"]
-                if not (isinstance(launch, dict) and set(launch) == {"seq", "binary_sha256"}
-                        and is_int(launch["seq"]) and launch["seq"] >= 0
-                        and is_sha256(launch["binary_sha256"])):
+                if not _well_formed(launch):
                     problems.append(f"{gid}: malformed launch citation {launch!r} at {where}")
                     continue
-                if owner[fpath] != gid:
+                if files.owner[fpath] != gid:
                     continue  # counted under the file's first gate
                 seq = launch["seq"]
                 cited_by.setdefault(seq, []).append((gid, where))
@@ -112,7 +150,13 @@ def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list
                 if bad:
                     problems.append(f"{gid}: launch #{seq} cited at {where} differs from its "
                                     f"ledger entry in {', '.join(bad)}")
+    return cited_by
 
+
+def _shared_launches(cited_by: Mapping[int, list[tuple[str, str]]],
+                     records: Mapping[str, GateRecord]) -> list[str]:
+    """Name each launch cited more than once, by two gates or twice by one."""
+    problems = []
     for seq, cites in sorted(cited_by.items()):
         if len(cites) < 2:
             continue
@@ -123,7 +167,13 @@ def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list
                             f"gates ({places}); each launch belongs to exactly one gate")
         else:
             problems.append(f"{gids[0]}: launch #{seq} is cited {len(cites)} times ({places})")
+    return problems
 
+
+def _uncited_launches(entries: Mapping[int, Mapping],
+                      cited_by: Mapping[int, list[tuple[str, str]]]) -> list[str]:
+    """Name each ledger entry no gate cites, with the gate most likely behind it."""
+    problems = []
     # Who launched what, to name the gate behind an uncited entry.
     by_argv: dict[str, list[tuple[str, int]]] = {}
     for seq, cites in cited_by.items():
@@ -152,12 +202,17 @@ def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list
             f"uncited launch #{seq} (argv {_short(e['argv_sha256'])}, binary "
             f"{_short(e['binary_sha256'])}, started {e['started_utc']}, "
             f"{' and '.join(around) or 'no gate cites any launch'}, a retried or hidden run)")
+    return problems
 
+
+def _single_shot_problems(records: Mapping[str, GateRecord], files: _CitedFiles) -> list[str]:
+    """Name each single-shot gate that does not cite exactly its one launch."""
+    problems = []
     for gid in SINGLE_SHOT_GATES:
         rec = records.get(gid)
         if rec is None:
             continue
-        n = sum(len(per_file[f]) for f in gate_files.get(gid, []))
+        n = sum(len(files.per_file[f]) for f in files.gate_files.get(gid, []))
         ran = rec.status in (Status.PASS, Status.FAIL)
         if (ran and n != 1) or (not ran and n > 1):
             problems.append(f"{gid}: cites {n} launches; this single-shot gate owns exactly "

@@ -574,19 +574,7 @@ def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | 
     if not path.is_file():
         check.problems.append(f"{ATTESTATION_FILE}: missing (run `verifylib attest`)")
         return check
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        check.problems.append(f"{ATTESTATION_FILE}: unreadable: {exc}")
-        return check
-    envelopes = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            envelopes.append(parse_envelope(line, n))
-        except ValueError as exc:
-            check.problems.append(f"{ATTESTATION_FILE}: {exc}")
+    envelopes = _read_envelopes(path, check.problems)
     if check.problems:
         return check
     if not envelopes:
@@ -609,31 +597,59 @@ def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | 
         expected = None
 
     for env in mine:
-        if env.payload_type != PAYLOAD_TYPE:
-            check.problems.append(f"{ATTESTATION_FILE}: payloadType {env.payload_type!r} is "
-                                  f"not {PAYLOAD_TYPE!r}")
-            continue
-        try:
-            env.verify([key], 1)
-        except (sslib_exceptions.VerificationError, ValueError):
-            check.problems.append(f"{ATTESTATION_FILE}: DSSE signature by {key.keyid[:16]}... "
-                                  f"does not verify (payload or signature altered)")
-            continue
-        try:
-            statement = canonical.loads(env.payload)
-        except (ValueError, UnicodeDecodeError) as exc:
-            check.problems.append(f"{ATTESTATION_FILE}: signed payload is not strict JSON: {exc}")
-            continue
-        if expected is not None:
-            check.problems += [f"attestation: {p}"
-                               for p in _compare_statement(statement, expected)]
-        if isinstance(statement, dict) and isinstance(statement.get("subject"), list):
-            for s in statement["subject"]:
-                try:
-                    check.subjects.append(Subject(
-                        s["name"], s["digest"]["sha256"],
-                        (s.get("annotations") or {}).get(KIND_ANNOTATION, "")))
-                except (KeyError, TypeError):
-                    pass
+        _check_envelope(env, key, expected, check)
     check.ok = not check.problems
     return check
+
+
+def _read_envelopes(path: Path, problems: list[str]) -> list[Envelope]:
+    """Parse every non-blank line of an attestation file, noting each that does not parse."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{ATTESTATION_FILE}: unreadable: {exc}")
+        return []
+    envelopes = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            envelopes.append(parse_envelope(line, n))
+        except ValueError as exc:
+            problems.append(f"{ATTESTATION_FILE}: {exc}")
+    return envelopes
+
+
+def _check_envelope(env: Envelope, key: SSlibKey, expected: dict | None,
+                    check: AttestationCheck) -> None:
+    """Verify one envelope signed by ``key``, compare its statement, and collect its subjects.
+
+    Each problem is added to ``check``; the statement is compared with ``expected`` (skipped
+    when None: the receipt could not be read) and its well-formed subjects are kept.
+    """
+    if env.payload_type != PAYLOAD_TYPE:
+        check.problems.append(f"{ATTESTATION_FILE}: payloadType {env.payload_type!r} is "
+                              f"not {PAYLOAD_TYPE!r}")
+        return
+    try:
+        env.verify([key], 1)
+    except (sslib_exceptions.VerificationError, ValueError):
+        check.problems.append(f"{ATTESTATION_FILE}: DSSE signature by {key.keyid[:16]}... "
+                              f"does not verify (payload or signature altered)")
+        return
+    try:
+        statement = canonical.loads(env.payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        check.problems.append(f"{ATTESTATION_FILE}: signed payload is not strict JSON: {exc}")
+        return
+    if expected is not None:
+        check.problems += [f"attestation: {p}"
+                           for p in _compare_statement(statement, expected)]
+    if isinstance(statement, dict) and isinstance(statement.get("subject"), list):
+        for s in statement["subject"]:
+            try:
+                check.subjects.append(Subject(
+                    s["name"], s["digest"]["sha256"],
+                    (s.get("annotations") or {}).get(KIND_ANNOTATION, "")))
+            except (KeyError, TypeError):
+                pass

@@ -432,6 +432,70 @@ class _Checker:
             self.problems.append(f"receipt names unknown gates: {unknown}")
         return rows
 
+    def identity_table(self, merged: IdentityMerge) -> dict:
+        """Return the receipt's identity table, noting where it is not the stages' merged one."""
+        table = self.receipt.get("identities", {})
+        if not isinstance(table, dict):
+            self.problems.append("identity table malformed")
+            table = {}
+        if table != merged.table:
+            self.problems.append("identity table: the receipt's differs from the stages' "
+                                 "merged identities")
+        for key, value in table.items():
+            msg = _identity_value_problem(key, value)
+            if msg:
+                self.problems.append(msg)
+        return table
+
+    def gate_records(self, rows: dict[str, dict], sidecar: dict[str, Any], table: dict,
+                     merged: IdentityMerge, run: dict, caps: dict) -> dict[str, GateRecord]:
+        """Read and justify each registry gate's receipt row; return the rows that parse.
+
+        Gates are taken in table order, so prerequisites are verified before dependants.
+        """
+        records: dict[str, GateRecord] = {}
+        for g in gates.GATES:
+            row = rows.get(g.id)
+            if row is None:
+                self.problems.append(f"gate {g.id}: missing from the receipt")
+                continue
+            if row.get("stage") != g.stage or row.get("required") != g.required:
+                self.problems.append(f"gate {g.id}: stage/required differ from the registry")
+            core = {k: v for k, v in row.items() if k not in ("stage", "required")}
+            try:
+                rec = GateRecord.from_record(core)
+            except EvidenceInvalid as exc:
+                msg = str(exc)
+                self.problems.append(msg if msg.startswith(f"gate {g.id}")
+                                     else f"gate {g.id}: {msg}")
+                continue
+            records[g.id] = rec
+            if g.id in sidecar and sidecar[g.id] != core and not (
+                    g.id in merged.conflicts and rec.status is Status.FAIL):
+                self.problems.append(f"gate {g.id}: receipt row differs from "
+                                     f"{GATES_DIR}/{g.stage}.json")
+            for k, v in rec.identities.items():
+                if table.get(k) != v and g.id not in merged.conflicts:
+                    self.problems.append(f"gate {g.id}: identity {k} differs from the identity "
+                                         f"table")
+            found = self.justify(g, rec, run, caps, merged.conflicts)
+            self.problems += found
+            self.verified[g.id] = None if found else rec.status
+        return records
+
+    def prerequisites(self, statuses: dict[str, Status], merged: IdentityMerge) -> None:
+        """Note each PASS that rests on a prerequisite that did not pass."""
+        # An identity conflict found when the receipt was built does not count: the
+        # dependant ran on a PASS.
+        for g in gates.GATES:
+            if statuses.get(g.id) is Status.PASS:
+                for p in g.prerequisites:
+                    if statuses.get(p) is not Status.PASS and not (
+                            p in merged.conflicts and statuses.get(p) is Status.FAIL):
+                        self.problems.append(
+                            f"gate {g.id}: PASS although prerequisite {p} is "
+                            f"{getattr(statuses.get(p), 'value', 'missing')}")
+
     def justify(self, g: gates.Gate, rec: GateRecord, run: dict, caps: dict,
                 conflicts: dict) -> list[str]:
         """Problems with ``rec`` as the status of ``g``; empty when it is justified."""
@@ -569,56 +633,10 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
     sidecar = {rec["id"]: rec for data in files.values() if data for rec in data["gates"]}
     merged = merge_identities(files)
 
-    table = receipt.get("identities", {})
-    if not isinstance(table, dict):
-        chk.problems.append("identity table malformed")
-        table = {}
-    if table != merged.table:
-        chk.problems.append("identity table: the receipt's differs from the stages' merged "
-                            "identities")
-    for key, value in table.items():
-        msg = _identity_value_problem(key, value)
-        if msg:
-            chk.problems.append(msg)
-
-    statuses: dict[str, Status] = {}
-    records: dict[str, GateRecord] = {}
-    for g in gates.GATES:  # table order: prerequisites are verified before dependants
-        row = rows.get(g.id)
-        if row is None:
-            chk.problems.append(f"gate {g.id}: missing from the receipt")
-            continue
-        if row.get("stage") != g.stage or row.get("required") != g.required:
-            chk.problems.append(f"gate {g.id}: stage/required differ from the registry")
-        core = {k: v for k, v in row.items() if k not in ("stage", "required")}
-        try:
-            rec = GateRecord.from_record(core)
-        except EvidenceInvalid as exc:
-            msg = str(exc)
-            chk.problems.append(msg if msg.startswith(f"gate {g.id}") else f"gate {g.id}: {msg}")
-            continue
-        statuses[g.id] = rec.status
-        records[g.id] = rec
-        if g.id in sidecar and sidecar[g.id] != core and not (
-                g.id in merged.conflicts and rec.status is Status.FAIL):
-            chk.problems.append(f"gate {g.id}: receipt row differs from "
-                                f"{GATES_DIR}/{g.stage}.json")
-        for k, v in rec.identities.items():
-            if table.get(k) != v and g.id not in merged.conflicts:
-                chk.problems.append(f"gate {g.id}: identity {k} differs from the identity table")
-        found = chk.justify(g, rec, run, caps, merged.conflicts)
-        chk.problems += found
-        chk.verified[g.id] = None if found else rec.status
-
-    # Prerequisites: nothing passes on top of a gate that did not (an identity conflict
-    # found when the receipt was built does not count: the dependant ran on a PASS).
-    for g in gates.GATES:
-        if statuses.get(g.id) is Status.PASS:
-            for p in g.prerequisites:
-                if statuses.get(p) is not Status.PASS and not (
-                        p in merged.conflicts and statuses.get(p) is Status.FAIL):
-                    chk.problems.append(f"gate {g.id}: PASS although prerequisite {p} is "
-                                        f"{getattr(statuses.get(p), 'value', 'missing')}")
+    table = chk.identity_table(merged)
+    records = chk.gate_records(rows, sidecar, table, merged, run, caps)
+    statuses = {gid: rec.status for gid, rec in records.items()}
+    chk.prerequisites(statuses, merged)
 
     # Every launch of a whisper.cpp binary is owned by exactly one gate.
     try:

@@ -60,13 +60,37 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
         One per program gate, in :data:`PROGRAM_GATES` order.
     """
     from verifylib.errors import VerifylibError
-    from verifylib.evidence.gates import Status
-    from verifylib.evidence.parity.result import CANDIDATE_ARRAYS, REFERENCE_ARRAYS
-    from verifylib.evidence.parity.rules import chosen_policy, judge_parity
-    from verifylib.evidence.parity.schema import Measurement, ParityEvidence
     from verifylib.runtime import progress
     from verifylib.stages.context import StageContext
-    from verifylib.stages.parity import measure_program, reference_run
+    from verifylib.stages.parity import reference_run
+
+    claims, todo = _replayable(run)
+    if not todo:
+        return claims
+    t0 = time.perf_counter()
+    try:
+        with progress.ticking("replay: the reference encoder"):
+            ref = reference_run(StageContext("04_parity", params, scratch))
+    except (VerifylibError, OSError) as exc:
+        return claims + [not_replayable(g, f"the reference could not be computed here: {exc}")
+                         for g, *_ in todo]
+    ref = dataclasses.replace(ref, encoder=None)  # attribution is not a recorded claim
+    ref_seconds = time.perf_counter() - t0
+    for gate_id, variant, rec, doc in todo:
+        claims.append(_replay_program(run, gate_id, variant, rec, doc, ref, packages or run.path,
+                                      ref_seconds if gate_id == todo[0][0] else 0.0))
+    order = [g for g, _ in PROGRAM_GATES]
+    return sorted(claims, key=lambda c: order.index(c.id))
+
+
+def _replayable(run: Any) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]:
+    """Split the program gates into claims that cannot be replayed and the gates to replay.
+
+    A gate is replayed when it was judged (PASS or FAIL) on a ``.mlpackage`` program; each
+    to replay comes as ``(gate id, variant, record, parity evidence)``.
+    """
+    from verifylib.evidence.gates import Status
+    from verifylib.evidence.parity.schema import ParityEvidence
 
     claims: list[Claim] = []
     todo = []
@@ -83,65 +107,66 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
                                                   "a Core ML runtime executes it (macOS)"))
             continue
         todo.append((gate_id, variant, rec, doc))
-    if not todo:
-        return claims
-    t0 = time.perf_counter()
-    try:
-        with progress.ticking("replay: the reference encoder"):
-            ref = reference_run(StageContext("04_parity", params, scratch))
-    except (VerifylibError, OSError) as exc:
-        return claims + [not_replayable(g, f"the reference could not be computed here: {exc}")
-                         for g, *_ in todo]
-    ref = dataclasses.replace(ref, encoder=None)  # attribution is not a recorded claim
-    ref_seconds = time.perf_counter() - t0
-    for gate_id, variant, rec, doc in todo:
-        t1 = time.perf_counter()
-        package = (packages or run.path) / doc.artifact.path
-        problems: list[str] = []
-        if doc.inputs != ref.input_records:
-            problems.append("the inputs computed here from the fixture and the seed are not "
-                            "the recorded ones")
-        with progress.ticking(f"replay: the published {variant} program op by op"):
-            measurements, _drift, arrays, _ = measure_program(package, ref, variant=variant)
-        recorded_out = run.arrays(gate_id, CANDIDATE_ARRAYS)
-        recorded_ref = run.arrays(gate_id, REFERENCE_ARRAYS)
-        snrs = {}
-        for kind in ("fixture", "random"):
-            snrs[f"outputs/{kind}"] = _snr(recorded_out[kind], arrays[kind])
-            snrs[f"reference/{kind}"] = _snr(recorded_ref[kind], ref.outputs[kind])
-        low = {k: v for k, v in snrs.items() if not v >= SNR_REPRODUCED_DB}
-        if low:
-            problems.append("replayed against recorded below "
-                            f"{SNR_REPRODUCED_DB:.0f} dB: "
-                            + ", ".join(f"{k} {_fmt(v)} dB" for k, v in sorted(low.items())))
-        replayed_doc = dataclasses.replace(
-            doc, measurements=tuple(Measurement.from_json(m, f"measurements[{i}]")
-                                    for i, m in enumerate(measurements)))
-        policy_id, _ = chosen_policy(variant, doc)
-        again = judge_parity(replayed_doc, policy_id, doc.kind)
-        if again.status is not rec.status:
-            problems.append(f"judged again on the replayed outputs: {again.status.value} "
-                            f"({again.detail}), recorded {rec.status.value}")
-        gated = _gated(measurements)
-        recorded_gated = _gated([m.to_json() for m in doc.measurements])
-        recorded: dict[str, Any] = {"status": rec.status.value, "gated_snr_db": recorded_gated}
-        replayed: dict[str, Any] = {"status": again.status.value, "gated_snr_db": gated,
-                                    "snr_vs_recorded_db": {k: (None if math.isinf(v) else
-                                                               round(v, 2))
-                                                           for k, v in snrs.items()}}
-        seconds = time.perf_counter() - t1 + (ref_seconds if gate_id == todo[0][0] else 0.0)
-        if problems:
-            claims.append(Claim(gate_id, ClaimStatus.DIFFERS, recorded, replayed,
-                                "; ".join(problems), seconds))
-        else:
-            worst = min(snrs.values())
-            claims.append(Claim(gate_id, ClaimStatus.REPRODUCED, recorded, replayed,
-                                f"published package re-executed: outputs within "
-                                f"{_fmt(worst)} dB of the recorded arrays (≥ "
-                                f"{SNR_REPRODUCED_DB:.0f}), judged {again.status.value} "
-                                f"again", seconds))
-    order = [g for g, _ in PROGRAM_GATES]
-    return sorted(claims, key=lambda c: order.index(c.id))
+    return claims, todo
+
+
+def _replay_program(run: Any, gate_id: str, variant: str, rec: Any, doc: Any, ref: Any,
+                    packages: Path, extra_seconds: float) -> Claim:
+    """Re-execute one published program against the fresh reference and judge it again.
+
+    ``extra_seconds`` (the reference's time, for the first gate replayed) is added to the
+    claim's own.
+    """
+    from verifylib.evidence.parity.result import CANDIDATE_ARRAYS, REFERENCE_ARRAYS
+    from verifylib.evidence.parity.rules import chosen_policy, judge_parity
+    from verifylib.evidence.parity.schema import Measurement
+    from verifylib.runtime import progress
+    from verifylib.stages.parity import measure_program
+
+    t1 = time.perf_counter()
+    package = packages / doc.artifact.path
+    problems: list[str] = []
+    if doc.inputs != ref.input_records:
+        problems.append("the inputs computed here from the fixture and the seed are not "
+                        "the recorded ones")
+    with progress.ticking(f"replay: the published {variant} program op by op"):
+        measurements, _drift, arrays, _ = measure_program(package, ref, variant=variant)
+    recorded_out = run.arrays(gate_id, CANDIDATE_ARRAYS)
+    recorded_ref = run.arrays(gate_id, REFERENCE_ARRAYS)
+    snrs = {}
+    for kind in ("fixture", "random"):
+        snrs[f"outputs/{kind}"] = _snr(recorded_out[kind], arrays[kind])
+        snrs[f"reference/{kind}"] = _snr(recorded_ref[kind], ref.outputs[kind])
+    low = {k: v for k, v in snrs.items() if not v >= SNR_REPRODUCED_DB}
+    if low:
+        problems.append("replayed against recorded below "
+                        f"{SNR_REPRODUCED_DB:.0f} dB: "
+                        + ", ".join(f"{k} {_fmt(v)} dB" for k, v in sorted(low.items())))
+    replayed_doc = dataclasses.replace(
+        doc, measurements=tuple(Measurement.from_json(m, f"measurements[{i}]")
+                                for i, m in enumerate(measurements)))
+    policy_id, _ = chosen_policy(variant, doc)
+    again = judge_parity(replayed_doc, policy_id, doc.kind)
+    if again.status is not rec.status:
+        problems.append(f"judged again on the replayed outputs: {again.status.value} "
+                        f"({again.detail}), recorded {rec.status.value}")
+    gated = _gated(measurements)
+    recorded_gated = _gated([m.to_json() for m in doc.measurements])
+    recorded: dict[str, Any] = {"status": rec.status.value, "gated_snr_db": recorded_gated}
+    replayed: dict[str, Any] = {"status": again.status.value, "gated_snr_db": gated,
+                                "snr_vs_recorded_db": {k: (None if math.isinf(v) else
+                                                           round(v, 2))
+                                                       for k, v in snrs.items()}}
+    seconds = time.perf_counter() - t1 + extra_seconds
+    if problems:
+        return Claim(gate_id, ClaimStatus.DIFFERS, recorded, replayed,
+                     "; ".join(problems), seconds)
+    worst = min(snrs.values())
+    return Claim(gate_id, ClaimStatus.REPRODUCED, recorded, replayed,
+                 f"published package re-executed: outputs within "
+                 f"{_fmt(worst)} dB of the recorded arrays (≥ "
+                 f"{SNR_REPRODUCED_DB:.0f}), judged {again.status.value} "
+                 f"again", seconds)
 
 
 def _gated(measurements: list[dict]) -> float | None:

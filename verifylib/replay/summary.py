@@ -161,62 +161,20 @@ def verify_summary(path: str | os.PathLike, public_key) -> SummaryCheck:
         envelope is signed by the key, the signature does not verify over the payload,
         or the payload is not a VSA Statement with every predicate field.
     """
-    from securesystemslib import exceptions as sslib_exceptions
     from securesystemslib.signer import SSlibKey
 
-    from verifylib.evidence.attest import (
-        PAYLOAD_TYPE,
-        STATEMENT_KEYS,
-        STATEMENT_TYPE,
-        load_public_key,
-        parse_envelope,
-    )
+    from verifylib.evidence.attest import load_public_key
 
     key = public_key if isinstance(public_key, SSlibKey) else load_public_key(public_key)
     check = SummaryCheck(False, [], key.keyid)
     p = Path(path)
-    try:
-        lines = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        check.problems.append(f"{p}: unreadable: {exc}")
-        return check
-    if len(lines) != 1:
-        check.problems.append(f"{p}: holds {len(lines)} envelopes, expected one")
-        return check
-    try:
-        env = parse_envelope(lines[0], 1)
-    except ValueError as exc:
-        check.problems.append(f"{p}: {exc}")
-        return check
-    if key.keyid not in env.signatures:
-        check.problems.append(f"{p}: not signed by the given key ({key.keyid[:16]}...)")
-        return check
-    if env.payload_type != PAYLOAD_TYPE:
-        check.problems.append(f"{p}: payloadType {env.payload_type!r} is not {PAYLOAD_TYPE!r}")
-        return check
-    try:
-        env.verify([key], 1)
-    except (sslib_exceptions.VerificationError, ValueError):
-        check.problems.append(f"{p}: the DSSE signature does not verify (payload or "
-                              f"signature altered)")
-        return check
-    try:
-        st = canonical.loads(env.payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        check.problems.append(f"{p}: the signed payload is not strict JSON: {exc}")
-        return check
-    if not isinstance(st, dict) or set(st) != STATEMENT_KEYS or st["_type"] != STATEMENT_TYPE:
-        check.problems.append(f"{p}: not an in-toto Statement v1")
-        return check
-    if st["predicateType"] != VSA_PREDICATE:
-        check.problems.append(f"{p}: predicateType {st['predicateType']!r} is not "
-                              f"{VSA_PREDICATE}")
+    st, problem = _signed_statement(p, key)
+    if problem is None:
+        problem = _statement_problem(p, st)
+    if problem is not None:
+        check.problems.append(problem)
         return check
     pred = st["predicate"]
-    if not isinstance(pred, dict) or set(pred) != PREDICATE_KEYS:
-        check.problems.append(f"{p}: the predicate's fields are not "
-                              f"{sorted(PREDICATE_KEYS)}")
-        return check
     if pred["verificationResult"] not in ("PASSED", "FAILED"):
         check.problems.append(f"{p}: verificationResult {pred['verificationResult']!r}")
     check.result, check.resource = pred["verificationResult"], pred["resourceUri"]
@@ -226,3 +184,55 @@ def verify_summary(path: str | os.PathLike, public_key) -> SummaryCheck:
         check.problems.append(f"{p}: PASSED although a claim DIFFERS")
     check.ok = not check.problems
     return check
+
+
+def _signed_statement(p: Path, key: Any) -> tuple[Any, str | None]:
+    """Return the payload of the file's one envelope, signed by ``key``, read as JSON.
+
+    Or None and the first thing wrong: the file unreadable, not exactly one envelope, one
+    that does not parse, not signed by the key, of another payload type, a signature that
+    does not verify, or a payload that is not strict JSON.
+    """
+    from securesystemslib import exceptions as sslib_exceptions
+
+    from verifylib.evidence.attest import PAYLOAD_TYPE, parse_envelope
+
+    try:
+        lines = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{p}: unreadable: {exc}"
+    if len(lines) != 1:
+        return None, f"{p}: holds {len(lines)} envelopes, expected one"
+    try:
+        env = parse_envelope(lines[0], 1)
+    except ValueError as exc:
+        return None, f"{p}: {exc}"
+    if key.keyid not in env.signatures:
+        return None, f"{p}: not signed by the given key ({key.keyid[:16]}...)"
+    if env.payload_type != PAYLOAD_TYPE:
+        return None, f"{p}: payloadType {env.payload_type!r} is not {PAYLOAD_TYPE!r}"
+    try:
+        env.verify([key], 1)
+    except (sslib_exceptions.VerificationError, ValueError):
+        return None, (f"{p}: the DSSE signature does not verify (payload or "
+                      f"signature altered)")
+    try:
+        return canonical.loads(env.payload), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"{p}: the signed payload is not strict JSON: {exc}"
+
+
+def _statement_problem(p: Path, st: Any) -> str | None:
+    """Say why a signed payload is not a VSA Statement with every predicate field, if it is not."""
+    from verifylib.evidence.attest import STATEMENT_KEYS, STATEMENT_TYPE
+
+    if not isinstance(st, dict) or set(st) != STATEMENT_KEYS or st["_type"] != STATEMENT_TYPE:
+        return f"{p}: not an in-toto Statement v1"
+    if st["predicateType"] != VSA_PREDICATE:
+        return (f"{p}: predicateType {st['predicateType']!r} is not "
+                f"{VSA_PREDICATE}")
+    pred = st["predicate"]
+    if not isinstance(pred, dict) or set(pred) != PREDICATE_KEYS:
+        return (f"{p}: the predicate's fields are not "
+                f"{sorted(PREDICATE_KEYS)}")
+    return None

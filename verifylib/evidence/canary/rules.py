@@ -18,6 +18,7 @@ from verifylib.evidence.canary.schema import (
     SANITIZER_SCHEMA,
     SIDES,
     LifecycleEvidence,
+    LifecycleSide,
     NegativeEvidence,
     PositiveEvidence,
     SanitizerEvidence,
@@ -130,6 +131,56 @@ def _run_streams(side: str, i: int, rec: RunRecord, stream: Callable[[str], byte
     return err, out
 
 
+_Classified = tuple[int, contracts.Classification]
+"""A run's index on its side, and what its stored exit status and stream give."""
+
+
+def _lifecycle_side(side: str, s: LifecycleSide, stream: Callable[[str], bytes | None],
+                    problems: list[str]) -> list[_Classified]:
+    """Re-classify an available side's runs from their stored streams, noting what is unsupported.
+
+    A run whose streams are not stored is noted and left out; the side's recorded counts
+    must be the classified runs'.
+    """
+    if not is_sha256(s.binary_sha256):
+        problems.append(f"{side}: malformed binary digest {s.binary_sha256!r}")
+    classified = []
+    for i, rec in enumerate(s.runs):
+        streams = _run_streams(side, i, rec, stream, problems)
+        if streams is None:
+            continue
+        err, out = streams
+        record = rec.to_json()
+        c = contracts.classify_lifecycle(record, err, out)
+        bad = contracts.record_problems(record, err, out)
+        if rec.argv and rec.argv[0] != s.binary:
+            bad.append(f"argv[0] {rec.argv[0]!r} is not the {side} binary")
+        if bad:
+            problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
+        if rec.outcome != c.outcome:
+            problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but the "
+                            f"stored exit status and stream give {c.outcome!r}")
+        classified.append((i, c))
+    counts = dict(sorted(Counter(c.outcome for _, c in classified).items()))
+    if s.counts != counts:
+        problems.append(f"{side}: recorded counts {s.counts!r} differ from the runs' "
+                        f"{counts!r}")
+    return classified
+
+
+def _unpatched_account(unpatched: LifecycleSide, runs: list[_Classified] | None) -> str:
+    """Say what the unpatched side's runs gave (recorded, not gated), or why it did not run."""
+    if runs is None:
+        return f"unpatched build not available ({unpatched.reason or ''})"
+    text = (f"unpatched {_short(unpatched.binary_sha256)}...: "
+            f"{_summary(Counter(c.outcome for _, c in runs))} (recorded, not gated)")
+    caveat = unpatched_caveat(runs_system(r.to_json() for r in unpatched.runs),
+                              bool(runs) and all(c.ok for _, c in runs))
+    if caveat:
+        text += f"; {caveat}"
+    return text
+
+
 def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgement:
     """Judge ``canary.lifecycle_ab`` on stored evidence.
 
@@ -162,37 +213,14 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
         return Judgement.failed(f"malformed trigger {list(ev.trigger)!r}")
     sides = ev.sides
     problems: list[str] = []
-    results: dict[str, list[tuple[int, contracts.Classification]]] = {}
+    results: dict[str, list[_Classified]] = {}
     for side in SIDES:
         s = sides[side]
         if not s.available:
             if side == "patched":
                 problems.append("patched: no runs recorded")
             continue
-        if not is_sha256(s.binary_sha256):
-            problems.append(f"{side}: malformed binary digest {s.binary_sha256!r}")
-        classified = []
-        for i, rec in enumerate(s.runs):
-            streams = _run_streams(side, i, rec, stream, problems)
-            if streams is None:
-                continue
-            err, out = streams
-            record = rec.to_json()
-            c = contracts.classify_lifecycle(record, err, out)
-            bad = contracts.record_problems(record, err, out)
-            if rec.argv and rec.argv[0] != s.binary:
-                bad.append(f"argv[0] {rec.argv[0]!r} is not the {side} binary")
-            if bad:
-                problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
-            if rec.outcome != c.outcome:
-                problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but the "
-                                f"stored exit status and stream give {c.outcome!r}")
-            classified.append((i, c))
-        counts = dict(sorted(Counter(c.outcome for _, c in classified).items()))
-        if s.counts != counts:
-            problems.append(f"{side}: recorded counts {s.counts!r} differ from the runs' "
-                            f"{counts!r}")
-        results[side] = classified
+        results[side] = _lifecycle_side(side, s, stream, problems)
     unpatched, patched_side = sides.unpatched, sides.patched
     if unpatched.binary_sha256 is not None and \
             unpatched.binary_sha256 == patched_side.binary_sha256:
@@ -205,16 +233,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
         return Judgement.failed(f"patched: {len(patched)} runs recorded, expected {n}")
     bad_runs = [(i, c) for i, c in patched if not c.ok]
     p_counts = _summary(Counter(c.outcome for _, c in patched))
-    if "unpatched" in results:
-        u = results["unpatched"]
-        a_side = (f"unpatched {_short(unpatched.binary_sha256)}...: "
-                  f"{_summary(Counter(c.outcome for _, c in u))} (recorded, not gated)")
-        caveat = unpatched_caveat(runs_system(r.to_json() for r in unpatched.runs),
-                                  bool(u) and all(c.ok for _, c in u))
-        if caveat:
-            a_side += f"; {caveat}"
-    else:
-        a_side = f"unpatched build not available ({unpatched.reason or ''})"
+    a_side = _unpatched_account(unpatched, results.get("unpatched"))
     p_sha = _short(patched_side.binary_sha256)
     if bad_runs:
         i, c = bad_runs[0]
@@ -279,6 +298,12 @@ def _asan_build_problems(side: str, s: SanitizerSide, pin: Any) -> list[str]:
     return out
 
 
+_AsanRun = tuple[int, contracts.Classification, _sanitizer.SanitizerReport | None,
+                 _sanitizer.SanitizerReport | None]
+"""A run's index on its side, its classification, and the sanitizer reports of its stderr
+and its stdout."""
+
+
 def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
                     identities: Mapping[str, Any] | None = None) -> Judgement:
     """Judge ``canary.sanitizer`` on stored evidence (informational gate).
@@ -321,7 +346,7 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
     if pin is None:
         problems.append(f"pin {ev.pin!r} is not in the shipped manifest")
     sides = ev.sides
-    runs_of: dict[str, list] = {}
+    runs_of: dict[str, list[_AsanRun]] = {}
     for side in SIDES:
         s = sides[side]
         if not s.available:
@@ -336,40 +361,55 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
         problems += _asan_build_problems(side, s, pin)
         if len(s.runs) != n:
             problems.append(f"{side}: {len(s.runs)} runs recorded, expected {n}")
-        seen = []
-        for i, rec in enumerate(s.runs):
-            streams = _run_streams(side, i, rec, stream, problems)
-            if streams is None:
-                continue
-            err, out = streams
-            record = rec.to_json()
-            bad = contracts.record_problems(record, err, out)
-            argv = list(rec.argv)
-            if not argv or argv[0] != s.binary:
-                bad.append(f"argv[0] is not the {side} binary")
-            elif not contracts.has_lifecycle_trigger(argv):
-                bad.append("argv lacks the lifecycle trigger")
-            if bad:
-                problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
-            c = contracts.classify_lifecycle(record, err, out)
-            report = _sanitizer.parse_report(err)
-            if rec.outcome != c.outcome:
-                problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but "
-                                f"the stored exit status and stream give {c.outcome!r}")
-            recorded = None if rec.report is None else rec.report.to_json()
-            if recorded != (None if report is None else report.to_evidence()):
-                problems.append(f"{side} run {i}: the recorded sanitizer report is not the "
-                                f"one the stored stderr holds")
-            seen.append((i, c, report, _sanitizer.parse_report(out)))
-        runs_of[side] = seen
+        runs_of[side] = _asan_runs(side, s, stream, problems)
     if is_sha256(sides.unpatched.binary_sha256) and \
             sides.unpatched.binary_sha256 == sides.patched.binary_sha256:
         problems.append("the unpatched and the patched binary are the same file")
     if problems:
         return Judgement.failed("evidence does not support the outcomes: "
                                 + " | ".join(problems[:5]))
-    u_sha = _short(sides.unpatched.binary_sha256)
-    p_sha = _short(sides.patched.binary_sha256)
+    return _sanitizer_outcome(runs_of, _short(sides.unpatched.binary_sha256),
+                              _short(sides.patched.binary_sha256), n)
+
+
+def _asan_runs(side: str, s: SanitizerSide, stream: Callable[[str], bytes | None],
+               problems: list[str]) -> list[_AsanRun]:
+    """Re-read an available side's runs from their stored streams, noting what is unsupported.
+
+    A run whose streams are not stored is noted and left out; every other run's recorded
+    outcome and sanitizer report must be what its stored streams give.
+    """
+    seen = []
+    for i, rec in enumerate(s.runs):
+        streams = _run_streams(side, i, rec, stream, problems)
+        if streams is None:
+            continue
+        err, out = streams
+        record = rec.to_json()
+        bad = contracts.record_problems(record, err, out)
+        argv = list(rec.argv)
+        if not argv or argv[0] != s.binary:
+            bad.append(f"argv[0] is not the {side} binary")
+        elif not contracts.has_lifecycle_trigger(argv):
+            bad.append("argv lacks the lifecycle trigger")
+        if bad:
+            problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
+        c = contracts.classify_lifecycle(record, err, out)
+        report = _sanitizer.parse_report(err)
+        if rec.outcome != c.outcome:
+            problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but "
+                            f"the stored exit status and stream give {c.outcome!r}")
+        recorded = None if rec.report is None else rec.report.to_json()
+        if recorded != (None if report is None else report.to_evidence()):
+            problems.append(f"{side} run {i}: the recorded sanitizer report is not the "
+                            f"one the stored stderr holds")
+        seen.append((i, c, report, _sanitizer.parse_report(out)))
+    return seen
+
+
+def _sanitizer_outcome(runs_of: Mapping[str, list[_AsanRun]], u_sha: str, p_sha: str,
+                       n: int) -> Judgement:
+    """Judge runs the evidence supports: every unpatched run reports, no patched run does."""
     failures = []
     u_quiet = [(i, c) for i, c, rep, _ in runs_of["unpatched"] if rep is None]
     kinds = _summary(Counter(rep.describe() for _, _, rep, _ in runs_of["unpatched"] if rep))
@@ -378,7 +418,8 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
         i, c = u_quiet[0]
         failures.append(f"unpatched ASan whisper-cli {u_sha}...: {len(u_quiet)}/{n} runs printed "
                         f"no sanitizer report (first, run {i}: {c.outcome})")
-    p_loud = [(i, rep or rep_out) for i, _, rep, rep_out in runs_of["patched"] if rep or rep_out]
+    p_loud = [(i, loud) for i, _, rep, rep_out in runs_of["patched"]
+              if (loud := rep or rep_out)]
     p_unclean = [(i, c) for i, c, _, _ in runs_of["patched"] if not c.ok]
     if p_loud:
         i, rep = p_loud[0]

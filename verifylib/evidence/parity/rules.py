@@ -159,6 +159,39 @@ def recheck_measurement(m: Measurement | Mapping[str, Any]) -> tuple[float, floa
     return snr, cos, problems
 
 
+def _gated_target(doc: ParityEvidence, rules: dict[str, Any], policy_id: str,
+                  kind: str) -> tuple[str, str, float, float] | Judgement:
+    """Return the gated measurement's input and execution and the policy's SNR and cosine minimums.
+
+    Or the FAIL of a document the policy does not apply to (a pair policy without a
+    recorded quantized source, a variant that is not the policy's, a floor it has not).
+    """
+    if policy_id == PAIR_POLICY:
+        # A quantized source: the gated figure is the fixture through the program, against
+        # the ftype's floor (the choice record names the ftype and the precision).
+        if doc.choice is None or doc.choice.source_ftype is None:
+            return Judgement.failed(f"{PAIR_POLICY} applies only to a recorded quantized "
+                                    "source")
+        want_input = rules["inputs"][0]
+        want_exec = rules[f"{kind}_execution"]
+        try:
+            smin, cmin = pair_floor(rules, doc.choice.source_ftype, doc.choice.precision)
+        except EvidenceInvalid as exc:
+            return Judgement.failed(str(exc))
+    else:
+        # An audited encoder's slot is fp32 whatever it declares: its recorded choice
+        # (re-derived above and by verify) names the policy instead of the variant.
+        if doc.choice is None and doc.variant != rules["variant"]:
+            return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
+        want_input = rules["gated"]["input"]
+        want_exec = rules["gated"][f"{kind}_execution"]
+        smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
+    if kind == "program" and (doc.artifact.path or "").endswith(".mlmodelc"):
+        # A compiled model audited as given: no program to execute, Core ML runs it.
+        want_exec = rules.get("runtime_execution") or rules["gated"]["runtime_execution"]
+    return want_input, want_exec, smin, cmin
+
+
 def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
                  kind: str) -> Judgement:
     """Judge a stored parity record by the fp32-v1 / fp16-v1 rule.
@@ -197,32 +230,12 @@ def judge_parity(evidence: ParityEvidence | Mapping[str, Any], policy_id: str,
         return Judgement.failed(f"the stored {policy_id} record differs from the "
                                 f"packaged resource "
                                 f"(sha256 {pol.sha256} vs {packaged.sha256})")
-    rules = packaged.rules
-    if policy_id == PAIR_POLICY:
-        # A quantized source: the gated figure is the fixture through the program, against
-        # the ftype's floor (the choice record names the ftype and the precision).
-        if doc.choice is None or doc.choice.source_ftype is None:
-            return Judgement.failed(f"{PAIR_POLICY} applies only to a recorded quantized "
-                                    "source")
-        want_input = rules["inputs"][0]
-        want_exec = rules[f"{kind}_execution"]
-        try:
-            smin, cmin = pair_floor(rules, doc.choice.source_ftype, doc.choice.precision)
-        except EvidenceInvalid as exc:
-            return Judgement.failed(str(exc))
-    else:
-        # An audited encoder's slot is fp32 whatever it declares: its recorded choice
-        # (re-derived above and by verify) names the policy instead of the variant.
-        if doc.choice is None and doc.variant != rules["variant"]:
-            return Judgement.failed(f"variant {doc.variant!r} is not {rules['variant']!r}")
-        want_input = rules["gated"]["input"]
-        want_exec = rules["gated"][f"{kind}_execution"]
-        smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
+    target = _gated_target(doc, packaged.rules, policy_id, kind)
+    if isinstance(target, Judgement):
+        return target
+    want_input, want_exec, smin, cmin = target
     problems: list[str] = []
     art = doc.artifact
-    if kind == "program" and (art.path or "").endswith(".mlmodelc"):
-        # A compiled model audited as given: no program to execute, Core ML runs it.
-        want_exec = rules.get("runtime_execution") or rules["gated"]["runtime_execution"]
     if not art.tree_digest or art.tree_digest != art.exported_tree_digest:
         problems.append(f"the measured artifact (tree digest {art.tree_digest}) is not "
                         f"the exported one ({art.exported_tree_digest})")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from fractions import Fraction
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import PLACEMENT_PLAN, Judgement
-from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence
+from verifylib.evidence.placement.schema import CostNotANumber, PlanEvidence, PlanOp
 from verifylib.evidence.records import EvidenceView
 from verifylib.models.compute_plan import (
     COST_SUM_TOLERANCE,
@@ -43,6 +43,39 @@ _NOT_FINITE = "{} operation(s) with a cost that is not a finite number"
 def _named(operators) -> str:
     counts = Counter(operators)
     return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in sorted(counts.items()))
+
+
+def _shares(costs: Sequence[tuple[PlanOp, str, float]]
+            ) -> tuple[dict[str, float], float, list[str]]:
+    """Sum costs per preferred device; also the cost without a device and who carries it."""
+    acc: defaultdict[str, float] = defaultdict(float)
+    without, no_device = 0.0, []
+    for o, k, c in costs:
+        if k == NO_DEVICE:
+            without += c
+            no_device.append(o.operator)
+        else:
+            acc[str(o.preferred)] += c  # PLACED: every other costed row names one
+    return dict(acc), without, no_device
+
+
+def _stored_summary_problem(plan: PlanEvidence, by_device: Mapping[str, float], without: float,
+                            no_device: Sequence[str]) -> str | None:
+    """Say how the plan's stored summary differs from what its rows give; None if it does not."""
+    stored = plan.cost_by_device
+    if stored is None or set(stored) != set(by_device) or any(
+            not math.isclose(
+                stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
+        return (f"stored cost by device {stored!r} is not what the "
+                f"per-op rows give "
+                f"{by_device!r}")
+    stored_without = plan.cost_without_device
+    if (stored_without is None and no_device) or (stored_without is not None and not
+                                                   math.isclose(stored_without, without,
+                                                                rel_tol=1e-9, abs_tol=1e-12)):
+        return (f"stored cost without a device {stored_without!r} is not what "
+                f"the per-op rows give ({without!r})")
+    return None
 
 
 def judge_plan(evidence: PlanEvidence | Mapping[str, Any]) -> Judgement:
@@ -96,28 +129,10 @@ def judge_plan(evidence: PlanEvidence | Mapping[str, Any]) -> Judgement:
     if abs(exact - 1) > Fraction(str(COST_SUM_TOLERANCE)):
         return Judgement.failed(f"cost shares sum to {total:.4f}, not 1 +/- {COST_SUM_TOLERANCE}")
     # The shares shown are recomputed from the per-op rows; the stored summary must agree.
-    acc: defaultdict[str, float] = defaultdict(float)
-    without, no_device = 0.0, []
-    for o, k, c in costs:
-        if k == NO_DEVICE:
-            without += c
-            no_device.append(o.operator)
-        else:
-            acc[str(o.preferred)] += c  # PLACED: every other costed row names one
-    by_device = dict(acc)
-    stored = plan.cost_by_device
-    if stored is None or set(stored) != set(by_device) or any(
-            not math.isclose(
-                stored[k], v, rel_tol=1e-9, abs_tol=1e-12) for k, v in by_device.items()):
-        return Judgement.failed(f"stored cost by device {stored!r} is not what the "
-                                f"per-op rows give "
-                                f"{by_device!r}")
-    stored_without = plan.cost_without_device
-    if (stored_without is None and no_device) or (stored_without is not None and not
-                                                   math.isclose(stored_without, without,
-                                                                rel_tol=1e-9, abs_tol=1e-12)):
-        return Judgement.failed(f"stored cost without a device {stored_without!r} is not what "
-                                f"the per-op rows give ({without!r})")
+    by_device, without, no_device = _shares(costs)
+    mismatch = _stored_summary_problem(plan, by_device, without, no_device)
+    if mismatch is not None:
+        return Judgement.failed(mismatch)
     shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(by_device.items()))
     detail = (f"{len(ops)} operations planned ({len(costed)} costed, sum {total:.4f}); "
               f"cost share by preferred device: {shares}")

@@ -5,7 +5,7 @@ GGML against the source model, and the hybrid (Core ML encoder) runs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
@@ -16,6 +16,7 @@ from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.wer.schema import (
     Counts,
+    GgmlVsSourceRules,
     HybridClip,
     HybridEvidence,
     WerClip,
@@ -367,6 +368,54 @@ def _stored_count_problems(clip: WerClip | HybridClip, counts: Mapping[str, tupl
     return out
 
 
+def _clip_count_problems(c: WerClip, split: bool, policy_rules: Mapping[str, Any]) -> list[str]:
+    """Check one clip's stored counts: present for every gated leg, and its texts' own."""
+    if split and None in (c.from_ggml, c.conversion, c.implementation, c.from_ggml_empty):
+        return [f"{c.id}: no HF-from-ggml counts (the policy gates that leg)"]
+    if c.reference is None:
+        return []
+    counted = {"source": ("reference", "source_text"),
+               "ggml": ("reference", "ggml_text")}
+    flags = {"source_empty": "source_text", "ggml_empty": "ggml_text"}
+    if split:
+        counted.update(from_ggml=("reference", "from_ggml_text"),
+                       conversion=("source_text", "from_ggml_text"),
+                       implementation=("from_ggml_text", "ggml_text"))
+        flags["from_ggml_empty"] = "from_ggml_text"
+    return _stored_count_problems(c, counted, flags, policy_rules)
+
+
+def _corpus_figures(clips: Sequence[WerClip], rules: GgmlVsSourceRules, gated: str,
+                    split: bool) -> tuple[list[str], list[str]]:
+    """Return each unit's corpus figures, and the rates whose gated leg is above its limit."""
+    figures, above = [], []
+    # Each unit is its own corpus (a character count is not a word count).
+    for unit, group in _by_unit(clips).items():
+        rate = RATE_OF.get(unit, unit)
+        src = corpus_wer(_counts(group, "source"))
+        limit = src + rules.max_corpus_wer_delta
+        if split:
+            fg = corpus_wer(_counts(group, gated))
+            figures.append(
+                f"corpus {rate} vs references: HF-from-ggml {fg:.4f}, HF source {src:.4f} "
+                f"(limit {limit:.4f}), whisper-cli {corpus_wer(_counts(group, 'ggml')):.4f}; "
+                f"conversion (source vs "
+                f"HF-from-ggml) {corpus_wer(_counts(group, 'conversion')):.4f}, "
+                f"implementation (HF-from-ggml vs whisper-cli, reported) "
+                f"{corpus_wer(_counts(group, 'implementation')):.4f} over {len(group)} clip(s)")
+        else:
+            figures.append(f"corpus {rate} vs references: GGML "
+                           f"{corpus_wer(_counts(group, 'ggml')):.4f}, HF source {src:.4f} "
+                           f"(limit {limit:.4f}) over {len(group)} clip(s)")
+        # Decided on exact rationals, not on the floats shown: in binary floating point
+        # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
+        exact_limit = (exact_corpus_wer(_counts(group, "source"))
+                       + policy_fraction(rules.max_corpus_wer_delta))
+        if not exact_corpus_wer(_counts(group, gated)) <= exact_limit:
+            above.append(rate)
+    return figures, above
+
+
 def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement:
     """Judge ``wer.ggml_vs_source`` by the wer-v1 rule, on stored evidence.
 
@@ -398,19 +447,7 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
         return Judgement.failed(f"unknown gated leg {rules.gated!r}")
     problems = _scoring_problems(doc) + _decoding_problems(doc)
     for c in clips:
-        if split and None in (c.from_ggml, c.conversion, c.implementation, c.from_ggml_empty):
-            problems.append(f"{c.id}: no HF-from-ggml counts (the policy gates that leg)")
-            continue
-        if c.reference is not None:
-            counted = {"source": ("reference", "source_text"),
-                       "ggml": ("reference", "ggml_text")}
-            flags = {"source_empty": "source_text", "ggml_empty": "ggml_text"}
-            if split:
-                counted.update(from_ggml=("reference", "from_ggml_text"),
-                               conversion=("source_text", "from_ggml_text"),
-                               implementation=("from_ggml_text", "ggml_text"))
-                flags["from_ggml_empty"] = "from_ggml_text"
-            problems += _stored_count_problems(c, counted, flags, policy_rules)
+        problems += _clip_count_problems(c, split, policy_rules)
     if problems:
         return Judgement.failed("; ".join(problems))
     gated, label = ("from_ggml", "HF-from-ggml") if split else ("ggml", "GGML")
@@ -418,31 +455,7 @@ def judge_ggml_vs_source(evidence: WerEvidence | Mapping[str, Any]) -> Judgement
     if split:
         empties += [f"{c.id} (HF-from-ggml)" for c in clips
                     if c.from_ggml_empty and not c.source_empty]
-    figures, above = [], []
-    # Each unit is its own corpus (a character count is not a word count).
-    for unit, group in _by_unit(clips).items():
-        rate = RATE_OF.get(unit, unit)
-        src = corpus_wer(_counts(group, "source"))
-        limit = src + rules.max_corpus_wer_delta
-        if split:
-            fg = corpus_wer(_counts(group, gated))
-            figures.append(
-                f"corpus {rate} vs references: HF-from-ggml {fg:.4f}, HF source {src:.4f} "
-                f"(limit {limit:.4f}), whisper-cli {corpus_wer(_counts(group, 'ggml')):.4f}; "
-                f"conversion (source vs "
-                f"HF-from-ggml) {corpus_wer(_counts(group, 'conversion')):.4f}, "
-                f"implementation (HF-from-ggml vs whisper-cli, reported) "
-                f"{corpus_wer(_counts(group, 'implementation')):.4f} over {len(group)} clip(s)")
-        else:
-            figures.append(f"corpus {rate} vs references: GGML "
-                           f"{corpus_wer(_counts(group, 'ggml')):.4f}, HF source {src:.4f} "
-                           f"(limit {limit:.4f}) over {len(group)} clip(s)")
-        # Decided on exact rationals, not on the floats shown: in binary floating point
-        # 7/20 + 0.05 < 8/20, so a corpus exactly at its limit would fail.
-        exact_limit = (exact_corpus_wer(_counts(group, "source"))
-                       + policy_fraction(rules.max_corpus_wer_delta))
-        if not exact_corpus_wer(_counts(group, gated)) <= exact_limit:
-            above.append(rate)
+    figures, above = _corpus_figures(clips, rules, gated, split)
     shown = "; ".join(figures)
     if rules.no_empty_where_source_nonempty and empties:
         return Judgement.failed(f"{'' if split else 'GGML '}transcript empty where the "
