@@ -184,7 +184,7 @@ def _package_card(p: Path) -> EncoderCard:
     from coremltools.proto import Model_pb2
     from google.protobuf.message import DecodeError
 
-    from verifylib.models.coreml_export import describe_mlpackage
+    from verifylib.models.coreml_contract import describe_mlpackage
 
     manifest = _read_json(p, "Manifest.json", MANIFEST_MAX, "package manifest")
     try:
