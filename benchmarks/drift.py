@@ -33,8 +33,9 @@ def main() -> None:
     from verifylib.whispercpp import source
     from verifylib.resources import cache_dir
     from verifylib.runtime.audio import read_wav_16k
-    from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
-                                                trace_encoder)
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
+    from verifylib.models.coreml_package import place_mlpackage
     from verifylib.models.hf import load_hf
     from verifylib.models.intake import obtain_model
     from verifylib.numerics.reference import (ReferenceRun, fixture_logmel, random_logmel,

@@ -164,7 +164,7 @@ def child_measure(pkg: str, hf_dir: str, wav: str) -> None:
     """Time loading and ``measure_pair`` (float32) of one pair; print a JSON record."""
     base = peak_mib()
     t0 = time.perf_counter()
-    from verifylib.models.coreml_export import contract_of
+    from verifylib.models.coreml_contract import contract_of
     from verifylib.models.hf import load_hf_encoder
     from verifylib.numerics.mil_exec import load_program
     from verifylib.numerics.pair import measure_pair
@@ -262,12 +262,9 @@ def main() -> int:
     log("mismatch files written")
 
     # ---- encoders
-    from verifylib.models.coreml_export import (
-        contract_of,
-        convert_traced,
-        place_mlpackage,
-        trace_encoder,
-    )
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
+    from verifylib.models.coreml_package import place_mlpackage
     from verifylib.models.hf import load_hf, load_hf_encoder
     bundle = load_hf(info.hf_dir)
     encoders: dict[str, Path] = {}

@@ -30,8 +30,9 @@ def main() -> None:
     from verifylib import resources
     from verifylib.whispercpp import source
     from verifylib.runtime.audio import read_wav_16k
-    from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
-                                                trace_encoder)
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
+    from verifylib.models.coreml_package import place_mlpackage
     from verifylib.numerics.mil_exec import execute, load_program
     from verifylib.models.hf import load_hf
     from verifylib.models.intake import obtain_model

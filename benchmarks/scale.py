@@ -378,6 +378,7 @@ class MemoryTrace:
 
 def _trace_export(trace: MemoryTrace) -> None:
     import verifylib.models.coreml_export as ce
+    import verifylib.models.coreml_package as cp
     import verifylib.models.ggml_writer as gw
     import verifylib.models.intake as vm
     import verifylib.stages.export as st
@@ -386,10 +387,13 @@ def _trace_export(trace: MemoryTrace) -> None:
     for name in ("obtain_model", "load_hf", "load_hf_encoder"):
         if hasattr(vm, name):
             trace.wrap(vm, name)
-    for name in ("build_facts", "trace_encoder", "convert_traced", "stage_mlpackage",
-                 "describe_mlpackage", "publish_staged", "release_conversion"):
+    for name in ("build_facts", "trace_encoder", "convert_traced", "release_conversion"):
         if hasattr(ce, name):
             trace.wrap(ce, name)
+    # describe_mlpackage as stage_mlpackage looks it up (imported into coreml_package).
+    for name in ("stage_mlpackage", "describe_mlpackage", "publish_staged"):
+        if hasattr(cp, name):
+            trace.wrap(cp, name)
     trace.wrap(st, "_export_contract")
 
 
@@ -460,7 +464,7 @@ def _child(step: str, shape_name: str, work: Path, opts: dict) -> dict:
     elif step == "export_pair":
         # The measurement of export.pair (the gate itself needs stage 01's binary for
         # export.ggml_model): the fp32 program against the encoder rebuilt from the file.
-        from verifylib.models.coreml_export import contract_of
+        from verifylib.models.coreml_contract import contract_of
         from verifylib.models.hf import load_hf_encoder
         from verifylib.numerics.mil_exec import load_program
         from verifylib.numerics.pair import measure_pair

@@ -6,7 +6,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+from verifylib.models.coreml_contract import contract_of
+from verifylib.models.coreml_export import convert_traced, trace_encoder
 
 
 def small_encoder(n_mels=40, max_pos=50, d_model=32, layers=1, heads=2, conv2_stride=2, seed=0):

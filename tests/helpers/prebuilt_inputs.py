@@ -39,12 +39,9 @@ _MADE: dict[Path, Given] = {}
 
 def _export_compiled(encoder, folder: Path) -> Path:
     from tests.helpers.compiled_models import compile_like_coremlc
-    from verifylib.models.coreml_export import (
-        contract_of,
-        convert_traced,
-        place_mlpackage,
-        trace_encoder,
-    )
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
+    from verifylib.models.coreml_package import place_mlpackage
     contract = contract_of(encoder)
     traced, _, _ = trace_encoder(encoder, contract)
     conv = convert_traced(traced, contract, "fp32")

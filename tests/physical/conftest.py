@@ -18,8 +18,9 @@ import pytest
 
 from tests.helpers.model_data import default_model_spec
 from verifylib.canonical import publish_dir
-from verifylib.models.coreml_export import (EncoderContract, contract_of, convert_traced,
-                                            place_mlpackage, trace_encoder)
+from verifylib.models.coreml_contract import EncoderContract, contract_of
+from verifylib.models.coreml_export import convert_traced, trace_encoder
+from verifylib.models.coreml_package import place_mlpackage
 from verifylib.models.hf import load_hf
 from verifylib.models.intake import ModelInfo, obtain_model
 from verifylib.runtime.runner import run

@@ -12,9 +12,14 @@ import pytest
 
 from tests.helpers.encoders import export_small, small_encoder
 from verifylib.canonical import is_sha256, tree_digest
-from verifylib.models.coreml_export import (EncoderContract, EncoderContractBroken, contract_of,
-                                            contract_problems, describe_mlpackage,
-                                            place_mlpackage)
+from verifylib.models.coreml_contract import (
+    EncoderContract,
+    EncoderContractBroken,
+    contract_of,
+    contract_problems,
+    describe_mlpackage,
+)
+from verifylib.models.coreml_package import place_mlpackage
 from verifylib.runtime import contracts
 
 PACKAGE = "ggml-model-encoder.mlpackage"

@@ -24,7 +24,8 @@ def tiny_packages(tiny_en_bundle, tmp_path_factory):
     """tiny.en converted as is, and with layer 2's fc1 weight scaled by 1.01 (fp32)."""
     import torch
 
-    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
 
     root = tmp_path_factory.mktemp("drift")
     out = {}
@@ -70,7 +71,8 @@ def test_merged_constants_name_no_module_and_do_not_stall_the_stream(tiny_en_bun
     neither compares them with the wrong HF output nor buffers the HF forward pass."""
     import torch
 
-    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
     from verifylib.numerics import drift
     from verifylib.numerics.mil_exec import load_program
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from verifylib.models.coreml_export import FLOAT16_IO_REASON, describe_mlpackage
+from verifylib.models.coreml_contract import FLOAT16_IO_REASON, describe_mlpackage
 from verifylib.models.encoder_card import EncoderCard, contract_check, declared_policy
 from verifylib.models.encoder_reader import describe_encoder
 
@@ -73,7 +73,8 @@ def test_compressed_variants_of_tiny_en(compressed, tiny_en_export):
 def test_float16_io_tiny_en_fails_the_contract_with_the_reason(tiny_en_bundle, tmp_path):
     import coremltools as ct
 
-    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
 
     encoder = tiny_en_bundle.model.get_encoder()
     contract = contract_of(encoder)

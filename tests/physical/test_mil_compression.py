@@ -83,7 +83,8 @@ def ios18_package(tiny_en_bundle, tmp_path_factory):
     """tiny.en's encoder through our export, at the iOS 18 opset."""
     import coremltools as ct
 
-    from verifylib.models.coreml_export import contract_of, convert_traced, trace_encoder
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
     encoder = tiny_en_bundle.model.get_encoder()
     contract = contract_of(encoder)
     traced, _, _ = trace_encoder(encoder, contract)

@@ -47,7 +47,7 @@ def save_mil(tmp_path: Path, build, shape: tuple, name="p.mlpackage"):
 
 def test_small_random_encoders_execute(tmp_path):
     import torch
-    from verifylib.models.coreml_export import place_mlpackage
+    from verifylib.models.coreml_package import place_mlpackage
     for i, shape in enumerate([dict(n_mels=40, max_pos=50, d_model=32),
                                dict(n_mels=16, max_pos=30, d_model=32, conv2_stride=1,
                                     layers=2)]):

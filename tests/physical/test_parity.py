@@ -21,7 +21,7 @@ from verifylib.numerics.scoring import load_policy
 
 def test_runtime_measurement_with_a_fake_compiled_model(tiny_en_bundle):
     """The macOS path's decision logic: CompiledMLModel is faked, never run here."""
-    from verifylib.models.coreml_export import EncoderContract
+    from verifylib.models.coreml_contract import EncoderContract
     from verifylib.stages.parity import ReferenceRun, measure_runtime
     c = EncoderContract(8, 5, 4, 1, 2)
     rng = np.random.default_rng(5)

@@ -13,9 +13,9 @@ def test_release_conversion_frees_the_program_and_its_temporary_package(tmp_path
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    from verifylib.models.coreml_export import (contract_of, convert_traced, discard_staged,
-                                                release_conversion, stage_mlpackage,
-                                                trace_encoder)
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, release_conversion, trace_encoder
+    from verifylib.models.coreml_package import discard_staged, stage_mlpackage
 
     cfg = WhisperConfig(num_mel_bins=8, max_source_positions=16, d_model=32, encoder_layers=1,
                         encoder_attention_heads=2, encoder_ffn_dim=64, decoder_layers=1,

@@ -55,8 +55,9 @@ def _params(tmp_path: Path, hf_dir: Path, language: str) -> Path:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_fine_tune_shape_goes_through_the_chain(shape, english_vocab, tmp_path,
                                                   v185_ggml_build):
-    from verifylib.models.coreml_export import (contract_of, convert_traced, place_mlpackage,
-                                                trace_encoder)
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import convert_traced, trace_encoder
+    from verifylib.models.coreml_package import place_mlpackage
     from verifylib.models.ggml_import import LANGUAGE_CODES, import_ggml, whisper_cpp_tokens
     from verifylib.models.ggml_writer import write_ggml_model
     from verifylib.models.hf import detect_language_hf, load_hf

@@ -50,7 +50,7 @@ def reference(tiny_en_info, jfk_wav):
     """The HF encoder, jfk.wav's log-mel and the encoder's output on it."""
     import torch
 
-    from verifylib.models.coreml_export import contract_of
+    from verifylib.models.coreml_contract import contract_of
     from verifylib.models.hf import load_hf_encoder
     from verifylib.numerics.reference import fixture_logmel
     from verifylib.runtime.audio import read_wav_16k

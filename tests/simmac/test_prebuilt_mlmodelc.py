@@ -63,7 +63,7 @@ def given(tmp_path_factory, verifylib_cache):
 def mac(given, tmp_path_factory):
     """Both audits on the simulated Mac: ``ours`` (the whole audit, published) and
     ``other`` (stages 01 and 02 with another model's encoder at the same path)."""
-    from verifylib.models import coreml_export
+    from verifylib.models import coreml_package
 
     base = tmp_path_factory.mktemp("prebuilt-mac")
     named = base / "downloads" / given.encoder.name  # what encoder.path names
@@ -75,7 +75,7 @@ def mac(given, tmp_path_factory):
     def refuse(*_a, **_k):
         raise AssertionError("export.compile compiled a package for a given .mlmodelc")
     mp = pytest.MonkeyPatch()
-    mp.setattr(coreml_export, "compile_mlpackage", refuse)
+    mp.setattr(coreml_package, "compile_mlpackage", refuse)
     try:
         ours = base / "ours"
         shutil.copytree(prefix, ours, symlinks=True)

@@ -80,7 +80,7 @@ def test_verifylib_gets_coremltools_own_classes(compiled, mac):
     )
 
     from verifylib.models.compute_plan import load_plan
-    from verifylib.models.coreml_export import load_compiled
+    from verifylib.models.coreml_package import load_compiled
     folder, _, _ = compiled
     sim = mac()
     with sim:

@@ -12,9 +12,19 @@ import pytest
 
 from verifylib.runtime import contracts
 from verifylib.canonical import tree_digest
-from verifylib.models.coreml_export import (CompileError, EncoderContract, EncoderContractBroken,
-                                            build_facts, compile_mlpackage, contract_problems,
-                                            link_or_copy, load_compiled, predict_compiled)
+from verifylib.models.coreml_contract import (
+    EncoderContract,
+    EncoderContractBroken,
+    contract_problems,
+)
+from verifylib.models.coreml_export import build_facts
+from verifylib.models.coreml_package import (
+    CompileError,
+    compile_mlpackage,
+    link_or_copy,
+    load_compiled,
+    predict_compiled,
+)
 from verifylib.runtime.runner import RunResult
 
 

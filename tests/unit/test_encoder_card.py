@@ -15,8 +15,12 @@ import numpy as np
 import pytest
 
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
-from verifylib.models.coreml_export import (FLOAT16_IO_REASON, EncoderContract,
-                                            contract_problems, describe_mlpackage)
+from verifylib.models.coreml_contract import (
+    FLOAT16_IO_REASON,
+    EncoderContract,
+    contract_problems,
+    describe_mlpackage,
+)
 from verifylib.models.encoder_card import (EncoderCard, EncoderInvalid, PolicyUndetermined,
                                            contract_check, declared_policy)
 from verifylib.models.encoder_reader import describe_encoder

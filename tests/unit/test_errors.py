@@ -66,7 +66,7 @@ def test_each_family_keeps_its_builtin_base():
     ("verifylib.whispercpp.pincheck.PinCheckError", errors.ParametersInvalid, ValueError),
     ("verifylib.evidence.attest.AttestKeyError", errors.ParametersInvalid, ValueError),
     ("verifylib.models.ggml_writer.GgmlError", errors.ModelFailure, ValueError),
-    ("verifylib.models.coreml_export.EncoderContractBroken", errors.ContractBroken, ValueError),
+    ("verifylib.models.coreml_contract.EncoderContractBroken", errors.ContractBroken, ValueError),
     ("verifylib.runtime.ledger.LedgerError", errors.EvidenceInvalid, ValueError),
     ("verifylib.evidence.runs.RunInvalid", errors.EvidenceInvalid, ValueError),
     ("verifylib.locks.LockTimeout", errors.RunFailure, RuntimeError),

@@ -194,7 +194,7 @@ def test_a_float16_interface_breaks_the_contract(tmp_path):
     doc = prebuilt_contract()
     v = doc["variants"][0]
     v["description"]["outputs"][0]["dtype"] = "FLOAT16"
-    from verifylib.models.coreml_export import EncoderContract, contract_problems
+    from verifylib.models.coreml_contract import EncoderContract, contract_problems
     c = EncoderContract(**doc["config"])
     v["problems"] = contract_problems(v["description"], c, "fp16")
     v["placed"], v["tree_digest"] = False, None

@@ -148,7 +148,7 @@ def test_export_rule_fails_closed_on_edited_evidence(tmp_path):
     values or the build facts are caught without touching the artifact."""
     from verifylib.evidence.gates import Status
     from verifylib.evidence.registry import RULES
-    from verifylib.models.coreml_export import EncoderContract
+    from verifylib.models.coreml_contract import EncoderContract
     import verifylib.stages  # noqa: F401  (registers the rules)
     c = EncoderContract(80, 1500, 384, 1, 2)
     desc = {"model_type": "mlProgram", "compute_dtypes": ["FLOAT32"],

@@ -3,7 +3,7 @@
 The documents are built the way :mod:`verifylib.stages.export` builds them (the ``model``
 and ``ggml`` records of ``export.ggml_model``, with the load probe through
 :func:`~verifylib.runtime.runner.run_record`; the ``contract`` record from an
-:class:`~verifylib.models.coreml_export.EncoderContract`; the ``compile`` record).
+:class:`~verifylib.models.coreml_contract.EncoderContract`; the ``compile`` record).
 ``to_json(from_json(doc))`` must give the same dict and the same canonical bytes; a
 malformed variant must be refused with its field path, and the gate's rule must FAIL on it
 naming that path.
@@ -22,7 +22,7 @@ from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceRef, EvidenceView
 from verifylib.evidence.export.rules import RULES
 from verifylib.evidence.export import schema as schemas
-from verifylib.models.coreml_export import EncoderContract
+from verifylib.models.coreml_contract import EncoderContract
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
 from verifylib.evidence.fields import SchemaError

@@ -62,7 +62,7 @@ def attribute_package(package: str | os.PathLike, params_path, *,
         On a missing package, an unknown fixture, or a package whose input shape is not
         the model's.
     """
-    from verifylib.models.coreml_export import contract_of
+    from verifylib.models.coreml_contract import contract_of
     from verifylib.models.hf import load_hf_encoder
     from verifylib.models.intake import obtain_model
     from verifylib.numerics.mil_exec import MilExecError, load_program

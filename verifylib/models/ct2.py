@@ -25,7 +25,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -163,6 +163,47 @@ class _Cursor:
             raise ModelError(f"{self.path}: {what} at offset {self.pos - n} is not UTF-8") from exc
 
 
+def _read_variable(cur: _Cursor, index: int,
+                   variables: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray, str]:
+    """Read variable ``#index``: its name, its read-only array and its stored dtype name."""
+    path = cur.path
+    name = cur.string(f"the name of variable #{index}")
+    where = f"variable {name!r}"
+    if name in variables:
+        raise ModelError(f"{path}: {where} appears twice")
+    rank = cur.unpack("<B", f"the rank of {where}")
+    dims = tuple(cur.unpack("<I", f"dim {i} of {where}") for i in range(rank))
+    code = cur.unpack("<B", f"the dtype of {where}")
+    if code not in DTYPE_CODES:
+        raise ModelError(f"{path}: {where} has unknown dtype code {code} "
+                         f"(known: {DTYPE_CODES})")
+    dtype = DTYPE_CODES[code]
+    nbytes = cur.unpack("<I", f"the byte count of {where}")
+    expected = math.prod(dims) * _ITEMSIZE[dtype]
+    if nbytes != expected:
+        raise ModelError(f"{path}: {where} declares {nbytes} bytes, but dims {list(dims)} of "
+                         f"{dtype} need {expected}")
+    raw = cur.take(nbytes, f"the data of {where}")
+    arr = np.frombuffer(raw, dtype=_NUMPY[dtype]).reshape(dims)
+    if dtype == "bfloat16":
+        arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    arr.flags.writeable = False
+    return name, arr, dtype
+
+
+def _read_aliases(cur: _Cursor, variables: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Read the alias count and the aliases (alias -> target), refusing a name defined twice."""
+    n_alias = cur.unpack("<I", "the alias count")
+    aliases: dict[str, str] = {}
+    for index in range(n_alias):
+        alias = cur.string(f"alias #{index}")
+        target = cur.string(f"the target of alias {alias!r}")
+        if alias in aliases or alias in variables:
+            raise ModelError(f"{cur.path}: alias {alias!r} is defined twice")
+        aliases[alias] = target
+    return aliases
+
+
 def read_ct2(path: str | Path) -> CT2Model:
     """Read a CTranslate2 ``model.bin``.
 
@@ -203,38 +244,10 @@ def read_ct2(path: str | Path) -> CT2Model:
     variables: dict[str, np.ndarray] = {}
     dtypes: dict[str, str] = {}
     for index in range(count):
-        name = cur.string(f"the name of variable #{index}")
-        where = f"variable {name!r}"
-        if name in variables:
-            raise ModelError(f"{path}: {where} appears twice")
-        rank = cur.unpack("<B", f"the rank of {where}")
-        dims = tuple(cur.unpack("<I", f"dim {i} of {where}") for i in range(rank))
-        code = cur.unpack("<B", f"the dtype of {where}")
-        if code not in DTYPE_CODES:
-            raise ModelError(f"{path}: {where} has unknown dtype code {code} "
-                             f"(known: {DTYPE_CODES})")
-        dtype = DTYPE_CODES[code]
-        nbytes = cur.unpack("<I", f"the byte count of {where}")
-        expected = math.prod(dims) * _ITEMSIZE[dtype]
-        if nbytes != expected:
-            raise ModelError(f"{path}: {where} declares {nbytes} bytes, but dims {list(dims)} of "
-                             f"{dtype} need {expected}")
-        raw = cur.take(nbytes, f"the data of {where}")
-        arr = np.frombuffer(raw, dtype=_NUMPY[dtype]).reshape(dims)
-        if dtype == "bfloat16":
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        arr.flags.writeable = False
+        name, arr, dtype = _read_variable(cur, index, variables)
         variables[name] = arr
         dtypes[name] = dtype
-
-    n_alias = cur.unpack("<I", "the alias count")
-    aliases: dict[str, str] = {}
-    for index in range(n_alias):
-        alias = cur.string(f"alias #{index}")
-        target = cur.string(f"the target of alias {alias!r}")
-        if alias in aliases or alias in variables:
-            raise ModelError(f"{path}: alias {alias!r} is defined twice")
-        aliases[alias] = target
+    aliases = _read_aliases(cur, variables)
     if cur.pos != len(data):
         raise ModelError(f"{path}: {len(data) - cur.pos} unexpected trailing bytes after the "
                          f"aliases (offset {cur.pos})")

@@ -417,6 +417,106 @@ def _token_id(tok, token: str, folder: Path) -> int:
     return i
 
 
+def _read_ct2_folder(ct2_dir: Path) -> tuple[CT2Model, dict, Path]:
+    """Return the folder's Whisper ``model.bin``, its ``config.json`` and that file's path."""
+    if not (ct2_dir / "model.bin").is_file():
+        raise ModelError(f"{ct2_dir}: not a CTranslate2 model folder (no model.bin)")
+    ct2 = read_ct2(ct2_dir / "model.bin")
+    if ct2.spec_name != "WhisperSpec":
+        raise ModelError(f"{ct2.path}: CTranslate2 spec {ct2.spec_name!r} is not a Whisper model "
+                         "(expected 'WhisperSpec')")
+    cfg_path = ct2_dir / "config.json"
+    try:
+        ct2_config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{ct2_dir}: config.json is missing (it holds the suppress "
+                         "ids)") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{cfg_path}: not JSON ({exc})") from None
+    for key in ("suppress_ids", "suppress_ids_begin"):
+        val = ct2_config.get(key)
+        if not isinstance(val, list) or not all(isinstance(v, int) for v in val):
+            raise ModelError(f"{cfg_path}: {key!r} must be a list of token ids")
+    return ct2, ct2_config, cfg_path
+
+
+def _mapped_model(ct2: CT2Model, fields: dict) -> tuple[Any, dict]:
+    """Return the Hugging Face model with every parameter assigned, and its state dict."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(**fields)
+    with torch.device("meta"):
+        skeleton = WhisperForConditionalGeneration(config)
+    shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    tied = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
+    state = _state_dict(ct2, shapes, tied)
+    skeleton.load_state_dict({**state,
+                              "proj_out.weight": state["model.decoder.embed_tokens.weight"]},
+                             strict=True, assign=True)
+    skeleton.tie_weights()
+    model = skeleton.eval()
+    if model.proj_out.weight.data_ptr() != model.model.decoder.embed_tokens.weight.data_ptr():
+        raise ModelError("internal mapping error: proj_out.weight is not tied to the embeddings")
+    for name, p in model.state_dict().items():
+        if p.device.type == "meta":
+            raise ModelError(f"internal mapping error: {name} was left unassigned")
+    return model, state
+
+
+def _generation_config(tok, ct2_config: Mapping[str, Any], cfg_path: Path, ct2_dir: Path,
+                       fields: Mapping[str, Any], ids: Mapping[str, int]):
+    """Return the ``GenerationConfig``: special ids, suppress lists, languages and tasks."""
+    from transformers import GenerationConfig
+
+    multilingual = fields["vocab_size"] >= 51865
+    gen = {
+        "decoder_start_token_id": ids["sot"], "bos_token_id": ids["sot"],
+        "eos_token_id": ids["eot"], "pad_token_id": ids["eot"],
+        "no_timestamps_token_id": ids["no_timestamps"], "is_multilingual": multilingual,
+        # Only here, not in config.json: transformers 5 warns about generation settings in
+        # the model config and lets them conflict with the generation config.
+        "suppress_tokens": list(ct2_config["suppress_ids"]),
+        "begin_suppress_tokens": list(ct2_config["suppress_ids_begin"]),
+        "max_length": fields["max_target_positions"], "max_initial_timestamp_index": 50,
+    }
+    prev = tok.convert_tokens_to_ids("<|startofprev|>")
+    if isinstance(prev, int) and tok.convert_ids_to_tokens(prev) == "<|startofprev|>":
+        gen["prev_sot_token_id"] = prev
+    if isinstance(ct2_config.get("alignment_heads"), list):
+        gen["alignment_heads"] = [list(h) for h in ct2_config["alignment_heads"]]
+    if multilingual:
+        lang_ids = ct2_config.get("lang_ids")
+        if not isinstance(lang_ids, list):
+            raise ModelError(f"{cfg_path}: a multilingual model needs 'lang_ids'")
+        gen["lang_to_id"] = {tok.convert_ids_to_tokens(i): i for i in lang_ids}
+        gen["task_to_id"] = {t: _token_id(tok, f"<|{t}|>", ct2_dir)
+                             for t in ("transcribe", "translate")}
+    return GenerationConfig(**gen)
+
+
+def _save_folder(model, tok, fields: Mapping[str, Any], out_dir: Path) -> None:
+    """Save the model, the feature extractor and the tokenizer into a new ``out_dir``."""
+    from transformers import WhisperFeatureExtractor
+
+    out_dir.mkdir(parents=True, exist_ok=False)
+    model.save_pretrained(out_dir)
+    # Saved one by one: transformers 5's processor would nest the feature extractor inside
+    # processor_config.json, and older readers (and whisper.cpp's converters) look for
+    # preprocessor_config.json.
+    WhisperFeatureExtractor(feature_size=fields["num_mel_bins"]).save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+
+
+def _ct2_header(ct2: CT2Model) -> dict:
+    """Return the CTranslate2 header recorded with an import (dtype counts, aliases)."""
+    dtypes: dict[str, int] = {}
+    for d in ct2.dtypes.values():
+        dtypes[d] = dtypes.get(d, 0) + 1
+    return {"binary_version": ct2.version, "spec_name": ct2.spec_name,
+            "spec_revision": ct2.revision, "dtypes": dtypes, "aliases": dict(ct2.aliases)}
+
+
 def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                log: Callable[[str], None] = log_nothing) -> CT2Import:
     """Convert a CTranslate2 Whisper folder into a Hugging Face Whisper folder.
@@ -443,34 +543,8 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         If the folder is not a CTranslate2 Whisper model, or any tensor is missing, has an
         unexpected shape or dtype, or has no place in the Hugging Face model.
     """
-    import torch
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-    )
-
     ct2_dir, out_dir = Path(ct2_dir), Path(out_dir)
-    if not (ct2_dir / "model.bin").is_file():
-        raise ModelError(f"{ct2_dir}: not a CTranslate2 model folder (no model.bin)")
-    ct2 = read_ct2(ct2_dir / "model.bin")
-    if ct2.spec_name != "WhisperSpec":
-        raise ModelError(f"{ct2.path}: CTranslate2 spec {ct2.spec_name!r} is not a Whisper model "
-                         "(expected 'WhisperSpec')")
-    cfg_path = ct2_dir / "config.json"
-    try:
-        ct2_config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{ct2_dir}: config.json is missing (it holds the suppress "
-                         "ids)") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{cfg_path}: not JSON ({exc})") from None
-    for key in ("suppress_ids", "suppress_ids_begin"):
-        val = ct2_config.get(key)
-        if not isinstance(val, list) or not all(isinstance(v, int) for v in val):
-            raise ModelError(f"{cfg_path}: {key!r} must be a list of token ids")
-
+    ct2, ct2_config, cfg_path = _read_ct2_folder(ct2_dir)
     emb = _need(ct2, "decoder/embeddings/weight", "vocab_size")
     vocab_size = int(emb.shape[0]) if emb.ndim == 2 else -1
     tok = _build_tokenizer(ct2_dir, vocab_size)
@@ -481,64 +555,12 @@ def import_ct2(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     log(f"CTranslate2 {ct2.spec_name} rev {ct2.revision}: d_model {fields['d_model']}, "
         f"{fields['encoder_layers']}+{fields['decoder_layers']} layers, "
         f"{fields['num_mel_bins']} mels, vocab {fields['vocab_size']}")
-
-    config = WhisperConfig(**fields)
-    with torch.device("meta"):
-        skeleton = WhisperForConditionalGeneration(config)
-    shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-    tied = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
-    state = _state_dict(ct2, shapes, tied)
-    skeleton.load_state_dict({**state,
-                              "proj_out.weight": state["model.decoder.embed_tokens.weight"]},
-                             strict=True, assign=True)
-    skeleton.tie_weights()
-    model = skeleton.eval()
-    if model.proj_out.weight.data_ptr() != model.model.decoder.embed_tokens.weight.data_ptr():
-        raise ModelError("internal mapping error: proj_out.weight is not tied to the embeddings")
-    for name, p in model.state_dict().items():
-        if p.device.type == "meta":
-            raise ModelError(f"internal mapping error: {name} was left unassigned")
-
-    multilingual = fields["vocab_size"] >= 51865
-    gen = {
-        "decoder_start_token_id": ids["sot"], "bos_token_id": ids["sot"],
-        "eos_token_id": ids["eot"], "pad_token_id": ids["eot"],
-        "no_timestamps_token_id": ids["no_timestamps"], "is_multilingual": multilingual,
-        # Only here, not in config.json: transformers 5 warns about generation settings in
-        # the model config and lets them conflict with the generation config.
-        "suppress_tokens": list(ct2_config["suppress_ids"]),
-        "begin_suppress_tokens": list(ct2_config["suppress_ids_begin"]),
-        "max_length": fields["max_target_positions"], "max_initial_timestamp_index": 50,
-    }
-    prev = tok.convert_tokens_to_ids("<|startofprev|>")
-    if isinstance(prev, int) and tok.convert_ids_to_tokens(prev) == "<|startofprev|>":
-        gen["prev_sot_token_id"] = prev
-    if isinstance(ct2_config.get("alignment_heads"), list):
-        gen["alignment_heads"] = [list(h) for h in ct2_config["alignment_heads"]]
-    if multilingual:
-        lang_ids = ct2_config.get("lang_ids")
-        if not isinstance(lang_ids, list):
-            raise ModelError(f"{cfg_path}: a multilingual model needs 'lang_ids'")
-        gen["lang_to_id"] = {tok.convert_ids_to_tokens(i): i for i in lang_ids}
-        gen["task_to_id"] = {t: _token_id(tok, f"<|{t}|>", ct2_dir)
-                             for t in ("transcribe", "translate")}
-    model.generation_config = GenerationConfig(**gen)
-
-    out_dir.mkdir(parents=True, exist_ok=False)
-    model.save_pretrained(out_dir)
-    # Saved one by one: transformers 5's processor would nest the feature extractor inside
-    # processor_config.json, and older readers (and whisper.cpp's converters) look for
-    # preprocessor_config.json.
-    WhisperFeatureExtractor(feature_size=fields["num_mel_bins"]).save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-
-    dtypes: dict[str, int] = {}
-    for d in ct2.dtypes.values():
-        dtypes[d] = dtypes.get(d, 0) + 1
-    header = {"binary_version": ct2.version, "spec_name": ct2.spec_name,
-              "spec_revision": ct2.revision, "dtypes": dtypes, "aliases": dict(ct2.aliases)}
+    model, state = _mapped_model(ct2, fields)
+    model.generation_config = _generation_config(tok, ct2_config, cfg_path, ct2_dir, fields,
+                                                 ids)
+    _save_folder(model, tok, fields, out_dir)
     return CT2Import(hf_dir=out_dir, config=fields, n_parameters=len(state),
-                     n_variables=len(ct2.variables), ct2_header=header)
+                     n_variables=len(ct2.variables), ct2_header=_ct2_header(ct2))
 
 
 def files_digests(folder: Path) -> dict[str, str]:

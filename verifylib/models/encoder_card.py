@@ -11,7 +11,7 @@ Where each fact comes from:
 
 - ``.mlpackage``: ``Manifest.json`` names the root model file; its protobuf is parsed with
   coremltools' generated classes (``Model_pb2``); the IO description is
-  :func:`verifylib.models.coreml_export.describe_mlpackage`'s, the reader ``export.contract``
+  :func:`verifylib.models.coreml_contract.describe_mlpackage`'s, the reader ``export.contract``
   judges. Precision, weight compression and layout are read from the operations of the ML
   program's ``main`` function: their types are the program's own declarations.
 - ``.mlmodelc`` (what Apple's ``coremlc`` writes: ``model.mil``, ``coremldata.bin``,
@@ -257,7 +257,7 @@ class EncoderCard:
         dict
             ``model_type``, ``specification_version``, ``inputs``, ``outputs``,
             ``compute_dtypes``, ``op_types``, ``metadata`` and ``opset``, with the keys and
-            value types of :func:`~verifylib.models.coreml_export.describe_mlpackage`.
+            value types of :func:`~verifylib.models.coreml_contract.describe_mlpackage`.
         """
         return {"model_type": self.model_type,
                 "specification_version": self.specification_version,
@@ -435,7 +435,7 @@ def declared_policy(card: EncoderCard) -> str:
 def contract_check(card: EncoderCard, contract) -> list[str]:
     """Every way the carded encoder breaks whisper.cpp's tensor contract.
 
-    The IO rules are :func:`~verifylib.models.coreml_export.contract_problems`' (names,
+    The IO rules are :func:`~verifylib.models.coreml_contract.contract_problems`' (names,
     Float32 interface with the Float16 reason, fixed shapes, an ML program); the compute
     rule is the one of the variant the declared precision names (``mixed`` is judged as
     fp16). An encoder whose precision is unknown gets that as a problem of its own, and
@@ -453,7 +453,7 @@ def contract_check(card: EncoderCard, contract) -> list[str]:
     list of str
         Every problem; empty when the contract holds.
     """
-    from verifylib.models.coreml_export import contract_problems
+    from verifylib.models.coreml_contract import contract_problems
 
     desc = card.description()
     if card.precision == "unknown":

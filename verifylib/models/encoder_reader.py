@@ -13,6 +13,7 @@ import json
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -184,7 +185,7 @@ def _package_card(p: Path) -> EncoderCard:
     from coremltools.proto import Model_pb2
     from google.protobuf.message import DecodeError
 
-    from verifylib.models.coreml_export import describe_mlpackage
+    from verifylib.models.coreml_contract import describe_mlpackage
 
     manifest = _read_json(p, "Manifest.json", MANIFEST_MAX, "package manifest")
     try:
@@ -383,7 +384,8 @@ def _metadata_precision(meta: Mapping[str, Any], hist: Mapping[str, int],
     return "unknown", f"{said}: not float32 or float16"
 
 
-def _compiled_card(p: Path) -> EncoderCard:
+def _compiled_metadata(p: Path) -> tuple[dict, list[str]]:
+    """Return a compiled model's ``metadata.json`` object, and a note if it is not a list."""
     missing = [f for f in MLMODELC_REQUIRED if not (p / f).is_file()]
     if missing:
         raise EncoderInvalid(f"{p}: no {' or '.join(missing)}: not a compiled Core ML model "
@@ -398,10 +400,15 @@ def _compiled_card(p: Path) -> EncoderCard:
     else:
         raise EncoderInvalid(f"{p}: metadata.json is neither one object nor a list of one "
                              "(coremlc writes a list holding one object)")
-    where = f"{p}/metadata.json"
     notes: list[str] = []
     if isinstance(raw_meta, dict):
         notes.append("metadata.json is an object, not coremlc's list of one object")
+    return meta, notes
+
+
+def _compiled_model_type(p: Path, meta: Mapping[str, Any],
+                         notes: list[str]) -> tuple[str | None, bool]:
+    """Return the model type (stated, or implied by a ``model.mil``) and whether one exists."""
     mtype = meta.get("modelType", {})
     mtype = mtype.get("name") if isinstance(mtype, Mapping) else mtype
     model_type = None
@@ -416,6 +423,11 @@ def _compiled_card(p: Path) -> EncoderCard:
     if model_type is None and has_mil:
         model_type = "mlProgram"
         notes.append("metadata.json states no model type; model.mil makes it an ML program")
+    return model_type, has_mil
+
+
+def _compiled_declarations(meta: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Return ``metadata.json``'s user metadata and the build facts it declares."""
     user_raw = meta.get("userDefinedMetadata") or {}
     user = ({str(k): str(v) for k, v in user_raw.items()}
             if isinstance(user_raw, Mapping) else {})
@@ -427,6 +439,76 @@ def _compiled_card(p: Path) -> EncoderCard:
     avail = meta.get("availability")
     if isinstance(avail, Mapping):
         declared.update({f"availability.{k}": str(v) for k, v in avail.items()})
+    return user, declared
+
+
+def _metadata_histogram(raw_hist: Any) -> dict[str, int] | None:
+    """``mlProgramOperationTypeHistogram`` keyed by MIL op type; None when absent."""
+    if not isinstance(raw_hist, Mapping):
+        return None
+    hist: Counter[str] = Counter()
+    for k, v in raw_hist.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            hist[_snake(str(k))] += v
+    return dict(hist)
+
+
+@dataclass
+class _MilRead:
+    """What ``model.mil`` gave: the program (or why not), the interface, the build facts."""
+
+    opset: str | None
+    ops: list[MilOp] | None
+    inputs: list[Feature] | None
+    outputs: list[Feature] | None
+    build: dict[str, str]
+    reason_none: str | None
+
+
+def _read_model_mil(p: Path, inputs: list[Feature] | None, outputs: list[Feature] | None,
+                    declared: dict[str, str], notes: list[str]) -> _MilRead:
+    """Read ``model.mil``: its buildInfo into ``declared``, its program and signature.
+
+    The interface is the signature's when ``metadata.json`` has no schema; otherwise a
+    signature that differs from it is noted.
+    """
+    raw = _read_capped(p, "model.mil", MIL_TEXT_MAX, "MIL program text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EncoderInvalid(f"{p}: model.mil is not UTF-8 text") from None
+    build: dict[str, str] = {}
+    bm = re.search(r"\[\s*buildInfo\s*=\s*dict<[^(]*\(\{(.*?)\}\)\s*\]", text[:65536],
+                   re.S)
+    if bm:
+        build = dict(re.findall(r'\{\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\}',
+                                bm.group(1)))
+        declared.update({f"buildInfo.{k}": v for k, v in build.items()})
+    try:
+        opset, mil_inputs, ops, mil_outputs = parse_mil_text(text)
+    except (MilTextError, RecursionError) as exc:
+        reason_none = f"model.mil does not parse as MIL text ({exc})"
+        notes.append(reason_none)
+        return _MilRead(None, None, inputs, outputs, build, reason_none)
+    if inputs is None or outputs is None:
+        notes.append("metadata.json has no interface schema: the interface is "
+                     "model.mil's signature")
+        inputs = [_mil_feature(n, t) for n, t in mil_inputs]
+        outputs = [_mil_feature(n, t) for n, t in mil_outputs]
+    else:
+        sig = [(n, _ARRAY_OF_MIL.get(t[0]), tuple(t[1])) for n, t in mil_inputs]
+        declared_sig = [(f.name, f.dtype, f.shape) for f in inputs]
+        if sig != declared_sig:
+            notes.append(f"model.mil's inputs {sig} differ from metadata.json's "
+                         f"{declared_sig}")
+    return _MilRead(opset, ops, inputs, outputs, build, None)
+
+
+def _compiled_card(p: Path) -> EncoderCard:
+    meta, notes = _compiled_metadata(p)
+    where = f"{p}/metadata.json"
+    model_type, has_mil = _compiled_model_type(p, meta, notes)
+    user, declared = _compiled_declarations(meta)
     functions = meta.get("functions")
     fmeta = functions[0] if isinstance(functions, list) and functions and \
         isinstance(functions[0], Mapping) else {}
@@ -436,59 +518,22 @@ def _compiled_card(p: Path) -> EncoderCard:
         if isinstance(schema_in, list) else None
     outputs = [_schema_feature(d, where) for d in schema_out] \
         if isinstance(schema_out, list) else None
-    raw_hist = meta.get("mlProgramOperationTypeHistogram", fmeta.get(
-        "mlProgramOperationTypeHistogram"))
-    meta_hist: dict[str, int] | None = None
-    if isinstance(raw_hist, Mapping):
-        meta_hist = Counter()
-        for k, v in raw_hist.items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                meta_hist[_snake(str(k))] += v
-        meta_hist = dict(meta_hist)
+    meta_hist = _metadata_histogram(meta.get("mlProgramOperationTypeHistogram", fmeta.get(
+        "mlProgramOperationTypeHistogram")))
     if "computePrecision" not in meta and isinstance(fmeta.get("computePrecision"), str):
         meta = {**meta, "computePrecision": fmeta["computePrecision"]}
         declared["computePrecision"] = fmeta["computePrecision"]
     read_from = ["metadata.json"]
-    ops = None
-    opset = None
-    build: dict[str, str] = {}
-    reason_none = None
+    mil = _MilRead(None, None, inputs, outputs, {}, None)
     if has_mil:
-        raw = _read_capped(p, "model.mil", MIL_TEXT_MAX, "MIL program text")
+        mil = _read_model_mil(p, inputs, outputs, declared, notes)
         read_from.append("model.mil")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise EncoderInvalid(f"{p}: model.mil is not UTF-8 text") from None
-        bm = re.search(r"\[\s*buildInfo\s*=\s*dict<[^(]*\(\{(.*?)\}\)\s*\]", text[:65536],
-                       re.S)
-        if bm:
-            build = dict(re.findall(r'\{\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\}',
-                                    bm.group(1)))
-            declared.update({f"buildInfo.{k}": v for k, v in build.items()})
-        try:
-            opset, mil_inputs, ops, mil_outputs = parse_mil_text(text)
-        except (MilTextError, RecursionError) as exc:
-            reason_none = f"model.mil does not parse as MIL text ({exc})"
-            notes.append(reason_none)
-            ops = None
-        else:
-            if inputs is None or outputs is None:
-                notes.append("metadata.json has no interface schema: the interface is "
-                             "model.mil's signature")
-                inputs = [_mil_feature(n, t) for n, t in mil_inputs]
-                outputs = [_mil_feature(n, t) for n, t in mil_outputs]
-            else:
-                sig = [(n, _ARRAY_OF_MIL.get(t[0]), tuple(t[1])) for n, t in mil_inputs]
-                declared_sig = [(f.name, f.dtype, f.shape) for f in inputs]
-                if sig != declared_sig:
-                    notes.append(f"model.mil's inputs {sig} differ from metadata.json's "
-                                 f"{declared_sig}")
     elif model_type == "neuralNetwork":
-        reason_none = "a neural network model: no ML program to read"
+        mil.reason_none = "a neural network model: no ML program to read"
     else:
-        reason_none = "no model.mil and no model type in metadata.json"
-    converter, facts_from = _converter(user, build, "metadata.json", "model.mil buildInfo")
+        mil.reason_none = "no model.mil and no model type in metadata.json"
+    ops, inputs, outputs = mil.ops, mil.inputs, mil.outputs
+    converter, facts_from = _converter(user, mil.build, "metadata.json", "model.mil buildInfo")
     meta_precision = None
     if ops is None and meta_hist is not None and model_type == "mlProgram":
         meta_precision = _metadata_precision(meta, meta_hist,
@@ -503,10 +548,10 @@ def _compiled_card(p: Path) -> EncoderCard:
     if isinstance(spec_version, bool) or not isinstance(spec_version, int):
         spec_version = None
     return _card(name=p.name, fmt="mlmodelc", model_type=model_type,
-                 spec_version=spec_version, opset=opset, converter=converter,
+                 spec_version=spec_version, opset=mil.opset, converter=converter,
                  facts_from=facts_from, user=user, declared=declared,
                  inputs=inputs or [], outputs=outputs or [], ops=ops,
-                 ops_from="model.mil", reason_none=reason_none, compute_dtypes=[],
+                 ops_from="model.mil", reason_none=mil.reason_none, compute_dtypes=[],
                  meta_histogram=meta_hist if ops is None else None,
                  meta_precision=meta_precision, read_from=tuple(read_from), notes=notes)
 

@@ -494,6 +494,50 @@ def valid_ggml_import(folder: Path, source_sha256: str) -> dict | None:
     return data if data is not None and isinstance(data.get("result"), dict) else None
 
 
+def _reused_import(marker: dict, final: Path, path: Path, digest: str) -> GgmlImport:
+    """Return the cached import at ``final`` as its marker records it."""
+    r = marker["result"]
+    return GgmlImport(hf_dir=final, source=path, source_sha256=digest, ftype=r["ftype"],
+                      ftype_name=r["ftype_name"], lossy=r["lossy"], hparams=r["hparams"],
+                      multilingual=r["multilingual"], n_parameters=r["n_parameters"],
+                      cached=True)
+
+
+def _import_into_cache(path: Path, final: Path, digest: str,
+                       log: Callable[[str], None]) -> GgmlImport:
+    """Import ``path`` into a staging folder beside ``final``, mark it, rename it into place.
+
+    Raises
+    ------
+    ModelError
+        If the file's SHA-256 is no longer ``digest`` once imported.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=final.parent))
+    try:
+        result = import_ggml(path, staging / "hf", log=log)
+        if result.source_sha256 != digest:
+            raise ModelError(f"{path} changed while it was imported (SHA-256 "
+                             f"{digest[:12]} before, {result.source_sha256[:12]} after)")
+        write_json(staging / "hf" / MARKER, {
+            "importer": IMPORTER, "source_sha256": digest,
+            "origin": {**result.origin(), "path": str(path)},
+            "result": {"ftype": result.ftype, "ftype_name": result.ftype_name,
+                       "lossy": result.lossy, "hparams": result.hparams,
+                       "multilingual": result.multilingual,
+                       "n_parameters": result.n_parameters},
+            "files": files_digests(staging / "hf")})
+        publish_dir(staging / "hf", final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"ggml model {digest[:12]} imported ({final})")
+    return GgmlImport(hf_dir=final, source=path, source_sha256=digest,
+                      ftype=result.ftype, ftype_name=result.ftype_name,
+                      lossy=result.lossy, hparams=result.hparams,
+                      multilingual=result.multilingual,
+                      n_parameters=result.n_parameters, cached=False)
+
+
 def import_ggml_cached(path: str | os.PathLike, cache_dir: str | os.PathLike,
                        log: Callable[[str], None] = log_nothing) -> GgmlImport:
     """Import a ggml file into ``<cache>/models/ggml/<sha256>`` once, across processes.
@@ -531,48 +575,18 @@ def import_ggml_cached(path: str | os.PathLike, cache_dir: str | os.PathLike,
     final = cache_dir / "models" / "ggml" / digest
     reported: list[bool] = []
 
-    def from_marker(marker: dict) -> GgmlImport:
-        r = marker["result"]
-        return GgmlImport(hf_dir=final, source=path, source_sha256=digest, ftype=r["ftype"],
-                          ftype_name=r["ftype_name"], lossy=r["lossy"], hparams=r["hparams"],
-                          multilingual=r["multilingual"], n_parameters=r["n_parameters"],
-                          cached=True)
-
     def check() -> GgmlImport | None:
         marker = valid_ggml_import(final, digest)
         if marker is not None:
             log(f"ggml model {digest[:12]} from cache ({final})")
-            return from_marker(marker)
+            return _reused_import(marker, final, path, digest)
         if final.exists() and not reported:
             reported.append(True)
             log(f"cached ggml import {final} is incomplete, stale or modified: importing again")
         return None
 
     def produce() -> GgmlImport:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=final.parent))
-        try:
-            result = import_ggml(path, staging / "hf", log=log)
-            if result.source_sha256 != digest:
-                raise ModelError(f"{path} changed while it was imported (SHA-256 "
-                                 f"{digest[:12]} before, {result.source_sha256[:12]} after)")
-            write_json(staging / "hf" / MARKER, {
-                "importer": IMPORTER, "source_sha256": digest,
-                "origin": {**result.origin(), "path": str(path)},
-                "result": {"ftype": result.ftype, "ftype_name": result.ftype_name,
-                           "lossy": result.lossy, "hparams": result.hparams,
-                           "multilingual": result.multilingual,
-                           "n_parameters": result.n_parameters},
-                "files": files_digests(staging / "hf")})
-            publish_dir(staging / "hf", final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        log(f"ggml model {digest[:12]} imported ({final})")
-        return GgmlImport(hf_dir=final, source=path, source_sha256=digest,
-                          ftype=result.ftype, ftype_name=result.ftype_name,
-                          lossy=result.lossy, hparams=result.hparams,
-                          multilingual=result.multilingual,
-                          n_parameters=result.n_parameters, cached=False)
+        return _import_into_cache(path, final, digest, log)
 
     return produce_once(cache_dir / LOCKS_DIR, "model-ggml", digest, check=check,
                         produce=produce, what=f"ggml model import {digest[:12]}", log=log)

@@ -54,7 +54,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -420,6 +420,142 @@ def _write_tensor(w: _HashingWriter, hf_dir: Path, name: str, dims: tuple, gtype
     return err
 
 
+def _load_weights(hf_dir: Path) -> tuple[Any, _StreamedWeights | _LoadedWeights]:
+    """Return the folder's config and weights: streamed when possible, else loaded whole."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig.from_pretrained(hf_dir, local_files_only=True)
+    weights: _StreamedWeights | _LoadedWeights | None = _streamed_weights(hf_dir, cfg)
+    if weights is None:
+        model = WhisperForConditionalGeneration.from_pretrained(
+            hf_dir, dtype=torch.float32, local_files_only=True)
+        cfg = model.config
+        weights = _LoadedWeights(model.state_dict())
+        del model
+    return cfg, weights
+
+
+def _hparams(hf_dir: Path, cfg) -> dict:
+    """Return the eleven hparams of ``cfg``, refused when whisper.cpp cannot express it."""
+    hparams = {
+        "n_vocab": cfg.vocab_size, "n_audio_ctx": cfg.max_source_positions,
+        "n_audio_state": cfg.d_model, "n_audio_head": cfg.encoder_attention_heads,
+        "n_audio_layer": cfg.encoder_layers, "n_text_ctx": cfg.max_target_positions,
+        "n_text_state": cfg.d_model, "n_text_head": cfg.decoder_attention_heads,
+        "n_text_layer": cfg.decoder_layers, "n_mels": cfg.num_mel_bins, "ftype": WRITTEN_FTYPE,
+    }
+    for side in ("encoder", "decoder"):
+        ffn = getattr(cfg, f"{side}_ffn_dim")
+        if ffn != 4 * cfg.d_model:
+            raise GgmlError(f"{hf_dir}: {side}_ffn_dim {ffn} is not 4 x d_model "
+                            f"({4 * cfg.d_model}); whisper.cpp's loader assumes 4 x")
+    return hparams
+
+
+def _mel_filters(hf_dir: Path, cfg) -> np.ndarray:
+    """Return the folder's mel filter bank as ``(n_mels, 201)`` float32 rows."""
+    from verifylib.models.hf import load_feature_extractor
+
+    fe = load_feature_extractor(hf_dir)
+    if (fe.sampling_rate, fe.n_fft, fe.hop_length) != (_WHISPER_SAMPLE_RATE, _WHISPER_N_FFT,
+                                                       _WHISPER_HOP):
+        raise GgmlError(f"{hf_dir}: feature extractor uses {fe.sampling_rate} Hz, n_fft "
+                        f"{fe.n_fft}, hop {fe.hop_length}; whisper.cpp computes 16000 Hz, "
+                        "400, 160")
+    # The Hugging Face front end's own filter bank (slaney mel scale and norm, or the bank
+    # a folder imported from a ggml file carries), so both sides compute the same log-mel
+    # features.
+    filters = np.ascontiguousarray(np.asarray(fe.mel_filters, dtype=np.float32).T)
+    if filters.shape != (cfg.num_mel_bins, 1 + _WHISPER_N_FFT // 2):
+        raise GgmlError(f"{hf_dir}: mel filters have shape {filters.shape}, expected "
+                        f"({cfg.num_mel_bins}, {1 + _WHISPER_N_FFT // 2})")
+    return filters
+
+
+def _check_output_projection(hf_dir: Path, weights: _StreamedWeights | _LoadedWeights) -> None:
+    """Refuse an output projection that is not the token embedding (whisper.cpp reuses it)."""
+    import torch
+
+    # With tied weights the loaded proj_out *is* the embedding, so this also compares the
+    # embedding with itself (torch.equal is False if it holds a NaN), on both paths.
+    emb_name, proj_name = "model.decoder.embed_tokens.weight", "proj_out.weight"
+    emb, proj = weights.get(emb_name), None
+    if proj_name in weights.names:
+        # Not a second read (and copy) of the embedding when the projection is tied to it.
+        same = weights.source(proj_name) == weights.source(emb_name)
+        proj = emb if same else weights.get(proj_name)
+    if proj is not None and not torch.equal(proj, emb):
+        raise GgmlError(f"{hf_dir}: proj_out.weight differs from the token embedding; whisper.cpp "
+                        "reuses the embedding as the output projection")
+
+
+def _tensor_sources(hf_dir: Path, weights: _StreamedWeights | _LoadedWeights,
+                    expected: dict) -> dict[str, str]:
+    """Return whisper.cpp tensor name -> the Hugging Face parameter it is written from."""
+    hf_of: dict[str, str] = {}
+    for hf_name in weights.names:
+        g = ggml_name(hf_name)
+        if g is None:
+            continue
+        if g in hf_of:
+            raise GgmlError(f"{hf_dir}: two parameters map to {g!r}")
+        if g not in expected:
+            raise GgmlError(f"{hf_dir}: {hf_name!r} maps to {g!r}, which whisper.cpp does not "
+                            "load")
+        hf_of[g] = hf_name
+    missing = [g for g in expected if g not in hf_of]
+    if missing:
+        raise GgmlError(f"{hf_dir}: no Hugging Face parameter for whisper.cpp tensors {missing}")
+    return hf_of
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What :func:`_write_file` put on disk: digest, size and the f16 rounding."""
+
+    sha256: str
+    bytes: int
+    lossless: bool
+    max_abs_rounding: float
+
+
+def _write_file(out_path: Path, hf_dir: Path, hparams: dict, filters: np.ndarray,
+                vocab: list[bytes], expected: dict, weights: _StreamedWeights | _LoadedWeights,
+                hf_of: dict[str, str]) -> _Written:
+    """Write the file to a staging name beside ``out_path`` and rename it into place."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".staging", dir=out_path.parent)
+    set_published_mode(fd)
+    lossless, max_err = True, 0.0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            w = _HashingWriter(fh)
+            w.write(struct.pack("<I", GGML_FILE_MAGIC))
+            w.write(struct.pack("<11i", *(hparams[k] for k in HPARAM_NAMES)))
+            w.write(struct.pack("<ii", *filters.shape))
+            w.write(filters.astype("<f4").tobytes())
+            w.write(struct.pack("<i", len(vocab)))
+            for token in vocab:
+                w.write(struct.pack("<i", len(token)))
+                w.write(token)
+            for name, (dims, gtype) in expected.items():
+                # The tensor is read here and dropped when the call returns, so a streamed
+                # model never has two in memory.
+                err = _write_tensor(w, hf_dir, name, dims, gtype, weights.get(hf_of[name]))
+                if err is not None:
+                    lossless = False
+                    max_err = max(max_err, err)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out_path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return _Written(sha256=w.h.hexdigest(), bytes=w.n, lossless=lossless,
+                    max_abs_rounding=max_err)
+
+
 def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> GgmlWriteResult:
     """Write a Hugging Face Whisper folder as a whisper.cpp ggml model file.
 
@@ -457,110 +593,21 @@ def write_ggml_model(hf_dir: str | os.PathLike, out_path: str | os.PathLike) -> 
         than 4 x d_model, a front end other than 16 kHz / n_fft 400 / hop 160, an untied
         output projection, unmapped parameters) or the tokenizer is not byte-level BPE.
     """
-    import torch
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
-
-    from verifylib.models.hf import load_feature_extractor
-
     t0 = time.monotonic()
     hf_dir, out_path = Path(hf_dir), Path(out_path)
-    cfg = WhisperConfig.from_pretrained(hf_dir, local_files_only=True)
-    weights: _StreamedWeights | _LoadedWeights | None = _streamed_weights(hf_dir, cfg)
-    if weights is None:
-        model = WhisperForConditionalGeneration.from_pretrained(
-            hf_dir, dtype=torch.float32, local_files_only=True)
-        cfg = model.config
-        weights = _LoadedWeights(model.state_dict())
-        del model
-    hparams = {
-        "n_vocab": cfg.vocab_size, "n_audio_ctx": cfg.max_source_positions,
-        "n_audio_state": cfg.d_model, "n_audio_head": cfg.encoder_attention_heads,
-        "n_audio_layer": cfg.encoder_layers, "n_text_ctx": cfg.max_target_positions,
-        "n_text_state": cfg.d_model, "n_text_head": cfg.decoder_attention_heads,
-        "n_text_layer": cfg.decoder_layers, "n_mels": cfg.num_mel_bins, "ftype": WRITTEN_FTYPE,
-    }
-    for side in ("encoder", "decoder"):
-        ffn = getattr(cfg, f"{side}_ffn_dim")
-        if ffn != 4 * cfg.d_model:
-            raise GgmlError(f"{hf_dir}: {side}_ffn_dim {ffn} is not 4 x d_model "
-                            f"({4 * cfg.d_model}); whisper.cpp's loader assumes 4 x")
+    cfg, weights = _load_weights(hf_dir)
+    hparams = _hparams(hf_dir, cfg)
     expected = expected_tensors(hparams)
-
-    fe = load_feature_extractor(hf_dir)
-    if (fe.sampling_rate, fe.n_fft, fe.hop_length) != (_WHISPER_SAMPLE_RATE, _WHISPER_N_FFT,
-                                                       _WHISPER_HOP):
-        raise GgmlError(f"{hf_dir}: feature extractor uses {fe.sampling_rate} Hz, n_fft "
-                        f"{fe.n_fft}, hop {fe.hop_length}; whisper.cpp computes 16000 Hz, "
-                        "400, 160")
-    # The Hugging Face front end's own filter bank (slaney mel scale and norm, or the bank
-    # a folder imported from a ggml file carries), so both sides compute the same log-mel
-    # features.
-    filters = np.ascontiguousarray(np.asarray(fe.mel_filters, dtype=np.float32).T)
-    if filters.shape != (cfg.num_mel_bins, 1 + _WHISPER_N_FFT // 2):
-        raise GgmlError(f"{hf_dir}: mel filters have shape {filters.shape}, expected "
-                        f"({cfg.num_mel_bins}, {1 + _WHISPER_N_FFT // 2})")
+    filters = _mel_filters(hf_dir, cfg)
     vocab = _byte_vocab(hf_dir)
     if len(vocab) > cfg.vocab_size:
         raise GgmlError(f"{hf_dir}: {len(vocab)} vocabulary entries for {cfg.vocab_size} "
                         "embedding rows")
-
-    # With tied weights the loaded proj_out *is* the embedding, so this also compares the
-    # embedding with itself (torch.equal is False if it holds a NaN), on both paths.
-    emb_name, proj_name = "model.decoder.embed_tokens.weight", "proj_out.weight"
-    emb, proj = weights.get(emb_name), None
-    if proj_name in weights.names:
-        # Not a second read (and copy) of the embedding when the projection is tied to it.
-        same = weights.source(proj_name) == weights.source(emb_name)
-        proj = emb if same else weights.get(proj_name)
-    if proj is not None and not torch.equal(proj, emb):
-        raise GgmlError(f"{hf_dir}: proj_out.weight differs from the token embedding; whisper.cpp "
-                        "reuses the embedding as the output projection")
-    del emb, proj
-    hf_of: dict[str, str] = {}
-    for hf_name in weights.names:
-        g = ggml_name(hf_name)
-        if g is None:
-            continue
-        if g in hf_of:
-            raise GgmlError(f"{hf_dir}: two parameters map to {g!r}")
-        if g not in expected:
-            raise GgmlError(f"{hf_dir}: {hf_name!r} maps to {g!r}, which whisper.cpp does not "
-                            "load")
-        hf_of[g] = hf_name
-    missing = [g for g in expected if g not in hf_of]
-    if missing:
-        raise GgmlError(f"{hf_dir}: no Hugging Face parameter for whisper.cpp tensors {missing}")
-
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".staging", dir=out_path.parent)
-    set_published_mode(fd)
-    lossless, max_err = True, 0.0
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            w = _HashingWriter(fh)
-            w.write(struct.pack("<I", GGML_FILE_MAGIC))
-            w.write(struct.pack("<11i", *(hparams[k] for k in HPARAM_NAMES)))
-            w.write(struct.pack("<ii", *filters.shape))
-            w.write(filters.astype("<f4").tobytes())
-            w.write(struct.pack("<i", len(vocab)))
-            for token in vocab:
-                w.write(struct.pack("<i", len(token)))
-                w.write(token)
-            for name, (dims, gtype) in expected.items():
-                # The tensor is read here and dropped when the call returns, so a streamed
-                # model never has two in memory.
-                err = _write_tensor(w, hf_dir, name, dims, gtype, weights.get(hf_of[name]))
-                if err is not None:
-                    lossless = False
-                    max_err = max(max_err, err)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return GgmlWriteResult(path=out_path, sha256=w.h.hexdigest(), hparams=hparams,
-                           n_tensors=len(expected), bytes=w.n, n_vocab_entries=len(vocab),
-                           lossless=lossless, max_abs_rounding=max_err,
+    _check_output_projection(hf_dir, weights)
+    hf_of = _tensor_sources(hf_dir, weights, expected)
+    written = _write_file(out_path, hf_dir, hparams, filters, vocab, expected, weights, hf_of)
+    return GgmlWriteResult(path=out_path, sha256=written.sha256, hparams=hparams,
+                           n_tensors=len(expected), bytes=written.bytes,
+                           n_vocab_entries=len(vocab), lossless=written.lossless,
+                           max_abs_rounding=written.max_abs_rounding,
                            seconds=time.monotonic() - t0)
-

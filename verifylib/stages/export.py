@@ -72,16 +72,18 @@ def _through_schema(schema, doc: dict) -> dict:
 
 
 def _export_contract(ctx: StageContext) -> None:
+    from verifylib.models.coreml_contract import contract_of
     from verifylib.models.coreml_export import (
         build_facts,
-        contract_of,
         convert_traced,
+        release_conversion,
+        trace_encoder,
+    )
+    from verifylib.models.coreml_package import (
         discard_staged,
         link_or_copy,
         publish_staged,
-        release_conversion,
         stage_mlpackage,
-        trace_encoder,
     )
     from verifylib.models.hf import load_hf_encoder
 
@@ -154,7 +156,7 @@ def _export_contract(ctx: StageContext) -> None:
 
 
 def _export_compile(ctx: StageContext) -> None:
-    from verifylib.models.coreml_export import compile_mlpackage
+    from verifylib.models.coreml_package import compile_mlpackage
 
     g = ctx.begin(EXPORT_COMPILE)
     if not g:

@@ -53,7 +53,7 @@ def run_pair(ctx: StageContext) -> None:
     if not g:
         return
     with g:
-        from verifylib.models.coreml_export import contract_of
+        from verifylib.models.coreml_contract import contract_of
         from verifylib.models.ggml_import import import_ggml_cached
         from verifylib.models.hf import load_hf_encoder
 
@@ -117,7 +117,7 @@ def _measure_compiled(path, encoder, mels, contract) -> list[PairInput]:
     import numpy as np
     import torch
 
-    from verifylib.models.coreml_export import load_compiled, predict_compiled
+    from verifylib.models.coreml_package import load_compiled, predict_compiled
     from verifylib.numerics.parity import compare
 
     model = load_compiled(path)

@@ -121,7 +121,7 @@ def reference_run(ctx: StageContext) -> ReferenceRun:
 
     import torch
 
-    from verifylib.models.coreml_export import contract_of
+    from verifylib.models.coreml_contract import contract_of
     from verifylib.models.hf import load_hf_encoder
 
     src = model_source(ctx)
@@ -346,7 +346,7 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     ref : ReferenceRun
         The reference side (:func:`reference_run`).
     loader : callable, optional
-        Passed to :func:`verifylib.models.coreml_export.load_compiled` (tests pass a fake).
+        Passed to :func:`verifylib.models.coreml_package.load_compiled` (tests pass a fake).
 
     Returns
     -------
@@ -360,7 +360,7 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     """
     import numpy as np
 
-    from verifylib.models.coreml_export import load_compiled, predict_compiled
+    from verifylib.models.coreml_package import load_compiled, predict_compiled
 
     t0 = time.perf_counter()
     model = load_compiled(mlmodelc, loader=loader)

@@ -44,7 +44,8 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
         ``(schema, doc) -> doc`` as the export stage writes its documents.
     """
     from verifylib.evidence.export.rules import prebuilt_contract_problems
-    from verifylib.models.coreml_export import build_facts, contract_of
+    from verifylib.models.coreml_contract import contract_of
+    from verifylib.models.coreml_export import build_facts
     from verifylib.models.encoder_reader import describe_encoder
     from verifylib.models.hf import load_hf_encoder
     from verifylib.numerics.parity import choose_parity_policy

@@ -77,7 +77,7 @@ def _rule_ggml_model(ev: EvidenceView) -> Judgement:
 
 
 def _rule_contract(ev: EvidenceView) -> Judgement:
-    from verifylib.models.coreml_export import PRECISIONS, EncoderContract, contract_problems
+    from verifylib.models.coreml_contract import PRECISIONS, EncoderContract, contract_problems
     try:
         d = ContractEvidence.from_json(ev.json("contract"))
     except SchemaError as exc:
@@ -151,7 +151,7 @@ def prebuilt_contract_problems(description, contract, precision: str,
     """Every way an encoder audited as given breaks the contract (empty when it holds).
 
     Pure; the stage and the rule both call it. The IO rules are
-    :func:`~verifylib.models.coreml_export.contract_problems`' at the declared precision
+    :func:`~verifylib.models.coreml_contract.contract_problems`' at the declared precision
     (``mixed`` is judged as fp16); an encoder whose precision could not be read has no
     policy that could be chosen before measuring, which is a problem of its own.
 
@@ -170,7 +170,7 @@ def prebuilt_contract_problems(description, contract, precision: str,
     -------
     list of str
     """
-    from verifylib.models.coreml_export import contract_problems
+    from verifylib.models.coreml_contract import contract_problems
 
     if precision == "unknown":
         why = precision_reason or "no reason recorded"

@@ -11,7 +11,7 @@ As in :mod:`verifylib.evidence.build.schema`: ``from_json`` is strict and fails 
 with a :class:`~verifylib.evidence.fields.SchemaError` naming the field path,
 ``to_json`` gives back exactly the dict the stage writes. Free-form records the judges
 re-check with their own pure functions (a package ``description`` from
-:func:`verifylib.models.coreml_export.describe_mlpackage`, the stored ``contract``, the
+:func:`verifylib.models.coreml_contract.describe_mlpackage`, the stored ``contract``, the
 conversion ``options``, the written ``hparams``) are kept as JSON objects.
 """
 
