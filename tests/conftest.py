@@ -59,6 +59,47 @@ def pytest_collection_modifyitems(config, items):
     if outside:
         raise pytest.UsageError("tests outside a tier folder (tests/" + "|".join(TIERS)
                                 + "/): " + ", ".join(sorted(outside)[:5]))
+    _group_for_workers(items)
+
+
+SHARED_GROUPS = {"published": "simulated-mac", "runs": "simulated-mac",
+                 "default_audit": "default-audit", "upstream_encoders": "upstream",
+                 "whisper_quantize": "upstream", "tiny_en_export": "tiny-export"}
+"""A session fixture that costs whole audits or conversions -> the worker group of its tests."""
+
+GROUP_ORDER = ("simulated-mac", "default-audit", "upstream", "tiny-export", "notebooks", "simmac", "physical",
+               "fake", "unit")
+"""The order groups are handed to workers: the long ones first, the short ones to fill in."""
+
+
+def _group_for_workers(items) -> None:
+    """Give each test its pytest-xdist group, and put the long groups first.
+
+    The README's test command runs two workers (``-n 2``; ``--dist loadgroup`` in
+    pyproject.toml). Each worker makes the session fixtures of the tests it is given, so
+    the tests of one expensive session fixture (a published run, the default audit,
+    upstream's encoders) form one group, sent to one worker; every other module is a group
+    of its own, so its module fixtures are made once. xdist hands groups out in collection
+    order as workers free up (``--no-loadscope-reorder``): longest first, so no long group
+    is left to start last. Without ``-n`` the marks are inert and only the order changes.
+    """
+    def group(item) -> str:
+        for name, shared in SHARED_GROUPS.items():
+            defs = item._fixtureinfo.name2fixturedefs.get(name, ())
+            if any(d.scope == "session" for d in defs):
+                return shared
+        return item.nodeid.split("::", 1)[0]
+
+    def rank(name: str) -> int:
+        folder = name if name in GROUP_ORDER else name.split("/")[1]
+        return GROUP_ORDER.index(folder) if folder in GROUP_ORDER else len(GROUP_ORDER)
+
+    groups = {}
+    for item in items:
+        groups[item.nodeid] = group(item)
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    order = sorted(range(len(items)), key=lambda i: (rank(groups[items[i].nodeid]), i))
+    items[:] = [items[i] for i in order]
 
 
 @pytest.fixture(autouse=True)
