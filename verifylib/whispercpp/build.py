@@ -48,7 +48,9 @@ from verifylib.whispercpp.build_options import (
     effective_options,
 )
 from verifylib.whispercpp.cmake_steps import BuildError
+from verifylib.whispercpp.compiler_cache import CacheUse, CompilerCache
 from verifylib.whispercpp.shared_ggml import (
+    GgmlBuild,
     build_ggml,
     ggml_key,
     ggml_options,
@@ -280,6 +282,42 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ParametersInvalid(f"jobs must be a positive integer, got {jobs!r}")
+    plan = _plan(src, tree_id=tree_id, patch_sha256=patch_sha256, variant=variant,
+                 options=options, cache_dir=cache_dir, backend=backend)
+    t0 = time.monotonic()
+    reported: set[str] = set()  # each reason logged once: checked before and under the lock
+    return produce_once(
+        plan.cache_dir / LOCKS_DIR, "build", plan.key,
+        check=lambda: _reuse(plan, log=log, reported=reported, t0=t0),
+        produce=lambda: _produce(plan, jobs=jobs, log=log, timeout=timeout, t0=t0),
+        what=f"whisper-cli [{variant}] build {plan.key[:12]}", log=log)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One whisper-cli build as keyed before its lock is taken (see build_whisper_cli)."""
+
+    src: Path
+    cache_dir: Path
+    tree_id: str
+    patch_sha256: str | None
+    variant: str
+    options: dict[str, str]
+    compiler: dict[str, Any]
+    ggml_options: dict[str, str]
+    ggml_key: str | None  # None: the source builds ggml in one piece with the CLI
+    ccache: CompilerCache | None
+    launcher: str | None
+    key: str
+
+    @property
+    def final(self) -> Path:
+        """The folder the build is published to, ``<cache>/builds/<key>``."""
+        return self.cache_dir / "builds" / self.key
+
+
+def _plan(src: Path, *, tree_id: str, patch_sha256: str | None, variant: str,
+          options: Mapping[str, Any] | None, cache_dir: Path, backend: str) -> _Plan:
     src = Path(src).resolve()
     cache_dir = Path(cache_dir).expanduser().resolve()
     opts = effective_options(variant, options, backend=backend)
@@ -290,76 +328,94 @@ def build_whisper_cli(src: Path, *, tree_id: str, patch_sha256: str | None, vari
     ccache = compiler_cache.compiler_cache(cache_dir)
     launcher = compiler_cache.launcher_of(ccache)
     key = build_key(tree_id, patch_sha256, variant, opts, compiler, g_key, launcher=launcher)
-    builds = cache_dir / "builds"
-    final = builds / key
+    return _Plan(src, cache_dir, tree_id, patch_sha256, variant, opts, compiler, g_opts, g_key,
+                 ccache, launcher, key)
 
-    t0 = time.monotonic()
-    reported: set[str] = set()
 
-    def reuse() -> BuildResult | None:
-        if not final.is_dir():
-            return None
-        problem = _cached_problem(final, key)
-        if problem is not None:
-            if problem not in reported:  # checked once before and once under the lock
-                reported.add(problem)
-                log(f"cached whisper-cli [{variant}] at {final} not reusable ({problem}); "
-                    "rebuilding")
-            return None
-        result = _result_from_publication(final, key, True, time.monotonic() - t0)
-        log(f"whisper-cli [{variant}] from cache: {result.binary} (sha256 {result.sha256})")
-        return result
+def _reuse(plan: _Plan, *, log: Callable[[str], None], reported: set[str],
+           t0: float) -> BuildResult | None:
+    """Return the publication of ``plan``'s key if its binary re-hashes to its record."""
+    if not plan.final.is_dir():
+        return None
+    problem = _cached_problem(plan.final, plan.key)
+    if problem is not None:
+        if problem not in reported:
+            reported.add(problem)
+            log(f"cached whisper-cli [{plan.variant}] at {plan.final} not reusable ({problem}); "
+                "rebuilding")
+        return None
+    result = _result_from_publication(plan.final, plan.key, True, time.monotonic() - t0)
+    log(f"whisper-cli [{plan.variant}] from cache: {result.binary} (sha256 {result.sha256})")
+    return result
 
-    def produce() -> BuildResult:
-        if not (src / "CMakeLists.txt").is_file():
-            raise BuildError(f"{src} has no CMakeLists.txt")
-        # Keyed like the publication and only touched under its lock: two processes
-        # never configure into one folder (one of them used to fail with cmake exit 2).
-        root = cache_dir / "cmake" / key
-        # The ggml is produced (or re-hashed) only when this binary must be built: a
-        # cached binary already carries its ggml, named by the key and its build.json.
-        ggml = (build_ggml(src, tree_id=tree_id, options=g_opts, cache_dir=cache_dir,
-                           jobs=jobs, log=log, timeout=timeout, compiler=compiler)
-                if shared else None)
-        if ggml is not None and ggml.key != g_key:
-            raise BuildError(f"the shared ggml's key {ggml.key} is not the expected {g_key}")
-        tree, bdir = cmake_steps.build_tree(src, root)
-        # Looked up on its module: a test or a simulated Mac replaces it there.
-        built, configure = cmake_steps.cmake_target(tree, bdir, opts, "whisper-cli",
-                                                    f"whisper-cli [{variant}]", jobs=jobs,
-                                                    timeout=timeout, log=log, ggml=ggml,
-                                                    ccache=ccache)
-        seconds = time.monotonic() - t0
-        cache_use = cmake_steps.compiler_cache_use(bdir, ccache)
 
-        builds.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=builds))
-        try:
-            binary = staging / "whisper-cli"
-            shutil.copy2(built, binary)
-            digest = sha256_file(binary)
-            libs = needed_libs(binary)
-            write_json(staging / "build.json", {
-                "key": key, "variant": variant, "tree_id": tree_id,
-                "patch_sha256": patch_sha256, "options": opts, "compiler": compiler,
-                "sha256": digest, "seconds": round(seconds, 3), "needed_libs": list(libs),
-                "static": not links_runtime_dynamically(libs), "configure_argv": configure,
-                "jobs": jobs, "ggml": None if ggml is None else ggml.to_evidence(),
-                "launcher": launcher,
-                "compiler_cache": cmake_steps.compiler_cache_record(cache_use)})
-            # Under the lock, ``final`` exists here only if it failed its check above, so
-            # this replaces nothing another process could be using as a good build.
-            publish_dir(staging, final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        # A build folder is never built in twice (it is emptied before each build), so
-        # only a failed build's folder is kept, for its logs.
-        shutil.rmtree(root, ignore_errors=True)
-        result = _result_from_publication(final, key, False, seconds)
-        log(f"built whisper-cli [{variant}] in {seconds:.0f} s: {result.binary} "
-            f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'}"
-            f"{cmake_steps.compiler_cache_phrase(cache_use)})")
-        return result
+def _produce(plan: _Plan, *, jobs: int, log: Callable[[str], None], timeout: float,
+             t0: float) -> BuildResult:
+    """Build ``plan`` in its own folder and publish it (under its key's lock)."""
+    if not (plan.src / "CMakeLists.txt").is_file():
+        raise BuildError(f"{plan.src} has no CMakeLists.txt")
+    # Keyed like the publication and only touched under its lock: two processes
+    # never configure into one folder (one of them used to fail with cmake exit 2).
+    root = plan.cache_dir / "cmake" / plan.key
+    ggml = _linked_ggml(plan, jobs=jobs, log=log, timeout=timeout)
+    tree, bdir = cmake_steps.build_tree(plan.src, root)
+    # Looked up on its module: a test or a simulated Mac replaces it there.
+    built, configure = cmake_steps.cmake_target(tree, bdir, plan.options, "whisper-cli",
+                                                f"whisper-cli [{plan.variant}]", jobs=jobs,
+                                                timeout=timeout, log=log, ggml=ggml,
+                                                ccache=plan.ccache)
+    seconds = time.monotonic() - t0
+    cache_use = cmake_steps.compiler_cache_use(bdir, plan.ccache)
+    _publish(plan, built, configure=configure, jobs=jobs, ggml=ggml, seconds=seconds,
+             cache_use=cache_use)
+    # A build folder is never built in twice (it is emptied before each build), so
+    # only a failed build's folder is kept, for its logs.
+    shutil.rmtree(root, ignore_errors=True)
+    result = _result_from_publication(plan.final, plan.key, False, seconds)
+    log(f"built whisper-cli [{plan.variant}] in {seconds:.0f} s: {result.binary} "
+        f"(sha256 {result.sha256}, {'static' if result.static else 'NOT static'}"
+        f"{cmake_steps.compiler_cache_phrase(cache_use)})")
+    return result
 
-    return produce_once(cache_dir / LOCKS_DIR, "build", key, check=reuse, produce=produce,
-                        what=f"whisper-cli [{variant}] build {key[:12]}", log=log)
+
+def _linked_ggml(plan: _Plan, *, jobs: int, log: Callable[[str], None],
+                 timeout: float) -> GgmlBuild | None:
+    """Return the shared ggml ``plan`` links, checked against its key (None: one piece).
+
+    The ggml is produced (or re-hashed) only when this binary must be built: a cached
+    binary already carries its ggml, named by the key and its build.json.
+    """
+    if plan.ggml_key is None:
+        return None
+    ggml = build_ggml(plan.src, tree_id=plan.tree_id, options=plan.ggml_options,
+                      cache_dir=plan.cache_dir, jobs=jobs, log=log, timeout=timeout,
+                      compiler=plan.compiler)
+    if ggml.key != plan.ggml_key:
+        raise BuildError(f"the shared ggml's key {ggml.key} is not the expected {plan.ggml_key}")
+    return ggml
+
+
+def _publish(plan: _Plan, built: Path, *, configure: list[str], jobs: int,
+             ggml: GgmlBuild | None, seconds: float, cache_use: CacheUse | None) -> None:
+    """Publish ``built`` with its ``build.json`` to ``plan.final`` through a staging folder."""
+    builds = plan.final.parent
+    builds.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{plan.key[:12]}-", dir=builds))
+    try:
+        binary = staging / "whisper-cli"
+        shutil.copy2(built, binary)
+        digest = sha256_file(binary)
+        libs = needed_libs(binary)
+        write_json(staging / "build.json", {
+            "key": plan.key, "variant": plan.variant, "tree_id": plan.tree_id,
+            "patch_sha256": plan.patch_sha256, "options": plan.options,
+            "compiler": plan.compiler, "sha256": digest, "seconds": round(seconds, 3),
+            "needed_libs": list(libs), "static": not links_runtime_dynamically(libs),
+            "configure_argv": configure, "jobs": jobs,
+            "ggml": None if ggml is None else ggml.to_evidence(), "launcher": plan.launcher,
+            "compiler_cache": cmake_steps.compiler_cache_record(cache_use)})
+        # Under the lock, ``final`` exists here only if it failed its reuse check, so
+        # this replaces nothing another process could be using as a good build.
+        publish_dir(staging, plan.final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -268,52 +268,64 @@ def build_ggml(src: Path, *, tree_id: str, options: Mapping[str, str], cache_dir
     compiler = dict(compiler) if compiler is not None else compiler_identity()
     digest = ggml_source_digest(src)
     key = ggml_key(tree_id, digest, opts, compiler)
-    final = cache_dir / "ggml" / key
     t0 = time.monotonic()
-    reported: set[str] = set()
+    reported: set[str] = set()  # each reason logged once: checked before and under the lock
 
-    def reuse() -> GgmlBuild | None:
-        if not final.is_dir():
-            return None
-        problem, meta = _ggml_problem(final, key)
-        if problem is not None:
-            if problem not in reported:
-                reported.add(problem)
-                log(f"cached ggml at {final} not reusable ({problem}); rebuilding")
-            return None
-        got = GgmlBuild(final / "prefix", key, dict(meta["options"]), meta["source_digest"],
-                        dict(meta["files"]), True, time.monotonic() - t0)
-        log(f"ggml from cache: {final} ({len(got.libraries)} static libraries re-hashed)")
-        return got
+    return produce_once(
+        cache_dir / LOCKS_DIR, "ggml", key,
+        check=lambda: _reuse_ggml(cache_dir / "ggml" / key, key, log=log, reported=reported,
+                                  t0=t0),
+        produce=lambda: _produce_ggml(src, cache_dir, key, tree_id=tree_id, digest=digest,
+                                      opts=opts, compiler=compiler, jobs=jobs, log=log,
+                                      timeout=timeout, t0=t0),
+        what=f"ggml build {key[:12]}", log=log)
 
-    def produce() -> GgmlBuild:
-        bdir = cache_dir / "cmake" / f"ggml-{key}"
-        root = cache_dir / "ggml"
-        root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=root))
-        try:
-            prefix = staging / "prefix"
-            run_cmake_steps(src, bdir, {**opts, **_GGML_CONFIGURE_ONLY}, [
-                ("build", ["--build", str(bdir), "--target", "ggml", "-j", str(jobs)]),
-                ("install", ["--install", str(bdir / "ggml"), "--prefix", str(prefix)])],
-                "ggml (shared by every variant)", timeout=timeout, log=log,
-                ccache=compiler_cache.compiler_cache(cache_dir))
-            files = _installed_files(prefix)
-            if not any(k.endswith(".a") for k in files):
-                raise BuildError(f"the ggml install into {prefix} holds no static library")
-            seconds = time.monotonic() - t0
-            write_json(staging / "ggml.json", {
-                "key": key, "tree_id": tree_id, "source_digest": digest, "options": opts,
-                "compiler": compiler, "files": files, "seconds": round(seconds, 3),
-                "jobs": jobs})
-            publish_dir(staging, final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(bdir, ignore_errors=True)
-        got = GgmlBuild(final / "prefix", key, opts, digest, files, False, seconds)
-        log(f"built ggml in {seconds:.0f} s: {final} ({', '.join(sorted(got.libraries))})")
-        return got
 
-    return produce_once(cache_dir / LOCKS_DIR, "ggml", key, check=reuse, produce=produce,
-                        what=f"ggml build {key[:12]}", log=log)
+def _reuse_ggml(final: Path, key: str, *, log: Callable[[str], None], reported: set[str],
+                t0: float) -> GgmlBuild | None:
+    """Return the ggml published at ``final`` if every file re-hashes to its record."""
+    if not final.is_dir():
+        return None
+    problem, meta = _ggml_problem(final, key)
+    if problem is not None:
+        if problem not in reported:
+            reported.add(problem)
+            log(f"cached ggml at {final} not reusable ({problem}); rebuilding")
+        return None
+    got = GgmlBuild(final / "prefix", key, dict(meta["options"]), meta["source_digest"],
+                    dict(meta["files"]), True, time.monotonic() - t0)
+    log(f"ggml from cache: {final} ({len(got.libraries)} static libraries re-hashed)")
+    return got
 
+
+def _produce_ggml(src: Path, cache_dir: Path, key: str, *, tree_id: str, digest: str,
+                  opts: dict[str, str], compiler: dict[str, Any], jobs: int,
+                  log: Callable[[str], None], timeout: float, t0: float) -> GgmlBuild:
+    """Build and install ggml into a staging prefix, then publish it to ``<cache>/ggml/<key>``."""
+    bdir = cache_dir / "cmake" / f"ggml-{key}"
+    root = cache_dir / "ggml"
+    final = root / key
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=root))
+    try:
+        prefix = staging / "prefix"
+        run_cmake_steps(src, bdir, {**opts, **_GGML_CONFIGURE_ONLY}, [
+            ("build", ["--build", str(bdir), "--target", "ggml", "-j", str(jobs)]),
+            ("install", ["--install", str(bdir / "ggml"), "--prefix", str(prefix)])],
+            "ggml (shared by every variant)", timeout=timeout, log=log,
+            ccache=compiler_cache.compiler_cache(cache_dir))
+        files = _installed_files(prefix)
+        if not any(k.endswith(".a") for k in files):
+            raise BuildError(f"the ggml install into {prefix} holds no static library")
+        seconds = time.monotonic() - t0
+        write_json(staging / "ggml.json", {
+            "key": key, "tree_id": tree_id, "source_digest": digest, "options": opts,
+            "compiler": compiler, "files": files, "seconds": round(seconds, 3),
+            "jobs": jobs})
+        publish_dir(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(bdir, ignore_errors=True)
+    got = GgmlBuild(final / "prefix", key, opts, digest, files, False, seconds)
+    log(f"built ggml in {seconds:.0f} s: {final} ({', '.join(sorted(got.libraries))})")
+    return got
