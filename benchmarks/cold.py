@@ -59,17 +59,18 @@ def _one_plain_build(cache: Path, work: Path) -> float:
     from verifylib import resources
     from verifylib.stages import build as build_stage
     from verifylib.stages.artifacts import source_spec
-    from verifylib.whispercpp import build, source
+    from verifylib.whispercpp import build_options, cmake_steps, source
 
     p = params_mod.load(resources.default_parameters())
     tree = source.obtain_source(source_spec(p), cache, log=lambda s: None)
-    opts = build.effective_options("ggml", build_stage.build_options(p),
-                                   backend=build_stage.ggml_backend(p))
+    opts = build_options.effective_options("ggml", build_stage.build_options(p),
+                                           backend=build_stage.ggml_backend(p))
     bdir = work / "plain-build"
     shutil.rmtree(bdir, ignore_errors=True)
     t0 = time.perf_counter()
-    build._cmake_target(tree.path, bdir, opts, "whisper-cli", "whisper-cli [plain, one build]",
-                        jobs=p.runtime.jobs, timeout=3600, log=print)
+    cmake_steps.cmake_target(tree.path, bdir, opts, "whisper-cli",
+                             "whisper-cli [plain, one build]", jobs=p.runtime.jobs,
+                             timeout=3600, log=print)
     seconds = time.perf_counter() - t0
     shutil.rmtree(bdir, ignore_errors=True)
     return seconds

@@ -7,7 +7,7 @@ the built-in base its callers already catch (``ValueError`` for bad input, ``Run
 for a failed operation), so narrowing an ``except`` clause is never required.
 
 Modules define their specific exceptions as subclasses of these leaves (for example
-``verifylib.whispercpp.build.BuildError`` derives from :class:`BuildFailure`);
+``verifylib.whispercpp.cmake_steps.BuildError`` derives from :class:`BuildFailure`);
 the leaves here name the family, the module classes name the place. A check that catches
 verifylib calling itself wrongly (a stage beginning another stage's gate, a PASS citing
 evidence its rule never read) raises a built-in exception instead: that is a bug, not a refusal.

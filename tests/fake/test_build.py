@@ -12,8 +12,10 @@ from verifylib import canonical
 from verifylib.evidence.gates import Status
 from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.runtime import contracts
-from verifylib.whispercpp.build import (BuildError, build_evidence, build_whisper_cli,
-                                        compiler_identity, probe_system_info)
+from verifylib.whispercpp.build import build_whisper_cli
+from verifylib.whispercpp.cmake_steps import BuildError
+from verifylib.whispercpp.system_info import build_evidence, probe_system_info
+from verifylib.whispercpp.toolchain import compiler_identity
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"

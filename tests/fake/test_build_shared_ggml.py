@@ -11,6 +11,9 @@ from pathlib import Path
 from verifylib import canonical
 from verifylib.evidence.build.schema import GgmlBuildEvidence
 from verifylib.whispercpp import build
+from verifylib.whispercpp.build_options import build_key, effective_options
+from verifylib.whispercpp.shared_ggml import build_ggml, ggml_options, uses_shared_ggml
+from verifylib.whispercpp.system_info import SystemInfoProbe, build_evidence
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
@@ -68,7 +71,7 @@ def test_variants_share_one_ggml_recorded_in_key_and_build_json(tmp_path):
     patched = project(tmp_path / "patched", exit_code=0)
     pristine = project(tmp_path / "pristine", exit_code=1)
     cache = tmp_path / "cache"
-    assert build.uses_shared_ggml(patched)
+    assert uses_shared_ggml(patched)
     lines: list[str] = []
     a = build.build_whisper_cli(patched, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
                                 options={}, cache_dir=cache, log=lines.append)
@@ -87,13 +90,13 @@ def test_variants_share_one_ggml_recorded_in_key_and_build_json(tmp_path):
     # The identity is in the key: another ggml key gives another build key.
     opts, comp = a.options, a.compiler
     launcher = canonical.read_json(a.build_json)["launcher"]
-    assert a.key == build.build_key(TREE, PATCH, "ggml", opts, comp, a.ggml["key"],
-                                    launcher=launcher)
-    assert a.key != build.build_key(TREE, PATCH, "ggml", opts, comp, None, launcher=launcher)
+    assert a.key == build_key(TREE, PATCH, "ggml", opts, comp, a.ggml["key"],
+                              launcher=launcher)
+    assert a.key != build_key(TREE, PATCH, "ggml", opts, comp, None, launcher=launcher)
     # And in the gate's evidence, through its schema.
-    ev = GgmlBuildEvidence.from_json(build.build_evidence(a, _probe(a)))
+    ev = GgmlBuildEvidence.from_json(build_evidence(a, _probe(a)))
     assert ev.ggml is not None and ev.ggml.key == a.ggml["key"]
-    assert ev.ggml.options == build.ggml_options("ggml", a.options)
+    assert ev.ggml.options == ggml_options("ggml", a.options)
 
 
 def test_sanitizer_variant_links_the_plain_ggml(tmp_path):
@@ -101,46 +104,46 @@ def test_sanitizer_variant_links_the_plain_ggml(tmp_path):
     cache = tmp_path / "cache"
     plain = build.build_whisper_cli(src, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
                                     options={}, cache_dir=cache, log=quiet)
-    opts = build.effective_options("ggml-asan", {})
+    opts = effective_options("ggml-asan", {})
     # The sanitizer flags are libwhisper's and the CLI's, not ggml's.
-    assert build.ggml_options("ggml-asan", opts) == build.ggml_options("ggml", plain.options)
-    assert "CMAKE_C_FLAGS" not in build.ggml_options("ggml-asan", opts)
+    assert ggml_options("ggml-asan", opts) == ggml_options("ggml", plain.options)
+    assert "CMAKE_C_FLAGS" not in ggml_options("ggml-asan", opts)
 
 
 def test_a_tampered_ggml_is_rebuilt_not_reused(tmp_path):
     src = project(tmp_path / "src")
     cache = tmp_path / "cache"
-    first = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
-    again = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
+    first = build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
+    again = build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache, log=quiet)
     assert (first.cached, again.cached, again.files) == (False, True, first.files)
     with open(first.prefix / "lib" / "libggml.a", "ab") as fh:
         fh.write(b"\0")
     lines: list[str] = []
-    third = build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
-                             log=lines.append)
+    third = build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
+                       log=lines.append)
     assert not third.cached and third.files == first.files
     assert any("not reusable" in line and "lib/libggml.a" in line for line in lines)
     # A file added to the install is refused too.
     (third.prefix / "lib" / "extra.a").write_bytes(b"x")
-    assert not build.build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
-                                log=quiet).cached
+    assert not build_ggml(src, tree_id=TREE, options={"A": "1"}, cache_dir=cache,
+                          log=quiet).cached
 
 
 def test_a_tree_without_the_route_is_built_in_one_piece(tmp_path):
     src = project(tmp_path / "src")
     (src / "CMakeLists.txt").write_text(TOP.replace("WHISPER_USE_SYSTEM_GGML", "OTHER_SWITCH"))
-    assert not build.uses_shared_ggml(src)
+    assert not uses_shared_ggml(src)
     res = build.build_whisper_cli(src, tree_id=TREE, patch_sha256=PATCH, variant="ggml",
                                   options={}, cache_dir=tmp_path / "cache", log=quiet)
     assert res.ggml is None and res.static
     assert not (tmp_path / "cache" / "ggml").exists()
-    assert "ggml" not in build.build_evidence(res, _probe(res))
+    assert "ggml" not in build_evidence(res, _probe(res))
 
 
 def _probe(res):
     from verifylib.runtime.runner import run
     r = run([str(res.binary)], timeout=30)
-    return build.SystemInfoProbe(result=r, system_info_line=None, coreml=None)
+    return SystemInfoProbe(result=r, system_info_line=None, coreml=None)
 
 
 COMMON_TOP = TOP.replace("add_executable(whisper-cli main.cpp)",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from verifylib.stages import artifacts
-from verifylib.whispercpp import build
+from verifylib.whispercpp.bench import build_bench, build_coreml_variant, probe_bench
 from verifylib import canonical
 from verifylib.evidence import gates
 from verifylib.evidence import registry as rules
@@ -52,11 +52,11 @@ def quiet(_msg):
 def coreml_gate(tmp_path, coreml=1, ggml_key=None, after=()):
     src = project(tmp_path / "src", coreml)
     cache = tmp_path / "cache"
-    cli, bench = build.build_coreml_variant(src, tree_id=TREE, patch_sha256=PATCH,
-                                                  options={}, cache_dir=cache, log=quiet)
+    cli, bench = build_coreml_variant(src, tree_id=TREE, patch_sha256=PATCH,
+                                      options={}, cache_dir=cache, log=quiet)
     model = tmp_path / "m.bin"
     model.write_bytes(b"ggml")
-    probe = build.probe_bench(bench.binary, model)
+    probe = probe_bench(bench.binary, model)
     from verifylib import params
     ctx = StageContext("01_build", params.load(params.DEFAULT_PARAMETERS), tmp_path / "run")
     refs, ids = stage_build.write_coreml_evidence(ctx, cli, bench, probe,
@@ -81,7 +81,7 @@ def test_core_ml_build_reads_coreml_1_from_whisper_bench(tmp_path):
     j = rules.RULES["build.coreml"](EvidenceView(ctx.run_dir, refs))
     assert j.status is Status.FAIL and "identity binary.coreml.backend is None" in j.detail
     assert sorted(p.name for p in src.iterdir()) == ["CMakeLists.txt", "bench.cpp", "cli.cpp"]
-    again = build.build_bench(src, cli, cache_dir=tmp_path / "cache", log=quiet)
+    again = build_bench(src, cli, cache_dir=tmp_path / "cache", log=quiet)
     assert again.cached and again.sha256 == bench.sha256
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verifylib.whispercpp import build, source
+from verifylib.whispercpp import build, cmake_steps, source
 from verifylib import canonical, locks
 from verifylib.batch import audit as orchestrate
 from verifylib.views import report
@@ -182,7 +182,7 @@ def test_build_is_produced_once_and_reused_by_the_waiter(tmp_path, monkeypatch):
         shutil.copy2(stand_in, bdir / "bin" / target)
         return bdir / "bin" / target, ["cmake", "(stand-in)"]
 
-    monkeypatch.setattr(build, "_cmake_target", fake_cmake)
+    monkeypatch.setattr(cmake_steps, "cmake_target", fake_cmake)
     logs: list[str] = []
     cache = tmp_path / "cache"
     results = _in_threads(2, lambda: build.build_whisper_cli(

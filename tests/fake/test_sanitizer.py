@@ -25,7 +25,7 @@ from verifylib.stages import build as build_stage
 from verifylib.stages import canary
 from verifylib.stages.artifacts import asan_build
 from verifylib.stages.context import StageContext
-from verifylib.whispercpp import build, source
+from verifylib.whispercpp import build, build_options, source
 from verifylib.evidence.canary import schema as canary_schemas
 
 # ----------------------------------------------------------------------------- the stage's runs
@@ -274,9 +274,9 @@ def test_stage_01_records_each_side_of_the_asan_builds(tmp_path, monkeypatch):
     def fake_build(src, *, tree_id, patch_sha256, variant, options, cache_dir, jobs, log,
                    backend):
         built.append((Path(src), variant, patch_sha256))
+        opts = build_options.effective_options(variant, options, backend=backend)
         return build.BuildResult(exe, canonical.sha256_file(exe), "f" * 64, False, 66.7, variant,
-                                 build.effective_options(variant, options, backend=backend), {},
-                                 ("libasan.so.8",),
+                                 opts, {}, ("libasan.so.8",),
                                  True, tree_id, patch_sha256, exe.parent / "build.json")
     monkeypatch.setattr(build_stage._build, "build_whisper_cli", fake_build)
     ctx = StageContext("01_build", make_params(), tmp_path / "run")

@@ -19,7 +19,7 @@ from verifylib.evidence import registry as rules
 from verifylib.runtime import sanitizer
 from verifylib.runtime.capabilities import HostCapabilities
 from verifylib.stages.context import StageContext
-from verifylib.whispercpp import build, source
+from verifylib.whispercpp import build_options, source
 
 FAKE_MAC = HostCapabilities(
     system="Darwin", machine="arm64", macos_version=(15, 7),
@@ -56,7 +56,7 @@ def fake_asan(tmp_path: Path, side: str, scenario: str | None = None) -> dict:
     return {"built": True, "variant": variant, "binary": str(exe),
             "sha256": canonical.sha256_file(exe), "key": key, "static": True,
             "needed_libs": ["libasan.so.8", "libstdc++.so.6", "libm.so.6", "libc.so.6"],
-            "options": build.effective_options(variant, {"GGML_NATIVE": "ON"}),
+            "options": build_options.effective_options(variant, {"GGML_NATIVE": "ON"}),
             "tree_id": pin.tree, "patch_sha256": None if side == "unpatched" else pin.patch_sha256,
             "cached": True, "seconds": 0.0}
 

@@ -60,13 +60,14 @@ def _result(root: Path, tree_id: str, cached: bool, seconds: float) -> QuantizeB
 def build_quantize(src: Path, tree_id: str, cache_dir: Path, *, jobs: int = 2,
                    log: Callable[[str], None] = print) -> QuantizeBuild:
     """Build (or reuse) whisper-quantize from ``src``, against the audit's shared ggml."""
-    from verifylib.whispercpp import build, compiler_cache
+    from verifylib.whispercpp import build_options, cmake_steps, compiler_cache, shared_ggml
 
     src = Path(src).resolve()
     cache_dir = Path(cache_dir).resolve()
-    opts = build.effective_options(VARIANT, OPTIONS)
-    ggml = build.build_ggml(src, tree_id=tree_id, options=build.ggml_options(VARIANT, opts),
-                            cache_dir=cache_dir, jobs=jobs, log=log)
+    opts = build_options.effective_options(VARIANT, OPTIONS)
+    ggml = shared_ggml.build_ggml(src, tree_id=tree_id,
+                                  options=shared_ggml.ggml_options(VARIANT, opts),
+                                  cache_dir=cache_dir, jobs=jobs, log=log)
     final = cache_dir / "builds" / f"quantize-{tree_id[:12]}-{ggml.key[:12]}"
     t0 = time.monotonic()
 
@@ -84,10 +85,11 @@ def build_quantize(src: Path, tree_id: str, cache_dir: Path, *, jobs: int = 2,
     def produce() -> QuantizeBuild:
         root = cache_dir / "cmake" / final.name
         log(f"building whisper-quantize from {src} …")
-        tree, bdir = build._build_tree(src, root)
-        built, _ = build._cmake_target(tree, bdir, opts, "whisper-quantize", "whisper-quantize",
-                                       jobs=jobs, timeout=1800, log=log, ggml=ggml,
-                                       ccache=compiler_cache.compiler_cache(cache_dir))
+        tree, bdir = cmake_steps.build_tree(src, root)
+        built, _ = cmake_steps.cmake_target(tree, bdir, opts, "whisper-quantize",
+                                            "whisper-quantize", jobs=jobs, timeout=1800,
+                                            log=log, ggml=ggml,
+                                            ccache=compiler_cache.compiler_cache(cache_dir))
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".staging-{final.name}-", dir=final.parent))
         try:

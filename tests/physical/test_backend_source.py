@@ -10,7 +10,7 @@ import re
 import pytest
 
 from verifylib.runtime import contracts
-from verifylib.whispercpp import build
+from verifylib.whispercpp import build_options
 
 
 def _block(text: str, signature: str) -> str:
@@ -45,7 +45,7 @@ def test_apple_turns_metal_and_accelerate_on_and_the_pins_name_real_options(tree
     assert opts["GGML_METAL_EMBED_LIBRARY"] == "${GGML_METAL}"
     assert opts["GGML_BLAS"] == "${GGML_BLAS_DEFAULT}"
     assert opts["GGML_ACCELERATE"] == "ON"
-    assert set(build.backend_pin_names()) <= set(opts)
+    assert set(build_options.backend_pin_names()) <= set(opts)
     # Every other backend that runs kernels off the CPU defaults OFF on every OS, so only
     # the four pinned ones could be on without being asked for.
     others = [k for k in opts if re.fullmatch(

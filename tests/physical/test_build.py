@@ -14,7 +14,8 @@ from verifylib.evidence.build import rules as build_rules
 from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source
-from verifylib.whispercpp.build import build_evidence, build_whisper_cli, probe_system_info
+from verifylib.whispercpp.build import build_whisper_cli
+from verifylib.whispercpp.system_info import build_evidence, probe_system_info
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"

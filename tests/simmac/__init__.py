@@ -182,13 +182,13 @@ class SimulatedMac:
 
     def activate(self) -> "SimulatedMac":
         """Install every stand-in in this process. Undo with :meth:`deactivate`."""
-        from verifylib.whispercpp import build
         from verifylib.runtime import capabilities, runner
+        from verifylib.whispercpp import cmake_steps
 
         capabilities.simulate(self.host())
         self._undo.append((capabilities, "simulate", None))
         self._patch(runner, "subprocess", _Subprocess(self))
-        self._patch(build, "_cmake_target", _coreml_cmake_target(build._cmake_target))
+        self._patch(cmake_steps, "cmake_target", _coreml_cmake_target(cmake_steps.cmake_target))
         for module, name, value in self.native_patches():
             self._patch(module, name, value)
         return self

@@ -22,7 +22,8 @@ from verifylib.evidence.registry import RULES
 from verifylib.evidence.build.schema import CoremlBuildEvidence, GgmlBuildEvidence
 from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult
-from verifylib.whispercpp import build
+from verifylib.whispercpp import build, build_options, system_info, toolchain
+from verifylib.whispercpp.bench import BenchBuild
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"
 PATCH = "acd730d8c3ebed4339a31619b8936469df92368941013633b5cf8794cae90581"
@@ -68,40 +69,42 @@ def test_system_info_lists_its_registries():
 
 def test_every_variant_pins_the_backend_and_no_option_contradicts_it():
     pins = {"GGML_METAL", "GGML_METAL_EMBED_LIBRARY", "GGML_BLAS", "GGML_ACCELERATE"}
-    assert set(build.backend_pin_names()) == pins
-    for variant in build.VARIANTS:
-        cpu = build.effective_options(variant, {"GGML_NATIVE": "ON"})
-        metal = build.effective_options(variant, {"GGML_NATIVE": "ON"}, backend="metal")
+    assert set(build_options.backend_pin_names()) == pins
+    for variant in build_options.VARIANTS:
+        cpu = build_options.effective_options(variant, {"GGML_NATIVE": "ON"})
+        metal = build_options.effective_options(variant, {"GGML_NATIVE": "ON"}, backend="metal")
         assert {k: cpu[k] for k in pins} == {k: "OFF" for k in pins}
         assert {k: metal[k] for k in pins} == {"GGML_METAL": "ON",
                                                "GGML_METAL_EMBED_LIBRARY": "ON",
                                                "GGML_BLAS": "OFF", "GGML_ACCELERATE": "OFF"}
-        assert build.backend_of_options(cpu) == "cpu"
-        assert build.backend_of_options(metal) == "metal"
-        assert cpu == {**cpu, **build.forced_options(variant, "cpu")}
+        assert build_options.backend_of_options(cpu) == "cpu"
+        assert build_options.backend_of_options(metal) == "metal"
+        assert cpu == {**cpu, **build_options.forced_options(variant, "cpu")}
         # Without a backend, forced_options is what every build of the variant shares, also
         # one recorded before the pins (the sanitizer rule re-checks those).
-        assert not pins & set(build.forced_options(variant))
+        assert not pins & set(build_options.forced_options(variant))
     # An option that agrees with a pin is accepted, one that contradicts it is not.
-    assert build.effective_options("ggml", {"GGML_METAL": False})["GGML_METAL"] == "OFF"
+    assert build_options.effective_options("ggml", {"GGML_METAL": False})["GGML_METAL"] == "OFF"
     for bad in ({"GGML_METAL": "ON"}, {"GGML_BLAS": True}, {"GGML_ACCELERATE": "ON"},
                 {"GGML_METAL_EMBED_LIBRARY": "ON"}):
         with pytest.raises(ParametersInvalid, match="on ggml backend 'cpu'"):
-            build.effective_options("coreml", bad)
+            build_options.effective_options("coreml", bad)
     with pytest.raises(ParametersInvalid, match="fixed to ON .* backend 'metal'"):
-        build.effective_options("ggml", {"GGML_METAL": "OFF"}, backend="metal")
+        build_options.effective_options("ggml", {"GGML_METAL": "OFF"}, backend="metal")
     with pytest.raises(ParametersInvalid, match="ggml backend must be one of"):
-        build.effective_options("ggml", {}, backend="cuda")
+        build_options.effective_options("ggml", {}, backend="cuda")
     # Options without a complete set of pins name no backend: a build from before them.
-    legacy = {k: v for k, v in build.effective_options("ggml", {}).items() if k not in pins}
-    assert build.backend_of_options(legacy) is None
-    assert build.backend_of_options({**legacy, "GGML_METAL": "OFF"}) is None
+    legacy = {k: v for k, v in build_options.effective_options("ggml", {}).items()
+              if k not in pins}
+    assert build_options.backend_of_options(legacy) is None
+    assert build_options.backend_of_options({**legacy, "GGML_METAL": "OFF"}) is None
 
 
 def test_the_backend_is_in_the_build_key():
     comp = {"c++": "c++ 12", "cc": "cc 12", "cmake": "cmake version 3.25.1"}
-    keys = {build.build_key(TREE, PATCH, v, build.effective_options(v, {}, backend=b), comp)
-            for v in ("ggml", "coreml") for b in build.GGML_BACKENDS}
+    keys = {build_options.build_key(TREE, PATCH, v,
+                                    build_options.effective_options(v, {}, backend=b), comp)
+            for v in ("ggml", "coreml") for b in build_options.GGML_BACKENDS}
     assert len(keys) == 4
 
 
@@ -119,29 +122,30 @@ def test_darwin_sdk_facts_enter_the_key_and_linux_runs_nothing_new(monkeypatch):
         name = argv[0] if argv[0] == "xcode-select" else " ".join(argv[:2])
         return answers.get(name, f"{argv[0]} 1.0")
 
-    monkeypatch.setattr(build, "_first_line", first_line)
+    monkeypatch.setattr(toolchain, "_first_line", first_line)
     monkeypatch.delenv("DEVELOPER_DIR", raising=False)
     monkeypatch.delenv("MACOSX_DEPLOYMENT_TARGET", raising=False)
-    monkeypatch.setattr(build.platform, "system", lambda: "Linux")
-    linux = build.compiler_identity()
+    monkeypatch.setattr(toolchain.platform, "system", lambda: "Linux")
+    linux = toolchain.compiler_identity()
     assert "sdk" not in linux
     assert not [a for a in ran if a[0] in ("xcrun", "xcode-select")]
 
-    monkeypatch.setattr(build.platform, "system", lambda: "Darwin")
-    mac = build.compiler_identity()
+    monkeypatch.setattr(toolchain.platform, "system", lambda: "Darwin")
+    mac = toolchain.compiler_identity()
     assert mac["sdk"] == {"developer_dir": answers["xcode-select"], "version": "15.2",
                           "path": answers["xcrun --show-sdk-path"], "deployment_target": None}
     ran.clear()
     monkeypatch.setenv("DEVELOPER_DIR", "/Applications/Xcode_15.4.app/Contents/Developer")
     monkeypatch.setenv("MACOSX_DEPLOYMENT_TARGET", "14.0")
-    other = build.compiler_identity()
+    other = toolchain.compiler_identity()
     # $DEVELOPER_DIR selects the Xcode for xcrun as it does for the compiler: it wins over
     # xcode-select, which is then not asked.
     assert other["sdk"]["developer_dir"] == "/Applications/Xcode_15.4.app/Contents/Developer"
     assert other["sdk"]["deployment_target"] == "14.0"
     assert not [a for a in ran if a[0] == "xcode-select"]
-    opts = build.effective_options("ggml-asan", {})
-    keys = {build.build_key(TREE, PATCH, "ggml-asan", opts, c) for c in (linux, mac, other)}
+    opts = build_options.effective_options("ggml-asan", {})
+    keys = {build_options.build_key(TREE, PATCH, "ggml-asan", opts, c)
+            for c in (linux, mac, other)}
     assert len(keys) == 3
 
 
@@ -157,7 +161,7 @@ def _build_result(tmp_path, variant: str, backend: str, key: str = KEY,
     folder = tmp_path / "builds" / key
     folder.mkdir(parents=True, exist_ok=True)
     canonical.write_json(folder / "build.json", {"sha256": "1" * 64})
-    opts = options if options is not None else build.effective_options(
+    opts = options if options is not None else build_options.effective_options(
         variant, {"GGML_NATIVE": "ON"}, backend=backend)
     return build.BuildResult(binary=folder / "whisper-cli", sha256="1" * 64, key=key,
                              cached=True, seconds=0.1, variant=variant, options=opts,
@@ -167,18 +171,18 @@ def _build_result(tmp_path, variant: str, backend: str, key: str = KEY,
                              build_json=folder / "build.json")
 
 
-def _probe(monkeypatch, binary, err: str) -> build.SystemInfoProbe:
+def _probe(monkeypatch, binary, err: str) -> system_info.SystemInfoProbe:
     """The real probe_system_info, its launch stood in for by a result with ``err``."""
-    monkeypatch.setattr(build, "run_whisper_cli",
+    monkeypatch.setattr(system_info, "run_whisper_cli",
                         lambda argv, cwd=None, timeout=None: _result(argv, err))
-    return build.probe_system_info(binary, binary.parent / "m.bin", binary.parent / "a.wav")
+    return system_info.probe_system_info(binary, binary.parent / "m.bin", binary.parent / "a.wav")
 
 
 def _ggml_doc(tmp_path, monkeypatch, backend: str, log: str, sysinfo: str = SYSINFO,
               options=None):
     res = _build_result(tmp_path, "ggml", backend, options=options)
     probe = _probe(monkeypatch, res.binary, log + sysinfo + "\n")
-    doc = canonical.loads(canonical.dumps(build.build_evidence(res, probe)))
+    doc = canonical.loads(canonical.dumps(system_info.build_evidence(res, probe)))
     return doc, probe.result
 
 
@@ -239,8 +243,9 @@ def test_a_metal_build_must_list_metal_and_a_record_must_match_its_log(tmp_path,
 
 def test_evidence_from_before_the_pins_is_not_recorded_and_still_passes(tmp_path,
                                                                         monkeypatch):
-    pins = build.backend_pin_names()
-    legacy = {k: v for k, v in build.effective_options("ggml", {}).items() if k not in pins}
+    pins = build_options.backend_pin_names()
+    legacy = {k: v for k, v in build_options.effective_options("ggml", {}).items()
+              if k not in pins}
     doc, run = _ggml_doc(tmp_path, monkeypatch, "cpu", "", options=legacy)
     doc["probe"].pop("backend")
     assert "ggml_backend" not in doc
@@ -304,7 +309,7 @@ class _Capture:
 def _coreml(tmp_path, backend: str, bench_log: str, ggml_backend: str | None):
     from verifylib.stages import build as stage_build
     cli = _build_result(tmp_path, "coreml", backend, key=CML_KEY)
-    bench = build.BenchBuild(binary=tmp_path / "bench" / "whisper-bench", sha256="8" * 64,
+    bench = BenchBuild(binary=tmp_path / "bench" / "whisper-bench", sha256="8" * 64,
                              key="9" * 64, cli_key=CML_KEY, options=dict(cli.options),
                              cached=True, seconds=1.5)
     probe = _result([str(bench.binary), "-m", "m.bin"],
@@ -351,7 +356,7 @@ def test_the_stage_takes_the_parameter_and_old_parameters_mean_cpu():
                                                        if k != "ggml_backend"}},
                         p.origin, p.base_dir)
     assert old.runtime.ggml_backend is None
-    assert stage_build.ggml_backend(old) == build.DEFAULT_GGML_BACKEND == "cpu"
+    assert stage_build.ggml_backend(old) == build_options.DEFAULT_GGML_BACKEND == "cpu"
 
 
 def test_the_facts_table_shows_each_builds_backend():

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from verifylib import canonical
-from verifylib.whispercpp.build import build_key, effective_options, parse_system_info
+from verifylib.whispercpp.build_options import build_key, effective_options
+from verifylib.whispercpp.system_info import parse_system_info
 from verifylib.evidence.build.rules import judge_ggml_build
 from verifylib.evidence.gates import Status
 

@@ -44,7 +44,7 @@ def _exception_classes() -> dict[str, type]:
 
 def test_every_exception_class_derives_from_the_root():
     found = _exception_classes()
-    assert "verifylib.whispercpp.build.BuildError" in found
+    assert "verifylib.whispercpp.cmake_steps.BuildError" in found
     assert "verifylib.runtime.ledger.LedgerError" in found
     assert NOT_ERRORS <= set(found)
     assert issubclass(found["verifylib.batch.signals.Interrupted"], KeyboardInterrupt)

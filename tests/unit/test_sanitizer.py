@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.asan import MEASURED
-from verifylib.whispercpp import build
+from verifylib.whispercpp import build_options
 from verifylib import canonical
 from verifylib.runtime import sanitizer
 
@@ -118,25 +118,26 @@ def test_the_asan_runtime_shows_in_the_linked_libraries():
 # ----------------------------------------------------------------------------- build variants
 
 def test_asan_variants_force_their_flags_and_get_keys_of_their_own():
-    assert {v for v, _ in sanitizer.SIDES.values()} == set(build.ASAN_VARIANTS)
-    for variant in build.ASAN_VARIANTS:
-        opts = build.effective_options(variant, {"GGML_NATIVE": "ON"})
-        assert opts == {**opts, **build.forced_options(variant)}
+    assert {v for v, _ in sanitizer.SIDES.values()} == set(build_options.ASAN_VARIANTS)
+    for variant in build_options.ASAN_VARIANTS:
+        opts = build_options.effective_options(variant, {"GGML_NATIVE": "ON"})
+        assert opts == {**opts, **build_options.forced_options(variant)}
         for lang in ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"):
             assert opts[lang] == "-fsanitize=address -fno-omit-frame-pointer"
         assert opts["CMAKE_EXE_LINKER_FLAGS"] == "-fsanitize=address"
         assert opts["BUILD_SHARED_LIBS"] == "OFF" and opts["WHISPER_COREML"] == "OFF"
         with pytest.raises(ValueError, match="fixed"):
-            build.effective_options(variant, {"CMAKE_C_FLAGS": "-O3"})
+            build_options.effective_options(variant, {"CMAKE_C_FLAGS": "-O3"})
     tree, patch = "a" * 40, "b" * 64
     comp = {"cc": "gcc"}
-    keys = {build.build_key(tree, None, "ggml-unpatched", build.effective_options("ggml-unpatched", {}), comp),
-            build.build_key(tree, None, "ggml-unpatched-asan",
-                            build.effective_options("ggml-unpatched-asan", {}), comp),
-            build.build_key(tree, patch, "ggml", build.effective_options("ggml", {}), comp),
-            build.build_key(tree, patch, "ggml-asan", build.effective_options("ggml-asan", {}), comp)}
+    def key(patch_sha256, variant):
+        return build_options.build_key(tree, patch_sha256, variant,
+                                       build_options.effective_options(variant, {}), comp)
+
+    keys = {key(None, "ggml-unpatched"), key(None, "ggml-unpatched-asan"), key(patch, "ggml"),
+            key(patch, "ggml-asan")}
     assert len(keys) == 4
     with pytest.raises(ValueError, match="patch_sha256=None"):
-        build.build_key(tree, patch, "ggml-unpatched-asan", {}, comp)
+        build_options.build_key(tree, patch, "ggml-unpatched-asan", {}, comp)
     with pytest.raises(ValueError, match="needs the applied patch"):
-        build.build_key(tree, None, "ggml-asan", {}, comp)
+        build_options.build_key(tree, None, "ggml-asan", {}, comp)

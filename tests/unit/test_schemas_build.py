@@ -4,7 +4,7 @@ The documents are built the way :mod:`verifylib.stages.build` builds them: throu
 :func:`~verifylib.whispercpp.source.source_evidence`,
 :func:`~verifylib.whispercpp.source.patch_evidence` (from
 :class:`~verifylib.whispercpp.source.PatchCheck` objects),
-:func:`~verifylib.whispercpp.build.build_evidence` (from a
+:func:`~verifylib.whispercpp.system_info.build_evidence` (from a
 :class:`~verifylib.whispercpp.build.BuildResult` and its probe) and
 :func:`~verifylib.stages.build.write_coreml_evidence`. ``to_json(from_json(doc))`` must give
 the same dict and the same canonical bytes; a malformed variant must be refused with the
@@ -26,8 +26,10 @@ from verifylib.evidence.build import rules as build_rules
 from verifylib.evidence.build import schema as schemas
 from verifylib.runtime.runner import RunResult
 from verifylib.whispercpp import source
-from verifylib.whispercpp.build import (BenchBuild, BuildResult, SystemInfoProbe, build_evidence,
-                                        effective_options)
+from verifylib.whispercpp.bench import BenchBuild
+from verifylib.whispercpp.build import BuildResult
+from verifylib.whispercpp.build_options import effective_options
+from verifylib.whispercpp.system_info import SystemInfoProbe, build_evidence
 from verifylib.evidence.fields import SchemaError
 
 TREE = "a276adc5ab0958b854ce44c16a3e31615f473552"

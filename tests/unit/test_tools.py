@@ -13,7 +13,7 @@ import pytest
 from verifylib.errors import ParametersInvalid
 from verifylib.runtime import capabilities, tools
 from verifylib.runtime.capabilities import HostCapabilities, XcodeState
-from verifylib.whispercpp import build
+from verifylib.whispercpp import cmake_steps
 
 
 def _exe(folder: Path, name: str) -> Path:
@@ -193,8 +193,8 @@ def test_a_build_without_cmake_raises_tool_missing_not_file_not_found(bare_path,
                                                                        monkeypatch):
     _pypi_cmake_package(monkeypatch, None)
     with pytest.raises(tools.ToolMissing, match="pip install cmake"):
-        build._cmake_target(tmp_path / "src", tmp_path / "b", {}, "whisper-cli", "t", jobs=1,
-                            timeout=5, log=lambda m: None)
+        cmake_steps.cmake_target(tmp_path / "src", tmp_path / "b", {}, "whisper-cli", "t",
+                                 jobs=1, timeout=5, log=lambda m: None)
 
 
 def test_a_cmake_that_vanished_before_launch_raises_tool_missing(bare_path, tmp_path,
@@ -204,7 +204,7 @@ def test_a_cmake_that_vanished_before_launch_raises_tool_missing(bare_path, tmp_
     def vanished(argv, **kwargs):
         raise FileNotFoundError(2, "No such file or directory", argv[0])
 
-    monkeypatch.setattr(build, "run", vanished)
+    monkeypatch.setattr(cmake_steps, "run", vanished)
     with pytest.raises(tools.ToolMissing, match="could not be launched"):
-        build._cmake_target(tmp_path / "src", tmp_path / "b", {}, "whisper-cli", "t", jobs=1,
-                            timeout=5, log=lambda m: None)
+        cmake_steps.cmake_target(tmp_path / "src", tmp_path / "b", {}, "whisper-cli", "t",
+                                 jobs=1, timeout=5, log=lambda m: None)

@@ -25,7 +25,7 @@ from verifylib.evidence import identities
 SIDES = {"unpatched": ("ggml-unpatched-asan", identities.BINARY_GGML_UNPATCHED_ASAN),
          "patched": ("ggml-asan", identities.BINARY_GGML_ASAN)}
 """The two sides of ``canary.sanitizer``: side -> (build variant in
-:data:`verifylib.whispercpp.build.ASAN_VARIANTS`, the identity that binds its binary's
+:data:`verifylib.whispercpp.build_options.ASAN_VARIANTS`, the identity that binds its binary's
 digest). Kept here, in a runtime module that needs only the identity keys, so the stage
 that builds, the one that runs and the rule that judges spell them one way."""
 

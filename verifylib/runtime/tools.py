@@ -14,8 +14,8 @@ Where cmake comes from, in this order:
    Homebrew still has one (``cmake.CMAKE_BIN_DIR``).
 
 Neither macOS nor Xcode ships cmake. The version line of the cmake used enters the build
-key (:func:`verifylib.whispercpp.build.compiler_identity`); its path is recorded as the
-first word of the configure command of each build.
+key (:func:`verifylib.whispercpp.toolchain.compiler_identity`); its path is recorded as
+the first word of the configure command of each build.
 
 Finding a tool launches nothing: ``PATH`` is searched and the ``cmake`` package imported.
 Version lines come from :func:`with_versions`, which runs each tool's ``--version``.

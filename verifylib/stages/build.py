@@ -60,8 +60,12 @@ from verifylib.runtime import contracts
 from verifylib.runtime.runner import RunResult, run_record
 from verifylib.stages.artifacts import ASAN_SIDES, source_spec
 from verifylib.stages.context import StageContext
+from verifylib.whispercpp import bench as _bench
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
+from verifylib.whispercpp import system_info as _system_info
+from verifylib.whispercpp.build_options import DEFAULT_GGML_BACKEND
+from verifylib.whispercpp.cmake_steps import BuildError
 from verifylib.whispercpp.pool import BuildPool
 
 STAGE = "01_build"
@@ -103,7 +107,7 @@ def ggml_backend(params: Params) -> str:
     str
         ``cpu`` or ``metal``; ``cpu`` for parameters from before the key existed.
     """
-    return params.runtime.ggml_backend or _build.DEFAULT_GGML_BACKEND
+    return params.runtime.ggml_backend or DEFAULT_GGML_BACKEND
 
 
 def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
@@ -167,7 +171,7 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
                             variant="ggml", options=build_options(params), cache_dir=cache,
                             jobs=params.runtime.jobs, log=print,
                             backend=ggml_backend(params))
-                    except _build.BuildError as exc:
+                    except BuildError as exc:
                         build_error = str(exc)
                     checks["after"] = _source.check_patch_exact(patched.path, pin).to_evidence()
             ev = PatchEvidence.from_json(_source.patch_evidence(pin, checks))
@@ -183,14 +187,15 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
                 g.judge(refs)
             else:
                 fx = tree.path
-                probe = _build.probe_system_info(
+                probe = _system_info.probe_system_info(
                     build_result.binary, fx / contracts.TEST_MODEL_IN_TREE,
                     fx / contracts.TEST_AUDIO_IN_TREE)
                 refs.append(ctx.write_bytes("probe_stderr", probe.result.stderr,
                                             "probe.stderr.txt"))
                 refs.append(ctx.write_bytes("probe_stdout", probe.result.stdout,
                                             "probe.stdout.txt"))
-                built = GgmlBuildEvidence.from_json(_build.build_evidence(build_result, probe))
+                built = GgmlBuildEvidence.from_json(
+                    _system_info.build_evidence(build_result, probe))
                 refs.append(ctx.write_json("build", built.to_json()))
                 ids = {identities.BINARY_GGML: build_result.sha256}
                 if built.ggml_backend is not None:
@@ -211,17 +216,17 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
             if patched is None or tree is None:
                 raise RuntimeError("build.patch_exact passed but left no patched work tree")
             try:
-                cli, bench = _build.build_coreml_variant(patched.path, tree_id=pin.tree,
+                cli, bench = _bench.build_coreml_variant(patched.path, tree_id=pin.tree,
                                                   patch_sha256=pin.patch_sha256,
                                                   options=build_options(params), cache_dir=cache,
                                                   jobs=params.runtime.jobs,
                                                   backend=ggml_backend(params))
-            except _build.BuildError as exc:
+            except BuildError as exc:
                 # A Core ML build that does not build is this gate's FAIL, with its log tail.
                 g.judge([ctx.write_json("coreml_build", FailedBuild(error=str(exc)).to_json())])
                 return _finish(ctx)
             after = _source.check_patch_exact(patched.path, pin)
-            probe = _build.probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
+            probe = _bench.probe_bench(bench.binary, tree.path / contracts.TEST_MODEL_IN_TREE)
             refs, ids = write_coreml_evidence(
                 ctx, cli, bench, probe, patch_after_problems=list(after.problems),
                 ggml_key=build_result.key if build_result is not None else None,
@@ -303,7 +308,7 @@ def _collect(pool: BuildPool | None, variant: str) -> Callable[..., "_build.Buil
 
 def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", options: Mapping,
                     cache: Path, *, jobs: int = 2, log: Callable[[str], None] = print,
-                    backend: str = _build.DEFAULT_GGML_BACKEND,
+                    backend: str = DEFAULT_GGML_BACKEND,
                     pool: BuildPool | None = None) -> dict:
     """Build the unpatched static GGML whisper-cli, the "A" side of the lifecycle A/B.
 
@@ -353,7 +358,7 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
                   "tree_id": res.tree_id, "patch_sha256": None, "cached": res.cached,
                   "seconds": round(res.seconds, 3), "source_tree_after": after,
                   "ggml_backend": res.ggml_backend}
-    except _build.BuildError as exc:
+    except BuildError as exc:
         ev = {"built": False, "error": str(exc)}
     ctx.write_json(UNPATCHED_SIDECAR, ev)
     if ev["built"]:
@@ -374,7 +379,7 @@ def _sidecar_record(res: "_build.BuildResult") -> dict:
 def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
                      pin: "_source.Pin", options: Mapping, cache: Path, *, jobs: int = 2,
                      log: Callable[[str], None] = print,
-                     backend: str = _build.DEFAULT_GGML_BACKEND,
+                     backend: str = DEFAULT_GGML_BACKEND,
                      pool: BuildPool | None = None) -> dict:
     """Build the AddressSanitizer whisper-cli of both sides of ``canary.sanitizer``.
 
@@ -426,7 +431,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
             res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
                                            variant=variant, options=options, cache_dir=cache,
                                            jobs=jobs, log=log, backend=backend)
-        except _build.BuildError as exc:
+        except BuildError as exc:
             out[side] = {"built": False, "error": str(exc)}
             continue
         if patch is None:
@@ -449,7 +454,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
 # ----------------------------------------------------------------------------- Core ML build
 
 def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
-                          bench: "_build.BenchBuild", probe: RunResult, *,
+                          bench: "_bench.BenchBuild", probe: RunResult, *,
                           patch_after_problems: list[str],
                           ggml_key: str | None,
                           ggml_backend: str | None = None) -> tuple[list, dict]:

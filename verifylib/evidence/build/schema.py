@@ -202,7 +202,7 @@ class FailedBuild(Schema):
 
 
 class SharedGgmlRecord(Schema):
-    """The shared ggml build a binary links (``GgmlBuild.to_evidence`` of whispercpp.build).
+    """The shared ggml build a binary links (``GgmlBuild.to_evidence``, whispercpp.shared_ggml).
 
     Attributes
     ----------
@@ -230,7 +230,7 @@ class SharedGgmlRecord(Schema):
 class GgmlBuildEvidence(Schema):
     """``build.ggml`` evidence of a built whisper-cli.
 
-    As :func:`verifylib.whispercpp.build.build_evidence` writes it.
+    As :func:`verifylib.whispercpp.system_info.build_evidence` writes it.
 
     Attributes
     ----------

@@ -38,7 +38,7 @@ from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
-from verifylib.whispercpp import build as _build
+from verifylib.whispercpp import build_options as _build_options
 from verifylib.whispercpp import source as _source
 
 __all__ = ["stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
@@ -278,7 +278,8 @@ def _asan_build_problems(side: str, s: SanitizerSide, pin: Any) -> list[str]:
     if b.variant != variant:
         out.append(f"{side}: built variant {b.variant!r}, not {variant!r}")
     opts = b.options or {}
-    wrong = sorted(k for k, v in _build.forced_options(variant).items() if opts.get(k) != v)
+    wrong = sorted(k for k, v in _build_options.forced_options(variant).items()
+                   if opts.get(k) != v)
     if wrong:
         out.append(f"{side}: CMake options {wrong} are not the {variant} build's")
     libs = None if b.needed_libs is None else list(b.needed_libs)
