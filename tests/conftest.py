@@ -225,21 +225,33 @@ def v185_unpatched_build(v185_source, v185_builds) -> UnpatchedBuild:
 
 
 @pytest.fixture(scope="session")
-def default_audit(tmp_path_factory, v185_ggml_build, v185_asan_builds):
-    """The README's default audit, run once per session through the CLI.
+def installed_wheel(tmp_path_factory) -> Path:
+    """A wheel of this checkout installed into a folder of its own (tests/helpers/wheel.py)."""
+    from tests.helpers.wheel import build_wheel, install_wheel
+    return install_wheel(build_wheel(tmp_path_factory.mktemp("wheel")))
+
+
+@pytest.fixture(scope="session")
+def default_audit(tmp_path_factory, installed_wheel, v185_ggml_build, v185_asan_builds):
+    """The README's default audit, run once per session as a user runs it.
+
+    ``verifylib run`` with no argument, from the installed wheel (its own notebooks,
+    patches, parameters and fixtures), in a folder that is not the checkout, so one audit
+    serves the tests of the audit and of the installed package.
 
     Returns
     -------
     (subprocess.CompletedProcess, Path)
-        The CLI's result and the published run directory. Tests must not modify it (copy
-        it with ``tests.helpers.forge.clone`` first).
+        The CLI's result and the published run directory (``./reports/tiny-en/<run id>``
+        of that folder). Tests must not modify it (copy it with ``tests.helpers.forge.clone``
+        first).
     """
-    root = ROOT
-    reports = tmp_path_factory.mktemp("reports")
-    res = subprocess.run([sys.executable, "-m", "verifylib", "run",
-                          str(root / "parameters" / "tiny-en.yaml"), "--reports", str(reports),
-                          "--no-progress"], capture_output=True, text=True)
+    from tests.helpers.wheel import run_outside
+    where = tmp_path_factory.mktemp("default-audit")
+    res = run_outside(installed_wheel, where, "-m", "verifylib", "run", "--no-progress",
+                      timeout=3600)
     assert res.returncode == 0, res.stdout + res.stderr
+    reports = where / "reports"
     (run_dir,) = [p for p in (reports / "tiny-en").iterdir() if not p.name.startswith(".")]
     return res, run_dir
 

@@ -9,17 +9,18 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
-from tests.helpers.wheel import build_wheel, install_wheel, run_outside
+from tests.helpers.wheel import run_outside
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def site(installed_wheel) -> Path:
+    return installed_wheel
 
 
 @pytest.fixture(scope="module")
-def site(wheel) -> Path:
-    return install_wheel(wheel)
+def wheel(site) -> Path:
+    (whl,) = (site.parent / "dist").glob("verifylib-*.whl")  # beside it (tests/helpers/wheel.py)
+    return whl
 
 
 def _expected_data() -> list[str]:

@@ -72,8 +72,9 @@ def install_wheel(wheel: Path) -> Path:
     return target
 
 
-def run_outside(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def run_outside(site: Path, cwd: Path, *args: str,
+                timeout: float = 300) -> subprocess.CompletedProcess:
     """Python with only ``site`` added to its path, in ``cwd``."""
     env = dict(os.environ, PYTHONPATH=str(site))
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=timeout)

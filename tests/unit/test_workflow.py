@@ -165,7 +165,7 @@ def test_the_mac_job_makes_the_documented_steps_in_order(workflow):
 
 def test_the_readme_commands_are_quick_starts_two_lines():
     first, second = _quick_start()
-    assert first.endswith("verifylib run") and second.endswith("-m pytest")
+    assert first.endswith("verifylib run") and second.endswith("-m pytest -n 2")
 
 
 def test_nothing_is_accepted_silently(workflow):

@@ -130,7 +130,8 @@ def runtime_tree(ctx: StageContext) -> Path:
     Returns
     -------
     Path
-        The folder, its git tree id checked again against the one that passed.
+        The folder, its git tree id checked again against the one that passed (on the
+        stage's first call; later calls of the same stage return the checked folder).
 
     Raises
     ------
@@ -139,11 +140,14 @@ def runtime_tree(ctx: StageContext) -> Path:
     """
     from verifylib.whispercpp.source import git_tree_id
 
+    if ctx.checked_runtime_tree is not None:
+        return ctx.checked_runtime_tree
     ev = ctx.evidence_of(BUILD_SOURCE_IDENTITY, "source")
     path = Path(ev["path"])
     if not path.is_dir() or git_tree_id(path) != ev["computed_tree"]:
         raise PrerequisiteBroken(f"runtime source {path} changed since "
                                  f"build.source_identity passed")
+    ctx.checked_runtime_tree = path
     return path
 
 

@@ -157,6 +157,9 @@ class StageContext:
         self.identities: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
         self.result: Any = None
+        # The runtime source folder once this stage has checked its tree id again: once per
+        # stage, not per use (each check hashes the whole tree, seconds apiece).
+        self.checked_runtime_tree: Path | None = None
         self._t0 = time.perf_counter()
         # Evidence is never replaced: a second outcome in the same folder would hide the
         # first (a retried run), and a published run is read-only for every command.
