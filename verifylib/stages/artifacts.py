@@ -22,6 +22,12 @@ from typing import Any
 
 from verifylib.canonical import read_json, sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence.build.schema import (
+    CoremlBuildEvidence,
+    GgmlBuildEvidence,
+    SourceEvidence,
+)
+from verifylib.evidence.export.schema import GgmlModelEvidence
 from verifylib.evidence.gates import (
     BUILD_COREML,
     BUILD_GGML,
@@ -142,9 +148,9 @@ def runtime_tree(ctx: StageContext) -> Path:
 
     if ctx.checked_runtime_tree is not None:
         return ctx.checked_runtime_tree
-    ev = ctx.evidence_of(BUILD_SOURCE_IDENTITY, "source")
-    path = Path(ev["path"])
-    if not path.is_dir() or git_tree_id(path) != ev["computed_tree"]:
+    ev = ctx.document(BUILD_SOURCE_IDENTITY, "source", SourceEvidence)
+    path = Path(ev.path or "")
+    if not ev.path or not path.is_dir() or git_tree_id(path) != ev.computed_tree:
         raise PrerequisiteBroken(f"runtime source {path} changed since "
                                  f"build.source_identity passed")
     ctx.checked_runtime_tree = path
@@ -198,11 +204,12 @@ def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
 
 
 def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path, str]:
-    ev = ctx.evidence_of(gate_id, evidence)
-    binary = Path(ev["binary"])
-    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
+    schema = CoremlBuildEvidence if gate_id == BUILD_COREML else GgmlBuildEvidence
+    ev = ctx.document(gate_id, evidence, schema)
+    binary = Path(ev.binary)
+    if not binary.is_file() or sha256_file(binary) != ev.sha256:
         raise PrerequisiteBroken(f"{binary} is not the whisper-cli that passed {gate_id}")
-    return binary, ev["sha256"]
+    return binary, ev.sha256
 
 
 def unpatched_binary(ctx: StageContext) -> tuple[Path, str]:
@@ -386,18 +393,15 @@ def published_model(ctx: StageContext) -> tuple[Path, str]:
     PrerequisiteBroken
         If the gate did not pass or the file's bytes are not the ones it recorded.
     """
-    ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
-    # A record without a path names the writer's file (what every written model is).
-    rel = ev.get("path", "/".join(GGML_MODEL))
-    if rel != published_model_name(ev.get("ftype", "f16")):
-        raise PrerequisiteBroken(f"export.ggml_model names {rel!r}, not a model file name "
+    ev = ctx.document(EXPORT_GGML_MODEL, "ggml", GgmlModelEvidence)
+    if ev.path != published_model_name(ev.ftype):
+        raise PrerequisiteBroken(f"export.ggml_model names {ev.path!r}, not a model file name "
                                  f"this stage publishes")
-    path = ctx.run_dir / rel
-    if not path.is_file() or sha256_file(path) != ev.get("sha256"):
+    path = ctx.run_dir / ev.path
+    if not path.is_file() or sha256_file(path) != ev.sha256:
         raise PrerequisiteBroken(f"{path} is not the model file that passed "
                                  f"export.ggml_model")
-    arg = ev.get("model_arg")
-    return path, (arg if isinstance(arg, str) and Path(arg) == path else str(path))
+    return path, (ev.model_arg if Path(ev.model_arg) == path else str(path))
 
 
 def source_ftype(ctx: StageContext) -> str | None:
@@ -420,7 +424,7 @@ def source_ftype(ctx: StageContext) -> str | None:
     if ctx.params.model.kind != "ggml":
         return None
     try:
-        return ctx.evidence_of(EXPORT_GGML_MODEL, "ggml").get("ftype")
+        return ctx.document(EXPORT_GGML_MODEL, "ggml", GgmlModelEvidence).ftype
     except PrerequisiteBroken:
         pass
     from verifylib.models.ggml_file import open_ggml

@@ -16,12 +16,13 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 from verifylib import canonical
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken, StageRefusal
 from verifylib.evidence import gates
 from verifylib.evidence import registry as rules
+from verifylib.evidence.fields import Schema
 from verifylib.evidence.gates import Gate, NotRunKind, Status
 from verifylib.evidence.layout import (
     EVIDENCE_DIR,
@@ -46,6 +47,8 @@ from verifylib.evidence.records import (
 from verifylib.params import Params
 from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect
+
+_D = TypeVar("_D", bound=Schema)
 
 
 class GateRun:
@@ -271,6 +274,32 @@ class StageContext:
         if rec is None or rec.status is not Status.PASS:
             raise PrerequisiteBroken(f"{gate_id} has not passed in {self.run_dir}")
         return EvidenceView(self.run_dir, rec.evidence).json(name)
+
+    def document(self, gate_id: str, name: str, schema: type[_D]) -> _D:
+        """Read evidence ``name`` of an earlier gate that PASSed as its typed document.
+
+        Parameters
+        ----------
+        gate_id : str
+            The earlier gate.
+        name : str
+            The evidence name among the files it cites.
+        schema : type
+            The document's :class:`~verifylib.evidence.fields.Schema` (``evidence/<stage>/
+            schema.py``), the one the gate's rule read it with.
+
+        Returns
+        -------
+        The document, read through ``schema`` (digest-checked, as :meth:`evidence_of`).
+
+        Raises
+        ------
+        verifylib.errors.PrerequisiteBroken
+            If the gate has not passed in this run directory.
+        verifylib.evidence.fields.SchemaError
+            If the file does not hold the document (it passed a rule that read it so).
+        """
+        return schema.from_json(self.evidence_of(gate_id, name), name)
 
     def artifact_path(self, *parts: str) -> Path:
         """Return a path for a published artifact inside the run directory (``fp32/...``).

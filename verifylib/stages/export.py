@@ -164,7 +164,7 @@ def _export_compile(ctx: StageContext) -> None:
     with g:
         exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
         try:
-            fp32_arg = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")["model_arg"]
+            fp32_arg = ctx.document(EXPORT_GGML_MODEL, "ggml", GgmlModelEvidence).model_arg
         except PrerequisiteBroken:
             fp32_arg = str(ctx.run_dir.joinpath(*GGML_MODEL))
         refs, entries, ids = [], [], {}
