@@ -433,6 +433,75 @@ def _schema_error_message(err: "jsonschema.ValidationError") -> str:
     return f"key {key}: {err.message}"
 
 
+def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -> None:
+    """Refuse an unknown pin or backend, or a source that is not the pin's or is missing."""
+    from verifylib.whispercpp.source import load_pins
+    try:
+        pins = load_pins(manifest)
+    except ValueError as exc:
+        raise ParametersInvalid(f"{origin}: key runtime.pin: the pin manifest is unusable: "
+                                f"{exc}") from None
+    pin = runtime["pin"]
+    if pin not in pins:
+        raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
+                                f"(known: {', '.join(sorted(pins))}; see {manifest})")
+    check_backend(origin, runtime["ggml_backend"])
+    src = runtime["source"]
+    if src["kind"] == "git":
+        want = pins[pin].commit
+        if src.get("commit", want) != want:
+            raise ParametersInvalid(f"{origin}: key runtime.source.commit: {src['commit']} is "
+                                    f"not pin {pin}'s commit {want}")
+    if src["kind"] in ("archive", "folder"):
+        path = (base_dir / Path(src["path"]).expanduser())
+        if not path.exists():
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} does not exist")
+        if src["kind"] == "archive" and not path.is_file():
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a file")
+        if src["kind"] == "folder" and not path.is_dir():
+            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a folder")
+        if src["kind"] == "folder":
+            # Only the subdir is copied; a missing one is the fetch's to report.
+            sub = path / src["subdir"] if src.get("subdir") else path
+            refuse_litter(f"{origin}: key runtime.source.path", sub if sub.is_dir() else path,
+                           "the source's git tree id, which must be the pin's")
+
+
+def _check_fixtures(origin: str, fixtures: list[dict], base_dir: Path) -> None:
+    """Refuse duplicate fixture ids, missing recordings or texts, an inline private text."""
+    seen: dict[str, str] = {}  # case-folded id -> its first spelling
+    for i, fx in enumerate(fixtures):
+        first = seen.get(fx["id"].casefold())
+        if first == fx["id"]:
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
+        if first is not None:
+            # Evidence files are named by fixture id (ggml-<id>.stderr.txt): on a
+            # case-insensitive file system, macOS's default, the two would be one file.
+            raise ParametersInvalid(
+                f"{origin}: key fixtures[{i}].id: {fx['id']!r} and {first!r} differ only in "
+                "case; their evidence files would be one file on a case-insensitive file "
+                "system (macOS's default): rename one")
+        seen[fx["id"].casefold()] = fx["id"]
+        if "path" in fx:
+            fp = base_dir / Path(fx["path"]).expanduser()
+            if not fp.is_file():
+                raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
+            check_audio(origin, i, fp)
+        if "text" in fx and "text_file" in fx:
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}]: give text or text_file, "
+                                    "not both")
+        if "text" in fx and not fx["public"]:
+            # Parameters are copied into every executed notebook and run.json; a private
+            # reference text must stay in its own file and be persisted only as counts.
+            raise ParametersInvalid(f"{origin}: key fixtures[{i}].text: a non-public fixture's "
+                                    "reference must be given as text_file, not inline")
+        if "text_file" in fx:
+            tp = base_dir / Path(fx["text_file"]).expanduser()
+            if not tp.is_file():
+                raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
+                                        "does not exist")
+
+
 def validate(data: Any, origin: str, base_dir: Path,
              manifest: Path = PATCHES_MANIFEST) -> Params:
     """Validate a parameter tree.
@@ -465,36 +534,7 @@ def validate(data: Any, origin: str, base_dir: Path,
     if problems:
         raise ParametersInvalid(f"{origin}: " + "; ".join(problems))
     p = _merge_defaults(data)
-    from verifylib.whispercpp.source import load_pins
-    try:
-        pins = load_pins(manifest)
-    except ValueError as exc:
-        raise ParametersInvalid(f"{origin}: key runtime.pin: the pin manifest is unusable: "
-                                f"{exc}") from None
-    pin = p["runtime"]["pin"]
-    if pin not in pins:
-        raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
-                                f"(known: {', '.join(sorted(pins))}; see {manifest})")
-    check_backend(origin, p["runtime"]["ggml_backend"])
-    src = p["runtime"]["source"]
-    if src["kind"] == "git":
-        want = pins[pin].commit
-        if src.get("commit", want) != want:
-            raise ParametersInvalid(f"{origin}: key runtime.source.commit: {src['commit']} is "
-                                    f"not pin {pin}'s commit {want}")
-    if src["kind"] in ("archive", "folder"):
-        path = (base_dir / Path(src["path"]).expanduser())
-        if not path.exists():
-            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} does not exist")
-        if src["kind"] == "archive" and not path.is_file():
-            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a file")
-        if src["kind"] == "folder" and not path.is_dir():
-            raise ParametersInvalid(f"{origin}: key runtime.source.path: {path} is not a folder")
-        if src["kind"] == "folder":
-            # Only the subdir is copied; a missing one is the fetch's to report.
-            sub = path / src["subdir"] if src.get("subdir") else path
-            refuse_litter(f"{origin}: key runtime.source.path", sub if sub.is_dir() else path,
-                           "the source's git tree id, which must be the pin's")
+    _check_runtime(origin, p["runtime"], base_dir, manifest)
     model = p["model"]
     if model["kind"] in ("ct2-dir", "hf-dir"):
         mp = base_dir / Path(model["path"]).expanduser()
@@ -512,37 +552,7 @@ def validate(data: Any, origin: str, base_dir: Path,
         # Nothing is exported: the fp16 variant's gates are NOT_RUN(disabled) by this key.
         p["export"]["fp16"] = False
         check_encoder(origin, base_dir / Path(p["encoder"]["path"]).expanduser())
-    seen: dict[str, str] = {}  # case-folded id -> its first spelling
-    for i, fx in enumerate(p["fixtures"]):
-        first = seen.get(fx["id"].casefold())
-        if first == fx["id"]:
-            raise ParametersInvalid(f"{origin}: key fixtures[{i}].id: duplicate id {fx['id']!r}")
-        if first is not None:
-            # Evidence files are named by fixture id (ggml-<id>.stderr.txt): on a
-            # case-insensitive file system, macOS's default, the two would be one file.
-            raise ParametersInvalid(
-                f"{origin}: key fixtures[{i}].id: {fx['id']!r} and {first!r} differ only in "
-                "case; their evidence files would be one file on a case-insensitive file "
-                "system (macOS's default): rename one")
-        seen[fx["id"].casefold()] = fx["id"]
-        if "path" in fx:
-            fp = base_dir / Path(fx["path"]).expanduser()
-            if not fp.is_file():
-                raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
-            check_audio(origin, i, fp)
-        if "text" in fx and "text_file" in fx:
-            raise ParametersInvalid(f"{origin}: key fixtures[{i}]: give text or text_file, "
-                                    "not both")
-        if "text" in fx and not fx["public"]:
-            # Parameters are copied into every executed notebook and run.json; a private
-            # reference text must stay in its own file and be persisted only as counts.
-            raise ParametersInvalid(f"{origin}: key fixtures[{i}].text: a non-public fixture's "
-                                    "reference must be given as text_file, not inline")
-        if "text_file" in fx:
-            tp = base_dir / Path(fx["text_file"]).expanduser()
-            if not tp.is_file():
-                raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
-                                        "does not exist")
+    _check_fixtures(origin, p["fixtures"], base_dir)
     check_vocabulary(origin, p["model"], base_dir)
     check_languages(origin, p, base_dir)
     _absolutize(p, base_dir)

@@ -21,6 +21,7 @@ from verifylib.batch import executors as batch_executors
 from verifylib.batch import ray as ray_executor
 from verifylib.batch.audit import RunOutcome
 from verifylib.batch.failures import FailedRun
+from verifylib.batch.run_stream import StreamHeader
 from verifylib.batch.signals import Interrupted, interrupts_raise
 from verifylib.cli import main as cli
 from verifylib.evidence.receipt import verify
@@ -171,9 +172,9 @@ def test_a_stream_cut_short_is_an_error_and_leaves_nothing(ray_cluster, tmp_path
     reports = tmp_path / "reports"
 
     def cut(spec):
-        yield ray_executor.StreamHeader(spec["params"]["name"], "20990101T000000Z-0000abcd",
-                                        "INCOMPLETE", {"kind": "ray", "node": "n1"},
-                                        10 * 1024, 1024).to_json()
+        yield StreamHeader(spec["params"]["name"], "20990101T000000Z-0000abcd",
+                           "INCOMPLETE", {"kind": "ray", "node": "n1"}, 10 * 1024,
+                           1024).to_json()
         yield b"\0" * 1024
         if how == "dies":
             # Once the driver has the header and its staging file (items not yet

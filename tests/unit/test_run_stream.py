@@ -1,7 +1,7 @@
 """A finished run travelling back from a Ray node: the streamed tar and its receiver.
 
 Fast and without a cluster: the archive is checked byte for byte against :mod:`tarfile`,
-and :class:`verifylib.batch.ray.RunReceiver` is fed what a task yields (header,
+and :class:`verifylib.batch.run_stream.RunReceiver` is fed what a task yields (header,
 chunks, trailer) for a synthetic run that verifies. The real tasks are in
 ``tests/notebooks/test_ray.py``.
 """
@@ -20,7 +20,7 @@ from tests.helpers import synthetic
 from verifylib import canonical, params
 from verifylib.batch import audit as orchestrate
 from verifylib.batch.archive import RunImportRefused, import_run, plan_run_archive
-from verifylib.batch.ray import RunReceiver, StreamHeader, StreamTrailer
+from verifylib.batch.run_stream import RunReceiver, StreamHeader, StreamTrailer
 from verifylib.evidence.receipt import verify
 from verifylib.stages.context import init_run_dir
 from verifylib.evidence import layout

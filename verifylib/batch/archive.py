@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from verifylib import canonical
 from verifylib.batch.audit import RunOutcome
@@ -17,8 +17,11 @@ from verifylib.batch.signals import note_published, signals_deferred
 from verifylib.batch.staging import STAGING, create_staging, remove_staging
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence import gates
-from verifylib.evidence.layout import RUN_ID_RE
+from verifylib.evidence.layout import RUN_FILE, RUN_ID_RE
 from verifylib.views import report
+
+if TYPE_CHECKING:
+    import tarfile
 
 
 class RunImportRefused(EvidenceInvalid):
@@ -216,30 +219,9 @@ def import_run(archive: bytes | str | os.PathLike, name: str, reports_root: Path
     KeyboardInterrupt
         :class:`Interrupted`; the staging folder is removed as in :func:`run_one`.
     """
-    import io
-    import tarfile
-
-    from verifylib.evidence.layout import RUN_FILE
     from verifylib.evidence.receipt import verify
-    try:
-        if isinstance(archive, (bytes, bytearray, memoryview)):
-            tar = tarfile.open(fileobj=io.BytesIO(bytes(archive)), mode="r:")
-        else:
-            tar = tarfile.open(name=os.fspath(archive), mode="r:")
-    except (tarfile.TarError, OSError) as exc:
-        raise RunImportRefused(f"{name}: the returned run is not a tar archive: {exc}") from None
-    with tar:
-        try:
-            run = canonical.loads(tar.extractfile(tar.getmember(RUN_FILE)).read())
-        except (KeyError, AttributeError, ValueError, tarfile.TarError) as exc:
-            raise RunImportRefused(f"{name}: the returned run has no readable {RUN_FILE}: "
-                                   f"{exc}") from None
-        run_id = run.get("run_id") if isinstance(run, dict) else None
-        if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
-            raise RunImportRefused(f"{name}: the returned run has a malformed run id "
-                                   f"{run_id!r}")
-        if run.get("name") != name:
-            raise RunImportRefused(f"{name}: the returned run belongs to {run.get('name')!r}")
+    with _open_tar(archive, name) as tar:
+        run_id = _run_id_of(tar, name)
         final = Path(reports_root) / name / run_id
         staging = Path(reports_root) / name / STAGING / run_id
         if final.exists() or staging.exists():
@@ -272,3 +254,32 @@ def import_run(archive: bytes | str | os.PathLike, name: str, reports_root: Path
         seconds = {}
     return RunOutcome(name, final, gates.Verdict(res.verdict), final / report.REPORT,
                       seconds if isinstance(seconds, dict) else {})
+
+
+def _open_tar(archive: bytes | str | os.PathLike, name: str) -> tarfile.TarFile:
+    """Open the archive of ``name``'s run, in memory or from its file."""
+    import io
+    import tarfile
+    try:
+        if isinstance(archive, (bytes, bytearray, memoryview)):
+            return tarfile.open(fileobj=io.BytesIO(bytes(archive)), mode="r:")
+        return tarfile.open(name=os.fspath(archive), mode="r:")
+    except (tarfile.TarError, OSError) as exc:
+        raise RunImportRefused(f"{name}: the returned run is not a tar archive: {exc}") from None
+
+
+def _run_id_of(tar: tarfile.TarFile, name: str) -> str:
+    """Read the run id from the archive's ``run.json``, refusing a run not of ``name``."""
+    import tarfile
+    try:
+        run = canonical.loads(tar.extractfile(tar.getmember(RUN_FILE)).read())
+    except (KeyError, AttributeError, ValueError, tarfile.TarError) as exc:
+        raise RunImportRefused(f"{name}: the returned run has no readable {RUN_FILE}: "
+                               f"{exc}") from None
+    run_id = run.get("run_id") if isinstance(run, dict) else None
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise RunImportRefused(f"{name}: the returned run has a malformed run id "
+                               f"{run_id!r}")
+    if run.get("name") != name:
+        raise RunImportRefused(f"{name}: the returned run belongs to {run.get('name')!r}")
+    return run_id

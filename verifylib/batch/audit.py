@@ -161,8 +161,6 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         (unless the interrupt came after the publishing rename), the kernel is shut down
         and the staging folder is removed, as it is for any other exception.
     """
-    import papermill as pm
-
     if "01_build" in stages:
         # Checked again on the host that builds (a Ray node, a --jobs worker): a missing
         # tool refuses the audit before its run directory exists.
@@ -178,40 +176,9 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
         init_run_dir(staging, params, run_id,
                      executor=dict(executor) if executor is not None else executor_record())
         (staging / "notebooks").mkdir()
-        errors: dict[str, str] = {}
-        seconds: dict[str, dict] = {}
-        cwd = str(resources.notebooks_dir())
-        ahead = start_kernel(cwd, kernel_manager)
-        for i, stage in enumerate(stages, 1):
-            log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
-            t0 = time.perf_counter()
-            # Each stage gets a fresh kernel of its own, started while the previous stage
-            # ran: its start-up (most of a second) overlaps that stage's work.
-            km, ahead = ahead, (start_kernel(cwd, kernel_manager) if i < len(stages) else None)
-            relay = LineRelay(_stage_line(log, progress))
-            try:
-                pm.execute_notebook(
-                    str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
-                    parameters=dict(params.as_papermill(), run_dir=str(staging)),
-                    progress_bar=progress, kernel_name="python3", cwd=cwd,
-                    report_mode=False, km=km, stdout_file=relay)
-            except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
-                if interrupt_pending() is not None:
-                    # papermill's kernel cleanup may replace the interrupt with its own error
-                    raise Interrupted(interrupt_pending()) from exc
-                errors[stage] = _error_text(exc)
-                log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
-            finally:
-                relay.close()
-                stop_kernel(km)
-            wall = time.perf_counter() - t0
-            data = read_stage_file(staging, stage) or {}
-            seconds[stage] = {"wall": round(wall, 3),
-                              "verifylib": data.get("verifylib_seconds")}
-            statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
-            log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
-            if on_stage_done is not None:
-                on_stage_done(stage)
+        errors, seconds = _run_stages(params, staging, stages, log=log, progress=progress,
+                                      kernel_manager=kernel_manager,
+                                      on_stage_done=on_stage_done)
         t0 = time.perf_counter()
         # Published notebooks read their run back, wherever it is copied (before the
         # receipt, which covers them).
@@ -231,6 +198,54 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             remove_staging(staging)
     return RunOutcome(params.name, final, receipt.verdict,
                       final / short.name, seconds)
+
+
+def _run_stages(params: Params, staging: Path, stages: Sequence[str], *,
+                log: Callable[[str], None], progress: bool,
+                kernel_manager: type[LocalKernelManager] | None,
+                on_stage_done: Callable[[str], None] | None,
+                ) -> tuple[dict[str, str], dict[str, dict]]:
+    """Execute the stage notebooks into ``staging``, each in a fresh kernel of its own.
+
+    Returns the error text of each stage whose notebook raised, and the seconds each took.
+    """
+    import papermill as pm
+
+    errors: dict[str, str] = {}
+    seconds: dict[str, dict] = {}
+    cwd = str(resources.notebooks_dir())
+    ahead = start_kernel(cwd, kernel_manager)
+    for i, stage in enumerate(stages, 1):
+        log(f"[{i}/{len(stages)}] {params.name}: stage {stage}")
+        t0 = time.perf_counter()
+        # Each stage gets a fresh kernel of its own, started while the previous stage
+        # ran: its start-up (most of a second) overlaps that stage's work.
+        km, ahead = ahead, (start_kernel(cwd, kernel_manager) if i < len(stages) else None)
+        relay = LineRelay(_stage_line(log, progress))
+        try:
+            pm.execute_notebook(
+                str(_notebook(stage)), str(staging / "notebooks" / f"{stage}.ipynb"),
+                parameters=dict(params.as_papermill(), run_dir=str(staging)),
+                progress_bar=progress, kernel_name="python3", cwd=cwd,
+                report_mode=False, km=km, stdout_file=relay)
+        except Exception as exc:  # noqa: BLE001 - any stage failure is recorded, not raised
+            if interrupt_pending() is not None:
+                # papermill's kernel cleanup may replace the interrupt with its own error
+                raise Interrupted(interrupt_pending()) from exc
+            errors[stage] = _error_text(exc)
+            log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
+        finally:
+            relay.close()
+            stop_kernel(km)
+        wall = time.perf_counter() - t0
+        data = read_stage_file(staging, stage) or {}
+        seconds[stage] = {"wall": round(wall, 3),
+                          "verifylib": data.get("verifylib_seconds")}
+        statuses = ", ".join(f"{r['id']}={r['status']}" for r in data.get("gates", []))
+        log(f"      {wall:.1f} s; {statuses or 'no gate recorded'}")
+        if on_stage_done is not None:
+            on_stage_done(stage)
+    return errors, seconds
 
 
 def _stage_line(log: Callable[[str], None], bar: bool) -> Callable[[str], None]:

@@ -245,17 +245,58 @@ def _describe_exit(code: int) -> str:
     return f"exit {code}"
 
 
+def _waits_for(all_params: Sequence[Params], stages: tuple[str, ...]) -> dict[str, str]:
+    """Map each model whose build another model makes to that model (the first sharing it)."""
+    leaders: dict[str, str] = {}
+    for p in all_params:
+        leaders.setdefault(build_share_key(p), p.name)
+    return {p.name: leaders[build_share_key(p)] for p in all_params
+            if BUILD_STAGE in stages and leaders[build_share_key(p)] != p.name}
+
+
+def _stop_workers(running: dict[str, _Worker], events: "queue.Queue",
+                  handle: Callable[[str, str, object], None], signum: int,
+                  reports_root: Path) -> None:
+    """Pass an interrupt on to the workers; kill those still running after the grace time.
+
+    Their lines are still relayed and their published runs still recorded while they stop.
+    """
+    for w in running.values():
+        w.signal(signum)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while running and time.monotonic() < deadline:
+        try:
+            kind, name, payload = events.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if kind == "exit":
+            running.pop(name, None)
+        elif kind in ("out", "err"):
+            handle(kind, name, payload)
+        elif kind == "event":
+            for path in payload.get("published", []):
+                record_published(Path(path))
+            if "result" in payload:
+                record_published(Path(payload["result"]["run_dir"]))
+    for w in running.values():
+        w.kill()
+    if running:
+        # What a killed worker staged is removed now that its owner is provably gone.
+        for w in running.values():
+            try:
+                w.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        remove_stale_staging(reports_root)
+
+
 def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
               stages: tuple[str, ...], log: Callable[[str], None],
               on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
     """Audit the models in up to ``jobs`` worker processes (see the module docstring)."""
     record = executor_record("local", jobs=jobs)
     on_outcome = failure_recorder(all_params, reports_root, on_outcome, log)
-    leaders: dict[str, str] = {}
-    for p in all_params:
-        leaders.setdefault(build_share_key(p), p.name)
-    waits_for = {p.name: leaders[build_share_key(p)] for p in all_params
-                 if BUILD_STAGE in stages and leaders[build_share_key(p)] != p.name}
+    waits_for = _waits_for(all_params, stages)
     built: set[str] = set()
     pending = list(all_params)
     running: dict[str, _Worker] = {}
@@ -319,34 +360,8 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
             except queue.Empty:
                 pass
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        for w in running.values():
-            w.signal(signum)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while running and time.monotonic() < deadline:
-            try:
-                kind, name, payload = events.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if kind == "exit":
-                running.pop(name, None)
-            elif kind in ("out", "err"):
-                handle(kind, name, payload)
-            elif kind == "event":
-                for path in payload.get("published", []):
-                    record_published(Path(path))
-                if "result" in payload:
-                    record_published(Path(payload["result"]["run_dir"]))
-        for w in running.values():
-            w.kill()
-        if running:
-            # What a killed worker staged is removed now that its owner is provably gone.
-            for w in running.values():
-                try:
-                    w.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-            remove_stale_staging(reports_root)
+        _stop_workers(running, events, handle, getattr(exc, "signum", signal.SIGINT),
+                      reports_root)
         raise
     return [results[p.name] for p in all_params]
 

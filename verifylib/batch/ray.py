@@ -18,20 +18,19 @@ task reserves one).
 
 Each node keeps its own caches (``$VERIFYLIB_CACHE`` there) and stages its run under a
 folder of its own (:func:`default_node_root`). The published run directory goes back to
-the driver as a stream, never whole in memory: the task is a Ray generator
-(``num_returns="streaming"``) that yields a header (:class:`StreamHeader`: model, run
-id, the archive's size, the node), then the run's uncompressed tar
+the driver as a stream (:mod:`verifylib.batch.run_stream`), never whole in memory: the task
+is a Ray generator (``num_returns="streaming"``) that yields a header (model, run id, the
+archive's size, the node), then the run's uncompressed tar
 (:class:`verifylib.batch.archive.RunArchive`, read from the files as it is sent) in
-chunks of :data:`CHUNK_BYTES`, then a trailer (:class:`StreamTrailer`: chunk count,
-size, SHA-256); at most :data:`STREAM_WINDOW` chunks per task wait unconsumed in the
-object store (Ray's generator backpressure). The node deletes its copy before the
-trailer. The driver writes the chunks to a staging file in the reports folder
-(``<reports>/<name>/.staging/<id>/run.tar``, with an owner record, so a killed driver's
-file is removed like any staging folder), checks them against the header and the
-trailer, verifies the unpacked run with :func:`verifylib.evidence.receipt.verify` and publishes
-it (:func:`verifylib.batch.archive.import_run`: never replacing a run); a run that does
-not verify is not published. ``run.json`` says ``executor: {kind: ray, node,
-ray_node_id}``.
+chunks of :data:`CHUNK_BYTES`, then a trailer (chunk count, size, SHA-256); at most
+:data:`STREAM_WINDOW` chunks per task wait unconsumed in the object store (Ray's generator
+backpressure). The node deletes its copy before the trailer. The driver writes the chunks
+to a staging file in the reports folder (``<reports>/<name>/.staging/<id>/run.tar``, with
+an owner record, so a killed driver's file is removed like any staging folder), checks
+them against the header and the trailer, verifies the unpacked run with
+:func:`verifylib.evidence.receipt.verify` and publishes it
+(:func:`verifylib.batch.archive.import_run`: never replacing a run); a run that does not
+verify is not published. ``run.json`` says ``executor: {kind: ray, node, ray_node_id}``.
 
 A task is never retried (``max_retries=0``): a worker or node that dies, before or
 while its run streams back, turns its model's outcome into a
@@ -57,24 +56,19 @@ import re
 import shutil
 import signal
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from verifylib import resources
-from verifylib.batch.archive import RunImportRefused, import_run, plan_run_archive
-from verifylib.batch.audit import RunOutcome, executor_record, run_one
-from verifylib.batch.signals import (
-    Interrupted,
-    interrupt_pending,
-    interrupts_raise,
-    signals_deferred,
-)
-from verifylib.batch.staging import remove_staging, remove_stale_staging, reserve_staging
+from verifylib.batch.archive import RunImportRefused, plan_run_archive
+from verifylib.batch.audit import executor_record, run_one
+from verifylib.batch.run_stream import RunReceiver, StreamHeader, StreamTrailer
+from verifylib.batch.signals import Interrupted, interrupt_pending, interrupts_raise
+from verifylib.batch.staging import remove_stale_staging
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.gates import Capability
-from verifylib.evidence.layout import RUN_ID_RE
 from verifylib.params import Params, validate
 from verifylib.runtime.capabilities import HostCapabilities, detect
 
@@ -93,9 +87,6 @@ CHUNK_BYTES = 8 * 1024 * 1024
 # Chunks one task may have waiting in the object store before it pauses: what bounds
 # the memory a returning run takes, whatever its size.
 STREAM_WINDOW = 4
-# What the task's first and last items say they are (checked by the driver).
-HEADER_KIND = "verifylib-run-stream/1"
-TRAILER_KIND = "verifylib-run-stream-end/1"
 
 
 class RayUnavailable(ParametersInvalid):
@@ -268,140 +259,11 @@ def params_on_node(spec: Mapping) -> Params:
     return validate(data, spec["params"]["origin"], here)
 
 
-@dataclass(frozen=True)
-class StreamHeader:
-    """The first item of an audit task's stream: which run follows, and how big.
-
-    Attributes
-    ----------
-    name : str
-        Model name.
-    run_id : str
-        The run's id.
-    verdict : str
-        As the node judged it (the driver re-verifies; never trusted).
-    node : dict
-        The node's executor record (``kind``, ``node``, ``ray_node_id``).
-    size : int
-        Bytes of the archive that follows.
-    chunk_bytes : int
-        Size of every chunk but the last.
-    """
-
-    name: str
-    run_id: str
-    verdict: str
-    node: dict
-    size: int
-    chunk_bytes: int
-
-    def to_json(self) -> dict:
-        """Return the header as the task yields it (plain data: the driver checks every field).
-
-        Returns
-        -------
-        dict
-            ``kind`` (:data:`HEADER_KIND`) and every field of the header.
-        """
-        return {"kind": HEADER_KIND, "name": self.name, "run_id": self.run_id,
-                "verdict": self.verdict, "node": dict(self.node), "size": self.size,
-                "chunk_bytes": self.chunk_bytes}
-
-    @classmethod
-    def from_json(cls, item: Any) -> "StreamHeader":
-        """Check a stream's first item.
-
-        Parameters
-        ----------
-        item : any
-            What the task yielded first.
-
-        Returns
-        -------
-        StreamHeader
-            The header the item describes.
-
-        Raises
-        ------
-        RunImportRefused
-            When it is not a header of this format.
-        """
-        if not isinstance(item, dict) or item.get("kind") != HEADER_KIND:
-            raise RunImportRefused("the task's stream does not start with a run header")
-        ok = (isinstance(item.get("name"), str) and isinstance(item.get("run_id"), str)
-              and bool(RUN_ID_RE.match(item["run_id"])) and isinstance(item.get("verdict"), str)
-              and isinstance(item.get("node"), dict) and _count(item.get("size"))
-              and _count(item.get("chunk_bytes")) and item["chunk_bytes"] > 0)
-        if not ok:
-            raise RunImportRefused(f"the task's run header is malformed: {item!r:.300}")
-        return cls(item["name"], item["run_id"], item["verdict"], dict(item["node"]),
-                   item["size"], item["chunk_bytes"])
-
-
-@dataclass(frozen=True)
-class StreamTrailer:
-    """The last item of an audit task's stream: what the node sent.
-
-    Attributes
-    ----------
-    chunks : int
-        Chunks sent.
-    size : int
-        Bytes sent.
-    sha256 : str
-        SHA-256 of the archive.
-    """
-
-    chunks: int
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict:
-        """Return the trailer as the task yields it.
-
-        Returns
-        -------
-        dict
-            ``kind`` (:data:`TRAILER_KIND`), ``chunks``, ``size`` and ``sha256``.
-        """
-        return {"kind": TRAILER_KIND, "chunks": self.chunks, "size": self.size,
-                "sha256": self.sha256}
-
-    @classmethod
-    def from_json(cls, item: Any) -> "StreamTrailer":
-        """Check a stream's last item (see :meth:`StreamHeader.from_json`).
-
-        Parameters
-        ----------
-        item : any
-            What the task yielded last.
-
-        Returns
-        -------
-        StreamTrailer
-            The trailer the item describes.
-
-        Raises
-        ------
-        RunImportRefused
-            When it is not a trailer of this format.
-        """
-        if not (isinstance(item, dict) and item.get("kind") == TRAILER_KIND
-                and _count(item.get("chunks")) and _count(item.get("size"))
-                and isinstance(item.get("sha256"), str)):
-            raise RunImportRefused(f"the task's stream trailer is malformed: {item!r:.300}")
-        return cls(item["chunks"], item["size"], item["sha256"])
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def audit_task(spec: Mapping) -> Iterator:
     """Run the Ray task: audit one model on this node and stream the published run back.
 
     A generator: Ray runs it with ``num_returns="streaming"``, and the driver reads it
-    with :class:`RunReceiver`.
+    with :class:`verifylib.batch.run_stream.RunReceiver`.
 
     Parameters
     ----------
@@ -413,7 +275,8 @@ def audit_task(spec: Mapping) -> Iterator:
     Yields
     ------
     dict, then bytes, then dict
-        :meth:`StreamHeader.to_json`, the archive's chunks, :meth:`StreamTrailer.to_json`.
+        ``StreamHeader.to_json``, the archive's chunks, ``StreamTrailer.to_json``
+        (:mod:`verifylib.batch.run_stream`).
     """
     import ray
     node = executor_record("ray", ray_node_id=ray.get_runtime_context().get_node_id())
@@ -452,127 +315,6 @@ def audit_task(spec: Mapping) -> Iterator:
         except OSError:
             pass
     yield StreamTrailer(chunks, sent, digest.hexdigest()).to_json()
-
-
-class RunReceiver:
-    """The driver's end of one task's stream: chunks to a staging file, then import.
-
-    Feed it every item the task yields (:meth:`take`); it returns the published
-    :class:`verifylib.batch.audit.RunOutcome` after the trailer. Whatever happens, call
-    :meth:`discard` at the end: it removes the staging file and its owner record.
-
-    Parameters
-    ----------
-    name : str
-        The model whose run is expected.
-    reports_root : Path
-        The driver's reports folder.
-    allow_simulated : bool
-        Passed to :func:`verifylib.batch.archive.import_run`.
-
-    Attributes
-    ----------
-    header : StreamHeader or None
-        The stream's header, once received.
-    chunks : int
-        Chunks received so far.
-    received : int
-        Bytes received so far.
-    """
-
-    def __init__(self, name: str, reports_root: Path, *, allow_simulated: bool = False):
-        self.name = name
-        self.reports_root = Path(reports_root)
-        self.allow_simulated = allow_simulated
-        self.header: StreamHeader | None = None
-        self.chunks = 0
-        self.received = 0
-        self._digest = hashlib.sha256()
-        self._staging: Path | None = None
-        self._file = None
-
-    @property
-    def node(self) -> str | None:
-        """The host the run came from, once the header said."""
-        return None if self.header is None else self.header.node.get("node")
-
-    def take(self, item: Any) -> RunOutcome | None:
-        """Take the task's next item.
-
-        Parameters
-        ----------
-        item : dict or bytes
-            The header, a chunk or the trailer, in that order.
-
-        Returns
-        -------
-        RunOutcome or None
-            The published run after the trailer; None before.
-
-        Raises
-        ------
-        RunImportRefused
-            For an item out of order, more bytes than announced, a stream that does not
-            match its trailer, or a run that does not verify (nothing is published).
-        """
-        if self.header is None:
-            header = StreamHeader.from_json(item)
-            if header.name != self.name:
-                raise RunImportRefused(f"{self.name}: the task returned {header.name!r}'s run")
-            self.header = header
-            # In the reports folder, not the temporary folder: the run is unpacked
-            # beside it anyway, and /tmp is often memory.
-            _, self._staging = reserve_staging(self.reports_root / self.name)
-            self._file = open(self._staging / "run.tar", "wb")
-            return None
-        if isinstance(item, (bytes, bytearray, memoryview)):
-            if self._file is None:
-                raise RunImportRefused(f"{self.name}: a chunk arrived after the trailer")
-            self.received += len(item)
-            self.chunks += 1
-            if self.received > self.header.size or len(item) > self.header.chunk_bytes:
-                raise RunImportRefused(f"{self.name}: the task sent more than the "
-                                       f"{self.header.size} bytes it announced")
-            self._digest.update(item)
-            self._file.write(item)
-            return None
-        if self._file is None:
-            raise RunImportRefused(f"{self.name}: an item arrived after the trailer")
-        trailer = StreamTrailer.from_json(item)
-        self._file.close()
-        self._file = None
-        got = (self.chunks, self.received, self._digest.hexdigest())
-        if got != (trailer.chunks, trailer.size, trailer.sha256) \
-                or self.received != self.header.size:
-            raise RunImportRefused(
-                f"{self.name}: the returned run arrived damaged: {self.chunks} chunks, "
-                f"{self.received} bytes, SHA-256 {got[2][:16]}… received; the node sent "
-                f"{trailer.chunks} chunks, {trailer.size} of {self.header.size} bytes, "
-                f"SHA-256 {trailer.sha256[:16]}…")
-        return import_run(self._staging / "run.tar", self.name, self.reports_root,
-                          allow_simulated=self.allow_simulated)
-
-    def unfinished(self) -> str:
-        """Why a stream that ended before its trailer published nothing.
-
-        Returns
-        -------
-        str
-        """
-        if self.header is None:
-            return f"{self.name}: the task ended without returning a run"
-        return (f"{self.name}: the task's stream ended before the whole run arrived "
-                f"({self.chunks} chunks, {self.received} of {self.header.size} bytes)")
-
-    def discard(self) -> None:
-        """Close and remove the staging file (and its folder and owner record)."""
-        with signals_deferred():
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            if self._staging is not None:
-                remove_staging(self._staging)
-                self._staging = None
 
 
 def _connect(ray, address: str | None) -> bool:
@@ -665,7 +407,7 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
     KeyboardInterrupt
         :class:`verifylib.batch.signals.Interrupted`: every task was cancelled.
     """
-    from verifylib.batch.failures import FailedRun, failure_recorder
+    from verifylib.batch.failures import failure_recorder
     ray = import_ray()
     on_outcome = failure_recorder(all_params, Path(reports_root),
                                   on_outcome or (lambda outcome: None), log)
@@ -673,27 +415,60 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     started = _connect(ray, address)
-    streams: dict = {}  # the task's ObjectRefGenerator -> its RunReceiver
-    results: dict[str, Any] = {}
-
-    def finish(receiver: RunReceiver, outcome) -> None:
-        receiver.discard()
-        results[receiver.name] = outcome
-        on_outcome(outcome)
-
+    batch = _Batch(ray, Path(reports_root), on_outcome, log)
     try:
         remote = task if task is not None else ray.remote(audit_task)
-        nodes = [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
+        batch.submit(remote, all_params, require_admissible=require_admissible, stages=stages,
+                     node_root=node_root, chunk_bytes=chunk_bytes)
+        batch.receive()
+    except KeyboardInterrupt as exc:
+        _cancel_all(ray, list(batch.streams))
+        sig = interrupt_pending()
+        if sig is not None and not isinstance(exc, Interrupted):
+            # Ray's wait re-raises the handler's Interrupted as a bare KeyboardInterrupt;
+            # the caller must still learn which signal it was (130 or 143).
+            raise Interrupted(sig) from None
+        raise
+    finally:
+        for receiver in batch.streams.values():
+            receiver.discard()
+        if started:
+            ray.shutdown()
+    return [batch.results[p.name] for p in all_params]
+
+
+@dataclass
+class _Batch:
+    """The driver's side of a batch: the streams still being read, the outcomes known.
+
+    ``streams`` maps each task's ObjectRefGenerator to its :class:`RunReceiver`;
+    ``results`` each model's outcome, passed on to ``on_outcome`` as it is known.
+    """
+
+    ray: Any
+    reports_root: Path
+    on_outcome: Callable[[Any], None]
+    log: Callable[[str], None]
+    streams: dict = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def _record(self, name: str, outcome: Any) -> None:
+        self.results[name] = outcome
+        self.on_outcome(outcome)
+
+    def submit(self, remote, all_params: Sequence[Params], *, require_admissible: bool,
+               stages: Sequence[str], node_root: str | Path | None, chunk_bytes: int) -> None:
+        """Start the task of every model some node can run; the others fail at once."""
+        from verifylib.batch.failures import FailedRun
+        nodes = [dict(n.get("Resources", {})) for n in self.ray.nodes() if n.get("Alive")]
         for p in all_params:
             need = task_resources(p, require_admissible=require_admissible, stages=stages)
             if not _feasible(dict(need, CPU=TASK_CPUS), nodes):
                 missing = sorted(need) or ["CPU"]
-                fail = FailedRun(p.name, f"no node of the Ray cluster offers {missing}; start "
-                                         "a node that can with ray start --resources "
-                                         "\"$(verifylib ray-node-resources)\"",
-                                 executor={"kind": "ray", "node": None})
-                results[p.name] = fail
-                on_outcome(fail)
+                self._record(p.name, FailedRun(
+                    p.name, f"no node of the Ray cluster offers {missing}; start a node that "
+                            "can with ray start --resources \"$(verifylib ray-node-resources)\"",
+                    executor={"kind": "ray", "node": None}))
                 continue
             spec = {"params": {"name": p.name, "data": p.data, "origin": p.origin},
                     "data_root": str(resources.data_root()), "stages": list(stages),
@@ -703,67 +478,62 @@ def run_batch_ray(all_params: Sequence[Params], reports_root: Path, *,
                                  num_returns="streaming",
                                  _generator_backpressure_num_objects=STREAM_WINDOW,
                                  name=f"verifylib-audit-{p.name}").remote(spec)
-            streams[gen] = RunReceiver(p.name, Path(reports_root))
-            log(f"[{p.name}] submitted to Ray"
-                + (f" (needs {', '.join(sorted(need))})" if need else ""))
-        while streams:
+            self.streams[gen] = RunReceiver(p.name, self.reports_root)
+            self.log(f"[{p.name}] submitted to Ray"
+                     + (f" (needs {', '.join(sorted(need))})" if need else ""))
+
+    def receive(self) -> None:
+        """Read the streams until every task's outcome is known."""
+        while self.streams:
             # A generator is ready when its next item is in the object store (or it
             # has ended); each ready one gives one item per round, so runs returning
             # at the same time share the driver.
-            ready, _ = ray.wait(list(streams), num_returns=1, timeout=1.0)
+            ready, _ = self.ray.wait(list(self.streams), num_returns=1, timeout=1.0)
             for gen in ready:
-                receiver = streams[gen]
-                try:
-                    ref = next(gen)
-                except StopIteration:
-                    # Streams are dropped at their trailer: one that ends here is short.
-                    del streams[gen]
-                    finish(receiver, FailedRun(receiver.name, receiver.unfinished(),
-                                               receiver.node, executor=_node_record(receiver)))
-                    continue
-                try:
-                    item = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a dead worker or task is this model's ERROR
-                    del streams[gen]
-                    finish(receiver, FailedRun(receiver.name, _failure_reason(exc),
-                                               receiver.node, executor=_node_record(receiver)))
-                    continue
-                del ref  # the chunk's object is freed once the driver holds the bytes
-                starting = receiver.header is None
-                try:
-                    outcome = receiver.take(item)
-                except (RunImportRefused, OSError) as exc:
-                    del streams[gen]
-                    # Not read further. Not forced either: the interrupt lets the task's
-                    # cleanup remove the node's copy of the run.
-                    ray.cancel(gen, force=False)
-                    finish(receiver, FailedRun(receiver.name, str(exc), receiver.node,
-                                               executor=_node_record(receiver)))
-                    continue
-                if starting:
-                    log(f"[{receiver.name}] returning from {receiver.node}: "
-                        f"{receiver.header.size} bytes in chunks of "
-                        f"{receiver.header.chunk_bytes}")
+                receiver = self.streams[gen]
+                outcome = self._advance(gen, receiver)
                 if outcome is not None:
-                    del streams[gen]
-                    log(f"[{receiver.name}] received {receiver.received} bytes in "
-                        f"{receiver.chunks} chunk(s) from {receiver.node}; verified and "
-                        "published")
-                    finish(receiver, outcome)
-    except KeyboardInterrupt as exc:
-        _cancel_all(ray, list(streams))
-        sig = interrupt_pending()
-        if sig is not None and not isinstance(exc, Interrupted):
-            # Ray's wait re-raises the handler's Interrupted as a bare KeyboardInterrupt;
-            # the caller must still learn which signal it was (130 or 143).
-            raise Interrupted(sig) from None
-        raise
-    finally:
-        for receiver in streams.values():
-            receiver.discard()
-        if started:
-            ray.shutdown()
-    return [results[p.name] for p in all_params]
+                    receiver.discard()
+                    self._record(receiver.name, outcome)
+
+    def _advance(self, gen, receiver: RunReceiver) -> Any:
+        # One item of a ready stream. Once the model's outcome is known (a published run
+        # or a FailedRun) the stream is dropped and the outcome returned; else None.
+        try:
+            ref = next(gen)
+        except StopIteration:
+            # Streams are dropped at their trailer: one that ends here is short.
+            del self.streams[gen]
+            return _failed(receiver, receiver.unfinished())
+        try:
+            item = self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - a dead worker or task is this model's ERROR
+            del self.streams[gen]
+            return _failed(receiver, _failure_reason(exc))
+        del ref  # the chunk's object is freed once the driver holds the bytes
+        starting = receiver.header is None
+        try:
+            outcome = receiver.take(item)
+        except (RunImportRefused, OSError) as exc:
+            del self.streams[gen]
+            # Not read further. Not forced either: the interrupt lets the task's
+            # cleanup remove the node's copy of the run.
+            self.ray.cancel(gen, force=False)
+            return _failed(receiver, str(exc))
+        if starting:
+            self.log(f"[{receiver.name}] returning from {receiver.node}: "
+                     f"{receiver.header.size} bytes in chunks of {receiver.header.chunk_bytes}")
+        if outcome is not None:
+            del self.streams[gen]
+            self.log(f"[{receiver.name}] received {receiver.received} bytes in "
+                     f"{receiver.chunks} chunk(s) from {receiver.node}; verified and published")
+        return outcome
+
+
+def _failed(receiver: RunReceiver, reason: str):
+    """Return the :class:`FailedRun` of a task whose stream brought no run."""
+    from verifylib.batch.failures import FailedRun
+    return FailedRun(receiver.name, reason, receiver.node, executor=_node_record(receiver))
 
 
 def _node_record(receiver: RunReceiver) -> dict:

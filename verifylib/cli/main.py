@@ -149,6 +149,29 @@ def _cmd_run(args) -> int:
     return code
 
 
+def _load_run_parameters(args) -> list | None:
+    """Check ``run``'s batch options, load its parameter files; None after printing why not."""
+    from verifylib.batch.audit import load_all
+    from verifylib.batch.executors import BatchOptionInvalid, check_options
+    try:
+        check_options(args.executor, args.jobs, args.address)
+    except BatchOptionInvalid as exc:
+        print(f"verifylib: {exc}", file=sys.stderr)
+        return None
+    from verifylib.runtime.tools import ToolMissing
+    try:
+        # A Ray driver builds nothing itself; each node checks its own tools (run_one).
+        return load_all(args.parameters or [resources.default_parameters()],
+                        build_tools=args.executor == "local")
+    except ToolMissing as exc:
+        print(f"verifylib: cannot audit on this host: {exc} (see `verifylib doctor`)",
+              file=sys.stderr)
+        return None
+    except ParametersInvalid as exc:
+        print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
+        return None
+
+
 def _run(args, holder: dict | None = None) -> int:
     signer = None  # a bad --sign-key is refused before any audit work
     if getattr(args, "sign_key", None) is not None:
@@ -156,33 +179,18 @@ def _run(args, holder: dict | None = None) -> int:
         if signer is None:
             return EXIT_BAD_INPUT
     unsigned = 0
-    from verifylib.batch.audit import load_all
-    from verifylib.batch.executors import BatchOptionInvalid, check_options, run_batch
+    from verifylib.batch.executors import run_batch
     from verifylib.batch.failures import FailedRun
     from verifylib.batch.ray import RayUnavailable
-    try:
-        check_options(args.executor, args.jobs, args.address)
-    except BatchOptionInvalid as exc:
-        print(f"verifylib: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    from verifylib.runtime.tools import ToolMissing
-    try:
-        # A Ray driver builds nothing itself; each node checks its own tools (run_one).
-        all_params = load_all(args.parameters or [resources.default_parameters()],
-                              build_tools=args.executor == "local")
-    except ToolMissing as exc:
-        print(f"verifylib: cannot audit on this host: {exc} (see `verifylib doctor`)",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ParametersInvalid as exc:
-        print(f"verifylib: bad parameters: {exc}", file=sys.stderr)
+    all_params = _load_run_parameters(args)
+    if all_params is None:
         return EXIT_BAD_INPUT
     reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
     from verifylib.batch.staging import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
 
-    from verifylib.cli.outputs import run_object, summarize, write_junit
+    from verifylib.cli.outputs import summarize
     if args.junit_xml is not None and not Path(args.junit_xml).resolve().parent.is_dir():
         print(f"verifylib: --junit-xml {args.junit_xml}: its folder does not exist",
               file=sys.stderr)
@@ -215,6 +223,14 @@ def _run(args, holder: dict | None = None) -> int:
     except (ParametersInvalid, RayUnavailable) as exc:  # BatchOptionInvalid among them
         print(f"verifylib: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    return _conclude_run(args, outcomes, summaries, reports, unsigned, holder)
+
+
+def _conclude_run(args, outcomes: list, summaries: list, reports: Path, unsigned: int,
+                  holder: dict | None) -> int:
+    """Print ``run``'s closing lines, write its JUnit file and JSON object; the exit code."""
+    from verifylib.batch.failures import FailedRun
+    from verifylib.cli.outputs import run_object, write_junit
     published = [o for o in outcomes if not isinstance(o, FailedRun)]
     failed = [o for o in outcomes if isinstance(o, FailedRun)]
     code = 1  # a batch where no model published a run
@@ -428,34 +444,8 @@ def _cmd_compare(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``verifylib`` console script.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        Arguments (``sys.argv[1:]`` by default).
-
-    Returns
-    -------
-    int
-        0 for ADMISSIBLE/INCOMPLETE (or a verifying run dir), 1 for REJECTED, 2 for bad
-        input or usage; for ``run``, 130 on SIGINT and 143 on SIGTERM.
-    """
-    from verifylib.cli.outputs import version
-
-    plain = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="verifylib", description=DESCRIPTION,
-                                 epilog=EXIT_CODES["verifylib"], formatter_class=plain)
-    ap.add_argument("--version", action="version", version=f"verifylib {version()}")
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
-    _add = sub.add_parser
-
-    def add_parser(name, *, help):  # noqa: A002 - argparse's own keyword
-        # Every command's help says what it does and ends with its exit codes.
-        return _add(name, help=help, description=help[0].upper() + help[1:] + ".",
-                    epilog=EXIT_CODES[name], formatter_class=plain)
-    sub.add_parser = add_parser  # type: ignore[method-assign]
+def _add_run_parser(sub) -> None:
+    """Add the ``run`` command and its options."""
     r = sub.add_parser("run", help="audit one or more models (parameter files or folders)")
     r.add_argument("parameters", nargs="*",
                    help=f"default: {resources.default_parameters()}")
@@ -487,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
                         "ray://HOST:10001; default $RAY_ADDRESS, else a Ray on this host "
                         "alone)")
     r.set_defaults(fn=_interruptible(_cmd_run))
+
+
+def _add_verify_parsers(sub) -> None:
+    """Add the ``ray-node-resources``, ``verify``, ``verify-summary`` and ``attest`` commands."""
     rn = sub.add_parser("ray-node-resources",
                         help="print what this host can run as Ray custom resources (JSON for "
                              "ray start --resources)")
@@ -523,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     at.add_argument("--key", metavar="KEY.pem", required=True,
                     help="Ed25519 private key (unencrypted PEM)")
     at.set_defaults(fn=_cmd_attest)
+
+
+def _add_tool_parsers(sub) -> None:
+    """Add the ``pin-check``, ``drift``, ``compare`` and ``doctor`` commands."""
     pc = sub.add_parser("pin-check", help="assess a candidate whisper.cpp source against the "
                                           "patch-deletion conditions of "
                                           "docs/runtime-contract.md §6.4 (never deletes)")
@@ -566,6 +564,45 @@ def main(argv: list[str] | None = None) -> int:
                                        "required tool is missing)")
     dc.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     dc.set_defaults(fn=_cmd_doctor)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Build the ``verifylib`` parser: every command, in the order ``--help`` lists them."""
+    from verifylib.cli.outputs import version
+
+    plain = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="verifylib", description=DESCRIPTION,
+                                 epilog=EXIT_CODES["verifylib"], formatter_class=plain)
+    ap.add_argument("--version", action="version", version=f"verifylib {version()}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    _add = sub.add_parser
+
+    def add_parser(name, *, help):  # noqa: A002 - argparse's own keyword
+        # Every command's help says what it does and ends with its exit codes.
+        return _add(name, help=help, description=help[0].upper() + help[1:] + ".",
+                    epilog=EXIT_CODES[name], formatter_class=plain)
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+    _add_run_parser(sub)
+    _add_verify_parsers(sub)
+    _add_tool_parsers(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``verifylib`` console script.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (``sys.argv[1:]`` by default).
+
+    Returns
+    -------
+    int
+        0 for ADMISSIBLE/INCOMPLETE (or a verifying run dir), 1 for REJECTED, 2 for bad
+        input or usage; for ``run``, 130 on SIGINT and 143 on SIGTERM.
+    """
+    ap = _parser()
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:

@@ -369,10 +369,57 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
         its opset's block is missing, an operation has nested blocks (control flow is not
         supported), or a weight blob disagrees with the type the program declares.
     """
-    import coremltools as ct
     from coremltools.converters.mil.frontend.milproto import load as milproto
 
     path = Path(mlpackage)
+    model, spec, fn, block = _open_function(path, function)
+    weights = _Weights(model.weights_dir)
+    context = milproto.TranscriptionContext(model.weights_dir)
+    consts: dict[str, Any] = {}
+    const_dtypes: dict[str, str] = {}
+
+    def keep(name: str, value_spec) -> None:
+        dtype, shape = _value_type(value_spec.type)
+        if value_spec.WhichOneof("value") == "blobFileValue":
+            view = weights.view(value_spec.blobFileValue, dtype, shape)
+            if view is not None:
+                consts[name], const_dtypes[name] = view, dtype
+                return
+        # Immediate values (shapes, axes, modes, small tensors) and any blob of a type
+        # the view does not cover: coremltools' own decoding.
+        consts[name], const_dtypes[name] = milproto._load_value(context, value_spec), dtype
+
+    inputs = tuple(Value(v.name, *_value_type(v.type)) for v in fn.inputs)
+    ops: list[Op] = []
+    constexprs: dict[str, Op] = {}
+    counts: Counter = Counter()
+    for op in block.operations:
+        counts[op.type] += 1
+        if op.blocks:
+            raise MilExecError(f"{path}: operation {op.type} {op.outputs[0].name!r} has "
+                               "nested blocks (control flow is not supported)")
+        if op.type == "const":
+            (out,) = op.outputs
+            keep(out.name, op.attributes["val"])
+            continue
+        compressed = op.type.startswith("constexpr_")
+        ins = _op_inputs(op, compressed, keep)
+        outs = tuple(Value(v.name, *_value_type(v.type)) for v in op.outputs)
+        if compressed:
+            constexprs.update({v.name: Op(op.type, ins, outs) for v in outs})
+        else:
+            ops.append(Op(op.type, ins, outs))
+    return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
+                   ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
+                   op_counts=dict(sorted(counts.items())),
+                   specification_version=int(spec.specificationVersion),
+                   constexprs=constexprs, _weights=weights)
+
+
+def _open_function(path: Path, function: str):
+    """Open a saved package's ML program: the model, its spec, the function and its block."""
+    import coremltools as ct
+
     if not path.is_dir():
         raise MilExecError(f"{path}: not a saved .mlpackage folder")
     model = ct.models.MLModel(str(path), skip_model_load=True)
@@ -386,64 +433,30 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     if fn.opset not in fn.block_specializations:
         raise MilExecError(f"{path}: function {function!r} has no block for its opset "
                            f"{fn.opset!r}")
-    block = fn.block_specializations[fn.opset]
-    weights = _Weights(model.weights_dir)
-    context = milproto.TranscriptionContext(model.weights_dir)
+    return model, spec, fn, fn.block_specializations[fn.opset]
 
-    def value_of(value_spec):
-        dtype, shape = _value_type(value_spec.type)
-        if value_spec.WhichOneof("value") == "blobFileValue":
-            view = weights.view(value_spec.blobFileValue, dtype, shape)
-            if view is not None:
-                return view, dtype
-        # Immediate values (shapes, axes, modes, small tensors) and any blob of a type
-        # the view does not cover: coremltools' own decoding.
-        return milproto._load_value(context, value_spec), dtype
 
-    inputs = tuple(Value(v.name, *_value_type(v.type)) for v in fn.inputs)
-    consts: dict[str, Any] = {}
-    const_dtypes: dict[str, str] = {}
-    ops: list[Op] = []
-    constexprs: dict[str, Op] = {}
-    counts: Counter = Counter()
-    for op in block.operations:
-        counts[op.type] += 1
-        if op.blocks:
-            raise MilExecError(f"{path}: operation {op.type} {op.outputs[0].name!r} has "
-                               "nested blocks (control flow is not supported)")
-        if op.type == "const":
-            (out,) = op.outputs
-            consts[out.name], const_dtypes[out.name] = value_of(op.attributes["val"])
-            continue
-        ins: dict[str, tuple[str, ...]] = {}
-        compressed = op.type.startswith("constexpr_")
-        if compressed:
-            # Up to iOS 17 a constexpr op's parameters are attributes (from iOS 18, inputs).
-            for pname, attr in op.attributes.items():
-                if pname != "name":
-                    inline = f"{op.outputs[0].name}::{pname}::0"
-                    consts[inline], const_dtypes[inline] = value_of(attr)
-                    ins[pname] = (inline,)
-        for pname, arg in op.inputs.items():
-            names = []
-            for k, binding in enumerate(arg.arguments):
-                if binding.WhichOneof("binding") == "name":
-                    names.append(binding.name)
-                else:  # an inline value: named here, kept with the constants
-                    inline = f"{op.outputs[0].name}::{pname}::{k}"
-                    consts[inline], const_dtypes[inline] = value_of(binding.value)
-                    names.append(inline)
-            ins[pname] = tuple(names)
-        outs = tuple(Value(v.name, *_value_type(v.type)) for v in op.outputs)
-        if compressed:
-            constexprs.update({v.name: Op(op.type, ins, outs) for v in outs})
-        else:
-            ops.append(Op(op.type, ins, outs))
-    return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
-                   ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
-                   op_counts=dict(sorted(counts.items())),
-                   specification_version=int(spec.specificationVersion),
-                   constexprs=constexprs, _weights=weights)
+def _op_inputs(op, compressed: bool, keep) -> dict[str, tuple[str, ...]]:
+    """Return an op's parameters as value names; ``keep`` stores each inline value."""
+    ins: dict[str, tuple[str, ...]] = {}
+    if compressed:
+        # Up to iOS 17 a constexpr op's parameters are attributes (from iOS 18, inputs).
+        for pname, attr in op.attributes.items():
+            if pname != "name":
+                inline = f"{op.outputs[0].name}::{pname}::0"
+                keep(inline, attr)
+                ins[pname] = (inline,)
+    for pname, arg in op.inputs.items():
+        names = []
+        for k, binding in enumerate(arg.arguments):
+            if binding.WhichOneof("binding") == "name":
+                names.append(binding.name)
+            else:  # an inline value: named here, kept with the constants
+                inline = f"{op.outputs[0].name}::{pname}::{k}"
+                keep(inline, binding.value)
+                names.append(inline)
+        ins[pname] = tuple(names)
+    return ins
 
 
 def check_supported(program: Program) -> None:

@@ -389,7 +389,7 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
         If the output cannot be read as the reference's ``[T, C]``.
     """
     from verifylib.numerics.memory import release_memory
-    from verifylib.numerics.mil_exec import Program, execute, load_program
+    from verifylib.numerics.mil_exec import Program, load_program
     from verifylib.numerics.reference import reference_encode
 
     t_start = time.perf_counter()
@@ -403,13 +403,7 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
                                 "one of each")
     in_name, out_name = program.inputs[0].name, program.outputs[0]
     n_blocks = len(reference_encoder.layers)
-    taps = block_taps(program)
-    unavailable = taps.unavailable
-    if unavailable is None and len(taps.values) != n_blocks:
-        unavailable = (f"the program closes {len(taps.values)} blocks, the reference has "
-                       f"{n_blocks}")
-    tap_values = taps.values if unavailable is None else ()
-    index_of = {v: i for i, v in enumerate(tap_values)}
+    tap_values, unavailable = _block_tap_values(program, n_blocks)
     pairs = []
     for name, mel in mels.items():
         mel = np.ascontiguousarray(np.asarray(mel, dtype=np.float32))
@@ -419,24 +413,11 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
         del ref_layers
         if tap_values and unavailable is None:
             # A block stream in no known layout is named, never compared (nor raised on).
-            types = program.value_types()
-            odd = [(i, v, tuple(types[v].shape)) for i, v in enumerate(tap_values)
-                   if relayout_for(tuple(types[v].shape), (frames, channels)) is None]
-            if odd:
-                i, v, shape = odd[0]
-                unavailable = (f"block {i}'s stream {v!r} has shape {list(shape)}, in none of "
-                               f"the known layouts ({', '.join(x.name for x in LAYOUTS)}) "
-                               f"for T={frames}, C={channels}")
-                tap_values, index_of = (), {}
-        snr = [math.nan] * len(tap_values)
-
-        def on_tap(value_name, value, ref_blocks=ref_blocks, snr=snr,
-                   frames=frames, channels=channels):
-            i = index_of[value_name]
-            snr[i] = compare(ref_blocks[i][0], to_frames(value, frames, channels)).snr_db
-
-        run = execute(program, {in_name: mel}, compute=compute, taps=tap_values,
-                      on_tap=on_tap)
+            unavailable = _layout_problem(program, tap_values, frames, channels)
+            if unavailable is not None:
+                tap_values = ()
+        run, snr = _execute_tapped(program, {in_name: mel}, compute, tap_values, ref_blocks,
+                                   frames, channels)
         out = run.outputs[out_name]
         metrics = compare(to_frames(ref_out, frames, channels),
                           to_frames(out, frames, channels))
@@ -449,3 +430,44 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
                            reference_blocks=n_blocks, blocks_tapped=len(tap_values),
                            tap_values=tuple(tap_values), taps_unavailable=unavailable,
                            seconds=time.perf_counter() - t_start)
+
+
+def _block_tap_values(program, n_blocks: int) -> tuple[Sequence[str], str | None]:
+    """Return the values closing each block, or none and why they cannot be compared."""
+    taps = block_taps(program)
+    unavailable = taps.unavailable
+    if unavailable is None and len(taps.values) != n_blocks:
+        unavailable = (f"the program closes {len(taps.values)} blocks, the reference has "
+                       f"{n_blocks}")
+    return (taps.values if unavailable is None else ()), unavailable
+
+
+def _layout_problem(program, tap_values: Sequence[str], frames: int,
+                    channels: int) -> str | None:
+    """Say which block's stream is in none of the known layouts for ``[T, C]``, if one is."""
+    types = program.value_types()
+    odd = [(i, v, tuple(types[v].shape)) for i, v in enumerate(tap_values)
+           if relayout_for(tuple(types[v].shape), (frames, channels)) is None]
+    if not odd:
+        return None
+    i, v, shape = odd[0]
+    return (f"block {i}'s stream {v!r} has shape {list(shape)}, in none of "
+            f"the known layouts ({', '.join(x.name for x in LAYOUTS)}) "
+            f"for T={frames}, C={channels}")
+
+
+def _execute_tapped(program, feeds: Mapping[str, np.ndarray], compute: str,
+                    tap_values: Sequence[str], ref_blocks: list, frames: int,
+                    channels: int) -> tuple[Any, list[float]]:
+    """Execute the program; each tapped block's SNR is taken as its value is computed."""
+    from verifylib.numerics.mil_exec import execute
+
+    index_of = {v: i for i, v in enumerate(tap_values)}
+    snr = [math.nan] * len(tap_values)
+
+    def on_tap(value_name, value):
+        i = index_of[value_name]
+        snr[i] = compare(ref_blocks[i][0], to_frames(value, frames, channels)).snr_db
+
+    run = execute(program, feeds, compute=compute, taps=tap_values, on_tap=on_tap)
+    return run, snr

@@ -259,8 +259,27 @@ def map_program(program, module_paths: Iterable[str],
     """
     paths = [p for p in module_paths if p]
     keys = module_keys(paths)
-    known = set(paths)
     by_value = _ValueIndex(parameters) if parameters is not None else None
+    wmods = _weight_modules(program, keys, by_value)
+    points = _module_points(program, wmods, paths)
+    prev, nxt = _nearest_weights(wmods)
+    out = []
+    for i, op in enumerate(program.ops):
+        pts = tuple(points[i])
+        module = pts[0] if pts else None
+        if module is not None:
+            scope = module
+        elif wmods[i] is not None:
+            scope = wmods[i]
+        else:
+            scope = _common_scope(prev[i], nxt[i])
+        out.append(OpMapping(module, pts, scope, wmods[i]))
+    return out
+
+
+def _weight_modules(program, keys: Mapping[str, str],
+                    by_value: _ValueIndex | None) -> list[str | None]:
+    """Return, per op, the module its weight constants name (by name, else by value)."""
     readers: Counter = Counter(n for op in program.ops for names in op.inputs.values()
                                for n in set(names) if n in program.consts)
     wmods: list[str | None] = []
@@ -281,6 +300,12 @@ def map_program(program, module_paths: Iterable[str],
             if found:
                 break
         wmods.append(found)
+    return wmods
+
+
+def _module_points(program, wmods: list[str | None], paths: list[str]) -> list[list[str]]:
+    """Return, per op, the reference points (module outputs) its output is."""
+    known = set(paths)
     producer = {v.name: i for i, op in enumerate(program.ops) for v in op.outputs}
     points: list[list[str]] = [[] for _ in program.ops]
 
@@ -322,6 +347,11 @@ def map_program(program, module_paths: Iterable[str],
                 act = wmods[src][: -len(".fc1")] + ".activation_fn"
                 if act in known:
                     add_point(i, act)
+    return points
+
+
+def _nearest_weights(wmods: list[str | None]) -> tuple[list[str | None], list[str | None]]:
+    """Return, per op, the module of the nearest weight-reading op before it and after it."""
     prev: list[str | None] = []
     last = None
     for wm in wmods:
@@ -332,18 +362,7 @@ def map_program(program, module_paths: Iterable[str],
     for i in range(len(wmods) - 1, -1, -1):
         nxt[i] = last
         last = wmods[i] or last
-    out = []
-    for i, op in enumerate(program.ops):
-        pts = tuple(points[i])
-        module = pts[0] if pts else None
-        if module is not None:
-            scope = module
-        elif wmods[i] is not None:
-            scope = wmods[i]
-        else:
-            scope = _common_scope(prev[i], nxt[i])
-        out.append(OpMapping(module, pts, scope, wmods[i]))
-    return out
+    return prev, nxt
 
 
 # ----------------------------------------------------------------------------- per-layer taps

@@ -231,6 +231,30 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         argv, cwd=cwd, env=sanitized_env(env_extra), shell=False,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    out, err, timed_out = _wait(proc, stdin, timeout, ticker)
+    wall = time.monotonic() - t0
+    rc = None if timed_out else proc.returncode
+    result = RunResult(argv=argv, returncode=rc,
+                       signal=None if timed_out else decode_signal(rc, table),
+                       timed_out=timed_out, stdout=out or b"", stderr=err or b"", wall_s=wall,
+                       cwd=None if cwd is None else str(Path(cwd)), signal_table=table)
+    if check and not result.ok:
+        raise CommandError(result, what or Path(argv[0]).name)
+    return result
+
+
+# Children :func:`run` is waiting for, in any thread: what :func:`kill_running` stops.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _wait(proc: subprocess.Popen, stdin: bytes | None, timeout: float | None,
+          ticker: "progress.Ticker | None") -> tuple[bytes | None, bytes | None, bool]:
+    """Wait for a child of :func:`run`: its two streams, and whether it timed out.
+
+    The child is listed in :data:`_LIVE` meanwhile; on a timeout, or when the wait is
+    interrupted, it is killed with its process group.
+    """
     timed_out = False
     with _LIVE_LOCK:
         _LIVE.add(proc)
@@ -252,20 +276,7 @@ def run(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(proc)
-    wall = time.monotonic() - t0
-    rc = None if timed_out else proc.returncode
-    result = RunResult(argv=argv, returncode=rc,
-                       signal=None if timed_out else decode_signal(rc, table),
-                       timed_out=timed_out, stdout=out or b"", stderr=err or b"", wall_s=wall,
-                       cwd=None if cwd is None else str(Path(cwd)), signal_table=table)
-    if check and not result.ok:
-        raise CommandError(result, what or Path(argv[0]).name)
-    return result
-
-
-# Children :func:`run` is waiting for, in any thread: what :func:`kill_running` stops.
-_LIVE: set[subprocess.Popen] = set()
-_LIVE_LOCK = threading.Lock()
+    return out, err, timed_out
 
 
 def kill_running() -> int:

@@ -135,6 +135,24 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
     cache = cache_dir()
     pins = _source.load_pins()
     pin = pins[params.runtime.pin]
+    tree = _source_gate(ctx, params, pin, cache)
+    patched, build_result, build_error = _patch_gate(ctx, params, pin, cache, tree, pool)
+    _ggml_gate(ctx, tree, build_result, build_error)
+    if tree is not None and params.canary.enabled:
+        unpatched_build(ctx, tree.path, pin, build_options(params), cache,
+                        jobs=params.runtime.jobs, backend=ggml_backend(params), pool=pool)
+        exact = ctx.records.get(BUILD_PATCH_EXACT)
+        sanitizer_builds(ctx, tree.path,
+                         patched.path if patched is not None and exact is not None
+                         and exact.status is Status.PASS else None,
+                         pin, build_options(params), cache, jobs=params.runtime.jobs,
+                         backend=ggml_backend(params), pool=pool)
+    return _coreml_gate(ctx, params, pin, cache, tree, patched, build_result)
+
+
+def _source_gate(ctx: StageContext, params: Params, pin: "_source.Pin",
+                 cache: Path) -> "_source.SourceTree | None":
+    """Judge build.source_identity; the pristine source when it is the pin's."""
     tree = None
     g = ctx.begin(BUILD_SOURCE_IDENTITY)
     if g:
@@ -148,6 +166,16 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
                                   "runtime.tree": computed})
             if rec.status is Status.PASS:
                 tree = st
+    return tree
+
+
+def _patch_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Path,
+                tree: "_source.SourceTree | None", pool: BuildPool) -> tuple:
+    """Judge build.patch_exact, starting the variants' builds once the patch is exact.
+
+    Returns the patched work tree, the GGML build and the GGML build's error, each None
+    when it did not come about.
+    """
     build_result = build_error = patched = None
     g = ctx.begin(BUILD_PATCH_EXACT)
     if g:
@@ -177,6 +205,12 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
             ev = PatchEvidence.from_json(_source.patch_evidence(pin, checks))
             ref = ctx.write_json("patch", ev.to_json())
             g.judge([ref], {"runtime.patch_sha256": pin.patch_sha256})
+    return patched, build_result, build_error
+
+
+def _ggml_gate(ctx: StageContext, tree: "_source.SourceTree | None",
+               build_result: "_build.BuildResult | None", build_error: str | None) -> None:
+    """Judge build.ggml: the GGML build, probed on the tree's test model and sample."""
     g = ctx.begin(BUILD_GGML)
     if g:
         with g:
@@ -201,15 +235,12 @@ def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageRe
                 if built.ggml_backend is not None:
                     ids[identities.BINARY_GGML_BACKEND] = built.ggml_backend
                 g.judge(refs, ids)
-    if tree is not None and params.canary.enabled:
-        unpatched_build(ctx, tree.path, pin, build_options(params), cache,
-                        jobs=params.runtime.jobs, backend=ggml_backend(params), pool=pool)
-        exact = ctx.records.get(BUILD_PATCH_EXACT)
-        sanitizer_builds(ctx, tree.path,
-                         patched.path if patched is not None and exact is not None
-                         and exact.status is Status.PASS else None,
-                         pin, build_options(params), cache, jobs=params.runtime.jobs,
-                         backend=ggml_backend(params), pool=pool)
+
+
+def _coreml_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Path,
+                 tree: "_source.SourceTree | None", patched: "_source.PatchedTree | None",
+                 build_result: "_build.BuildResult | None") -> StageReport:
+    """Judge build.coreml, the stage's last gate, and close the stage (:func:`_finish`)."""
     g = ctx.begin(BUILD_COREML)
     if g:
         with g:

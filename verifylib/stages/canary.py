@@ -282,17 +282,7 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
         if isinstance(b, str):
             sides[side] = SanitizerSide(available=False, reason=b)
             continue
-        path = Path(b["binary"])
-        if sha256_file(path) != b["sha256"]:
-            raise PrerequisiteBroken(f"{side} ASan whisper-cli {path} does not hash to "
-                                     f"{b['sha256']}")
-        try:
-            build_of[side] = AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS},
-                                                 f"{side} build")
-        except SchemaError as exc:
-            raise PrerequisiteBroken(f"stage 01's {side} AddressSanitizer build record is "
-                                     f"malformed: {exc}") from None
-        bins[side] = path
+        bins[side], build_of[side] = _asan_build(side, b)
         shas[side] = b["sha256"]
     results = (run_lifecycle(bins, model, audio, _sanitizer.RUNS_PER_SIDE, timeout,
                              progress=progress, preset=preset,
@@ -300,18 +290,9 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
                if bins else {})
     streams: dict[str, bytes] = {}
     for side, res_list in results.items():
-        rows = []
-        for i, r in enumerate(res_list):
-            rec = run_record(r)
-            outcome = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
-            rows.append(SanitizerRun.from_json(
-                {**rec, "index": i, "outcome": outcome,
-                 "report": _sanitizer.report_evidence(r.stderr)}, f"sides.{side}.runs[{i}]"))
-            streams[r.stderr_sha256] = r.stderr
-            streams[r.stdout_sha256] = r.stdout
         sides[side] = SanitizerSide(available=True, binary=str(bins[side]),
                                     binary_sha256=shas[side], build=build_of[side],
-                                    runs=tuple(rows))
+                                    runs=_sanitizer_runs(side, res_list, streams))
     doc = SanitizerEvidence(
         runs_per_side=_sanitizer.RUNS_PER_SIDE, timeout_s=timeout,
         trigger=tuple(contracts.lifecycle_trigger_args(preset)),
@@ -326,6 +307,35 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
     ids = {_sanitizer.SIDES[side][1]: shas[side] for side in bins}
     _result(ctx).sanitizer = SanitizerSummary.from_evidence(doc)
     return refs, ids
+
+
+def _asan_build(side: str, b: Mapping) -> tuple[Path, AsanBuild]:
+    """Check one side's AddressSanitizer build as stage 01 recorded it; binary and record."""
+    path = Path(b["binary"])
+    if sha256_file(path) != b["sha256"]:
+        raise PrerequisiteBroken(f"{side} ASan whisper-cli {path} does not hash to "
+                                 f"{b['sha256']}")
+    try:
+        build = AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS}, f"{side} build")
+    except SchemaError as exc:
+        raise PrerequisiteBroken(f"stage 01's {side} AddressSanitizer build record is "
+                                 f"malformed: {exc}") from None
+    return path, build
+
+
+def _sanitizer_runs(side: str, res_list: list, streams: dict[str, bytes]
+                    ) -> tuple[SanitizerRun, ...]:
+    """Record one side's runs, each sanitizer report parsed; their streams go to ``streams``."""
+    rows = []
+    for i, r in enumerate(res_list):
+        rec = run_record(r)
+        outcome = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
+        rows.append(SanitizerRun.from_json(
+            {**rec, "index": i, "outcome": outcome,
+             "report": _sanitizer.report_evidence(r.stderr)}, f"sides.{side}.runs[{i}]"))
+        streams[r.stderr_sha256] = r.stderr
+        streams[r.stdout_sha256] = r.stdout
+    return tuple(rows)
 
 
 # ----------------------------------------------------------------------------- Core ML negative

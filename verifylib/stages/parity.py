@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from verifylib.canonical import sha256_bytes, tree_digest
@@ -229,16 +231,12 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
         (:func:`verifylib.numerics.drift.attribute`, float32), None when the reference
         model is not at hand.
     """
-    import numpy as np
-
     from verifylib.numerics.drift import attribute
-    from verifylib.numerics.layouts import relayout_for, unmapped_record
-    from verifylib.numerics.mil_exec import MilExecError, execute, load_program
+    from verifylib.numerics.mil_exec import MilExecError, load_program
     from verifylib.numerics.program_map import residual_taps
 
     program = load_program(package)
 
-    name_in, name_out = ref.contract.input_name, ref.contract.output_name
     try:
         taps = residual_taps(program)
         tap_error = None
@@ -247,82 +245,16 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
     measurements, drift = [], {"layers": {}, "frames": {}, "histogram": {},
                                "op_counts": program.op_counts, "executor_seconds": {}}
     arrays: dict = {}
-    ref_layers = dict(ref.layers["fixture"])
-    label_of = {v: label for label, v in taps}
-    # Each tap is read through the layout that maps it onto the reference (upstream's ANE
-    # program computes (B, C, 1, S)); a tap no known layout maps is recorded, not compared.
-    tap_layouts: dict[str, str] = {}
-    unmapped: dict[str, dict] = {}
-
-    def read_tap(label, name, value):
-        reference_shape = tuple(ref_layers[label].shape)
-        layout = relayout_for(tuple(value.shape), reference_shape)
-        if layout is None:
-            unmapped.setdefault(label, unmapped_record(label, name, tuple(value.shape),
-                                                       reference_shape))
-            return None
-        tap_layouts[label] = layout.name
-        return layout.apply(value)
-
-    def tap_row(label, v, snr_db):
-        row = {"label": label, "value": v, "snr_db": snr_db}
-        if label in unmapped:
-            row["unmapped"] = True
-        return row
+    reader = _TapReader(taps, dict(ref.layers["fixture"]))
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
-            # Per-layer figures are taken as each residual-stream value is computed, so
-            # none of those values is kept (issue of large encoders).
-            layer_snr: dict[str, float] = {}
-            layer_frames: dict[str, list] = {}
-
-            def on_tap(name, value, mode=mode, layer_snr=layer_snr, layer_frames=layer_frames):
-                label = label_of[name]
-                mapped = read_tap(label, name, value)
-                if mapped is None:
-                    return
-                layer_snr[name] = compare(ref_layers[label], mapped).snr_db
-                if mode == PROGRAM_MODES[0]:
-                    layer_frames[name] = frame_snr_db(ref_layers[label], mapped)
-
-            run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
-                          taps=[v for _, v in taps[:-1]] if kind == "fixture" else (),
-                          on_tap=on_tap)
-            out = run.outputs[name_out]
-            m = compare(ref.outputs[kind], out)
-            out_mapped = read_tap("output", name_out, out) if taps and kind == "fixture" \
-                else None
-            measurements.append(Measurement(kind, mode, MeasurementMetrics(**m.as_dict()),
-                                            round(run.seconds, 4)).to_json())
-            drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
-            # A large encoder's freed float64 activations would otherwise stay resident
-            # (glibc keeps them in its heap) and add to the next execution's peak.
-            release_memory()
-            if mode == PROGRAM_MODES[0]:
-                arrays[kind] = np.asarray(out, dtype=np.float32)
-            if kind != "fixture":
-                continue
-            drift["frames"][mode] = frame_snr_db(ref.outputs[kind], out)
-            drift["histogram"][mode] = error_histogram(ref.outputs[kind], out)
-            if taps:
-                n_frames = ref_layers["output"].shape[-2]
-                drift["layers"][mode] = [
-                    tap_row(label, v,
-                            (compare(ref_layers[label], out_mapped).snr_db
-                             if out_mapped is not None else math.nan) if label == "output"
-                            else layer_snr.get(v, math.nan))
-                    for label, v in taps]
-                if mode == PROGRAM_MODES[0]:
-                    arrays["layer_frame_snr_db"] = np.array(
-                        [(frame_snr_db(ref_layers[label], out_mapped)
-                          if out_mapped is not None else [math.nan] * n_frames)
-                         if label == "output" else layer_frames.get(v, [math.nan] * n_frames)
-                         for label, v in taps], dtype=np.float64)
+            measurements.append(_execute_once(program, ref, kind, mode, reader, drift, arrays))
     if tap_error:
         drift["layers_unavailable"] = tap_error
     if taps:
-        drift["tap_layouts"] = dict(sorted(tap_layouts.items()))
-        drift["unmapped_taps"] = [unmapped[label] for label, _ in taps if label in unmapped]
+        drift["tap_layouts"] = dict(sorted(reader.layouts.items()))
+        drift["unmapped_taps"] = [reader.unmapped[label] for label, _ in taps
+                                  if label in reader.unmapped]
     drift["speech_frames"] = ref.speech_frames
     attribution = None
     if ref.encoder is not None:
@@ -333,6 +265,103 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
     del program
     release_memory()
     return measurements, drift, arrays, attribution
+
+
+class _TapReader:
+    """A program's residual taps (``(label, value name)``) read as the reference's layers.
+
+    Each tap is read through the layout that maps it onto the reference (upstream's ANE
+    program computes (B, C, 1, S)); a tap no known layout maps is recorded in
+    ``unmapped``, not compared. ``layouts`` names the layout each mapped tap was read with.
+    """
+
+    def __init__(self, taps: list, ref_layers: dict):
+        self.taps = taps
+        self.ref_layers = ref_layers
+        self.label_of = {v: label for label, v in taps}
+        self.layouts: dict[str, str] = {}
+        self.unmapped: dict[str, dict] = {}
+
+    def read(self, label: str, name: str, value):
+        """Return the tap's value in the reference's layout, or None when none maps it."""
+        from verifylib.numerics.layouts import relayout_for, unmapped_record
+        reference_shape = tuple(self.ref_layers[label].shape)
+        layout = relayout_for(tuple(value.shape), reference_shape)
+        if layout is None:
+            self.unmapped.setdefault(label, unmapped_record(label, name, tuple(value.shape),
+                                                            reference_shape))
+            return None
+        self.layouts[label] = layout.name
+        return layout.apply(value)
+
+    def row(self, label: str, v: str, snr_db: float) -> dict:
+        """Return the drift record's row of one tap."""
+        row = {"label": label, "value": v, "snr_db": snr_db}
+        if label in self.unmapped:
+            row["unmapped"] = True
+        return row
+
+
+def _execute_once(program, ref: ReferenceRun, kind: str, mode: str, reader: _TapReader,
+                  drift: dict, arrays: dict) -> dict:
+    """Execute the program on one input in one compute mode; its measurement record.
+
+    The executor's seconds go into ``drift``, and for the fixture its per-frame SNR,
+    histogram and per-layer figures; the float32 output goes into ``arrays``.
+    """
+    import numpy as np
+
+    from verifylib.numerics.mil_exec import execute
+
+    name_in, name_out = ref.contract.input_name, ref.contract.output_name
+    taps, ref_layers = reader.taps, reader.ref_layers
+    # Per-layer figures are taken as each residual-stream value is computed, so
+    # none of those values is kept (issue of large encoders).
+    layer_snr: dict[str, float] = {}
+    layer_frames: dict[str, list] = {}
+
+    def on_tap(name, value):
+        label = reader.label_of[name]
+        mapped = reader.read(label, name, value)
+        if mapped is None:
+            return
+        layer_snr[name] = compare(ref_layers[label], mapped).snr_db
+        if mode == PROGRAM_MODES[0]:
+            layer_frames[name] = frame_snr_db(ref_layers[label], mapped)
+
+    run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
+                  taps=[v for _, v in taps[:-1]] if kind == "fixture" else (),
+                  on_tap=on_tap)
+    out = run.outputs[name_out]
+    m = compare(ref.outputs[kind], out)
+    out_mapped = reader.read("output", name_out, out) if taps and kind == "fixture" else None
+    measurement = Measurement(kind, mode, MeasurementMetrics(**m.as_dict()),
+                              round(run.seconds, 4)).to_json()
+    drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
+    # A large encoder's freed float64 activations would otherwise stay resident
+    # (glibc keeps them in its heap) and add to the next execution's peak.
+    release_memory()
+    if mode == PROGRAM_MODES[0]:
+        arrays[kind] = np.asarray(out, dtype=np.float32)
+    if kind != "fixture":
+        return measurement
+    drift["frames"][mode] = frame_snr_db(ref.outputs[kind], out)
+    drift["histogram"][mode] = error_histogram(ref.outputs[kind], out)
+    if taps:
+        n_frames = ref_layers["output"].shape[-2]
+        drift["layers"][mode] = [
+            reader.row(label, v,
+                       (compare(ref_layers[label], out_mapped).snr_db
+                        if out_mapped is not None else math.nan) if label == "output"
+                       else layer_snr.get(v, math.nan))
+            for label, v in taps]
+        if mode == PROGRAM_MODES[0]:
+            arrays["layer_frame_snr_db"] = np.array(
+                [(frame_snr_db(ref_layers[label], out_mapped)
+                  if out_mapped is not None else [math.nan] * n_frames)
+                 if label == "output" else layer_frames.get(v, [math.nan] * n_frames)
+                 for label, v in taps], dtype=np.float64)
+    return measurement
 
 
 def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
@@ -387,6 +416,81 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     return measurements, drift, arrays
 
 
+@dataclass
+class _Measured:
+    """One candidate measured: where it is, its digests, its figures and how it ran.
+
+    ``measured`` is its tree digest now, ``bound`` the one stage 02 bound (under the
+    identity key ``ident_key``); ``candidate`` says how it was executed.
+    """
+
+    path: Path
+    measured: str
+    bound: str
+    ident_key: str
+    candidate: dict
+    measurements: list
+    drift: dict
+    arrays: dict
+    attribution: Any = None
+
+
+def _measure_candidate(ctx: StageContext, ref: ReferenceRun, variant: str, kind: str,
+                       exported: dict, runtime_loader) -> _Measured:
+    """Measure one candidate: the exported program op by op, or a compiled model."""
+    if kind == "program" and exported["path"].endswith(".mlmodelc"):
+        # A .mlmodelc audited as given holds no program to read: on macOS (the only
+        # host this gate then runs on) Core ML itself executes it.
+        path = ctx.run_dir / exported["path"]
+        measured = tree_digest(path)
+        bound = exported["tree_digest"]
+        measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
+        return _Measured(path, measured, bound, f"artifact.{variant}.mlmodelc.tree_digest",
+                         {"runtime": "coremltools.models.CompiledMLModel",
+                          "compute_units": "ALL", "mlmodelc": str(path),
+                          "why": "a compiled model audited as given has no readable program"},
+                         measurements, drift, arrays)
+    if kind == "program":
+        path = ctx.run_dir / exported["path"]
+        measured = tree_digest(path)
+        bound = exported["tree_digest"]
+        with progress.ticking(f"04_parity executing the {variant} program op by op"):
+            measurements, drift, arrays, attribution = measure_program(
+                path, ref, variant=variant)
+        return _Measured(path, measured, bound, f"artifact.{variant}.mlpackage.tree_digest",
+                         {"executor": "verifylib.mil_exec (op by op, torch CPU kernels)",
+                          "modes": list(PROGRAM_MODES), "op_counts": drift["op_counts"]},
+                         measurements, drift, arrays, attribution)
+    comp = compiled_variant(ctx, variant)
+    path = (ctx.run_dir / exported["path"]).with_suffix(".mlmodelc")
+    measured = tree_digest(path)
+    bound = comp["tree_digest"]
+    measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
+    return _Measured(path, measured, bound, f"artifact.{variant}.mlmodelc.tree_digest",
+                     {"runtime": "coremltools.models.CompiledMLModel",
+                      "compute_units": "ALL", "mlmodelc": comp["placed_path"]},
+                     measurements, drift, arrays)
+
+
+def _identities(policy, ref: ReferenceRun, choice: PolicyChoice | None,
+                got: _Measured) -> dict:
+    """Return the identities a parity gate binds (the artifact's only when it is unchanged)."""
+    pol = policy.id.split("-")[0]
+    ids = {identities.policy_id(pol): policy.id,
+           identities.policy_sha256(pol): policy.sha256,
+           f"fixture.{ref.input_records['fixture']['id']}.sha256":
+               ref.input_records["fixture"]["audio_sha256"],
+           identities.MODEL_SOURCE_DIGEST: ref.description["model_source_digest"]}
+    if got.measured == got.bound:
+        ids[got.ident_key] = got.measured
+    if choice is not None:
+        ids[identities.ENCODER_PRECISION] = choice.precision
+        ids[identities.ENCODER_PARITY_POLICY] = choice.policy_id
+        if choice.source_ftype is not None:
+            ids[identities.MODEL_GGML_FTYPE] = choice.source_ftype
+    return ids
+
+
 def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> StageReport:
     """Run stage 04_parity for ``params`` inside ``run_dir``.
 
@@ -422,77 +526,35 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
             short = gate_id.split(".", 1)[1]
             refs = [ctx.write_json(f"policy_{short}", policy_record(policy))]
             exported = exported_variant(ctx, variant)
-            compiled_only = exported["path"].endswith(".mlmodelc")
             if ref is None:
                 ref = reference_run(ctx)
                 ref_outputs = ctx.write_bytes(
                     REFERENCE_ARRAYS, encode_arrays({k: ref.outputs[k]
                                                      for k in ("fixture", "random")}),
                     "reference-outputs.npz")
-            attribution = None
-            if kind == "program" and compiled_only:
-                # A .mlmodelc audited as given holds no program to read: on macOS (the only
-                # host this gate then runs on) Core ML itself executes it.
-                path = ctx.run_dir / exported["path"]
-                measured = tree_digest(path)
-                bound = exported["tree_digest"]
-                measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
-                ident_key = f"artifact.{variant}.mlmodelc.tree_digest"
-                candidate = {"runtime": "coremltools.models.CompiledMLModel",
-                             "compute_units": "ALL", "mlmodelc": str(path),
-                             "why": "a compiled model audited as given has no readable program"}
-            elif kind == "program":
-                path = ctx.run_dir / exported["path"]
-                measured = tree_digest(path)
-                bound = exported["tree_digest"]
-                with progress.ticking(f"04_parity executing the {variant} program op by op"):
-                    measurements, drift, arrays, attribution = measure_program(
-                        path, ref, variant=variant)
-                ident_key = f"artifact.{variant}.mlpackage.tree_digest"
-                candidate = {"executor": "verifylib.mil_exec (op by op, torch CPU kernels)",
-                             "modes": list(PROGRAM_MODES), "op_counts": drift["op_counts"]}
-            else:
-                comp = compiled_variant(ctx, variant)
-                path = (ctx.run_dir / exported["path"]).with_suffix(".mlmodelc")
-                measured = tree_digest(path)
-                bound = comp["tree_digest"]
-                measurements, drift, arrays = measure_runtime(path, ref, loader=runtime_loader)
-                ident_key = f"artifact.{variant}.mlmodelc.tree_digest"
-                candidate = {"runtime": "coremltools.models.CompiledMLModel",
-                             "compute_units": "ALL", "mlmodelc": comp["placed_path"]}
+            got = _measure_candidate(ctx, ref, variant, kind, exported, runtime_loader)
+            path, measured, bound = got.path, got.measured, got.bound
             rel = path.relative_to(ctx.run_dir).as_posix() if path.is_relative_to(ctx.run_dir) \
                 else str(path)
             record = ParityEvidence(
                 policy=PolicyRecord(**policy_record(policy)), variant=variant, kind=kind,
                 artifact=Artifact(tree_digest=measured, exported_tree_digest=bound, path=rel),
                 measurements=tuple(Measurement.from_json(m, f"measurements[{i}]")
-                                   for i, m in enumerate(measurements)),
-                candidate=candidate, reference=ref.description,
+                                   for i, m in enumerate(got.measurements)),
+                candidate=got.candidate, reference=ref.description,
                 inputs=ref.input_records,
                 choice=PolicyChoiceRecord(choice.precision, choice.source_ftype,
                                           choice.policy_id, choice.why) if choice else None,
             ).to_json()
             refs.append(ctx.write_json("parity", record, f"{short}.json"))
-            refs.append(ctx.write_json("drift", drift, f"{short}-drift.json"))
+            refs.append(ctx.write_json("drift", got.drift, f"{short}-drift.json"))
             refs.append(ref_outputs)
-            refs.append(ctx.write_bytes(CANDIDATE_ARRAYS, encode_arrays(arrays),
+            refs.append(ctx.write_bytes(CANDIDATE_ARRAYS, encode_arrays(got.arrays),
                                         f"{short}-outputs.npz"))
-            if attribution is not None:
-                refs.append(ctx.write_json(ATTRIBUTION, attribution.as_dict(),
+            if got.attribution is not None:
+                refs.append(ctx.write_json(ATTRIBUTION, got.attribution.as_dict(),
                                            f"{short}-attribution.json"))
-            pol = policy.id.split("-")[0]
-            ids = {identities.policy_id(pol): policy.id,
-                   identities.policy_sha256(pol): policy.sha256,
-                   f"fixture.{ref.input_records['fixture']['id']}.sha256":
-                       ref.input_records["fixture"]["audio_sha256"],
-                   identities.MODEL_SOURCE_DIGEST: ref.description["model_source_digest"]}
-            if measured == bound:
-                ids[ident_key] = measured
-            if choice is not None:
-                ids[identities.ENCODER_PRECISION] = choice.precision
-                ids[identities.ENCODER_PARITY_POLICY] = choice.policy_id
-                if choice.source_ftype is not None:
-                    ids[identities.MODEL_GGML_FTYPE] = choice.source_ftype
+            ids = _identities(policy, ref, choice, got)
             g.judge(refs, ids)
     # The result is read back from the evidence just written, through the same function
     # open_run uses, so what the notebook shows is what a published run will show.

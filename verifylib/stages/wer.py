@@ -252,25 +252,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
     if not res.ok:
         raise RunFailure(f"whisper-cli failed on fixture {fx.id}: {res.describe()}\n"
                            f"{res.stderr_text[-2000:]}")
-    detected: Detected | None = None
-    detect_run = None
-    if bundle.is_multilingual:
-        # Facts, not gated: the language each leg hears, beside the one it was told.
-        from verifylib.models.hf import detect_language_hf
-
-        heard, dres = cli_detect_language(binary, ggml_arg, audio_path)
-        if not dres.ok or heard is None:
-            raise RunFailure(f"whisper-cli -dl failed on fixture {fx.id}: {dres.describe()}\n"
-                             f"{dres.stderr_text[-2000:]}")
-        legs = {"source": detect_language_hf(bundle, audio)}
-        legs["from_ggml"] = legs["source"] if from_ggml is bundle \
-            else detect_language_hf(from_ggml, audio)
-        legs["ggml"] = heard
-        detected = Detected(**{leg: Heard(language=code, p=round(p, 6))
-                               for leg, (code, p) in legs.items()})
-        detect_run = RunRecord.from_json(run_record(dres), "detect_run")
-        refs.append(ctx.write_bytes(f"ggml_detect_stderr_{fx.id}", dres.stderr,
-                                    f"ggml-detect-{fx.id}.stderr.txt"))
+    detected, detect_run = (_detect_languages(ctx, fx, bundles, binary, ggml_arg, audio_path,
+                                              audio, refs)
+                            if bundle.is_multilingual else (None, None))
     given = fixture_text(params, fx)
     raw_ref = given or raw_src
     t = ClipText(fx.id, fx.public, audio_path, norm(raw_ref), norm(raw_src),
@@ -307,15 +291,44 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
         # was scored; the rule holds it to the intake's digest. Private clips: never.
         refs.append(ctx.write_bytes(audio_evidence(t.id), Path(audio_path).read_bytes(),
                                     f"audio-{t.id}.wav"))
-    rate = "CER" if sc.unit == "characters" else "WER"
+    _print_clip(t, sc.unit, detected, c_src, c_fg, c_ggml, c_conv, c_impl)
+    return clip
+
+
+def _detect_languages(ctx: StageContext, fx: Fixture, bundles, binary: Path, ggml_arg: str,
+                      audio_path: Path, audio, refs: list) -> tuple[Detected, RunRecord]:
+    """Detect the clip's language with each leg; the languages heard and whisper-cli's run."""
+    from verifylib.models.hf import detect_language_hf
+
+    # Facts, not gated: the language each leg hears, beside the one it was told.
+    bundle, from_ggml = bundles
+    heard, dres = cli_detect_language(binary, ggml_arg, audio_path)
+    if not dres.ok or heard is None:
+        raise RunFailure(f"whisper-cli -dl failed on fixture {fx.id}: {dres.describe()}\n"
+                         f"{dres.stderr_text[-2000:]}")
+    legs = {"source": detect_language_hf(bundle, audio)}
+    legs["from_ggml"] = legs["source"] if from_ggml is bundle \
+        else detect_language_hf(from_ggml, audio)
+    legs["ggml"] = heard
+    detected = Detected(**{leg: Heard(language=code, p=round(p, 6))
+                           for leg, (code, p) in legs.items()})
+    detect_run = RunRecord.from_json(run_record(dres), "detect_run")
+    refs.append(ctx.write_bytes(f"ggml_detect_stderr_{fx.id}", dres.stderr,
+                                f"ggml-detect-{fx.id}.stderr.txt"))
+    return detected, detect_run
+
+
+def _print_clip(t: ClipText, unit: str, detected: Detected | None, c_src, c_fg, c_ggml,
+                c_conv, c_impl) -> None:
+    """Print the clip's line: each leg's rate, the conversion's and the implementation's."""
+    rate = "CER" if unit == "characters" else "WER"
     heard_as = "" if detected is None else (
         "; heard as " + ", ".join(f"{leg} {h.language} (p {h.p:.2f})" for leg, h in (
             ("source", detected.source), ("HF-from-ggml", detected.from_ggml),
             ("GGML", detected.ggml))))
-    print(f"{t.id} ({lang}): {rate} source {c_src.wer:.3f}, HF-from-ggml {c_fg.wer:.3f}, "
+    print(f"{t.id} ({t.language}): {rate} source {c_src.wer:.3f}, HF-from-ggml {c_fg.wer:.3f}, "
           f"GGML {c_ggml.wer:.3f}; conversion {c_conv.wer:.3f}, implementation "
           f"{c_impl.wer:.3f}{heard_as}")
-    return clip
 
 
 def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,

@@ -281,7 +281,6 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
         For an unusable candidate or an unknown pin.
     """
     from verifylib.resources import cache_dir as default_cache
-    from verifylib.runtime.contracts import lifecycle_argv
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
     if pin_name is not None and pin_name not in pins:
@@ -297,64 +296,90 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
         litter = os_litter(src) if known is None else ()
         if litter:  # counted in the tree id, so no pin's tree can match
             log(f"note: {describe_litter(src, litter)}")
-        tries: dict[str, tuple[bool, str]] = {}
-        if pin_name is None and known is None:
-            for name, p in pins.items():
-                tries[name] = _try_patch(src, tree, p, scratch / "work")
-                if tries[name][0]:
-                    break
-            pin_name = next((n for n, (ok, _) in tries.items() if ok), next(iter(pins)))
-        pin_name = pin_name or known
-        pin = pins[pin_name]
-        applies, why = tries.get(pin_name) or _try_patch(src, tree, pin, scratch / "work")
+        pin_name, applies, why = _choose_pin(src, tree, pins, pin_name, known, scratch / "work")
         whisper_cpp = src / "src" / "whisper.cpp"
         state, line = batch_member_state(whisper_cpp.read_text(errors="replace")) \
             if whisper_cpp.is_file() else ("absent", None)
         result = Assessment(candidate, src, tree, known, pin_name, applies, state)
-        rows = result.conditions
-        rows.append(Condition(f"pin {pin_name}'s patch ({pin.patch_sha256[:12]}...) applies",
-                              why if applies else f"no: {why}", INFO))
-        decl = {"uninitialized": (f"yes: `{contracts.BATCH_MEMBER_UNINITIALIZED}` at "
-                                  f"src/whisper.cpp:{line}", NOT_MET),
-                "initialized": (f"no: initialized at src/whisper.cpp:{line}", MET),
-                "absent": ("no `whisper_batch batch` member found in struct whisper_state",
-                           UNKNOWN)}[state]
-        rows.append(Condition(f"`{contracts.BATCH_MEMBER_UNINITIALIZED}` still uninitialized",
-                              *decl))
-        test_model = src / contracts.TEST_MODEL_IN_TREE
-        audio = src / contracts.TEST_AUDIO_IN_TREE
-        ab_check = (f"unpatched lifecycle A/B ({' '.join(contracts.lifecycle_trigger_args())}, "
-                    f"{runs} runs)")
-        ggml_check = "GGML positive path (unpatched candidate, tree's sample)"
-        if not build:
-            skip = "NOT_RUN(disabled: --no-build)"
-            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
-                     Condition(SANITIZER_CHECK, "not run", skip)]
-        elif not (test_model.is_file() and audio.is_file()):
-            skip = (f"NOT_RUN(prerequisite: the candidate has no {contracts.TEST_MODEL_IN_TREE} "
-                    f"or {contracts.TEST_AUDIO_IN_TREE})")
-            rows += [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
-                     Condition(SANITIZER_CHECK, "not run", skip)]
-        else:
-            real_model = Path(model) if model else _default_model(scratch, cache, log)
-            rows += _physical_rows(src, tree, test_model, real_model, audio, runs=runs,
-                                   timeout=timeout, jobs=jobs, options=options, cache=cache,
-                                   log=log, ab_check=ab_check, ggml_check=ggml_check,
-                                   lifecycle_argv=lifecycle_argv)
-            rows.append(sanitizer_row(src, tree, test_model, audio, timeout=timeout, jobs=jobs,
-                                      options=options, cache=cache, log=log))
-        missing = detect().missing(Capability.MACOS_XCODE)
-        rows.append(Condition(
-            "Core ML positive path (unpatched candidate)", "not run here",
-            f"NOT_RUN(platform: {missing})" if missing else
-            "NOT_RUN(prerequisite: run `verifylib run` with runtime.source set to this "
-            "candidate; canary.coreml_positive decides)"))
-        rows.append(Condition("patches/manifest.yaml and cache identity migrated deliberately",
-                              "pin-check never edits or deletes a patch", MANUAL))
+        result.conditions.extend(_source_rows(pin_name, pins[pin_name], applies, why, state,
+                                              line))
+        result.conditions.extend(_run_rows(src, tree, scratch, runs=runs, build=build,
+                                           model=model, timeout=timeout, jobs=jobs,
+                                           options=options, cache=cache, log=log))
+        result.conditions.extend(_unassessed_rows())
         result.conclusion = _conclude(result)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _choose_pin(src: Path, tree: str, pins: dict[str, _source.Pin], pin_name: str | None,
+                known: str | None, work: Path) -> tuple[str, bool, str]:
+    """Pick the pin whose patch to try (see :func:`assess`); whether it applies, and why."""
+    tries: dict[str, tuple[bool, str]] = {}
+    if pin_name is None and known is None:
+        for name, p in pins.items():
+            tries[name] = _try_patch(src, tree, p, work)
+            if tries[name][0]:
+                break
+        pin_name = next((n for n, (ok, _) in tries.items() if ok), next(iter(pins)))
+    pin_name = pin_name or known
+    pin = pins[pin_name]
+    applies, why = tries.get(pin_name) or _try_patch(src, tree, pin, work)
+    return pin_name, applies, why
+
+
+def _source_rows(pin_name: str, pin: _source.Pin, applies: bool, why: str, state: str,
+                 line: int | None) -> list[Condition]:
+    """Return the rows read from the source: the pin's patch applies, the batch member."""
+    decl = {"uninitialized": (f"yes: `{contracts.BATCH_MEMBER_UNINITIALIZED}` at "
+                              f"src/whisper.cpp:{line}", NOT_MET),
+            "initialized": (f"no: initialized at src/whisper.cpp:{line}", MET),
+            "absent": ("no `whisper_batch batch` member found in struct whisper_state",
+                       UNKNOWN)}[state]
+    return [Condition(f"pin {pin_name}'s patch ({pin.patch_sha256[:12]}...) applies",
+                      why if applies else f"no: {why}", INFO),
+            Condition(f"`{contracts.BATCH_MEMBER_UNINITIALIZED}` still uninitialized", *decl)]
+
+
+def _run_rows(src: Path, tree: str, scratch: Path, *, runs: int, build: bool,
+              model: str | Path | None, timeout: float, jobs: int, options: dict | None,
+              cache: Path, log: Callable[[str], None]) -> list[Condition]:
+    """Return the rows of the unpatched candidate's runs: lifecycle A/B, GGML, sanitizer."""
+    from verifylib.runtime.contracts import lifecycle_argv
+    test_model = src / contracts.TEST_MODEL_IN_TREE
+    audio = src / contracts.TEST_AUDIO_IN_TREE
+    ab_check = (f"unpatched lifecycle A/B ({' '.join(contracts.lifecycle_trigger_args())}, "
+                f"{runs} runs)")
+    ggml_check = "GGML positive path (unpatched candidate, tree's sample)"
+    if not build:
+        skip = "NOT_RUN(disabled: --no-build)"
+        return [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                Condition(SANITIZER_CHECK, "not run", skip)]
+    if not (test_model.is_file() and audio.is_file()):
+        skip = (f"NOT_RUN(prerequisite: the candidate has no {contracts.TEST_MODEL_IN_TREE} "
+                f"or {contracts.TEST_AUDIO_IN_TREE})")
+        return [Condition(ab_check, "not run", skip), Condition(ggml_check, "not run", skip),
+                Condition(SANITIZER_CHECK, "not run", skip)]
+    real_model = Path(model) if model else _default_model(scratch, cache, log)
+    rows = _physical_rows(src, tree, test_model, real_model, audio, runs=runs,
+                          timeout=timeout, jobs=jobs, options=options, cache=cache,
+                          log=log, ab_check=ab_check, ggml_check=ggml_check,
+                          lifecycle_argv=lifecycle_argv)
+    rows.append(sanitizer_row(src, tree, test_model, audio, timeout=timeout, jobs=jobs,
+                              options=options, cache=cache, log=log))
+    return rows
+
+
+def _unassessed_rows() -> list[Condition]:
+    """Return the rows pin-check leaves to others: the Core ML path, the manifest."""
+    missing = detect().missing(Capability.MACOS_XCODE)
+    return [Condition("Core ML positive path (unpatched candidate)", "not run here",
+                      f"NOT_RUN(platform: {missing})" if missing else
+                      "NOT_RUN(prerequisite: run `verifylib run` with runtime.source set to "
+                      "this candidate; canary.coreml_positive decides)"),
+            Condition("patches/manifest.yaml and cache identity migrated deliberately",
+                      "pin-check never edits or deletes a patch", MANUAL)]
 
 
 def _default_model(scratch: Path, cache: Path, log) -> Path:

@@ -554,36 +554,43 @@ def obtain_source(spec: SourceSpec, cache_dir: Path, *,
     index_path = sources / "index" / f"{key}.json"
     reported: set[str] = set()
 
-    def check() -> SourceTree | None:
-        if not index_path.is_file():
-            return None
-        try:
-            entry = read_json(index_path)
-            recorded = entry["tree_id"]
-            origin = dict(entry["origin"])
-        except (ValueError, KeyError, TypeError, OSError):
-            return None
-        if not (isinstance(recorded, str) and GIT_OID_RE.match(recorded)):
-            return None
-        folder = sources / recorded
-        if not folder.is_dir():
-            return None
-        tree = git_tree_id(folder)
-        if tree == recorded:
-            log(f"source {tree} from cache ({folder})")
-            return SourceTree(path=folder, tree_id=tree, origin=origin, cached=True)
-        # A corrupted entry is refetched rather than trusted or half-used.
-        if tree not in reported:  # checked once before and once under the lock
-            reported.add(tree)
-            log(f"cached source {folder} hashes to {tree}, not {recorded}: refetching")
-        return None
-
     # One process fetches a given spec at a time; the others wait and then find it in the
     # index (the sdist is downloaded once, not once per concurrent audit).
-    return produce_once(cache_dir / LOCKS_DIR, "source", key, check=check,
+    return produce_once(cache_dir / LOCKS_DIR, "source", key,
+                        check=lambda: _cached_source(index_path, sources, reported, log),
                         produce=lambda: _fetch_and_publish(spec, cache_dir, archive_sha,
                                                            index_path, log),
                         what=f"source {_describe_spec(spec)}", log=log)
+
+
+def _cached_source(index_path: Path, sources: Path, reported: set[str],
+                   log: Callable[[str], None]) -> SourceTree | None:
+    """Return the cached entry an index file names, if it still hashes to its tree id.
+
+    ``reported`` holds the wrong tree ids already logged, so that each is logged once.
+    """
+    if not index_path.is_file():
+        return None
+    try:
+        entry = read_json(index_path)
+        recorded = entry["tree_id"]
+        origin = dict(entry["origin"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    if not (isinstance(recorded, str) and GIT_OID_RE.match(recorded)):
+        return None
+    folder = sources / recorded
+    if not folder.is_dir():
+        return None
+    tree = git_tree_id(folder)
+    if tree == recorded:
+        log(f"source {tree} from cache ({folder})")
+        return SourceTree(path=folder, tree_id=tree, origin=origin, cached=True)
+    # A corrupted entry is refetched rather than trusted or half-used.
+    if tree not in reported:  # checked once before and once under the lock
+        reported.add(tree)
+        log(f"cached source {folder} hashes to {tree}, not {recorded}: refetching")
+    return None
 
 
 def _describe_spec(spec: SourceSpec) -> str:
