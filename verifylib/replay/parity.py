@@ -102,9 +102,16 @@ def _replayable(run: Any) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]
                                                   f"nothing measured to replay"))
             continue
         doc = ParityEvidence.from_json(run.evidence(gate_id).json("parity"))
-        if doc.kind != "program" or not doc.artifact.path.endswith(".mlpackage"):
+        path = doc.artifact.path
+        if doc.kind != "program" or (path is not None and not path.endswith(".mlpackage")):
             claims.append(not_replayable(gate_id, "the candidate is a compiled model: only "
                                                   "a Core ML runtime executes it (macOS)"))
+            continue
+        if path is None:
+            # The rule judges a program record that omits its path; there is no package
+            # here to re-execute.
+            claims.append(not_replayable(gate_id, "the parity record names no package to "
+                                                  "re-execute"))
             continue
         todo.append((gate_id, variant, rec, doc))
     return claims, todo
