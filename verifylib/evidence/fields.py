@@ -267,7 +267,8 @@ class _Typed(Generic[_T]):
 
     def __call__(self, value: Any, path: str) -> _T:
         if (value is None and self._null) or (value is not None and self._ok(value)):
-            return value  # type: ignore[no-any-return,return-value]
+            # ``ok`` (or None where the reader allows null) is the check that makes it a _T.
+            return cast(_T, value)
         raise self._wrong(path, self._want, value)
 
 
