@@ -145,3 +145,24 @@ def test_each_claim_nothing_compared_is_not_replayable_with_its_reason():
                                          "nothing recorded to replay")
     assert got["wer.hybrid"].detail.startswith("macOS-only")
     assert got["parity.program"].detail.startswith("replay does not re-derive parity.program")
+
+
+def test_a_program_record_without_its_package_path_is_not_replayable(monkeypatch):
+    # The parity rule judges a program record that omits artifact.path; replay has no
+    # package to re-execute for it (it used to raise AttributeError on None.endswith).
+    from types import SimpleNamespace
+
+    from verifylib.evidence.gates import PARITY_PROGRAM, Status
+    from verifylib.evidence.parity.schema import ParityEvidence
+    from verifylib.replay.parity import _replayable
+
+    parsed = SimpleNamespace(kind="program", artifact=SimpleNamespace(path=None))
+    monkeypatch.setattr(ParityEvidence, "from_json",
+                        classmethod(lambda cls, doc, path=None: parsed))
+    run = SimpleNamespace(gates={PARITY_PROGRAM: SimpleNamespace(status=Status.PASS)},
+                          evidence=lambda gate_id: SimpleNamespace(json=lambda name: {}))
+    claims, todo = _replayable(run)
+    assert todo == []
+    got = {c.id: c for c in claims}
+    assert got[PARITY_PROGRAM].status is cl.ClaimStatus.NOT_REPLAYABLE
+    assert got[PARITY_PROGRAM].detail == "the parity record names no package to re-execute"

@@ -36,7 +36,7 @@ def _gate_order(records: Mapping[str, GateRecord]) -> list[str]:
     return known + sorted(set(records) - set(known))
 
 
-def check(run_dir: str | os.PathLike, records: Mapping[str, GateRecord]) -> list[str]:
+def check(run_dir: str | os.PathLike[str], records: Mapping[str, GateRecord]) -> list[str]:
     """Check the ledger against the launches the gates' evidence cites.
 
     Every JSON evidence file a gate cites is read (through
@@ -89,7 +89,7 @@ class _CitedFiles:
     """
 
     owner: dict[str, str] = field(default_factory=dict)
-    per_file: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
+    per_file: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     gate_files: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -124,8 +124,8 @@ def _well_formed(launch: Any) -> bool:
             and is_sha256(launch["binary_sha256"]))
 
 
-def _match_citations(files: _CitedFiles, entries: Mapping[int, Mapping], has_ledger: bool,
-                     problems: list[str]) -> dict[int, list[tuple[str, str]]]:
+def _match_citations(files: _CitedFiles, entries: Mapping[int, Mapping[str, Any]],
+                     has_ledger: bool, problems: list[str]) -> dict[int, list[tuple[str, str]]]:
     """Hold each citation against its ledger entry; return launch seq -> (gate, place) cites."""
     cited_by: dict[int, list[tuple[str, str]]] = {}
     for gid, paths in files.gate_files.items():
@@ -170,7 +170,7 @@ def _shared_launches(cited_by: Mapping[int, list[tuple[str, str]]],
     return problems
 
 
-def _uncited_launches(entries: Mapping[int, Mapping],
+def _uncited_launches(entries: Mapping[int, Mapping[str, Any]],
                       cited_by: Mapping[int, list[tuple[str, str]]]) -> list[str]:
     """Name each ledger entry no gate cites, with the gate most likely behind it."""
     problems = []
@@ -220,7 +220,7 @@ def _single_shot_problems(records: Mapping[str, GateRecord], files: _CitedFiles)
     return problems
 
 
-def _mismatches(cited: Mapping, entry: Mapping) -> list[str]:
+def _mismatches(cited: Mapping[str, Any], entry: Mapping[str, Any]) -> list[str]:
     """Names of the citing record's fields that differ from its ledger entry."""
     out = []
     if "argv" in cited:

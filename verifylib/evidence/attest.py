@@ -32,7 +32,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -50,6 +50,7 @@ from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 from verifylib import canonical
 from verifylib.errors import AttestationFailure, EvidenceInvalid, ParametersInvalid
 from verifylib.evidence import receipt
+from verifylib.evidence.layout import RECEIPT_FILE
 
 ATTESTATION_FILE = "attestation.intoto.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -93,7 +94,7 @@ class Subject:
     sha256: str
     kind: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Return the subject as an in-toto ResourceDescriptor.
 
         Returns
@@ -154,14 +155,14 @@ class AttestationCheck:
 
 # --- keys ----------------------------------------------------------------------------------
 
-def _read_key_file(path: str | os.PathLike) -> bytes:
+def _read_key_file(path: str | os.PathLike[str]) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
         raise AttestKeyError(f"{path}: cannot read key file: {exc.strerror or exc}") from exc
 
 
-def load_signer(path: str | os.PathLike) -> CryptoSigner:
+def load_signer(path: str | os.PathLike[str]) -> CryptoSigner:
     """Load an unencrypted Ed25519 private key (PEM) as a signer.
 
     Parameters
@@ -194,7 +195,7 @@ def load_signer(path: str | os.PathLike) -> CryptoSigner:
     return CryptoSigner(key)
 
 
-def load_public_key(path: str | os.PathLike) -> SSlibKey:
+def load_public_key(path: str | os.PathLike[str]) -> SSlibKey:
     """Load an Ed25519 public key (PEM, SubjectPublicKeyInfo) for verification.
 
     Parameters
@@ -244,14 +245,15 @@ def _bundles(base: Path) -> list[Path]:
     return [p for p in found if not any(a in found for a in p.parents)]
 
 
-def collect_subjects(run_dir: str | os.PathLike, identities: dict) -> list[Subject]:
+def collect_subjects(run_dir: str | os.PathLike[str],
+                     identities: Mapping[str, Any]) -> list[Subject]:
     """Digest the shipped artifacts of a run and list the recorded binaries.
 
     Parameters
     ----------
     run_dir : path-like
         A run directory.
-    identities : dict
+    identities : mapping
         The receipt's identity table; each ``binary.<variant>.sha256`` entry becomes the
         subject ``whisper-cli (<variant>)``.
 
@@ -283,8 +285,8 @@ def collect_subjects(run_dir: str | os.PathLike, identities: dict) -> list[Subje
     return out
 
 
-def _read_receipt(run_dir: Path) -> tuple[dict, str]:
-    path = run_dir / receipt.RECEIPT_FILE
+def _read_receipt(run_dir: Path) -> tuple[dict[str, Any], str]:
+    path = run_dir / RECEIPT_FILE
     data = path.read_bytes()
     doc = canonical.loads(data)
     if not isinstance(doc, dict):
@@ -292,7 +294,7 @@ def _read_receipt(run_dir: Path) -> tuple[dict, str]:
     return doc, canonical.sha256_bytes(data)
 
 
-def _gate_table(doc: dict) -> list[dict]:
+def _gate_table(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for g in doc.get("gates", []):
         reason = g.get("reason") if isinstance(g.get("reason"), dict) else {}
@@ -301,7 +303,7 @@ def _gate_table(doc: dict) -> list[dict]:
     return rows
 
 
-def build_statement(run_dir: str | os.PathLike, verdict: str | None) -> dict:
+def build_statement(run_dir: str | os.PathLike[str], verdict: str | None) -> dict[str, Any]:
     """Build the in-toto Statement v1 for a run directory as it is now.
 
     Parameters
@@ -337,18 +339,19 @@ def build_statement(run_dir: str | os.PathLike, verdict: str | None) -> dict:
             "name": doc.get("name"),
             "verdict": verdict,
             "gates": _gate_table(doc),
-            "receipt": {"name": receipt.RECEIPT_FILE, "digest": {"sha256": receipt_sha}},
+            "receipt": {"name": RECEIPT_FILE, "digest": {"sha256": receipt_sha}},
         },
     }
 
 
-def _statement_bytes(statement: dict) -> bytes:
+def _statement_bytes(statement: Mapping[str, Any]) -> bytes:
     return canonical.dumps(statement).rstrip(b"\n")
 
 
 # --- signing -------------------------------------------------------------------------------
 
-def attest(run_dir: str | os.PathLike, key: CryptoSigner | str | os.PathLike) -> AttestResult:
+def attest(run_dir: str | os.PathLike[str],
+           key: CryptoSigner | str | os.PathLike[str]) -> AttestResult:
     """Sign a published, verifying run and write ``attestation.intoto.jsonl``.
 
     The attestation is written beside the run's receipt.
@@ -376,8 +379,8 @@ def attest(run_dir: str | os.PathLike, key: CryptoSigner | str | os.PathLike) ->
     run_dir = Path(run_dir)
     signer = key if isinstance(key, CryptoSigner) else load_signer(key)
     out = run_dir / ATTESTATION_FILE
-    if not (run_dir / receipt.RECEIPT_FILE).is_file():
-        raise AttestError(f"{run_dir}: no {receipt.RECEIPT_FILE}; only published runs are "
+    if not (run_dir / RECEIPT_FILE).is_file():
+        raise AttestError(f"{run_dir}: no {RECEIPT_FILE}; only published runs are "
                           f"attested")
     if out.exists():
         raise AttestError(f"{out}: already exists; an attestation is written once and never "
@@ -475,7 +478,7 @@ def _subject_map(subjects: Any, problems: list[str]) -> dict[str, tuple[str, Any
     return out
 
 
-def _compare_statement(got: Any, expected: dict) -> list[str]:
+def _compare_statement(got: Any, expected: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     if not isinstance(got, dict) or set(got) != STATEMENT_KEYS:
         return [f"payload is not an in-toto Statement (fields must be exactly "
@@ -511,7 +514,7 @@ def _compare_statement(got: Any, expected: dict) -> list[str]:
         problems.append(f"verdict: attested {pred.get('verdict')!r}, re-verification gives "
                         f"{want['verdict']!r}")
     if pred.get("receipt") != want["receipt"]:
-        problems.append(f"{receipt.RECEIPT_FILE}: SHA-256 differs from the attested one "
+        problems.append(f"{RECEIPT_FILE}: SHA-256 differs from the attested one "
                         f"(the receipt changed after attesting)")
     got_gates = pred.get("gates")
     if not isinstance(got_gates, list) or not all(isinstance(g, dict) for g in got_gates):
@@ -538,7 +541,8 @@ def _compare_statement(got: Any, expected: dict) -> list[str]:
     return problems
 
 
-def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | os.PathLike,
+def verify_attestation(run_dir: str | os.PathLike[str],
+                       public_key: SSlibKey | str | os.PathLike[str],
                        verified: receipt.VerifyResult | None = None) -> AttestationCheck:
     """Check a run's ``attestation.intoto.jsonl`` against a public key and the run itself.
 
@@ -593,7 +597,7 @@ def verify_attestation(run_dir: str | os.PathLike, public_key: SSlibKey | str | 
     try:
         expected = build_statement(run_dir, verified.verdict)
     except (OSError, ValueError) as exc:
-        check.problems.append(f"{receipt.RECEIPT_FILE}: unreadable: {exc}")
+        check.problems.append(f"{RECEIPT_FILE}: unreadable: {exc}")
         expected = None
 
     for env in mine:
@@ -620,7 +624,7 @@ def _read_envelopes(path: Path, problems: list[str]) -> list[Envelope]:
     return envelopes
 
 
-def _check_envelope(env: Envelope, key: SSlibKey, expected: dict | None,
+def _check_envelope(env: Envelope, key: SSlibKey, expected: Mapping[str, Any] | None,
                     check: AttestationCheck) -> None:
     """Verify one envelope signed by ``key``, compare its statement, and collect its subjects.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
@@ -59,11 +60,11 @@ class FailureRecord:
     name: str
     parameters: str
     reason: str
-    executor: dict
+    executor: dict[str, Any]
     time: str
     status: Status = Status.ERROR
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Return the record as stored (with its ``format``).
 
         Returns
@@ -75,7 +76,7 @@ class FailureRecord:
                 "executor": dict(self.executor), "time": self.time}
 
     @classmethod
-    def from_json(cls, data) -> "FailureRecord":
+    def from_json(cls, data: Any) -> "FailureRecord":
         """Read a stored record, checking every field's type.
 
         Parameters
@@ -107,7 +108,7 @@ class FailureRecord:
 
 
 def publish_failure(reports_root: str | Path, *, name: str, parameters: str, reason: str,
-                    executor: dict) -> Path:
+                    executor: dict[str, Any]) -> Path:
     """Record that a model's audit ended ERROR without publishing a run.
 
     The record (:class:`FailureRecord`) is written to a staging file in

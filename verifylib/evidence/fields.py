@@ -27,7 +27,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar, cast, dataclass_transform
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Generic,
+    Mapping,
+    TypeGuard,
+    TypeVar,
+    cast,
+    dataclass_transform,
+)
 
 from verifylib.errors import EvidenceInvalid
 
@@ -250,7 +260,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -267,7 +277,8 @@ class _Typed(Generic[_T]):
 
     def __call__(self, value: Any, path: str) -> _T:
         if (value is None and self._null) or (value is not None and self._ok(value)):
-            return value  # type: ignore[no-any-return,return-value]
+            # ``ok`` (or None where the reader allows null) is the check that makes it a _T.
+            return cast(_T, value)
         raise self._wrong(path, self._want, value)
 
 
@@ -351,7 +362,7 @@ class Readers:
             return _NONFINITE[value]
         if not _is_num(value):
             raise self._wrong(path, 'a number (or "inf", "-inf", "nan")', value)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def literal(self, want: Any) -> Read[Any]:
         """Return a reader of a field that must be exactly ``want`` (``built``: false).
@@ -597,6 +608,9 @@ class Schema:
     _readers: ClassVar[Readers] = EXPECTED
     _path: ClassVar[str] = ""
     _closed: ClassVar[str | None] = None
+    # Set on each subclass by ``dataclasses.dataclass`` (in ``__init_subclass__``); declared
+    # so that a type checker reads a Schema as the dataclass it is.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -626,13 +640,13 @@ class Schema:
         path = cls._path if path is None else path
         d = cls._readers.obj(doc, path)
         if cls._closed is not None:
-            keys = {f.metadata["key"] or f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            keys = {f.metadata["key"] or f.name for f in dataclasses.fields(cls)
                     if "read" in f.metadata}
             extra = sorted(str(k) for k in d if k not in keys)
             if extra:
                 raise SchemaError(join(path, extra[0]), cls._closed)
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             m = f.metadata
             if "read" not in m:
                 continue
@@ -645,7 +659,7 @@ class Schema:
                 value = req(d, key, path, m["read"])
             if f.init:
                 values[f.name] = value
-        return cast(Any, cls)(**values)  # type: ignore[no-any-return]
+        return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
         """Return the dict as written: every field in declaration order.
@@ -655,7 +669,7 @@ class Schema:
         dict
         """
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             m = f.metadata
             if "read" not in m:
                 continue

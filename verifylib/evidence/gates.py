@@ -119,7 +119,9 @@ _CANARY_SWITCH = (("canary.enabled", False),)
 _FP16_SWITCH = (("export.fp16", False),)
 
 
-def _g(id, stage, required, cap, prereq, rule_text, *, implemented=True, disabled_by=()):
+def _g(id: str, stage: str, required: bool, cap: Capability, prereq: Iterable[str],
+       rule_text: str, *, implemented: bool = True,
+       disabled_by: Iterable[tuple[str, Any]] = ()) -> Gate:
     return Gate(id, stage, required, cap, tuple(prereq), rule_text, implemented,
                 tuple(disabled_by), PROVES[id])
 
@@ -298,7 +300,7 @@ class Judgement:
     status: Status
     detail: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.status not in (Status.PASS, Status.FAIL):
             raise ValueError("a pass rule can only PASS or FAIL")
 

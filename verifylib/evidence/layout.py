@@ -13,7 +13,7 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from verifylib import canonical
 from verifylib.evidence import gates, identities
@@ -37,7 +37,8 @@ ERROR_SCHEMA = "verifylib-error/1"
 TRACEBACK_EVIDENCE = "traceback"
 
 
-def error_document(gate_id: str, text: str, launches: list | None = None) -> dict:
+def error_document(gate_id: str, text: str,
+                   launches: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Return the stored traceback of an ERROR gate (with the launches made before it broke).
 
     Parameters
@@ -102,7 +103,7 @@ def run_id_time(run_id: str) -> _dt.datetime:
     return stamp.replace(tzinfo=_dt.timezone.utc)
 
 
-def read_stage_file(run_dir: Path, stage: str) -> dict | None:
+def read_stage_file(run_dir: Path, stage: str) -> dict[str, Any] | None:
     """Return a stage's gates file, or None if the stage has not written one."""
     path = Path(run_dir) / GATES_DIR / f"{stage}.json"
     return canonical.read_json(path) if path.exists() else None
@@ -159,7 +160,8 @@ def stamped_dir(parent: Path, prefix: str, now: _dt.datetime | None = None) -> P
     return out
 
 
-def inside_a_run(out_dir: str | os.PathLike, runs: Sequence[str | os.PathLike]) -> str | None:
+def inside_a_run(out_dir: str | os.PathLike[str],
+                 runs: Sequence[str | os.PathLike[str]]) -> str | None:
     """Return the run directory ``out_dir`` lies in, if any (nothing writes into a run).
 
     Parameters

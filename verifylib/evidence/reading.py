@@ -7,12 +7,17 @@ give (:func:`fact_rows`).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import EvidenceView, GateRecord
 
 __all__ = ["judged_evidence", "describe_run", "fact_rows", "has_rows"]
 
 
-def judged_evidence(run_dir, records: Mapping[str, Any], gate_id: str, name: str):
+def judged_evidence(run_dir: str | os.PathLike[str], records: Mapping[str, GateRecord],
+                    gate_id: str, name: str) -> EvidenceView | None:
     """Return the verified evidence of ``gate_id`` if its rule judged it on file ``name``.
 
     The ``*_from_evidence`` builders below read a stage's result through this one door:
@@ -96,5 +101,6 @@ def fact_rows(facts: Any) -> list[tuple[str, Any]]:
     """
     rows = getattr(facts, "rows", None)
     if callable(rows):
-        return rows()
+        table: list[tuple[str, Any]] = rows()
+        return table
     return list(dict(facts or {}).items())

@@ -27,7 +27,7 @@ import re
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, PrerequisiteBroken
@@ -92,8 +92,8 @@ class IdentityMerge:
         Gate id to the conflict messages that make it FAIL.
     """
 
-    table: dict
-    conflicts: dict
+    table: dict[str, Any]
+    conflicts: dict[str, list[str]]
 
 
 def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
@@ -103,8 +103,8 @@ def merge_identities(stage_files: Mapping[str, Any]) -> IdentityMerge:
     conflict; so does every judged gate of a stage whose own table disagrees without any
     gate carrying the key (the stage as a whole relied on another value).
     """
-    table: dict = {}
-    origin: dict = {}
+    table: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     conflicts: dict[str, list[str]] = {}
     for stage in gates.STAGES:
         data = stage_files.get(stage)
@@ -168,8 +168,9 @@ def _error_record(run_dir: Path, folder: str, gate_id: str, text: str) -> GateRe
     return GateRecord(gate_id, Status.ERROR, Reason(ERROR_EXCEPTION, text), (ref,))
 
 
-def _read_stage_files(run_dir: Path) -> tuple[dict, dict]:
-    files, broken = {}, {}
+def _read_stage_files(run_dir: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
+    files: dict[str, dict[str, Any] | None] = {}
+    broken: dict[str, str] = {}
     for stage in gates.STAGES:
         try:
             data = read_stage_file(run_dir, stage)
@@ -348,14 +349,14 @@ def host_capabilities(host: Any) -> dict[str, bool]:
     return {c.value: hc.has(c) for c in gates.Capability}
 
 
-def _named_gates(detail: str, candidates) -> list[str]:
+def _named_gates(detail: str, candidates: Iterable[str]) -> list[str]:
     return [c for c in candidates if re.search(rf"(?<![\w.]){re.escape(c)}(?![\w.])", detail)]
 
 
 class _Checker:
     """One verification pass over a run directory (state shared by the checks)."""
 
-    def __init__(self, run_dir: Path, receipt: dict, allow_simulated: bool):
+    def __init__(self, run_dir: Path, receipt: dict[str, Any], allow_simulated: bool):
         self.run_dir = run_dir
         self.receipt = receipt
         self.allow_simulated = allow_simulated
@@ -390,7 +391,7 @@ class _Checker:
         if RUN_FILE not in listed:
             self.problems.append(f"{RUN_FILE}: not covered by the receipt")
 
-    def run_record(self) -> tuple[dict, dict]:
+    def run_record(self) -> tuple[dict[str, Any], dict[str, bool]]:
         try:
             run = canonical.read_json(self.run_dir / RUN_FILE)
             if not isinstance(run, dict):
@@ -421,7 +422,7 @@ class _Checker:
                                  f"from its facts {caps!r}")
         return run, caps
 
-    def rows(self) -> dict[str, dict]:
+    def rows(self) -> dict[str, dict[str, Any]]:
         gate_rows = self.receipt.get("gates", [])
         rows = {str(g.get("id")): g for g in gate_rows if isinstance(g, dict)} \
             if isinstance(gate_rows, list) else {}
@@ -432,7 +433,7 @@ class _Checker:
             self.problems.append(f"receipt names unknown gates: {unknown}")
         return rows
 
-    def identity_table(self, merged: IdentityMerge) -> dict:
+    def identity_table(self, merged: IdentityMerge) -> dict[str, Any]:
         """Return the receipt's identity table, noting where it is not the stages' merged one."""
         table = self.receipt.get("identities", {})
         if not isinstance(table, dict):
@@ -447,8 +448,9 @@ class _Checker:
                 self.problems.append(msg)
         return table
 
-    def gate_records(self, rows: dict[str, dict], sidecar: dict[str, Any], table: dict,
-                     merged: IdentityMerge, run: dict, caps: dict) -> dict[str, GateRecord]:
+    def gate_records(self, rows: Mapping[str, Mapping[str, Any]], sidecar: Mapping[str, Any],
+                     table: Mapping[str, Any], merged: IdentityMerge, run: Mapping[str, Any],
+                     caps: Mapping[str, bool]) -> dict[str, GateRecord]:
         """Read and justify each registry gate's receipt row; return the rows that parse.
 
         Gates are taken in table order, so prerequisites are verified before dependants.
@@ -496,8 +498,8 @@ class _Checker:
                             f"gate {g.id}: PASS although prerequisite {p} is "
                             f"{getattr(statuses.get(p), 'value', 'missing')}")
 
-    def justify(self, g: gates.Gate, rec: GateRecord, run: dict, caps: dict,
-                conflicts: dict) -> list[str]:
+    def justify(self, g: gates.Gate, rec: GateRecord, run: Mapping[str, Any],
+                caps: Mapping[str, bool], conflicts: Mapping[str, list[str]]) -> list[str]:
         """Problems with ``rec`` as the status of ``g``; empty when it is justified."""
         if rec.status in (Status.PASS, Status.FAIL):
             return self._judged(g, rec, run, caps, conflicts)
@@ -505,7 +507,8 @@ class _Checker:
             return self._error(g, rec)
         return self._not_run(g, rec, run, caps)
 
-    def _judged(self, g, rec, run, caps, conflicts) -> list[str]:
+    def _judged(self, g: gates.Gate, rec: GateRecord, run: Mapping[str, Any],
+                caps: Mapping[str, bool], conflicts: Mapping[str, list[str]]) -> list[str]:
         out = []
         st = rec.status.value
         cap = gates.capability_of(g, run.get("params") or {})
@@ -538,7 +541,7 @@ class _Checker:
                        f"{view.unread()}")
         return out
 
-    def _error(self, g, rec) -> list[str]:
+    def _error(self, g: gates.Gate, rec: GateRecord) -> list[str]:
         # Both kinds rest on the same stored traceback; which one a gate carries is the
         # stage's account of the exception and does not move the verdict.
         if rec.reason.kind not in ERROR_KINDS:
@@ -564,7 +567,8 @@ class _Checker:
             return [f"gate {g.id}: ERROR({rec.reason.kind}) but its traceback says {want}"]
         return []
 
-    def _not_run(self, g, rec, run, caps) -> list[str]:
+    def _not_run(self, g: gates.Gate, rec: GateRecord, run: Mapping[str, Any],
+                 caps: Mapping[str, bool]) -> list[str]:
         kind, detail = rec.reason.kind, rec.reason.detail
         if rec.evidence:
             return [f"gate {g.id}: NOT_RUN but cites evidence"]

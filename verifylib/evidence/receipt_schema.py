@@ -71,7 +71,7 @@ class ReceiptGate:
     stage: str
     required: bool
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Return the row as written.
 
         Returns
@@ -131,7 +131,7 @@ class FileDigest:
     path: str
     sha256: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Return the entry as written.
 
         Returns
@@ -173,9 +173,9 @@ class Receipt:
     run_id: str
     name: str | None
     params_sha256: str | None
-    host: dict | None
-    packages: dict
-    identities: dict
+    host: dict[str, Any] | None
+    packages: dict[str, Any]
+    identities: dict[str, Any]
     gates: tuple[ReceiptGate, ...]
     verdict: Verdict
     files: tuple[FileDigest, ...] = ()
@@ -203,7 +203,7 @@ class Receipt:
                 return row
         raise KeyError(gate_id)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Return the receipt as written to ``receipt.json``.
 
         Returns

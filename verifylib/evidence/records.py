@@ -10,11 +10,14 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid
 from verifylib.evidence.gates import NotRunKind, Status
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 ERROR_EXCEPTION = "exception"
 """Reason kind of an ERROR the harness caused: an exception other than
@@ -75,7 +78,8 @@ class EvidenceView:
         On construction, if any file is missing or its digest differs.
     """
 
-    def __init__(self, run_dir: Path, refs, identities=None):
+    def __init__(self, run_dir: Path, refs: Sequence[EvidenceRef],
+                 identities: Mapping[str, Any] | None = None):
         self.run_dir = Path(run_dir)
         self.identities = dict(identities or {})
         self._refs = {r.name: r for r in refs}
@@ -155,7 +159,7 @@ class EvidenceView:
         except ValueError as exc:
             raise EvidenceInvalid(f"evidence {name!r} is not strict JSON: {exc}") from None
 
-    def arrays(self, name: str) -> dict:
+    def arrays(self, name: str) -> dict[str, NDArray[Any]]:
         """Return evidence ``name`` parsed as a numeric ``.npz``.
 
         The file is decoded by :mod:`verifylib.numerics.arrays`.
@@ -206,9 +210,9 @@ class GateRecord:
     status: Status
     reason: Reason
     evidence: tuple[EvidenceRef, ...] = ()
-    identities: dict = field(default_factory=dict)
+    identities: dict[str, Any] = field(default_factory=dict)
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """Return the record as stored in ``gates/<stage>.json``.
 
         Returns
@@ -275,7 +279,7 @@ class StageReport:
 
     stage: str
     records: list[GateRecord]
-    identities: dict
+    identities: dict[str, Any]
     seconds: float
     facts: Any = field(default_factory=dict)
     result: Any = None

@@ -29,7 +29,7 @@ RULES: dict[str, RuleFn] = {**build.RULES, **export.RULES, **canary.RULES, **par
 """Gate id to its judge. A gate the registry declares unimplemented has no entry."""
 
 
-def judge(gate_id: str, evidence) -> Judgement:
+def judge(gate_id: str, evidence: EvidenceView) -> Judgement:
     """Judge ``gate_id`` on an evidence view with its registered rule.
 
     Raises

@@ -35,7 +35,7 @@ import copy
 import os
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
@@ -54,13 +54,21 @@ from verifylib.evidence.receipt_schema import Receipt, ReceiptInvalid
 from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
 from verifylib.params import PARAMETERS_DIR, Params
 
+if TYPE_CHECKING:
+    from verifylib.evidence.canary.result import CanaryResult
+    from verifylib.evidence.parity.result import ParityResult
+    from verifylib.evidence.placement.result import PlacementResult
+    from verifylib.evidence.receipt import VerifyResult
+    from verifylib.evidence.wer.result import WerResult
+    from verifylib.numerics.arrays import ArrayFile
+
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
 _FACTS_STAGES = ("01_build", "02_export")
 """The stages whose typed output is facts (a table), not a nested result."""
 
 
-def _result_builder(stage: str):
+def _result_builder(stage: str) -> Callable[[Path, Mapping[str, GateRecord]], Any] | None:
     """Return the function that builds a stage's typed result (03-06), imported when asked.
 
     Each lives beside the stage's documents and rules (``evidence/<stage>/result.py``);
@@ -108,7 +116,7 @@ class RunInvalid(EvidenceInvalid):
         self.problems = list(problems or [message])
 
 
-def is_published(path: str | os.PathLike) -> bool:
+def is_published(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a run directory holding ``receipt.json`` (a published run)."""
     return (Path(path) / RECEIPT_FILE).is_file()
 
@@ -150,7 +158,7 @@ class Run:
         self._gates = {g.id: by_id.pop(g.id) for g in gates.GATES if g.id in by_id} | by_id
         self._identities = receipt.identities
         self._record = self._read_run_record()
-        self._stage_files: dict[str, dict | None] = {}
+        self._stage_files: dict[str, dict[str, Any] | None] = {}
         self._results: dict[str, Any] = {}
         self._facts: dict[str, Any] = {}
 
@@ -177,7 +185,7 @@ class Run:
                 raise
             raise RunInvalid(f"{rel}: not strict JSON: {exc}") from None
 
-    def _read_run_record(self) -> dict:
+    def _read_run_record(self) -> dict[str, Any]:
         rec = self._covered_json(RUN_FILE)
         if not isinstance(rec, dict) or not isinstance(rec.get("params"), dict):
             raise RunInvalid(f"{RUN_FILE}: not a run record")
@@ -219,7 +227,7 @@ class Run:
     @property
     def params_sha256(self) -> str:
         """Digest of the canonical parameters (equal for runs of the same parameters)."""
-        return self._record["params_sha256"]
+        return str(self._record["params_sha256"])
 
     @property
     def host(self) -> Mapping[str, Any]:
@@ -278,7 +286,7 @@ class Run:
         return (f"<Run {self.name} {self.run_id}: {self._receipt.verdict.value} "
                 f"(recorded) at {self.path}>")
 
-    def verify(self, *, allow_simulated: bool = False):
+    def verify(self, *, allow_simulated: bool = False) -> VerifyResult:
         """Re-verify the run from its files alone (:func:`verifylib.evidence.receipt.verify`).
 
         Parameters
@@ -381,7 +389,7 @@ class Run:
                 return ref
         raise ParametersInvalid(f"gate {gate_id} cites no evidence named {name!r}")
 
-    def arrays(self, gate_id: str, name: str):
+    def arrays(self, gate_id: str, name: str) -> ArrayFile:
         """One cited ``.npz`` evidence file as lazily loaded, digest-bound arrays.
 
         Returns
@@ -394,7 +402,7 @@ class Run:
         ref = self.evidence_ref(gate_id, name)
         return ArrayFile(self.path / ref.path, ref.sha256)
 
-    def stage_file(self, stage: str) -> dict | None:
+    def stage_file(self, stage: str) -> dict[str, Any] | None:
         """Return a stage's ``gates/<stage>.json`` (its records, identities and seconds).
 
         The file is checked against the receipt's digest.
@@ -501,7 +509,7 @@ class Run:
             self._results[stage] = None if builder is None else self._built(stage, builder)
         return self._results[stage]
 
-    def _built(self, stage: str, builder, *extra):
+    def _built(self, stage: str, builder: Callable[..., Any], *extra: Any) -> Any:
         from verifylib.evidence.fields import SchemaError  # every stage's schemas
         try:
             return builder(self.path, self._gates, *extra)
@@ -538,28 +546,31 @@ class Run:
                            # as ``facts`` and no nested result.
                            None if stage in _FACTS_STAGES else self.result(stage))
 
+    # :meth:`result` picks each stage's builder by name (``_result_builder``), which mypy
+    # cannot follow; the builder's return type is what each cast names.
+
     @property
-    def canary(self):
+    def canary(self) -> CanaryResult:
         """Stage 03's :class:`~verifylib.evidence.canary.result.CanaryResult`."""
-        return self.result("03_canary")
+        return cast("CanaryResult", self.result("03_canary"))
 
     @property
-    def parity(self):
+    def parity(self) -> ParityResult:
         """Stage 04's :class:`~verifylib.evidence.parity.result.ParityResult`."""
-        return self.result("04_parity")
+        return cast("ParityResult", self.result("04_parity"))
 
     @property
-    def wer(self):
+    def wer(self) -> WerResult | None:
         """Stage 05's :class:`~verifylib.evidence.wer.result.WerResult`, or None if not run."""
-        return self.result("05_wer")
+        return cast("WerResult | None", self.result("05_wer"))
 
     @property
-    def placement(self):
+    def placement(self) -> PlacementResult | None:
         """Stage 06's :class:`~verifylib.evidence.placement.result.PlacementResult` or None."""
-        return self.result("06_placement")
+        return cast("PlacementResult | None", self.result("06_placement"))
 
 
-def open_run(path: str | os.PathLike, *, verify: bool = False,
+def open_run(path: str | os.PathLike[str], *, verify: bool = False,
              allow_simulated: bool = False) -> Run:
     """Open a published run directory read-only.
 

@@ -9,7 +9,8 @@ work is done before, by :mod:`verifylib.replay.rederive` and :mod:`verifylib.rep
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from verifylib import canonical
 from verifylib.evidence.gates import (
@@ -34,7 +35,10 @@ from verifylib.replay.claims import (
     not_replayable,
     same_or_differs,
 )
-from verifylib.replay.rederive import Rederived
+from verifylib.replay.rederive import MissingFixture, Rederived
+
+if TYPE_CHECKING:
+    from verifylib.evidence.runs import Run
 
 PACKAGE = "ggml-model-encoder.mlpackage"
 MAJORITY = 0.5
@@ -45,7 +49,7 @@ other side too (the outcomes are compared as distributions, never run by run).""
 class _Sides:
     """The recorded and the replayed record of each gate, and their evidence."""
 
-    def __init__(self, run, rd: Rederived, packages=None):
+    def __init__(self, run: Run, rd: Rederived, packages: Path | None = None):
         self.run, self.rd = run, rd
         self.packages = packages or run.path
         self.replayed = recorded_gates(rd.run_dir)
@@ -115,11 +119,11 @@ def source_claims(sides: _Sides) -> list[Claim]:
     return out
 
 
-def _tree(doc: dict) -> dict:
+def _tree(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"computed_tree": doc.get("computed_tree"), "pin": doc.get("pin")}
 
 
-def _patch(doc: dict) -> dict:
+def _patch(doc: Mapping[str, Any]) -> dict[str, Any]:
     after = (doc.get("checks") or {}).get("after") or {}
     return {"diff_sha256": after.get("diff_sha256"), "touches": after.get("touches"),
             "head_tree": after.get("head_tree")}
@@ -127,7 +131,7 @@ def _patch(doc: dict) -> dict:
 
 # ----------------------------------------------------------------------------- builds
 
-def build_claim(claim_id: str, rec: dict, rep: dict) -> Claim:
+def build_claim(claim_id: str, rec: Mapping[str, Any], rep: Mapping[str, Any]) -> Claim:
     """Judge one rebuilt binary (or library set) against the recorded one.
 
     Same bytes: REPRODUCED. Same build key (the same inputs: tree, patch, options,
@@ -170,7 +174,7 @@ def build_claim(claim_id: str, rec: dict, rep: dict) -> Claim:
                  + "); the other claims use the binary rebuilt here", rebuilt=True)
 
 
-def _asan_build(doc: dict, side: str) -> dict:
+def _asan_build(doc: Mapping[str, Any], side: str) -> dict[str, Any]:
     # The sanitizer evidence names each side's binary digest and its build record.
     s = doc["sides"][side]
     build = s.get("build") or {}
@@ -178,7 +182,7 @@ def _asan_build(doc: dict, side: str) -> dict:
             "options": build.get("options")}
 
 
-def _unpatched_sidecar(sides: _Sides, *, replayed: bool) -> dict | None:
+def _unpatched_sidecar(sides: _Sides, *, replayed: bool) -> dict[str, Any] | None:
     # Stage 01 records the unpatched build in a sidecar no gate cites (the receipt covers
     # it); the A/B gate names only its binary.
     if replayed:
@@ -285,9 +289,10 @@ def export_claims(sides: _Sides) -> list[Claim]:
         if why:
             out.append(not_replayable(EXPORT_PAIR, why))
         else:
+            rec_status, rep_status = sides.status_pair(EXPORT_PAIR)
             out.append(_status_differs(sides, EXPORT_PAIR, EXPORT_PAIR)
-                       or Claim(EXPORT_PAIR, ClaimStatus.REPRODUCED,
-                                *[{"status": s} for s in sides.status_pair(EXPORT_PAIR)],
+                       or Claim(EXPORT_PAIR, ClaimStatus.REPRODUCED, {"status": rec_status},
+                                {"status": rep_status},
                                 "the program against the model file's encoder, judged the "
                                 "same again"))
     return out
@@ -295,14 +300,14 @@ def export_claims(sides: _Sides) -> list[Claim]:
 
 # ----------------------------------------------------------------------------- canary
 
-def _outcomes(side: dict) -> Counter:
+def _outcomes(side: Mapping[str, Any]) -> Counter[str]:
     counts = side.get("counts")
     if isinstance(counts, dict) and counts:
         return Counter({str(k): int(v) for k, v in counts.items()})
     return Counter(str(r.get("outcome")) for r in side.get("runs", ()))
 
 
-def distributions_agree(recorded: Counter, replayed: Counter) -> tuple[bool, str]:
+def distributions_agree(recorded: Counter[str], replayed: Counter[str]) -> tuple[bool, str]:
     """Compare two outcome distributions (never run by run).
 
     They agree when both have runs, their most frequent outcome is the same, and no
@@ -364,7 +369,7 @@ def canary_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
     return out
 
 
-def _asan_view(doc: dict) -> dict:
+def _asan_view(doc: Mapping[str, Any]) -> dict[str, Any]:
     view = {}
     for side in ("unpatched", "patched"):
         s = doc["sides"][side]
@@ -379,7 +384,8 @@ def _asan_view(doc: dict) -> dict:
 
 # ----------------------------------------------------------------------------- transcripts
 
-def wer_claims(sides: _Sides, missing, *, rebuilt: bool = False) -> list[Claim]:
+def wer_claims(sides: _Sides, missing: Sequence[MissingFixture], *,
+               rebuilt: bool = False) -> list[Claim]:
     """``wer.transcripts.<fixture>``: one per fixture of the run."""
     gate = WER_GGML_VS_SOURCE
     out = [not_replayable(f"wer.transcripts.{m.id}", m.reason) for m in missing]
@@ -406,7 +412,7 @@ def wer_claims(sides: _Sides, missing, *, rebuilt: bool = False) -> list[Claim]:
     return out
 
 
-def _clip_view(clip: dict) -> dict:
+def _clip_view(clip: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("ggml_text", "source_text", "raw_ggml", "raw_source", "source", "ggml",
             "pairwise", "source_empty", "ggml_empty", "detected")
     return {k: clip.get(k) for k in keys if k in clip}
@@ -414,7 +420,7 @@ def _clip_view(clip: dict) -> dict:
 
 # ------------------------------------------------------------- claims not re-derived
 
-def unreplayed_claims(run, made: set[str]) -> list[Claim]:
+def unreplayed_claims(run: Run, made: set[str]) -> list[Claim]:
     """Return a NOT_REPLAYABLE claim, with its reason, for each catalogue claim not in ``made``.
 
     The Core ML claims are not re-derived here (a Core ML runtime result); a gate that
@@ -457,7 +463,8 @@ def _base(claim_id: str) -> str:
     return claim_id if claim_id in SPEC_OF else claim_id.rsplit(".", 1)[0]
 
 
-def all_claims(run, rd: Rederived, parity: list[Claim], *, packages=None) -> list[Claim]:
+def all_claims(run: Run, rd: Rederived, parity: list[Claim], *,
+               packages: Path | None = None) -> list[Claim]:
     """Every claim, in catalogue order (per-fixture claims where ``wer.transcripts`` is).
 
     Parameters

@@ -22,6 +22,7 @@ from typing import Callable
 
 from verifylib import canonical
 from verifylib.errors import ParametersInvalid
+from verifylib.params import Params
 from verifylib.replay.claims import REPLAY_JSON, ReplayResult
 from verifylib.replay.rederive import Rederived
 
@@ -52,7 +53,7 @@ def default_output_dir(run_id: str, now: datetime | None = None) -> Path:
     return stamped_dir(reports_dir(), f"replay-{run_id}", now)
 
 
-def host_facts() -> dict:
+def host_facts() -> dict[str, str]:
     """Return this host as the replay records it (the verifier of a verification summary)."""
     import verifylib
 
@@ -177,7 +178,7 @@ def replay(run_dir: str | Path, out_dir: str | Path | None = None, *,
     return result
 
 
-def _reusable(rd: Rederived, params) -> Rederived:
+def _reusable(rd: Rederived, params: Params) -> Rederived:
     if canonical.dumps(rd.params.data) != canonical.dumps(params.data):
         raise ParametersInvalid(f"{rd.run_dir} was re-derived from other parameters than "
                                 f"the run's; replay it without reuse")

@@ -16,15 +16,21 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from verifylib.evidence.gates import PARITY_PROGRAM, PARITY_PROGRAM_FP16
 from verifylib.replay.claims import SNR_REPRODUCED_DB, Claim, ClaimStatus, not_replayable
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from verifylib.evidence.runs import Run
+    from verifylib.params import Params
+
 PROGRAM_GATES = ((PARITY_PROGRAM, "fp32"), (PARITY_PROGRAM_FP16, "fp16"))
 
 
-def _snr(recorded, replayed) -> float:
+def _snr(recorded: NDArray[Any], replayed: NDArray[Any]) -> float:
     from verifylib.numerics.parity import compare
 
     return compare(recorded, replayed).snr_db
@@ -34,7 +40,8 @@ def _fmt(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:.1f}"
 
 
-def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = print,
+def replay_parity(run: Run, scratch: Path, params: Params, *,
+                  log: Callable[[str], None] = print,
                   packages: Path | None = None) -> list[Claim]:
     """Replay the program parity claims of a published run.
 
@@ -83,7 +90,7 @@ def replay_parity(run, scratch: Path, params, *, log: Callable[[str], None] = pr
     return sorted(claims, key=lambda c: order.index(c.id))
 
 
-def _replayable(run: Any) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]:
+def _replayable(run: Run) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]:
     """Split the program gates into claims that cannot be replayed and the gates to replay.
 
     A gate is replayed when it was judged (PASS or FAIL) on a ``.mlpackage`` program; each
@@ -102,15 +109,22 @@ def _replayable(run: Any) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]
                                                   f"nothing measured to replay"))
             continue
         doc = ParityEvidence.from_json(run.evidence(gate_id).json("parity"))
-        if doc.kind != "program" or not doc.artifact.path.endswith(".mlpackage"):
+        path = doc.artifact.path
+        if doc.kind != "program" or (path is not None and not path.endswith(".mlpackage")):
             claims.append(not_replayable(gate_id, "the candidate is a compiled model: only "
                                                   "a Core ML runtime executes it (macOS)"))
+            continue
+        if path is None:
+            # The rule judges a program record that omits its path; there is no package
+            # here to re-execute.
+            claims.append(not_replayable(gate_id, "the parity record names no package to "
+                                                  "re-execute"))
             continue
         todo.append((gate_id, variant, rec, doc))
     return claims, todo
 
 
-def _replay_program(run: Any, gate_id: str, variant: str, rec: Any, doc: Any, ref: Any,
+def _replay_program(run: Run, gate_id: str, variant: str, rec: Any, doc: Any, ref: Any,
                     packages: Path, extra_seconds: float) -> Claim:
     """Re-execute one published program against the fresh reference and judge it again.
 
@@ -169,7 +183,7 @@ def _replay_program(run: Any, gate_id: str, variant: str, rec: Any, doc: Any, re
                  f"again", seconds)
 
 
-def _gated(measurements: list[dict]) -> float | None:
+def _gated(measurements: Sequence[Mapping[str, Any]]) -> float | None:
     for m in measurements:
         if m.get("input") == "fixture" and m.get("execution") == "float32":
             v = m["metrics"]["snr_db"]

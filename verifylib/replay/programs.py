@@ -55,7 +55,7 @@ class ProgramComparison:
         return f"{head}: {'; '.join(self.differences[:3])}{extra}"
 
 
-def _value_key(value: Any) -> tuple[str, tuple, str]:
+def _value_key(value: Any) -> tuple[str, tuple[int, ...], str]:
     """(dtype, shape, sha256 of the bytes) of a constant, whatever its Python type."""
     import numpy as np
 
@@ -71,7 +71,7 @@ def _value_bytes(value: Any) -> int:
     return 0 if isinstance(value, str) else int(np.asarray(value).nbytes)
 
 
-def compare_programs(recorded: str | os.PathLike, replayed: str | os.PathLike
+def compare_programs(recorded: str | os.PathLike[str], replayed: str | os.PathLike[str]
                      ) -> ProgramComparison:
     """Compare the ML programs of two saved ``.mlpackage`` folders.
 

@@ -18,10 +18,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifylib import canonical
 from verifylib.replay.claims import CLAIMS, SUMMARY_FILE, ReplayResult
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner, SSlibKey
 
 VSA_PREDICATE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "https://verifylib.dev/replay"
@@ -38,7 +41,7 @@ def policy_digest() -> str:
          for c in CLAIMS]))
 
 
-def build_summary(result: ReplayResult, now: datetime | None = None) -> dict:
+def build_summary(result: ReplayResult, now: datetime | None = None) -> dict[str, Any]:
     """Build the verification summary Statement of a replay.
 
     Parameters
@@ -84,7 +87,8 @@ def build_summary(result: ReplayResult, now: datetime | None = None) -> dict:
             "predicateType": VSA_PREDICATE, "predicate": predicate}
 
 
-def sign_summary(result: ReplayResult, key, out_dir: str | os.PathLike) -> Path:
+def sign_summary(result: ReplayResult, key: CryptoSigner | str | os.PathLike[str],
+                 out_dir: str | os.PathLike[str]) -> Path:
     """Sign the replay's summary in DSSE and write ``replay.intoto.jsonl`` into ``out_dir``.
 
     Parameters
@@ -144,7 +148,8 @@ class SummaryCheck:
     claims: list[dict[str, Any]] = field(default_factory=list)
 
 
-def verify_summary(path: str | os.PathLike, public_key) -> SummaryCheck:
+def verify_summary(path: str | os.PathLike[str],
+                   public_key: SSlibKey | str | os.PathLike[str]) -> SummaryCheck:
     """Check ``replay.intoto.jsonl`` against an Ed25519 public key.
 
     Parameters
@@ -186,7 +191,7 @@ def verify_summary(path: str | os.PathLike, public_key) -> SummaryCheck:
     return check
 
 
-def _signed_statement(p: Path, key: Any) -> tuple[Any, str | None]:
+def _signed_statement(p: Path, key: SSlibKey) -> tuple[Any, str | None]:
     """Return the payload of the file's one envelope, signed by ``key``, read as JSON.
 
     Or None and the first thing wrong: the file unreadable, not exactly one envelope, one

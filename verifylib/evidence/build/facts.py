@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.canary.schema import SIDES
 from verifylib.evidence.gates import BUILD_COREML, BUILD_GGML, BUILD_SOURCE_IDENTITY
 from verifylib.evidence.reading import has_rows, judged_evidence
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import EvidenceRef, GateRecord
 
 
 def _system_info_line(text: str) -> str | None:
@@ -81,7 +85,7 @@ class GgmlBuildFacts:
     cached: bool
     build_seconds: float
     system_info: str | None
-    compiler: dict
+    compiler: dict[str, Any]
     ggml_backend: str | None = None
     probe_backend: str | None = None
 
@@ -210,7 +214,7 @@ class BuildFacts:
     source: SourceFacts | None = None
     ggml: GgmlBuildFacts | None = None
     unpatched: SidecarBuildFacts | None = None
-    asan: dict = field(default_factory=dict)
+    asan: dict[str, SidecarBuildFacts] = field(default_factory=dict)
     coreml: CoremlBuildFacts | None = None
 
     def rows(self) -> list[tuple[str, Any]]:
@@ -255,8 +259,10 @@ class BuildFacts:
     __bool__ = has_rows
 
 
-def build_facts_from_evidence(run_dir, records: Mapping[str, Any],
-                              sidecars: Mapping[str, Any] | None = None) -> BuildFacts:
+def build_facts_from_evidence(run_dir: str | os.PathLike[str],
+                              records: Mapping[str, GateRecord],
+                              sidecars: Mapping[str, EvidenceRef | None] | None = None
+                              ) -> BuildFacts:
     """Stage 01's facts, read from the evidence its gates cite (digest-checked).
 
     Parameters

@@ -256,7 +256,7 @@ def judge_coreml_build(ev: Any, bench_stderr: bytes, bench_stdout: bytes) -> Jud
 
 
 def _rule_coreml(ev: EvidenceView) -> Judgement:
-    def stream(name):
+    def stream(name: str) -> bytes:
         return ev.bytes(name) if ev.has(name) else b""
     doc = ev.json("coreml_build")
     j = judge_coreml_build(doc, stream("bench_stderr"), stream("bench_stdout"))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.canary.schema import SIDES
 from verifylib.evidence.gates import (
@@ -13,6 +14,9 @@ from verifylib.evidence.gates import (
     CANARY_SANITIZER,
 )
 from verifylib.evidence.reading import judged_evidence
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import GateRecord
 
 """The two builds of the lifecycle A/B and of ``canary.sanitizer``, in display order."""
 
@@ -367,7 +371,8 @@ class CanaryResult:
     positive: PositiveControl | None = None
 
 
-def canary_result_from_evidence(run_dir, records: Mapping[str, Any]) -> CanaryResult:
+def canary_result_from_evidence(run_dir: str | os.PathLike[str],
+                                records: Mapping[str, GateRecord]) -> CanaryResult:
     """Stage 03's result, read from the evidence its gates cite (digest-checked).
 
     The stage returns exactly this (built from the files it just wrote), and

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.canary.schema import (
@@ -52,7 +52,7 @@ UNPATCHED_CLEAN_ON_MACOS = (
 shown (the A/B judgement, the report, ``verifylib pin-check``)."""
 
 
-def runs_system(records) -> str | None:
+def runs_system(records: Iterable[Mapping[str, Any]]) -> str | None:
     """Name the OS a side's runs ran on, from the signal table their records name.
 
     Parameters
@@ -244,7 +244,7 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
 
 
 def _rule_lifecycle(ev: EvidenceView) -> Judgement:
-    def stream(sha):
+    def stream(sha: str) -> bytes | None:
         name = stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
     return judge_lifecycle(ev.json("lifecycle"), stream)
@@ -440,7 +440,7 @@ def _sanitizer_outcome(runs_of: Mapping[str, list[_AsanRun]], u_sha: str, p_sha:
 
 
 def _rule_sanitizer(ev: EvidenceView) -> Judgement:
-    def stream(sha):
+    def stream(sha: str) -> bytes | None:
         name = asan_stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
     return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities)

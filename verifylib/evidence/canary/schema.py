@@ -219,7 +219,8 @@ class _Sides(Schema, Generic[_S], kw_only=True):
         """Return the side named ``side`` (``"unpatched"`` or ``"patched"``)."""
         if side not in SIDES:
             raise KeyError(side)
-        return getattr(self, side)  # type: ignore[no-any-return]
+        found: _S = getattr(self, side)
+        return found
 
     @classmethod
     def from_json(cls, doc: Any, path: str | None = None) -> Self:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.export.schema import GgmlModelEvidence, ModelIntake
 from verifylib.evidence.gates import (
@@ -13,6 +14,9 @@ from verifylib.evidence.gates import (
     EXPORT_PAIR,
 )
 from verifylib.evidence.reading import describe_run, has_rows, judged_evidence
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import GateRecord
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class ModelFacts:
     hf_dir: str
     ggml_sha256: str
     ggml_bytes: int
-    hparams: dict
+    hparams: dict[str, Any]
     load_probe: str
     load_wall_s: float
     ggml_path: str = "fp32/ggml-model.bin"
@@ -99,10 +103,10 @@ class PackageFacts:
     precision: str
     path: str
     conversion_seconds: float | None
-    compute_dtypes: tuple
+    compute_dtypes: tuple[str, ...]
     placed: bool
     tree_digest: str | None
-    problems: tuple
+    problems: tuple[str, ...]
 
     def row(self) -> tuple[str, str]:
         """Return the (label, value) row of this package.
@@ -147,17 +151,17 @@ class ContractFacts:
     """
 
     input_name: str
-    input_shape: list
+    input_shape: list[int]
     output_name: str
-    output_shape: list
-    config: dict
+    output_shape: list[int]
+    config: dict[str, Any]
     coremltools: str
     torch: str
-    torch_version_warning: tuple
+    torch_version_warning: tuple[str, ...]
     trace_seconds: float
-    packages: tuple
-    model_copies: tuple
-    prebuilt: tuple = ()
+    packages: tuple[PackageFacts, ...]
+    model_copies: tuple[tuple[str, str], ...]
+    prebuilt: tuple[tuple[str, str], ...] = ()
 
     def rows(self) -> list[tuple[str, Any]]:
         """Return the (label, value) rows, in display order.
@@ -228,7 +232,7 @@ class ExportFacts:
 
     model: ModelFacts | None = None
     contract: ContractFacts | None = None
-    compiled: tuple = ()
+    compiled: tuple[CompiledFacts, ...] = ()
     pair: "PairFacts | None" = None
 
     def rows(self) -> list[tuple[str, Any]]:
@@ -253,7 +257,8 @@ class ExportFacts:
     __bool__ = has_rows
 
 
-def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFacts:
+def export_facts_from_evidence(run_dir: str | os.PathLike[str],
+                               records: Mapping[str, GateRecord]) -> ExportFacts:
     """Stage 02's facts, read from the evidence its gates cite (digest-checked).
 
     Parameters
@@ -270,7 +275,7 @@ def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFac
         variant's package, and each compiled encoder; :meth:`ExportFacts.rows` is the table.
     """
     model = contract = None
-    compiled: tuple = ()
+    compiled: tuple[CompiledFacts, ...] = ()
     v = judged_evidence(run_dir, records, EXPORT_GGML_MODEL, "ggml")
     if v is not None:
         m = ModelIntake.from_json(v.json("model"))
@@ -306,7 +311,7 @@ def export_facts_from_evidence(run_dir, records: Mapping[str, Any]) -> ExportFac
     return ExportFacts(model, contract, compiled, pair)
 
 
-def _prebuilt_rows(pre: Mapping[str, Any] | None) -> tuple:
+def _prebuilt_rows(pre: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
     if not pre:
         return ()
     card = pre.get("card") or {}
@@ -335,8 +340,9 @@ class PairFacts:
         The encoder's declared precision.
     snr_db_min, cosine_min : float
         The applicable ``pair-v1`` floor.
-    inputs : tuple of (str, float, float, int or None)
-        Per input: name, SNR (dB), cosine, first divergent block.
+    inputs : tuple of (str, float or str, float, int or None)
+        Per input: name, SNR (dB; ``"inf"`` as the canonical JSON stores it), cosine, first
+        divergent block.
     execution : str
         How the candidate ran.
     """
@@ -346,7 +352,7 @@ class PairFacts:
     precision: str
     snr_db_min: float
     cosine_min: float
-    inputs: tuple
+    inputs: tuple[tuple[str, float | str, float, int | None], ...]
     execution: str
 
     @classmethod
@@ -380,7 +386,7 @@ class PairFacts:
         -------
         list of (str, object)
         """
-        def db(x):
+        def db(x: float | str) -> str:
             return "+inf" if x in ("inf", float("inf")) else f"{float(x):.1f}"
         parts = [f"{name} SNR {db(snr)} dB, cosine {float(cos):.6f}"
                  + (f", first divergent block {blk}" if blk is not None else "")

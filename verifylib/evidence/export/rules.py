@@ -5,12 +5,13 @@ The ggml model file, the encoder's IO contract, the compiled encoder.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.evidence.export.schema import (
     CompileEvidence,
     ContractEvidence,
+    ExportVariant,
     GgmlModelEvidence,
     ModelIntake,
     PairEvidence,
@@ -27,6 +28,9 @@ from verifylib.evidence.gates import (
 from verifylib.evidence.judging import policy_file_problems, stream_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
+
+if TYPE_CHECKING:
+    from verifylib.models.coreml_export import EncoderContract
 
 
 def _malformed(name: str, exc: SchemaError) -> Judgement:
@@ -146,8 +150,8 @@ def _rule_contract(ev: EvidenceView) -> Judgement:
                      + f"; coremltools {build.coremltools}, {warn}")
 
 
-def prebuilt_contract_problems(description, contract, precision: str,
-                               precision_reason: str = "") -> list[str]:
+def prebuilt_contract_problems(description: Mapping[str, Any], contract: EncoderContract,
+                               precision: str, precision_reason: str = "") -> list[str]:
     """Every way an encoder audited as given breaks the contract (empty when it holds).
 
     Pure; the stage and the rule both call it. The IO rules are
@@ -180,7 +184,8 @@ def prebuilt_contract_problems(description, contract, precision: str,
                              else precision)
 
 
-def _judge_prebuilt(d: ContractEvidence, c, variants) -> Judgement:
+def _judge_prebuilt(d: ContractEvidence, c: EncoderContract,
+                    variants: Mapping[str, ExportVariant]) -> Judgement:
     # The contract of an encoder audited as given: one slot, judged at the card's precision.
     from verifylib.errors import EvidenceInvalid
     from verifylib.numerics.parity import PAIR_POLICY, choose_parity_policy

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.gates import (
     PARITY_PROGRAM,
@@ -14,6 +15,9 @@ from verifylib.evidence.gates import (
 )
 from verifylib.evidence.parity.schema import Measurement, ParityEvidence
 from verifylib.evidence.reading import judged_evidence
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import GateRecord
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,10 @@ class Drift:
         known layout maps onto the reference (shown, never compared).
     """
 
-    frames: Mapping[str, list]
+    # A non-finite SNR is the string the canonical JSON stores it as ("inf", "nan").
+    frames: Mapping[str, list[float | str]]
     histogram: Mapping[str, Mapping[str, Any]]
-    layers: Mapping[str, list] = field(default_factory=dict)
+    layers: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
     speech_frames: int | None = None
     layers_unavailable: str | None = None
     op_counts: Mapping[str, int] = field(default_factory=dict)
@@ -144,7 +149,8 @@ PARITY_GATES = (PARITY_PROGRAM, PARITY_RUNTIME, PARITY_PROGRAM_FP16,
                 PARITY_RUNTIME_FP16)
 
 
-def parity_result_from_evidence(run_dir, records: Mapping[str, Any]) -> ParityResult:
+def parity_result_from_evidence(run_dir: str | os.PathLike[str],
+                                records: Mapping[str, GateRecord]) -> ParityResult:
     """Stage 04's result, read from the evidence its gates cite (digest-checked).
 
     The stage builds its own result with this function right after writing the evidence,

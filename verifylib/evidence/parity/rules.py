@@ -279,7 +279,8 @@ def _agree(a: Any, b: float) -> bool:
     return abs(x - b) <= 1e-9 * max(abs(x), abs(b)) + 1e-300
 
 
-def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any], ev) -> list[str]:
+def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any],
+                            ev: EvidenceView) -> list[str]:
     """Check the stored output arrays against the measurements that cite them.
 
     When a parity gate cites its candidate's outputs and the reference's outputs

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.evidence.reading import judged_evidence
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import GateRecord
 
 
 @dataclass
@@ -41,7 +45,8 @@ PLAN_VARIANTS = ("fp32", "fp16")
 """Variants ``placement.plan`` may have planned, in display order."""
 
 
-def placement_result_from_evidence(run_dir, records: Mapping[str, Any]) -> PlacementResult | None:
+def placement_result_from_evidence(run_dir: str | os.PathLike[str],
+                                   records: Mapping[str, GateRecord]) -> PlacementResult | None:
     """Stage 06's result, read from the evidence ``placement.plan`` cites (digest-checked).
 
     Parameters

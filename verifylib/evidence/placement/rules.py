@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from fractions import Fraction
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import PLACEMENT_PLAN, Judgement
@@ -40,7 +40,7 @@ RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
 _NOT_FINITE = "{} operation(s) with a cost that is not a finite number"
 
 
-def _named(operators) -> str:
+def _named(operators: Iterable[str]) -> str:
     counts = Counter(operators)
     return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in sorted(counts.items()))
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID
 from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.wer.schema import (
+    Counts,
     HybridClip,
     HybridEvidence,
     WerClip,
     WerEvidence,
     audio_evidence,
 )
+
+if TYPE_CHECKING:
+    from verifylib.evidence.records import GateRecord
 
 PRIVATE = "(not public)"
 """What a non-public clip shows instead of its texts (runs persist only its counts)."""
@@ -163,7 +168,7 @@ class ClipResult:
                           ("ggml", clip.detected.ggml))}))
 
 
-def _rate(counts) -> float | None:
+def _rate(counts: Counts | None) -> float | None:
     from verifylib.numerics.scoring import WordCounts
 
     return None if counts is None else WordCounts(**counts.to_json()).wer
@@ -219,7 +224,8 @@ class WerResult:
                 + [c for c in self.clips if getattr(c, key) is None])
 
 
-def wer_result_from_evidence(run_dir, records: Mapping[str, Any]) -> WerResult | None:
+def wer_result_from_evidence(run_dir: str | os.PathLike[str],
+                             records: Mapping[str, GateRecord]) -> WerResult | None:
     """Stage 05's result, read from the evidence its gates cite (digest-checked).
 
     The stage returns exactly this (built from the files it just wrote), and

@@ -5,7 +5,7 @@ GGML against the source model, and the hybrid (Core ML encoder) runs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
@@ -14,6 +14,7 @@ from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID, Judgement, Status
 from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.records import EvidenceView
+from verifylib.evidence.run_record import RunRecord
 from verifylib.evidence.wer.schema import (
     Counts,
     GgmlVsSourceRules,
@@ -53,8 +54,8 @@ def _refusal(exc: SchemaError, name: str) -> str:
     return f"the {name} record does not parse: {exc}"
 
 
-def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of,
-                      detect_stderr_of=None) -> list[str]:
+def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of: Callable[[str], bytes],
+                      detect_stderr_of: Callable[[str], bytes] | None = None) -> list[str]:
     """Problems with the GGML runs behind ``wer.ggml_vs_source`` (re-derived from streams).
 
     Every run must come from a build without Core ML (``COREML = 0`` on its own stderr),
@@ -107,7 +108,7 @@ def ggml_run_problems(doc: WerEvidence | Mapping[str, Any], stderr_of,
     return problems
 
 
-def _clean_ggml_run(label: str, run, stderr: bytes) -> list[str]:
+def _clean_ggml_run(label: str, run: RunRecord, stderr: bytes) -> list[str]:
     """Problems with one GGML launch: its stream, its ending, COREML = 0."""
     if canonical_sha(stderr) != run.stderr_sha256:
         return [f"{label}: stored stderr is not the run's stream"]
@@ -196,7 +197,7 @@ def _rule_ggml_vs_source(ev: EvidenceView) -> Judgement:
                             + " with no .mlmodelc beside its model")
 
 
-def _classifier(ev: EvidenceView):
+def _classifier(ev: EvidenceView) -> Callable[[HybridClip | Mapping[str, Any]], Judgement]:
     def classify(clip: HybridClip | Mapping[str, Any]) -> Judgement:
         try:
             c = clip if isinstance(clip, HybridClip) else HybridClip.from_json(clip)
@@ -337,12 +338,12 @@ def _scoring_problems(evidence: WerEvidence | HybridEvidence) -> list[str]:
     return out
 
 
-def _counts(clips, attr: str) -> list[dict[str, int]]:
+def _counts(clips: Iterable[WerClip | HybridClip], attr: str) -> list[dict[str, int]]:
     return [getattr(c, attr).to_json() for c in clips]
 
 
-def _by_unit(clips) -> dict[str, list]:
-    groups: dict[str, list] = {}
+def _by_unit(clips: Iterable[WerClip | HybridClip]) -> dict[str, list[WerClip | HybridClip]]:
+    groups: dict[str, list[WerClip | HybridClip]] = {}
     for c in clips:
         groups.setdefault(_unit(c), []).append(c)
     return dict(sorted(groups.items(), key=lambda kv: kv[0] != "words"))
