@@ -15,9 +15,10 @@ pytestmark = pytest.mark.unit
 
 
 def _ctx(folder):
-    evidence = {"path": str(folder), "computed_tree": "a" * 40}
+    evidence = {"pin": "v1.8.5", "pin_commit": "c" * 40, "pin_tree": "a" * 40,
+                "computed_tree": "a" * 40, "origin": None, "path": str(folder), "cached": True}
     return SimpleNamespace(checked_runtime_tree=None,
-                           evidence_of=lambda gate, name: evidence)
+                           document=lambda gate, name, schema: schema.from_json(evidence, name))
 
 
 def test_the_tree_is_hashed_once_per_stage_and_a_changed_one_refused(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
 
 if TYPE_CHECKING:
-    from verifylib.models.coreml_export import EncoderContract
+    from verifylib.models.coreml_contract import EncoderContract
 
 
 def _malformed(name: str, exc: SchemaError) -> Judgement:
