@@ -59,46 +59,92 @@ def pytest_collection_modifyitems(config, items):
     if outside:
         raise pytest.UsageError("tests outside a tier folder (tests/" + "|".join(TIERS)
                                 + "/): " + ", ".join(sorted(outside)[:5]))
-    _group_for_workers(items)
+    _order_for_workers(items)
 
 
-SHARED_GROUPS = {"published": "simulated-mac", "runs": "simulated-mac",
-                 "default_audit": "default-audit", "upstream_encoders": "upstream",
-                 "whisper_quantize": "upstream", "tiny_en_export": "tiny-export"}
+SHARED_FIXTURES = {"published": "simulated-mac", "runs": "simulated-mac",
+                   "default_audit": "default-audit", "upstream_encoders": "upstream",
+                   "whisper_quantize": "upstream", "tiny_en_export": "tiny-export"}
 """A session fixture that costs whole audits or conversions -> the worker group of its tests."""
 
-GROUP_ORDER = ("simulated-mac", "default-audit", "upstream", "tiny-export", "notebooks", "simmac", "physical",
-               "fake", "unit")
+MODULE_GROUPS = {
+    "tests/notebooks/test_compare_notebook.py": "simulated-mac",
+    "tests/notebooks/test_notebooks_explore.py": "simulated-mac",
+    "tests/simmac/test_compare.py": "simulated-mac",
+    "tests/simmac/test_runs.py": "simulated-mac",
+    "tests/simmac/test_scenarios.py": "simulated-mac",
+    "tests/notebooks/test_e2e.py": "default-audit",
+    "tests/notebooks/test_forgeries_physical.py": "default-audit",
+    "tests/notebooks/test_packaging.py": "default-audit",
+    "tests/notebooks/test_replay.py": "default-audit",
+    "tests/notebooks/test_report_document.py": "default-audit",
+    "tests/notebooks/test_third_party.py": "upstream",
+    "tests/physical/test_ggml_file.py": "upstream",
+    "tests/physical/test_upstream_encoders.py": "upstream",
+    "tests/physical/test_coreml_export.py": "tiny-export",
+    "tests/physical/test_encoder_card.py": "tiny-export",
+    "tests/physical/test_mil_compression.py": "tiny-export",
+    "tests/physical/test_mil_exec.py": "tiny-export",
+    "tests/physical/test_pair.py": "tiny-export",
+}
+"""Test module -> its pytest-xdist worker group, for the modules that share a costly session
+fixture (:data:`SHARED_FIXTURES`; collection refuses a module missing here); every other
+module is a group of its own."""
+
+GROUP_ORDER = ("simulated-mac", "default-audit", "upstream", "tiny-export", "notebooks",
+               "simmac", "physical", "fake", "unit")
 """The order groups are handed to workers: the long ones first, the short ones to fill in."""
 
 
-def _group_for_workers(items) -> None:
-    """Give each test its pytest-xdist group, and put the long groups first.
+def worker_group(nodeid: str) -> str:
+    """The pytest-xdist group of a test: its module's shared group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    return MODULE_GROUPS.get(module, module)
 
-    The README's test command runs two workers (``-n 2``; ``--dist loadgroup`` in
-    pyproject.toml). Each worker makes the session fixtures of the tests it is given, so
-    the tests of one expensive session fixture (a published run, the default audit,
-    upstream's encoders) form one group, sent to one worker; every other module is a group
-    of its own, so its module fixtures are made once. xdist hands groups out in collection
-    order as workers free up (``--no-loadscope-reorder``): longest first, so no long group
-    is left to start last. Without ``-n`` the marks are inert and only the order changes.
+
+def pytest_xdist_make_scheduler(config, log):
+    """Schedule the README's two workers (``-n 2``) by :func:`worker_group`.
+
+    Each worker makes the session fixtures of the tests it is given, so the tests of one
+    costly session fixture (a published run, the default audit, upstream's encoders, the
+    exported tiny.en) go to one worker together, and every other module is a group of its
+    own (its module fixtures made once). Groups are handed out in collection order as
+    workers free up (``--no-loadscope-reorder`` in pyproject.toml), and collection puts the
+    long ones first (:func:`_order_for_workers`). The module table is used rather than
+    xdist's ``xdist_group`` marks, which pytest 9.2's node ids no longer carry to the
+    scheduler.
     """
-    def group(item) -> str:
-        for name, shared in SHARED_GROUPS.items():
-            defs = item._fixtureinfo.name2fixturedefs.get(name, ())
-            if any(d.scope == "session" for d in defs):
-                return shared
-        return item.nodeid.split("::", 1)[0]
+    from xdist.scheduler import LoadScopeScheduling
 
-    def rank(name: str) -> int:
-        folder = name if name in GROUP_ORDER else name.split("/")[1]
+    class _ByWorkerGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return _ByWorkerGroup(config, log)
+
+
+def _order_for_workers(items) -> None:
+    """Check :data:`MODULE_GROUPS` against the fixtures used, and put the long groups first.
+
+    Without ``-n`` only the order changes.
+    """
+    wrong = []
+    for item in items:
+        for name, shared in SHARED_FIXTURES.items():
+            defs = item._fixtureinfo.name2fixturedefs.get(name, ())
+            if defs and defs[-1].scope == "session" and worker_group(item.nodeid) != shared:
+                wrong.append(f"{item.nodeid.split('::', 1)[0]} uses {name}: "
+                             f"MODULE_GROUPS must place it in {shared!r}")
+
+    if wrong:
+        raise pytest.UsageError("tests/conftest.py: " + "; ".join(sorted(set(wrong))))
+
+    def rank(nodeid: str) -> int:
+        group = worker_group(nodeid)
+        folder = group if group in GROUP_ORDER else group.split("/")[1]
         return GROUP_ORDER.index(folder) if folder in GROUP_ORDER else len(GROUP_ORDER)
 
-    groups = {}
-    for item in items:
-        groups[item.nodeid] = group(item)
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
-    order = sorted(range(len(items)), key=lambda i: (rank(groups[items[i].nodeid]), i))
+    order = sorted(range(len(items)), key=lambda i: (rank(items[i].nodeid), i))
     items[:] = [items[i] for i in order]
 
 
