@@ -50,7 +50,7 @@ class Notebook:
 
 
 PARITY_EXPLORE: list = [
-    "# Op-level attribution of the fp16 program (verifylib.numerics.drift.Attribution): the ops that\n"
+    "# Op-level attribution of the fp16 program, as stored (AttributionEvidence): the ops that\n"
     "# lose the most precision, worst first (try fp32, or .top for conversion drift)\n"
     "att = fp16.attribution if fp16 else None\n"
     "table([(o.name, o.type, o.module or o.scope, o.precision_delta_snr_db)\n"

@@ -8,8 +8,9 @@ import dataclasses
 from pathlib import Path
 
 from tests.helpers.forge import clone, edit_json, relabel, reseal
+from verifylib.evidence.parity.schema import AttributionEvidence
 from verifylib.numerics.attribution import Attribution
-from verifylib.numerics.drift import _rank, _summaries, derive
+from verifylib.numerics.drift import derive, module_summaries, rank
 
 ATTRIBUTION = "evidence/04_parity/program-attribution.json"
 
@@ -21,17 +22,19 @@ def _edit_attribution(run_dir: Path, edit) -> None:
     """Apply ``edit(ops) -> ops`` to the fp32 attribution and recompute everything derived
     from the SNRs (ΔSNR, both rankings, the module summary), as the stage would."""
     def fn(doc):
-        att = Attribution.from_dict(doc)
+        att = AttributionEvidence.from_json(doc)
         ops = tuple(edit(list(att.ops)))
         produced = {o.name for o in ops}
         inputs = {n for o in ops for n in o.inputs if n not in produced}
         ops = derive(ops, inputs, att.input_precision)
         snr = {o.name: o.snr_db for o in ops}
         points = tuple(dict(p, snr_db=snr[p["value"]]) for p in att.points if p["value"] in snr)
-        return dataclasses.replace(
-            att, ops=ops, top=_rank(ops, "delta_snr_db"),
-            precision_top=_rank(ops, "precision_delta_snr_db"), modules=_summaries(ops),
-            points=points, unmapped=sum(o.module is None for o in ops)).as_dict()
+        return Attribution(
+            ops=ops, top=rank(ops, "delta_snr_db"),
+            precision_top=rank(ops, "precision_delta_snr_db"), modules=module_summaries(ops),
+            points=points, compute=att.compute, variant=att.variant, fixture=att.fixture,
+            unmapped=sum(o.module is None for o in ops), seconds=att.seconds,
+            ceiling_db=att.ceiling_db, input_precision=att.input_precision).as_dict()
     edit_json(run_dir, ATTRIBUTION, fn)
 
 

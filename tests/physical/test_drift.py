@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import ROOT
 from verifylib import canonical
 from verifylib.cli import main as cli
-from verifylib.numerics.drift import check_document
+from verifylib.evidence.parity.rules import attribution_problems
 from verifylib.numerics.program_map import EMBEDDINGS, map_program
 
 PARAMS = ROOT / "parameters" / "tiny-en.yaml"
@@ -125,7 +125,7 @@ def test_drift_cli_localises_a_planted_layer_defect(tiny_packages, tiny_en_info,
     printed = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out.read_text())
-    assert check_document(canonical.loads(out.read_bytes())) == []
+    assert attribution_problems(canonical.loads(out.read_bytes())) == []
     first = doc["top"][0]
     assert first["module"].startswith(f"layers.{DEFECT_LAYER}.")
     assert first["module"] == f"layers.{DEFECT_LAYER}.fc1"

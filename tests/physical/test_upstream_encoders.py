@@ -29,6 +29,7 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.upstream import PACKAGE, SDISTS
 from verifylib.cli import main as cli
+from verifylib.evidence.parity.rules import attribution_problems
 from verifylib.numerics import attribution, drift
 from verifylib.numerics.mil_exec import execute, load_program
 from verifylib.numerics.parity import compare
@@ -214,6 +215,6 @@ def check_ok(att) -> bool:
     """The attribution's document re-derives without a problem (as ``verify`` would)."""
     from verifylib import canonical
 
-    problems = drift.check_document(canonical.loads(canonical.dumps(att.as_dict())))
+    problems = attribution_problems(canonical.loads(canonical.dumps(att.as_dict())))
     assert problems == []
     return True

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from verifylib.cli.drift import format_top
+from verifylib.evidence.parity.rules import attribution_problems
 from verifylib.numerics import drift
 from verifylib.numerics.attribution import (Attribution, OpDrift, empty_ranking_sentence,
                                             mapping_sentence)
-from verifylib.numerics.drift import check_document, reference_layout
+from verifylib.numerics.drift import reference_layout
 from verifylib.numerics.program_map import (EMBEDDINGS, map_program, module_keys,
                                             openai_module_path, weight_module)
 from verifylib.numerics.mil_exec import Op, Program, Value
@@ -240,9 +241,9 @@ def _op(i, module, snr, psnr=140.0, typ="linear"):
 
 def _att(ops) -> Attribution:
     d = drift.derive(ops, ["x"])
-    return Attribution(ops=d, top=drift._rank(d, "delta_snr_db"),
-                       precision_top=drift._rank(d, "precision_delta_snr_db"),
-                       modules=drift._summaries(d),
+    return Attribution(ops=d, top=drift.rank(d, "delta_snr_db"),
+                       precision_top=drift.rank(d, "precision_delta_snr_db"),
+                       modules=drift.module_summaries(d),
                        unmapped=sum(o.module is None for o in d))
 
 
@@ -287,12 +288,12 @@ def test_a_document_must_not_claim_more_mapped_ops_than_it_compared():
     ops = [_op(0, "conv1", 60.0), _op(1, None, None, 120.0, "softmax")]
     doc = canonical.loads(canonical.dumps(_att(ops).as_dict()))
     assert (doc["mapped"], doc["executed"], doc["unmapped"]) == (1, 2, 1)
-    assert check_document(doc) == []
+    assert attribution_problems(doc) == []
     for key, forged in (("mapped", 2), ("unmapped", 0), ("executed", 3)):
         bad = dict(doc, **{key: forged})
-        assert any(key in p for p in check_document(bad)), key
+        assert any(key in p for p in attribution_problems(bad)), key
     old = {k: v for k, v in doc.items() if k not in ("mapped", "executed")}
-    assert check_document(old) == []                    # documents made before the counts
+    assert attribution_problems(old) == []                    # documents made before the counts
 
 
 def test_the_attribution_view_repeats_the_honest_sentences():

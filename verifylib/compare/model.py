@@ -18,7 +18,7 @@ published runs side by side. :func:`~verifylib.compare.runs.compare_runs` reads 
 - **drift** (:class:`CandidateComparison`, one per parity gate): the gated SNR and cosine,
   and for the two program candidates (``parity.program``, ``parity.program_fp16``) the
   per-layer curves (``drift.layers``) and the op-level attribution
-  (:class:`verifylib.numerics.attribution.Attribution`): precision and conversion SNR
+  (:class:`verifylib.evidence.parity.schema.AttributionEvidence`): precision and conversion SNR
   along the program,
   the worst ops of each run side by side, and either an op-by-op table (programs of the
   same length, ops matched by name *and* type) or, when the programs differ in length,
@@ -245,7 +245,7 @@ class OpRow:
 class ModuleRow:
     """One region's attribution summary across runs.
 
-    The summary is a :class:`verifylib.numerics.attribution.ModuleDrift` per run. Each tuple
+    The summary is a :class:`verifylib.evidence.parity.schema.ModuleSummary` per run. Each tuple
     holds one value per run, None where the run has no such region (or no attribution).
     """
 

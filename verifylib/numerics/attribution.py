@@ -1,19 +1,111 @@
 """The typed attribution of drift: per op, per module, the rankings, and their sentences.
 
-What :func:`verifylib.numerics.drift.attribute` returns and the evidence document
-``program-drift.json`` holds (:meth:`Attribution.to_doc`, :meth:`Attribution.from_doc`).
+What :func:`verifylib.numerics.drift.attribute` returns; :meth:`Attribution.as_dict` is the
+evidence document ``<gate>-attribution.json``, which the evidence layer reads back typed
+(:class:`verifylib.evidence.parity.schema.AttributionEvidence`). The sentences take either,
+through the read-only views :class:`OpFigures` and :class:`OpCounts` they share.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from verifylib.numerics.program_map import EMBEDDINGS, map_program, region  # noqa: F401
 
 CEILING_DB = 150.0
 """SNR at and above which a value counts as exact when differencing (float32 rounding of a
 tensor alone gives about 145-150 dB)."""
+
+
+# ----------------------------------------------------------------------------- read-only views
+
+class OpFigures(Protocol):
+    """What the derivation reads of an op: an :class:`OpDrift`, or a stored op row.
+
+    The re-derivation of a stored document (:func:`verifylib.numerics.drift.derive`,
+    :func:`~verifylib.numerics.drift.rank`, :func:`~verifylib.numerics.drift.module_summaries`)
+    runs on the evidence layer's typed rows as on the measurement's own ops.
+    """
+
+    @property
+    def index(self) -> int:
+        """Position in program order."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The op's (first) output value."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """MIL op type."""
+        ...
+
+    @property
+    def module(self) -> str | None:
+        """The HF module whose output this value is."""
+        ...
+
+    @property
+    def scope(self) -> str:
+        """Region of the encoder the op sits in."""
+        ...
+
+    @property
+    def inputs(self) -> Sequence[str]:
+        """Its non-constant input values."""
+        ...
+
+    @property
+    def snr_db(self) -> float | None:
+        """Conversion SNR."""
+        ...
+
+    @property
+    def cosine(self) -> float | None:
+        """Conversion cosine."""
+        ...
+
+    @property
+    def delta_snr_db(self) -> float | None:
+        """Conversion ΔSNR across the op."""
+        ...
+
+    @property
+    def precision_snr_db(self) -> float | None:
+        """Precision SNR."""
+        ...
+
+    @property
+    def precision_cosine(self) -> float | None:
+        """Precision cosine."""
+        ...
+
+    @property
+    def precision_delta_snr_db(self) -> float | None:
+        """Precision ΔSNR across the op."""
+        ...
+
+
+class OpCounts(Protocol):
+    """What the sentences read: an :class:`Attribution`, or the stored document."""
+
+    @property
+    def executed(self) -> int:
+        """Ops executed."""
+        ...
+
+    @property
+    def mapped(self) -> int:
+        """Ops compared with an HF module's output."""
+        ...
+
+    @property
+    def precision_compared(self) -> int:
+        """Ops compared with the float64 execution."""
+        ...
 
 
 # ----------------------------------------------------------------------------- results
@@ -187,42 +279,6 @@ class Attribution:
                 "seconds": round(self.seconds, 3),
                 "ceiling_db": self.ceiling_db, "input_precision": dict(self.input_precision)}
 
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "Attribution":
-        """Rebuild from :meth:`as_dict`'s document (as stored as evidence).
-
-        Parameters
-        ----------
-        doc : mapping
-            The document; ``top`` and ``precision_top`` are resolved by op name against
-            ``ops``, and the optional fields take their defaults when absent.
-
-        Returns
-        -------
-        Attribution
-            The attribution the document describes.
-
-        Raises
-        ------
-        KeyError, TypeError, ValueError
-            If the document lacks a required field, names an op ``ops`` does not hold,
-            or holds a value of the wrong type.
-        """
-        ops = tuple(_op_from(r) for r in doc["ops"])
-        by_name = {o.name: o for o in ops}
-        return cls(ops=ops, top=tuple(by_name[r["name"]] for r in doc["top"]),
-                   precision_top=tuple(by_name[r["name"]] for r in doc["precision_top"]),
-                   modules=tuple(ModuleDrift(**{k: _num(v) if k.endswith("_db") else v
-                                                for k, v in m.items()})
-                                 for m in doc["modules"]),
-                   points=tuple(dict(p) for p in doc.get("points", ())),
-                   compute=doc.get("compute", "float32"), variant=doc.get("variant"),
-                   fixture=doc.get("fixture"), unmapped=int(doc.get("unmapped", 0)),
-                   seconds=float(doc.get("seconds", 0.0)),
-                   ceiling_db=float(doc.get("ceiling_db", CEILING_DB)),
-                   input_precision={k: float(v) for k, v in
-                                    doc.get("input_precision", {}).items()})
-
     def op(self, name: str) -> OpDrift:
         """Find the op whose output is ``name``.
 
@@ -262,13 +318,13 @@ class Attribution:
         return [o.row() for o in (self.ops if ops is None else ops)]
 
 
-def mapping_sentence(att: Attribution) -> str:
+def mapping_sentence(att: OpCounts) -> str:
     """Say how much of the program conversion drift covers.
 
     Parameters
     ----------
-    att : Attribution
-        The attribution.
+    att : OpCounts
+        The attribution (:class:`Attribution`, or the stored document).
 
     Returns
     -------
@@ -284,13 +340,13 @@ def mapping_sentence(att: Attribution) -> str:
             f"attributed for the other {n - m}")
 
 
-def empty_ranking_sentence(att: Attribution, kind: str) -> str:
+def empty_ranking_sentence(att: OpCounts, kind: str) -> str:
     """Say what an empty ranking means, claiming nothing about ops that were not compared.
 
     Parameters
     ----------
-    att : Attribution
-        The attribution.
+    att : OpCounts
+        The attribution (:class:`Attribution`, or the stored document).
     kind : {"conversion", "precision"}
         Which ranking is empty (:attr:`Attribution.top` or
         :attr:`Attribution.precision_top`).
@@ -324,19 +380,3 @@ def empty_ranking_sentence(att: Attribution, kind: str) -> str:
                 f"that are not floating point) were not compared")
     raise ValueError(f"kind must be 'conversion' or 'precision', got {kind!r}")
 
-
-def _num(v):
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return float(v)
-    return float(v)
-
-
-def _op_from(r: Mapping[str, Any]) -> OpDrift:
-    return OpDrift(index=int(r["index"]), name=r["name"], type=r["type"], module=r["module"],
-                   scope=r["scope"], inputs=tuple(r["inputs"]), snr_db=_num(r["snr_db"]),
-                   cosine=_num(r["cosine"]), delta_snr_db=_num(r["delta_snr_db"]),
-                   precision_snr_db=_num(r["precision_snr_db"]),
-                   precision_cosine=_num(r["precision_cosine"]),
-                   precision_delta_snr_db=_num(r["precision_delta_snr_db"]))

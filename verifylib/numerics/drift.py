@@ -75,13 +75,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from verifylib.errors import ParametersInvalid
-from verifylib.numerics.attribution import CEILING_DB, Attribution, ModuleDrift, OpDrift
+from verifylib.numerics.attribution import (
+    CEILING_DB,
+    Attribution,
+    ModuleDrift,
+    OpDrift,
+    OpFigures,
+)
 from verifylib.numerics.layouts import relayout_for
 from verifylib.numerics.memory import release_memory, trimmed
 from verifylib.numerics.program_map import EMBEDDINGS, map_program, region
@@ -318,16 +323,52 @@ def _delta(out: float | None, ins: Sequence[float | None]) -> float | None:
     return o - base
 
 
-def _rank(ops: Sequence[OpDrift], key: str) -> tuple[OpDrift, ...]:
+_O = TypeVar("_O", bound=OpFigures)
+
+
+def rank(ops: Sequence[_O], key: str) -> tuple[_O, ...]:
+    """Rank the ops that lose something by ``key``, worst first (at most :data:`TOP_N`).
+
+    What :attr:`Attribution.top` and :attr:`Attribution.precision_top` are, and what a
+    stored document's rankings are re-derived as.
+
+    Parameters
+    ----------
+    ops : sequence of OpFigures
+        The ops, with their ΔSNRs.
+    key : {"delta_snr_db", "precision_delta_snr_db"}
+        The ΔSNR ranked.
+
+    Returns
+    -------
+    tuple
+        The ops whose ``key`` is negative, most negative first (ties in program order).
+    """
     # Only ops that lose something are ranked: with an exact conversion nothing is "worst".
     scored = [o for o in ops if getattr(o, key) is not None and getattr(o, key) < 0]
     scored.sort(key=lambda o: (getattr(o, key), o.index))
     return tuple(scored[:TOP_N])
 
 
-def _summaries(ops: Sequence[OpDrift]) -> tuple[ModuleDrift, ...]:
+def module_summaries(ops: Sequence[OpFigures]) -> tuple[ModuleDrift, ...]:
+    """Summarize the ops per region of the encoder, in program order.
+
+    What :attr:`Attribution.modules` is, and what a stored document's summary is
+    re-derived as.
+
+    Parameters
+    ----------
+    ops : sequence of OpFigures
+        The ops, with their ΔSNRs.
+
+    Returns
+    -------
+    tuple of ModuleDrift
+        One per region (:func:`verifylib.numerics.program_map.region` of each op's module,
+        or of its scope when unmapped), in the order the regions first appear.
+    """
     order: list[str] = []
-    groups: dict[str, list[OpDrift]] = {}
+    groups: dict[str, list[OpFigures]] = {}
     for o in ops:
         where = region(o.module or o.scope)
         if where not in groups:
@@ -356,16 +397,17 @@ def _summaries(ops: Sequence[OpDrift]) -> tuple[ModuleDrift, ...]:
     return tuple(out)
 
 
-def derive(ops: Sequence[OpDrift], input_names: Iterable[str],
+def derive(ops: Sequence[OpFigures], input_names: Iterable[str],
            input_precision_snr: Mapping[str, float] | None = None) -> tuple[OpDrift, ...]:
     """Recompute every ΔSNR from the ops' SNRs and input lists.
 
     The attribution and the validator share this: a stored document whose ΔSNR, ``top``
-    or ``modules`` do not follow from its SNRs is refused (:func:`check_document`).
+    or ``modules`` do not follow from its SNRs is refused
+    (:func:`verifylib.evidence.parity.rules.attribution_problems`).
 
     Parameters
     ----------
-    ops : sequence of OpDrift
+    ops : sequence of OpFigures
         In program order, with ``snr_db`` and ``precision_snr_db`` measured.
     input_names : iterable of str
         The program's function inputs (exact for conversion drift).
@@ -523,89 +565,10 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
         if progress is not None:
             progress(i + 1, total)
     ops_t = derive(ops, [v.name for v in program.inputs], in_prec)
-    return Attribution(ops=ops_t, top=_rank(ops_t, "delta_snr_db"),
-                       precision_top=_rank(ops_t, "precision_delta_snr_db"),
-                       modules=_summaries(ops_t), points=tuple(points), compute=compute,
+    return Attribution(ops=ops_t, top=rank(ops_t, "delta_snr_db"),
+                       precision_top=rank(ops_t, "precision_delta_snr_db"),
+                       modules=module_summaries(ops_t), points=tuple(points), compute=compute,
                        variant=variant, fixture=fixture,
                        unmapped=sum(1 for o in ops_t if o.module is None),
                        seconds=time.perf_counter() - t0, input_precision=in_prec)
 
-
-# ----------------------------------------------------------------------------- validation
-
-def check_document(doc: Any) -> list[str]:
-    """List the problems of a stored attribution document (empty when it is consistent).
-
-    Every ΔSNR, the ``top`` and ``precision_top`` rankings and the per-module summary are
-    recomputed from the ops' SNRs and input lists; a document that disagrees is refused.
-
-    Parameters
-    ----------
-    doc : Any
-        The decoded JSON document (as :meth:`Attribution.as_dict` writes it).
-
-    Returns
-    -------
-    list of str
-        One problem for a document that is not a mapping with an ``ops`` list, is
-        malformed, lists an op twice or used another ceiling than :data:`CEILING_DB`;
-        otherwise one per inconsistency found (empty when none).
-    """
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("ops"), list):
-        return ["the attribution is not a mapping with an ops list"]
-    try:
-        att = Attribution.from_dict(doc)
-    except (KeyError, TypeError, ValueError) as exc:
-        return [f"the attribution is malformed: {exc!r}"]
-    names = [o.name for o in att.ops]
-    if len(set(names)) != len(names):
-        return ["the attribution lists an op twice"]
-    produced = set(names)
-    inputs = {n for o in att.ops for n in o.inputs if n not in produced}
-    if att.ceiling_db != CEILING_DB:
-        return [f"the attribution used a ceiling of {att.ceiling_db} dB, not {CEILING_DB}"]
-    derived = derive(att.ops, inputs, att.input_precision)
-    problems = []
-    # The counts a reader is told (how much of the program conversion drift covers) must
-    # be the ops' own: a document claiming more mapped ops than it compared is refused.
-    counts = {"unmapped": att.executed - att.mapped, "mapped": att.mapped,
-              "executed": att.executed}
-    for key, want in counts.items():
-        if key in doc and doc[key] != want:
-            problems.append(f"the attribution says {key} {doc[key]!r}; its ops give {want}")
-    for a, b in zip(att.ops, derived):
-        for key in ("delta_snr_db", "precision_delta_snr_db"):
-            x, y = getattr(a, key), getattr(b, key)
-            if (x is None) != (y is None) or (x is not None and not _close(x, y)):
-                problems.append(f"op {a.name}: stored {key} {x} does not follow from the "
-                                f"SNRs ({y})")
-                break
-    if [o.name for o in att.top] != [o.name for o in _rank(att.ops, "delta_snr_db")]:
-        problems.append("top is not the ops ranked by conversion ΔSNR")
-    if [o.name for o in att.precision_top] != \
-            [o.name for o in _rank(att.ops, "precision_delta_snr_db")]:
-        problems.append("precision_top is not the ops ranked by precision ΔSNR")
-    if [asdict(m) for m in att.modules] != [asdict(m) for m in _summaries(att.ops)] and \
-            not _close_modules(att.modules, _summaries(att.ops)):
-        problems.append("the per-module summary does not follow from the ops")
-    return problems
-
-
-def _close(a: float, b: float) -> bool:
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
-
-
-def _close_modules(a: Sequence[ModuleDrift], b: Sequence[ModuleDrift]) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        dx, dy = asdict(x), asdict(y)
-        for k in dx:
-            if isinstance(dx[k], float) and isinstance(dy[k], float):
-                if not _close(dx[k], dy[k]):
-                    return False
-            elif dx[k] != dy[k]:
-                return False
-    return True

@@ -285,8 +285,10 @@ def program_snr_plot(att, *, start: int = 0, stop: int | None = None):
 
     Parameters
     ----------
-    att : verifylib.numerics.attribution.Attribution
-        The candidate's op-level attribution.
+    att : AttributionEvidence or Attribution
+        The candidate's op-level attribution as stored
+        (:class:`verifylib.evidence.parity.schema.AttributionEvidence`), or one just
+        computed (:class:`verifylib.numerics.attribution.Attribution`).
     start, stop : int, optional
         Op index range to draw.
 

@@ -13,7 +13,7 @@ from verifylib.evidence.gates import (
     PARITY_RUNTIME_FP16,
     Status,
 )
-from verifylib.evidence.parity.schema import Measurement, ParityEvidence
+from verifylib.evidence.parity.schema import AttributionEvidence, Measurement, ParityEvidence
 from verifylib.evidence.reading import judged_evidence
 
 if TYPE_CHECKING:
@@ -98,8 +98,8 @@ class ParityCandidate:
         The frozen policy's rules.
     reference_seconds : dict
         Input kind -> HF encoder wall time.
-    attribution : verifylib.numerics.attribution.Attribution or None
-        Op-level attribution of the drift (program candidates).
+    attribution : verifylib.evidence.parity.schema.AttributionEvidence or None
+        Op-level attribution of the drift (program candidates), as stored.
     outputs : mapping or None
         The candidate's outputs as stored (:class:`verifylib.numerics.arrays.ArrayFile`):
         ``fixture`` and ``random`` (the gated execution) and, for program candidates,
@@ -115,7 +115,7 @@ class ParityCandidate:
     drift: Drift
     policy: Mapping[str, Any]
     reference_seconds: Mapping[str, float]
-    attribution: Any = None
+    attribution: AttributionEvidence | None = None
     outputs: Mapping[str, Any] | None = None
 
 
@@ -174,13 +174,12 @@ def parity_result_from_evidence(run_dir: str | os.PathLike[str],
     Raises
     ------
     verifylib.errors.EvidenceInvalid
-        If a cited file is missing or altered, or a ``parity`` document does not parse
-        (:class:`verifylib.evidence.fields.SchemaError`).
+        If a cited file is missing or altered, or a ``parity`` or ``attribution`` document
+        does not parse (:class:`verifylib.evidence.fields.SchemaError`).
     """
     from pathlib import Path
 
     from verifylib.numerics.arrays import ArrayFile
-    from verifylib.numerics.attribution import Attribution
 
     run_dir = Path(run_dir)
     result = ParityResult()
@@ -191,7 +190,8 @@ def parity_result_from_evidence(run_dir: str | os.PathLike[str],
         rec = records[gid]
         doc = ParityEvidence.from_json(view.json("parity"))
         drift = view.json("drift") if view.has("drift") else {}
-        att = Attribution.from_dict(view.json(ATTRIBUTION)) if view.has(ATTRIBUTION) else None
+        att = (AttributionEvidence.from_json(view.json(ATTRIBUTION))
+               if view.has(ATTRIBUTION) else None)
         refs = {r.name: r for r in rec.evidence}
         outputs = (ArrayFile(run_dir / refs[CANDIDATE_ARRAYS].path,
                              refs[CANDIDATE_ARRAYS].sha256)

@@ -6,7 +6,8 @@ Each variant's ML program and compiled model against the frozen SNR + cosine pol
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from dataclasses import asdict
+from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.errors import ContractBroken, EvidenceInvalid, PolicyInvalid
 from verifylib.evidence.fields import SchemaError
@@ -20,9 +21,15 @@ from verifylib.evidence.gates import (
 )
 from verifylib.evidence.judging import policy_file_problems
 from verifylib.evidence.parity.result import ATTRIBUTION
-from verifylib.evidence.parity.schema import Measurement, ParityEvidence
+from verifylib.evidence.parity.schema import (
+    AttributionEvidence,
+    Measurement,
+    ModuleSummary,
+    ParityEvidence,
+)
 from verifylib.evidence.records import EvidenceView
-from verifylib.numerics.drift import check_document
+from verifylib.numerics.attribution import CEILING_DB, ModuleDrift
+from verifylib.numerics.drift import derive, module_summaries, rank
 from verifylib.numerics.parity import (
     PAIR_POLICY,
     POLICY_OF_VARIANT,
@@ -93,7 +100,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
         if doc is not None:
             problems += stored_outputs_problems(doc, ev)
         if ev.has(ATTRIBUTION):
-            problems += [f"attribution: {p}" for p in check_document(ev.json(ATTRIBUTION))]
+            problems += [f"attribution: {p}" for p in attribution_problems(ev.json(ATTRIBUTION))]
         if problems or doc is None:
             return Judgement(Status.FAIL, "; ".join(problems))
         return judge_parity(doc, policy_id, kind)
@@ -337,3 +344,87 @@ def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any],
     if not seen:
         problems.append(f"the stored outputs back no {execution} measurement")
     return problems
+
+
+# ----------------------------------------------------------------------------- attribution
+
+def attribution_problems(doc: AttributionEvidence | Mapping[str, Any] | Any) -> list[str]:
+    """List the problems of a stored attribution document (empty when it is consistent).
+
+    Every ΔSNR, the ``top`` and ``precision_top`` rankings and the per-module summary are
+    re-derived from the ops' SNRs and input lists
+    (:func:`verifylib.numerics.drift.derive`, :func:`~verifylib.numerics.drift.rank`,
+    :func:`~verifylib.numerics.drift.module_summaries`), and the counts it states from its
+    ops; a document that disagrees is refused.
+
+    Parameters
+    ----------
+    doc : AttributionEvidence or Any
+        The document, typed or as decoded JSON (read with
+        :meth:`AttributionEvidence.from_json`).
+
+    Returns
+    -------
+    list of str
+        One problem for a document that does not parse (the schema's error), lists an op
+        twice or used another ceiling than :data:`verifylib.numerics.attribution.CEILING_DB`;
+        otherwise one per inconsistency found (empty when none).
+    """
+    try:
+        att = doc if isinstance(doc, AttributionEvidence) else AttributionEvidence.from_json(doc)
+    except SchemaError as exc:
+        return [f"the attribution does not parse: {exc}"]
+    names = [o.name for o in att.ops]
+    if len(set(names)) != len(names):
+        return ["the attribution lists an op twice"]
+    produced = set(names)
+    inputs = {n for o in att.ops for n in o.inputs if n not in produced}
+    if att.ceiling_db != CEILING_DB:
+        return [f"the attribution used a ceiling of {att.ceiling_db} dB, not {CEILING_DB}"]
+    derived = derive(att.ops, inputs, att.input_precision)
+    problems = []
+    # The counts a reader is told (how much of the program conversion drift covers) must
+    # be the ops' own: a document claiming more mapped ops than it compared is refused.
+    counts = (("unmapped", att.stated_unmapped, att.executed - att.mapped),
+              ("mapped", att.stated_mapped, att.mapped),
+              ("executed", att.stated_executed, att.executed))
+    for key, stated, want in counts:
+        if stated is not None and stated != want:
+            problems.append(f"the attribution says {key} {stated!r}; its ops give {want}")
+    for a, b in zip(att.ops, derived):
+        for key in ("delta_snr_db", "precision_delta_snr_db"):
+            x, y = getattr(a, key), getattr(b, key)
+            if (x is None) != (y is None) or (x is not None and not _close(x, y)):
+                problems.append(f"op {a.name}: stored {key} {x} does not follow from the "
+                                f"SNRs ({y})")
+                break
+    if [o.name for o in att.top] != [o.name for o in rank(att.ops, "delta_snr_db")]:
+        problems.append("top is not the ops ranked by conversion ΔSNR")
+    if [o.name for o in att.precision_top] != \
+            [o.name for o in rank(att.ops, "precision_delta_snr_db")]:
+        problems.append("precision_top is not the ops ranked by precision ΔSNR")
+    again = module_summaries(att.ops)
+    if [asdict(m) for m in att.modules] != [asdict(m) for m in again] and \
+            not _close_modules(att.modules, again):
+        problems.append("the per-module summary does not follow from the ops")
+    return problems
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _close_modules(a: Sequence[ModuleSummary], b: Sequence[ModuleDrift]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        dx, dy = asdict(x), asdict(y)
+        for k in dx:
+            if isinstance(dx[k], float) and isinstance(dy[k], float):
+                if not _close(dx[k], dy[k]):
+                    return False
+            elif dx[k] != dy[k]:
+                return False
+    return True
