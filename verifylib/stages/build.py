@@ -52,8 +52,8 @@ from verifylib.evidence.gates import (
     Status,
 )
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts

@@ -75,8 +75,9 @@ from verifylib.evidence.gates import (
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
 )
-from verifylib.evidence.records import EvidenceRef, StageReport
+from verifylib.evidence.records import EvidenceRef
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer

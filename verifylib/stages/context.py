@@ -42,8 +42,8 @@ from verifylib.evidence.records import (
     EvidenceView,
     GateRecord,
     Reason,
-    StageReport,
 )
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect

@@ -35,8 +35,8 @@ from verifylib.evidence.export.schema import (
     ModelIntake,
 )
 from verifylib.evidence.gates import EXPORT_COMPILE, EXPORT_CONTRACT, EXPORT_GGML_MODEL
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory

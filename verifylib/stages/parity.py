@@ -52,7 +52,7 @@ from verifylib.evidence.parity.schema import (
     PolicyChoiceRecord,
     PolicyRecord,
 )
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.stage_report import StageReport
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (

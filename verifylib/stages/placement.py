@@ -15,7 +15,7 @@ from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.result import placement_result_from_evidence
 from verifylib.evidence.placement.schema import PlanEvidence
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.stage_report import StageReport
 from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
 from verifylib.params import Params
 from verifylib.stages.artifacts import published_mlmodelc

@@ -30,8 +30,8 @@ from typing import Any, Mapping
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.gates import EXPORT_GGML_MODEL, WER_GGML_VS_SOURCE, WER_HYBRID
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.evidence.wer.result import wer_result_from_evidence
 from verifylib.evidence.wer.schema import (
     Counts,
