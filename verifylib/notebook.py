@@ -21,8 +21,8 @@ from typing import Any, Mapping
 from verifylib import canonical, resources
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence.layout import new_run_id
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.runs import is_published, open_run
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params, from_notebook
 from verifylib.stages.context import init_run_dir
 
@@ -53,7 +53,7 @@ def _show_stage_reports_as_tables() -> None:
     shell = get_ipython()
     if shell is None:
         return
-    from verifylib.evidence.records import StageReport
+    from verifylib.evidence.stage_report import StageReport
     from verifylib.views.gates import stage_table
     shell.display_formatter.formatters["text/html"].for_type(StageReport, stage_table)
 

@@ -3,9 +3,10 @@
 Every gate runs (the Core ML ones under ``tests/simmac``), so each stage's typed result is
 non-trivial: canaries with both Core ML controls, parity with program and runtime
 candidates of both variants, hybrid WER with a public and a private clip, compute plans.
-The six stages run in this process, so their :class:`~verifylib.evidence.records.StageReport` objects
-are kept for comparison with what :func:`verifylib.open_run` reads back; then the receipt
-is built, which publishes the run (no notebooks or report: nothing here needs them).
+The six stages run in this process, so their
+:class:`~verifylib.evidence.stage_report.StageReport` objects are kept for comparison with
+what :func:`verifylib.open_run` reads back; then the receipt is built, which publishes the
+run (no notebooks or report: nothing here needs them).
 
 Tests must not modify the run (copy it with ``tests.helpers.forge.clone`` first).
 """

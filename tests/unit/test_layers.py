@@ -42,7 +42,8 @@ LAYERS = (
     # Each stage's evidence folder (documents, rules, facts or result) and the kernel they
     # share: fields, the judging helpers, reading helpers, the receipt's schema, the registry.
     ("judges", r"verifylib\.evidence\.(build|export|canary|parity|wer|placement)(\..+)?"
-               r"|verifylib\.evidence\.(fields|judging|reading|receipt_schema|registry|run_record)"),
+               r"|verifylib\.evidence\.(fields|judging|reading|receipt_schema|registry|run_record"
+               r"|stage_report)"),
     ("validator", r"verifylib\.evidence\.(receipt|attest|runs|accounting|declarations)"),
     ("stages", r"verifylib\.stages(\..+)?"),
     ("views", r"verifylib\.views(\..+)?"),

@@ -5,12 +5,15 @@ physical run of the simulated Mac is read in tests/simmac/test_runs.py."""
 from __future__ import annotations
 
 import re
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
+from verifylib.evidence import gates
 from verifylib.evidence.gates import Status
 from verifylib.evidence.runs import RunInvalid, RunNotFound, open_run
 
@@ -84,3 +87,50 @@ def test_evidence_that_is_not_what_the_stage_writes_is_named(tmp_path, synthetic
     reseal(run_dir)
     with pytest.raises(RunInvalid, match="stage 05_wer does not give its result"):
         open_run(run_dir).wer
+
+
+# ----------------------------------------------------------------------------- the typed contract
+
+def _return_type(fn, **names):
+    # Annotations are strings (``from __future__ import annotations``) naming classes some
+    # modules import for type checking only: read them in the function's module, plus names.
+    return eval(fn.__annotations__["return"], {**vars(sys.modules[fn.__module__]), **names})
+
+
+def test_each_stage_name_gives_the_class_its_builder_returns():
+    from verifylib.evidence import runs
+    from verifylib.evidence.build.facts import BuildFacts, build_facts_from_evidence
+    from verifylib.evidence.canary.result import CanaryResult, canary_result_from_evidence
+    from verifylib.evidence.export.facts import ExportFacts, export_facts_from_evidence
+    from verifylib.evidence.parity.result import ParityResult, parity_result_from_evidence
+    from verifylib.evidence.placement.result import (
+        PlacementResult,
+        placement_result_from_evidence,
+    )
+    from verifylib.evidence.stage_report import StageResult
+    from verifylib.evidence.wer.result import WerResult, wer_result_from_evidence
+    builders = {"01_build": build_facts_from_evidence, "02_export": export_facts_from_evidence,
+                "03_canary": canary_result_from_evidence,
+                "04_parity": parity_result_from_evidence, "05_wer": wer_result_from_evidence,
+                "06_placement": placement_result_from_evidence}
+    assert list(builders) == list(gates.STAGES)
+    classes = {c.__name__: c for c in (BuildFacts, ExportFacts, CanaryResult, ParityResult,
+                                       WerResult, PlacementResult)}
+    *literal, general = typing.get_overloads(runs.Run.result)
+    by_name = {}
+    for overload in literal:
+        hints = typing.get_type_hints(overload, vars(runs), classes)
+        for name in typing.get_args(hints["stage"]):
+            assert name not in by_name, f"{name} has two overloads"
+            by_name[name] = hints["return"]
+    assert general.__annotations__ == {"stage": "str", "return": "StageResult | None"}
+    for stage, builder in builders.items():
+        # Both spellings Run.result accepts, with the class the stage's builder returns.
+        returned = _return_type(builder)
+        assert by_name.pop(stage) == returned, stage
+        assert by_name.pop(stage.split("_", 1)[1]) == returned, stage
+    assert by_name == {}
+    # StageResult is the union of the six classes, one per stage, in stage order.
+    per_stage = [[c for c in typing.get_args(t) or (t,) if c is not type(None)]
+                 for t in map(_return_type, builders.values())]
+    assert [classes[n] for n in StageResult.split(" | ")] == [c for (c,) in per_stage]

@@ -278,7 +278,7 @@ def test_the_report_shows_the_caveat_beside_the_ab_table(monkeypatch):
     monkeypatch.setattr(canary_view, "display_html",
                         lambda name, **ctx: shown.append(views.render(name, **ctx)))
     monkeypatch.setattr(canary_view, "_lifecycle_chart", lambda lc: None)
-    from verifylib.evidence.records import StageReport
+    from verifylib.evidence.stage_report import StageReport
     for system, want in (("Darwin", True), ("Linux", False)):
         doc, _ = _lifecycle_doc(system, (3, 3))
         lc = canary_results.LifecycleSummary.from_evidence(doc)

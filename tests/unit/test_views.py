@@ -26,7 +26,7 @@ from verifylib.evidence import registry as rules
 from verifylib.evidence.records import GateRecord, Reason
 from verifylib.evidence.gates import Judgement, Status, Verdict
 from verifylib.stages.context import StageContext
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.stage_report import StageReport
 from verifylib.evidence.parity.schema import Measurement
 from verifylib.evidence.placement.schema import PlanEvidence
 

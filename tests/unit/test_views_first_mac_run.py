@@ -11,7 +11,8 @@ import pytest
 
 from verifylib import views
 from verifylib.evidence.gates import Status
-from verifylib.evidence.records import GateRecord, Reason, StageReport
+from verifylib.evidence.records import GateRecord, Reason
+from verifylib.evidence.stage_report import StageReport
 from verifylib.evidence.parity import result as parity_results
 from verifylib.evidence.placement import result as placement_results
 from verifylib.evidence.parity.schema import Measurement

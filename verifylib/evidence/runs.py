@@ -35,7 +35,7 @@ import copy
 import os
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, TypeVar, overload
 
 from verifylib import canonical
 from verifylib.errors import EvidenceInvalid, ParametersInvalid
@@ -51,11 +51,14 @@ from verifylib.evidence.layout import (
 )
 from verifylib.evidence.receipt_schema import SCHEMA as RECEIPT_SCHEMA
 from verifylib.evidence.receipt_schema import Receipt, ReceiptInvalid
-from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord, StageReport
+from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord
+from verifylib.evidence.stage_report import StageFacts, StageReport, StageResult
 from verifylib.params import PARAMETERS_DIR, Params
 
 if TYPE_CHECKING:
+    from verifylib.evidence.build.facts import BuildFacts
     from verifylib.evidence.canary.result import CanaryResult
+    from verifylib.evidence.export.facts import ExportFacts
     from verifylib.evidence.parity.result import ParityResult
     from verifylib.evidence.placement.result import PlacementResult
     from verifylib.evidence.receipt import VerifyResult
@@ -64,11 +67,14 @@ if TYPE_CHECKING:
 
 __all__ = ["open_run", "Run", "RunNotFound", "RunInvalid", "is_published"]
 
+_R = TypeVar("_R")
+
 _FACTS_STAGES = ("01_build", "02_export")
 """The stages whose typed output is facts (a table), not a nested result."""
 
 
-def _result_builder(stage: str) -> Callable[[Path, Mapping[str, GateRecord]], Any] | None:
+def _result_builder(stage: str
+                    ) -> Callable[[Path, Mapping[str, GateRecord]], StageResult | None] | None:
     """Return the function that builds a stage's typed result (03-06), imported when asked.
 
     Each lives beside the stage's documents and rules (``evidence/<stage>/result.py``);
@@ -159,8 +165,8 @@ class Run:
         self._identities = receipt.identities
         self._record = self._read_run_record()
         self._stage_files: dict[str, dict[str, Any] | None] = {}
-        self._results: dict[str, Any] = {}
-        self._facts: dict[str, Any] = {}
+        self._results: dict[str, StageResult | None] = {}
+        self._facts: dict[str, StageFacts] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -448,7 +454,7 @@ class Run:
 
     # ------------------------------------------------------------------ typed results
 
-    def facts(self, stage: str) -> Any:
+    def facts(self, stage: str) -> StageFacts | dict[str, Any]:
         """Return a stage's facts, rebuilt from its gates' evidence as the stage built them.
 
         Parameters
@@ -464,22 +470,41 @@ class Run:
             ``rows()`` are the table the notebooks show), an empty dict for the others.
         """
         stage = _stage_name(stage)
+        return self._typed_facts(stage) if stage in _FACTS_STAGES else {}
+
+    def _typed_facts(self, stage: str) -> StageFacts:
+        """Build (once) the typed facts of stage 01 or 02, of their canonical names."""
         if stage not in self._facts:
+            facts: StageFacts
             if stage == "01_build":
                 from verifylib.evidence.build.facts import build_facts_from_evidence
                 sc = self.sidecars(stage)
                 sidecars = {role: sc.get(stem) for role, stem in _BUILD_SIDECARS.items()}
                 facts = self._built(stage, build_facts_from_evidence, sidecars)
-            elif stage == "02_export":
+            else:
                 from verifylib.evidence.export.facts import export_facts_from_evidence
                 facts = self._built(stage, export_facts_from_evidence)
-            else:
-                facts = {}
             self._facts[stage] = facts
-        facts = self._facts[stage]
-        return facts if stage in _FACTS_STAGES else dict(facts)
+        return self._facts[stage]
 
-    def result(self, stage: str) -> Any:
+    # One overload per stage, under both of its names, so a caller naming the stage gets its
+    # class; a stage chosen at run time gets the union.
+    @overload
+    def result(self, stage: Literal["01_build", "build"]) -> BuildFacts: ...
+    @overload
+    def result(self, stage: Literal["02_export", "export"]) -> ExportFacts: ...
+    @overload
+    def result(self, stage: Literal["03_canary", "canary"]) -> CanaryResult: ...
+    @overload
+    def result(self, stage: Literal["04_parity", "parity"]) -> ParityResult: ...
+    @overload
+    def result(self, stage: Literal["05_wer", "wer"]) -> WerResult | None: ...
+    @overload
+    def result(self, stage: Literal["06_placement", "placement"]) -> PlacementResult | None: ...
+    @overload
+    def result(self, stage: str) -> StageResult | None: ...
+
+    def result(self, stage: str) -> StageResult | None:
         """Return a stage's typed result, rebuilt from the evidence its gates cite.
 
         Parameters
@@ -489,11 +514,13 @@ class Run:
 
         Returns
         -------
-        BuildFacts, ExportFacts, CanaryResult, ParityResult, WerResult, PlacementResult or None
-            Every stage's: the facts of 01/02 (as :meth:`facts`), the results of 03-06
-            (``evidence/<stage>/result.py``); None where the stage's builder gives None (WER
-            and placement when their gate did not run). Arrays inside load lazily,
-            digest-checked.
+        StageResult or None
+            Every stage's (:data:`verifylib.evidence.stage_report.StageResult`): the facts of
+            01/02 (as :meth:`facts`: ``BuildFacts``, ``ExportFacts``), the results of 03-06
+            (``evidence/<stage>/result.py``: ``CanaryResult``, ``ParityResult``,
+            ``WerResult``, ``PlacementResult``); None where the stage's builder gives None
+            (WER and placement when their gate did not run). Type checkers see the one class
+            of a stage named by a literal. Arrays inside load lazily, digest-checked.
 
         Raises
         ------
@@ -503,13 +530,13 @@ class Run:
         """
         stage = _stage_name(stage)
         if stage in _FACTS_STAGES:
-            return self.facts(stage)
+            return self._typed_facts(stage)
         if stage not in self._results:
             builder = _result_builder(stage)
             self._results[stage] = None if builder is None else self._built(stage, builder)
         return self._results[stage]
 
-    def _built(self, stage: str, builder: Callable[..., Any], *extra: Any) -> Any:
+    def _built(self, stage: str, builder: Callable[..., _R], *extra: Any) -> _R:
         from verifylib.evidence.fields import SchemaError  # every stage's schemas
         try:
             return builder(self.path, self._gates, *extra)
@@ -546,28 +573,25 @@ class Run:
                            # as ``facts`` and no nested result.
                            None if stage in _FACTS_STAGES else self.result(stage))
 
-    # :meth:`result` picks each stage's builder by name (``_result_builder``), which mypy
-    # cannot follow; the builder's return type is what each cast names.
-
     @property
     def canary(self) -> CanaryResult:
         """Stage 03's :class:`~verifylib.evidence.canary.result.CanaryResult`."""
-        return cast("CanaryResult", self.result("03_canary"))
+        return self.result("03_canary")
 
     @property
     def parity(self) -> ParityResult:
         """Stage 04's :class:`~verifylib.evidence.parity.result.ParityResult`."""
-        return cast("ParityResult", self.result("04_parity"))
+        return self.result("04_parity")
 
     @property
     def wer(self) -> WerResult | None:
         """Stage 05's :class:`~verifylib.evidence.wer.result.WerResult`, or None if not run."""
-        return cast("WerResult | None", self.result("05_wer"))
+        return self.result("05_wer")
 
     @property
     def placement(self) -> PlacementResult | None:
         """Stage 06's :class:`~verifylib.evidence.placement.result.PlacementResult` or None."""
-        return cast("PlacementResult | None", self.result("06_placement"))
+        return self.result("06_placement")
 
 
 def open_run(path: str | os.PathLike[str], *, verify: bool = False,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from verifylib.canonical import read_json, sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
@@ -48,6 +48,9 @@ from verifylib.resources import cache_dir
 from verifylib.runtime.audio_intake import Intake, intake
 from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
+
+if TYPE_CHECKING:
+    from verifylib.whispercpp.source.fetch import SourceSpec
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
@@ -204,8 +207,11 @@ def coreml_binary(ctx: StageContext) -> tuple[Path, str]:
 
 
 def _passed_binary(ctx: StageContext, gate_id: str, evidence: str) -> tuple[Path, str]:
-    schema = CoremlBuildEvidence if gate_id == BUILD_COREML else GgmlBuildEvidence
-    ev = ctx.document(gate_id, evidence, schema)
+    ev: CoremlBuildEvidence | GgmlBuildEvidence
+    if gate_id == BUILD_COREML:
+        ev = ctx.document(gate_id, evidence, CoremlBuildEvidence)
+    else:
+        ev = ctx.document(gate_id, evidence, GgmlBuildEvidence)
     binary = Path(ev.binary)
     if not binary.is_file() or sha256_file(binary) != ev.sha256:
         raise PrerequisiteBroken(f"{binary} is not the whisper-cli that passed {gate_id}")
@@ -432,7 +438,7 @@ def source_ftype(ctx: StageContext) -> str | None:
     return open_ggml(ctx.params.resolve(ctx.params.model.spec["path"])).ftype_name
 
 
-def model_source(ctx: StageContext) -> dict:
+def model_source(ctx: StageContext) -> dict[str, Any]:
     """Find the Hugging Face model folder of this run.
 
     ``export.ggml_model``'s evidence when it passed; otherwise the same intake done again
@@ -485,10 +491,17 @@ def fixture_audio(ctx: StageContext, fixture: Fixture) -> Path:
     if fixture.runtime_file is not None:
         path = runtime_tree(ctx) / fixture.runtime_file
     else:
-        path = ctx.params.resolve(fixture.path)
+        path = ctx.params.resolve(_local_path(fixture))
     if not path.is_file():
         raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
     return path
+
+
+def _local_path(fixture: Fixture) -> str:
+    # Params validation leaves exactly one of runtime_file and path set.
+    if fixture.path is None:
+        raise ParametersInvalid(f"fixture {fixture.id}: neither runtime_file nor path is set")
+    return fixture.path
 
 
 def fixture_intake(ctx: StageContext, fixture: Fixture) -> Intake:
@@ -531,8 +544,8 @@ def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
     PrerequisiteBroken
         If the gate did not pass, or the variant was not exported or not placed.
     """
-    exported = ctx.evidence_of(EXPORT_CONTRACT, "contract")
-    for v in exported["variants"]:
+    variants: list[dict[str, Any]] = ctx.evidence_of(EXPORT_CONTRACT, "contract")["variants"]
+    for v in variants:
         if v["precision"] == variant:
             if not v["placed"]:
                 raise PrerequisiteBroken(f"the {variant} package was not placed by "
@@ -562,8 +575,8 @@ def compiled_variant(ctx: StageContext, variant: str) -> dict[str, Any]:
     PrerequisiteBroken
         If the gate did not pass or compiled no such variant.
     """
-    compiled = ctx.evidence_of(EXPORT_COMPILE, "compile")
-    for v in compiled["variants"]:
+    variants: list[dict[str, Any]] = ctx.evidence_of(EXPORT_COMPILE, "compile")["variants"]
+    for v in variants:
         if v["precision"] == variant:
             return v
     raise PrerequisiteBroken(f"export.compile compiled no {variant} variant")
@@ -588,7 +601,7 @@ def published_mlmodelc(ctx: StageContext, variant: str) -> Path | None:
     return path if path.is_dir() else None
 
 
-def source_spec(params: Params):
+def source_spec(params: Params) -> SourceSpec:
     """Build the :class:`~verifylib.whispercpp.source.SourceSpec` of the whisper.cpp source.
 
     Parameters
@@ -612,7 +625,8 @@ def source_spec(params: Params):
     return _source.SourceSpec(**src)
 
 
-def standalone_fixture_audio(params: Params, fixture: Fixture, *, log=print) -> Path:
+def standalone_fixture_audio(params: Params, fixture: Fixture, *,
+                             log: Callable[[str], None] = print) -> Path:
     """Locate a fixture's audio outside any run: a local path, or a file of the pinned source.
 
     For tools that touch no run (``verifylib drift``): a whisper.cpp sample comes from the
@@ -643,7 +657,7 @@ def standalone_fixture_audio(params: Params, fixture: Fixture, *, log=print) -> 
         tree = obtain_source(source_spec(params), cache_dir(), log=log)
         path = Path(tree.path) / fixture.runtime_file
     else:
-        path = params.resolve(fixture.path)
+        path = params.resolve(_local_path(fixture))
     if not path.is_file():
         raise ParametersInvalid(f"fixture {fixture.id}: audio file {path} not found")
     return path

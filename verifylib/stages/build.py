@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from verifylib.canonical import read_json
 from verifylib.evidence import identities
@@ -52,8 +52,9 @@ from verifylib.evidence.gates import (
     Status,
 )
 from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.records import EvidenceRef
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
@@ -71,7 +72,7 @@ from verifylib.whispercpp.pool import BuildPool
 STAGE = "01_build"
 
 
-def build_options(params: Params) -> dict:
+def build_options(params: Params) -> dict[str, str]:
     """Return the CMake options of the GGML build, part of the build cache key.
 
     The ggml backend is not among them: it is passed to every build as ``backend``
@@ -110,7 +111,7 @@ def ggml_backend(params: Params) -> str:
     return params.runtime.ggml_backend or DEFAULT_GGML_BACKEND
 
 
-def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str]) -> StageReport:
     """Run stage 01_build.
 
     Parameters
@@ -129,7 +130,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
         return _run(params, run_dir, pool)
 
 
-def _run(params: Params, run_dir: str | os.PathLike, pool: BuildPool) -> StageReport:
+def _run(params: Params, run_dir: str | os.PathLike[str], pool: BuildPool) -> StageReport:
     """:func:`run`'s body; the variants' builds start together in ``pool``."""
     ctx = StageContext(STAGE, params, run_dir)
     cache = cache_dir()
@@ -170,17 +171,22 @@ def _source_gate(ctx: StageContext, params: Params, pin: "_source.Pin",
 
 
 def _patch_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Path,
-                tree: "_source.SourceTree | None", pool: BuildPool) -> tuple:
+                tree: "_source.SourceTree | None", pool: BuildPool
+                ) -> tuple["_source.PatchedTree | None", "_build.BuildResult | None", str | None]:
     """Judge build.patch_exact, starting the variants' builds once the patch is exact.
 
     Returns the patched work tree, the GGML build and the GGML build's error, each None
     when it did not come about.
     """
-    build_result = build_error = patched = None
+    build_result: _build.BuildResult | None = None
+    build_error: str | None = None
+    patched: _source.PatchedTree | None = None
     g = ctx.begin(BUILD_PATCH_EXACT)
     if g:
         with g:
-            checks = {}
+            if tree is None:
+                raise RuntimeError("build.source_identity passed but left no source tree")
+            checks: dict[str, Any] = {}
             try:
                 patched = _source.prepare_patched_tree(tree.path, pin, cache / "work")
             except _source.PatchError as exc:
@@ -220,6 +226,9 @@ def _ggml_gate(ctx: StageContext, tree: "_source.SourceTree | None",
                 refs.append(ctx.write_json("build", failed.to_json()))
                 g.judge(refs)
             else:
+                if tree is None:
+                    raise RuntimeError("the GGML build ran but build.source_identity left no "
+                                       "source tree")
                 fx = tree.path
                 probe = _system_info.probe_system_info(
                     build_result.binary, fx / contracts.TEST_MODEL_IN_TREE,
@@ -317,7 +326,7 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
     """
     common = dict(tree_id=pin.tree, options=build_options(params), cache_dir=cache,
                   jobs=params.runtime.jobs, log=print, backend=ggml_backend(params))
-    order = [("ggml", patched, pin.patch_sha256)]
+    order: list[tuple[str, Path, str | None]] = [("ggml", patched, pin.patch_sha256)]
     if params.canary.enabled:
         order += [(ASAN_SIDES["patched"][0], patched, pin.patch_sha256),
                   (ASAN_SIDES["unpatched"][0], pristine, None),
@@ -337,10 +346,10 @@ def _collect(pool: BuildPool | None, variant: str) -> Callable[..., "_build.Buil
 
 # ----------------------------------------------------------------------------- unpatched build
 
-def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", options: Mapping,
-                    cache: Path, *, jobs: int = 2, log: Callable[[str], None] = print,
-                    backend: str = DEFAULT_GGML_BACKEND,
-                    pool: BuildPool | None = None) -> dict:
+def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin",
+                    options: Mapping[str, Any], cache: Path, *, jobs: int = 2,
+                    log: Callable[[str], None] = print, backend: str = DEFAULT_GGML_BACKEND,
+                    pool: BuildPool | None = None) -> dict[str, Any]:
     """Build the unpatched static GGML whisper-cli, the "A" side of the lifecycle A/B.
 
     The pristine source folder is a cache entry: the build runs outside it and its tree id
@@ -399,7 +408,7 @@ def unpatched_build(ctx: StageContext, pristine: Path, pin: "_source.Pin", optio
 
 # ----------------------------------------------------------------------------- ASan builds
 
-def _sidecar_record(res: "_build.BuildResult") -> dict:
+def _sidecar_record(res: "_build.BuildResult") -> dict[str, Any]:
     return {"built": True, "variant": res.variant, "binary": str(res.binary),
             "sha256": res.sha256, "key": res.key, "static": res.static,
             "needed_libs": list(res.needed_libs), "options": dict(res.options),
@@ -408,10 +417,11 @@ def _sidecar_record(res: "_build.BuildResult") -> dict:
 
 
 def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
-                     pin: "_source.Pin", options: Mapping, cache: Path, *, jobs: int = 2,
+                     pin: "_source.Pin", options: Mapping[str, Any], cache: Path, *,
+                     jobs: int = 2,
                      log: Callable[[str], None] = print,
                      backend: str = DEFAULT_GGML_BACKEND,
-                     pool: BuildPool | None = None) -> dict:
+                     pool: BuildPool | None = None) -> dict[str, dict[str, Any]]:
     """Build the AddressSanitizer whisper-cli of both sides of ``canary.sanitizer``.
 
     Variant ``ggml-unpatched-asan`` from the pristine source and ``ggml-asan`` from the
@@ -450,7 +460,7 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     dict
         The sidecar content: side -> build record or ``{"built": False, "error"}``.
     """
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for side, src, patch in (("unpatched", pristine, None),
                              ("patched", patched, pin.patch_sha256)):
         variant, _ = ASAN_SIDES[side]
@@ -488,7 +498,8 @@ def write_coreml_evidence(ctx: StageContext, cli: "_build.BuildResult",
                           bench: "_bench.BenchBuild", probe: RunResult, *,
                           patch_after_problems: list[str],
                           ggml_key: str | None,
-                          ggml_backend: str | None = None) -> tuple[list, dict]:
+                          ggml_backend: str | None = None
+                          ) -> tuple[list[EvidenceRef], dict[str, Any]]:
     """Write ``build.coreml`` evidence (build facts, the bench run and its streams).
 
     Parameters

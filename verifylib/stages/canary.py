@@ -36,7 +36,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
@@ -75,8 +75,9 @@ from verifylib.evidence.gates import (
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
 )
-from verifylib.evidence.records import EvidenceRef, StageReport
+from verifylib.evidence.records import EvidenceRef
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
@@ -155,7 +156,8 @@ def run_lifecycle(sides: Mapping[str, Path], model: Path, audio: Path, runs: int
 def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
                  unpatched: tuple[Path, str] | str, model: Path, audio: Path, runs: int,
                  timeout: float, progress: bool = True,
-                 preset: str = contracts.LIFECYCLE_DTW_PRESET) -> tuple[list[EvidenceRef], dict]:
+                 preset: str = contracts.LIFECYCLE_DTW_PRESET
+                 ) -> tuple[list[EvidenceRef], dict[str, Any]]:
     """Run the lifecycle A/B and write its evidence.
 
     Parameters
@@ -231,6 +233,9 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
 def _result(ctx: StageContext) -> CanaryResult:
     if ctx.result is None:
         ctx.result = CanaryResult()
+    if not isinstance(ctx.result, CanaryResult):  # a context is one stage's: a harness bug
+        raise TypeError(f"stage {ctx.stage} holds a {type(ctx.result).__name__}, not the "
+                        f"CanaryResult stage 03 fills")
     return ctx.result
 
 
@@ -239,9 +244,10 @@ def _result(ctx: StageContext) -> CanaryResult:
 _BUILD_FIELDS = AsanBuild.FIELDS
 
 
-def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin: str,
+def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping[str, Any] | str], pin: str,
                  model: Path, audio: Path, timeout: float, progress: bool = True,
-                 preset: str = contracts.LIFECYCLE_DTW_PRESET) -> tuple[list[EvidenceRef], dict]:
+                 preset: str = contracts.LIFECYCLE_DTW_PRESET
+                 ) -> tuple[list[EvidenceRef], dict[str, Any]]:
     """Run the lifecycle trigger on both AddressSanitizer builds and write the evidence.
 
     Each available side runs :data:`verifylib.runtime.sanitizer.RUNS_PER_SIDE` times, interleaved,
@@ -309,7 +315,7 @@ def sanitizer_ab(ctx: StageContext, *, builds: Mapping[str, Mapping | str], pin:
     return refs, ids
 
 
-def _asan_build(side: str, b: Mapping) -> tuple[Path, AsanBuild]:
+def _asan_build(side: str, b: Mapping[str, Any]) -> tuple[Path, AsanBuild]:
     """Check one side's AddressSanitizer build as stage 01 recorded it; binary and record."""
     path = Path(b["binary"])
     if sha256_file(path) != b["sha256"]:
@@ -323,7 +329,7 @@ def _asan_build(side: str, b: Mapping) -> tuple[Path, AsanBuild]:
     return path, build
 
 
-def _sanitizer_runs(side: str, res_list: list, streams: dict[str, bytes]
+def _sanitizer_runs(side: str, res_list: list[RunResult], streams: dict[str, bytes]
                     ) -> tuple[SanitizerRun, ...]:
     """Record one side's runs, each sanitizer report parsed; their streams go to ``streams``."""
     rows = []
@@ -342,7 +348,8 @@ def _sanitizer_runs(side: str, res_list: list, streams: dict[str, bytes]
 
 def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, model_file: Path,
                     audio: Path, timeout: float, language: str,
-                    scratch_parent: Path | None = None) -> tuple[list[EvidenceRef], dict]:
+                    scratch_parent: Path | None = None
+                    ) -> tuple[list[EvidenceRef], dict[str, Any]]:
     """Run the fail-closed negative control (docs/runtime-contract.md §2.4) and write it.
 
     One run, no warm-up, no retry. Only the ``ggml-*.bin`` is copied into a fresh scratch
@@ -413,7 +420,7 @@ def coreml_negative(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
 
 def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
                     audio: Path, first_timeout: float, timeout: float,
-                    language: str) -> tuple[list[EvidenceRef], dict]:
+                    language: str) -> tuple[list[EvidenceRef], dict[str, Any]]:
     """Run the positive gate (docs/runtime-contract.md §2.3, §6.3) and write its evidence.
 
     One warm-up, one measured run. The ``.mlmodelc`` must sit at
@@ -489,7 +496,7 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
 
 # ----------------------------------------------------------------------------- the stage
 
-def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str], *, progress: bool = True) -> StageReport:
     """Run stage 03_canary.
 
     Parameters
@@ -552,7 +559,7 @@ def run(params: Params, run_dir: str | os.PathLike, *, progress: bool = True) ->
     if g:
         with g:
             tree = runtime_tree(ctx)
-            builds: dict[str, Mapping | str] = {}
+            builds: dict[str, Mapping[str, Any] | str] = {}
             for side in SIDES:
                 try:
                     builds[side] = asan_build(ctx, side)

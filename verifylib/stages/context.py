@@ -16,6 +16,7 @@ import os
 import time
 import traceback
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Iterable, TypeVar
 
 from verifylib import canonical
@@ -42,8 +43,8 @@ from verifylib.evidence.records import (
     EvidenceView,
     GateRecord,
     Reason,
-    StageReport,
 )
+from verifylib.evidence.stage_report import StageReport, StageResult
 from verifylib.params import Params
 from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect
@@ -73,7 +74,8 @@ class GateRun:
         self._ledger_mark = ledger.mark()
         self._written_mark = len(ctx.written)
 
-    def judge(self, evidence: Iterable[EvidenceRef], identities: dict | None = None) -> GateRecord:
+    def judge(self, evidence: Iterable[EvidenceRef],
+              identities: dict[str, Any] | None = None) -> GateRecord:
         """Judge the gate by its registered rule on ``evidence`` and record the outcome.
 
         Parameters
@@ -114,7 +116,8 @@ class GateRun:
                                        outer=True).start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         self._ticker.stop()
         if exc_type is None:
             if not self.done:
@@ -148,7 +151,7 @@ class StageContext:
         The run directory; ``run.json`` is created if missing.
     """
 
-    def __init__(self, stage: str, params: Params, run_dir: str | os.PathLike):
+    def __init__(self, stage: str, params: Params, run_dir: str | os.PathLike[str]):
         self.stage = stage
         self.gates = gates.stage_gates(stage)
         self.params = params
@@ -159,7 +162,7 @@ class StageContext:
         self.written: list[EvidenceRef] = []
         self.identities: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
-        self.result: Any = None
+        self.result: StageResult | None = None
         # The runtime source folder once this stage has checked its tree id again: once per
         # stage, not per use (each check hashes the whole tree, seconds apiece).
         self.checked_runtime_tree: Path | None = None
@@ -416,7 +419,7 @@ class StageContext:
         self.identities[key] = value
         self._write()
 
-    def record_error(self, gate_id: str, text: str, launches: list | None = None,
+    def record_error(self, gate_id: str, text: str, launches: list[dict[str, Any]] | None = None,
                      partial: list[EvidenceRef] | None = None,
                      kind: str = ERROR_EXCEPTION) -> GateRecord:
         """Record ``gate_id`` as ERROR, citing its stored traceback.
@@ -461,7 +464,7 @@ class StageContext:
         self._record(rec, {})
         return rec
 
-    def _record(self, rec: GateRecord, identities: dict) -> None:
+    def _record(self, rec: GateRecord, identities: dict[str, Any]) -> None:
         for k, v in identities.items():
             self.identities.setdefault(k, v)
         self.records[rec.id] = rec
@@ -527,7 +530,7 @@ def package_versions() -> dict[str, str]:
 
 
 def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
-                 executor: dict | None = None) -> dict:
+                 executor: dict[str, Any] | None = None) -> dict[str, Any]:
     """Create a run directory's ``run.json`` unless it exists, and return its content.
 
     Parameters
@@ -557,7 +560,7 @@ def init_run_dir(run_dir: Path, params: Params, run_id: str | None = None, *,
     path = run_dir / RUN_FILE
     params_sha = canonical.sha256_bytes(canonical.dumps(params.data))
     if path.exists():
-        rec = canonical.read_json(path)
+        rec: dict[str, Any] = canonical.read_json(path)
         if rec.get("params_sha256") != params_sha:
             raise ParametersInvalid(f"{run_dir} was created for other parameters "
                                     f"({rec.get('name')!r}); use a fresh run directory")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from verifylib import canonical
 from verifylib.canonical import sha256_file, tree_digest
@@ -34,10 +36,11 @@ from verifylib.evidence.export.schema import (
     GgmlModelEvidence,
     ModelIntake,
 )
+from verifylib.evidence.fields import Schema
 from verifylib.evidence.gates import EXPORT_COMPILE, EXPORT_CONTRACT, EXPORT_GGML_MODEL
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
-from verifylib.models.ggml_writer import write_ggml_model
+from verifylib.evidence.stage_report import StageReport
+from verifylib.models.ggml_writer import GgmlWriteResult, write_ggml_model
 from verifylib.models.intake import obtain_model
 from verifylib.numerics.memory import release_memory
 from verifylib.params import Params
@@ -61,7 +64,7 @@ STAGE = "02_export"
 LOAD_PROBE_MS = "2000"
 
 
-def _through_schema(schema, doc: dict) -> dict:
+def _through_schema(schema: type[Schema], doc: dict[str, Any]) -> dict[str, Any]:
     """Return ``doc`` as its schema reads it back from its canonical JSON.
 
     The canonical JSON of the result is byte for byte that of ``doc`` (``to_json`` gives
@@ -79,12 +82,7 @@ def _export_contract(ctx: StageContext) -> None:
         release_conversion,
         trace_encoder,
     )
-    from verifylib.models.coreml_package import (
-        discard_staged,
-        link_or_copy,
-        publish_staged,
-        stage_mlpackage,
-    )
+    from verifylib.models.coreml_package import discard_staged, publish_staged, stage_mlpackage
     from verifylib.models.hf import load_hf_encoder
 
     g = ctx.begin(EXPORT_CONTRACT)
@@ -130,14 +128,7 @@ def _export_contract(ctx: StageContext) -> None:
         finally:
             for s in staged:
                 discard_staged(s)
-        copies = {}
-        if all_ok and "fp16" in variants:
-            src_bin = ctx.run_dir.joinpath(*GGML_MODEL)
-            if src_bin.is_file():
-                dest = ctx.artifact_path("fp16", GGML_MODEL[1])
-                how = link_or_copy(src_bin, dest)
-                copies["fp16/" + GGML_MODEL[1]] = {"from": "/".join(GGML_MODEL), "how": how,
-                                                  "sha256": sha256_file(dest)}
+        copies = _model_beside_fp16(ctx) if all_ok and "fp16" in variants else {}
         records = [{"precision": s.precision, "path": f"{s.precision}/{ENCODER_PACKAGE}",
                     "description": s.description, "problems": s.problems,
                     "placed": s.tree_digest is not None, "tree_digest": s.tree_digest,
@@ -153,6 +144,23 @@ def _export_contract(ctx: StageContext) -> None:
             if s.tree_digest:
                 ids[f"artifact.{s.precision}.mlpackage.tree_digest"] = s.tree_digest
         g.judge(refs, ids)
+
+
+def _model_beside_fp16(ctx: StageContext) -> dict[str, dict[str, Any]]:
+    """Place the model file in the fp16 folder too; the record of the copy, by its path.
+
+    whisper.cpp finds the Core ML encoder beside the model file it is given, so the fp16
+    encoder needs a model file in its own folder. Nothing when no model file was written.
+    """
+    from verifylib.models.coreml_package import link_or_copy
+
+    src_bin = ctx.run_dir.joinpath(*GGML_MODEL)
+    if not src_bin.is_file():
+        return {}
+    dest = ctx.artifact_path("fp16", GGML_MODEL[1])
+    how = link_or_copy(src_bin, dest)
+    return {"fp16/" + GGML_MODEL[1]: {"from": "/".join(GGML_MODEL), "how": how,
+                                      "sha256": sha256_file(dest)}}
 
 
 def _export_compile(ctx: StageContext) -> None:
@@ -235,13 +243,13 @@ class GivenModel:
     given: str
     sha256: str
     bytes: int
-    hparams: dict
+    hparams: dict[str, Any]
     n_tensors: int
     ftype: str
     lossless: bool = True
 
 
-def _place_given_model(ctx: StageContext, given) -> GivenModel:
+def _place_given_model(ctx: StageContext, given: Path) -> GivenModel:
     """Copy the named model file into the run under the name whisper.cpp will be given.
 
     A copy, not a link: the run must not change when the user's file does.
@@ -269,7 +277,7 @@ def _place_given_model(ctx: StageContext, given) -> GivenModel:
                       hparams=hparams, n_tensors=len(f.tensors), ftype=f.ftype_name)
 
 
-def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str]) -> StageReport:
     """Run stage 02_export.
 
     Parameters
@@ -295,6 +303,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
             for stale in ctx.run_dir.joinpath(GGML_MODEL[0]).glob("ggml-model*.bin"):
                 stale.unlink()
             given: str | None = None
+            written: GivenModel | GgmlWriteResult
             if params.model.kind == "ggml":
                 written = _place_given_model(ctx, params.resolve(params.model.spec["path"]))
                 out, ftype, given = ctx.run_dir / written.rel_path, written.ftype, written.given
@@ -323,7 +332,7 @@ def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
                            identities.MODEL_GGML_FTYPE: ftype,
                            identities.BINARY_GGML: binary_sha})
     if params.encoder is not None:
-        run_prebuilt_contract(ctx, _through_schema)
+        run_prebuilt_contract(ctx, params.encoder, _through_schema)
     else:
         _export_contract(ctx)
     _export_compile(ctx)

@@ -21,6 +21,8 @@ crashes. This gate answers the question from the two files themselves:
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.canonical import sha256_bytes, sha256_file, tree_digest
 from verifylib.evidence import identities
@@ -35,6 +37,11 @@ from verifylib.runtime import contracts
 from verifylib.runtime.audio import read_wav_16k
 from verifylib.stages.artifacts import audited_encoder, published_model, runtime_tree
 from verifylib.stages.context import StageContext
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from verifylib.models.coreml_contract import EncoderContract
 
 GATE = EXPORT_PAIR
 REFERENCE = ("Hugging Face WhisperEncoder rebuilt from the model file's tensors (dequantized "
@@ -108,7 +115,9 @@ def run_pair(ctx: StageContext) -> None:
                        identities.POLICY_PAIR_SHA256: policy.sha256})
 
 
-def _measure_compiled(path, encoder, mels, contract) -> list[PairInput]:
+# ``encoder`` is the Hugging Face WhisperEncoder: transformers ships no type stubs.
+def _measure_compiled(path: Path, encoder: Any, mels: Mapping[str, NDArray[Any]],
+                      contract: EncoderContract) -> list[PairInput]:
     """Run a compiled encoder through Core ML (macOS) and the reference on each log-mel.
 
     A ``.mlmodelc`` exposes no intermediate values, so no block is tapped: a failure there

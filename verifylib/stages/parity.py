@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from verifylib.canonical import sha256_bytes, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
@@ -52,7 +52,7 @@ from verifylib.evidence.parity.schema import (
     PolicyChoiceRecord,
     PolicyRecord,
 )
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.stage_report import StageReport
 from verifylib.numerics.arrays import encode as encode_arrays
 from verifylib.numerics.memory import release_memory
 from verifylib.numerics.parity import (
@@ -83,6 +83,14 @@ from verifylib.stages.artifacts import (
     source_ftype,
 )
 from verifylib.stages.context import StageContext
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from verifylib.evidence.records import EvidenceRef
+    from verifylib.numerics.attribution import Attribution
+    from verifylib.numerics.mil_exec import Program
+    from verifylib.numerics.scoring import Policy
 
 STAGE = "04_parity"
 CANDIDATES = ((PARITY_PROGRAM, "fp32", "program"), (PARITY_RUNTIME, "fp32", "runtime"),
@@ -203,8 +211,10 @@ def policy_choice(ctx: StageContext) -> PolicyChoice | None:
     return choice
 
 
-def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
-                    variant: str | None = None) -> tuple[list, dict, dict, Any]:
+def measure_program(package: str | os.PathLike[str], ref: ReferenceRun, *,
+                    variant: str | None = None
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, NDArray[Any]],
+                               Attribution | None]:
     """Execute a saved package's ML program on both inputs in both compute modes.
 
     Parameters
@@ -237,14 +247,17 @@ def measure_program(package: str | os.PathLike, ref: ReferenceRun, *,
 
     program = load_program(package)
 
+    taps: list[tuple[str, str]]
+    tap_error: str | None
     try:
         taps = residual_taps(program)
         tap_error = None
     except MilExecError as exc:
         taps, tap_error = [], str(exc)
-    measurements, drift = [], {"layers": {}, "frames": {}, "histogram": {},
-                               "op_counts": program.op_counts, "executor_seconds": {}}
-    arrays: dict = {}
+    measurements: list[dict[str, Any]] = []
+    drift: dict[str, Any] = {"layers": {}, "frames": {}, "histogram": {},
+                             "op_counts": program.op_counts, "executor_seconds": {}}
+    arrays: dict[str, NDArray[Any]] = {}
     reader = _TapReader(taps, dict(ref.layers["fixture"]))
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
@@ -275,14 +288,14 @@ class _TapReader:
     ``unmapped``, not compared. ``layouts`` names the layout each mapped tap was read with.
     """
 
-    def __init__(self, taps: list, ref_layers: dict):
+    def __init__(self, taps: list[tuple[str, str]], ref_layers: dict[str, NDArray[Any]]):
         self.taps = taps
         self.ref_layers = ref_layers
         self.label_of = {v: label for label, v in taps}
         self.layouts: dict[str, str] = {}
-        self.unmapped: dict[str, dict] = {}
+        self.unmapped: dict[str, dict[str, Any]] = {}
 
-    def read(self, label: str, name: str, value):
+    def read(self, label: str, name: str, value: NDArray[Any]) -> NDArray[Any] | None:
         """Return the tap's value in the reference's layout, or None when none maps it."""
         from verifylib.numerics.layouts import relayout_for, unmapped_record
         reference_shape = tuple(self.ref_layers[label].shape)
@@ -292,18 +305,20 @@ class _TapReader:
                                                             reference_shape))
             return None
         self.layouts[label] = layout.name
-        return layout.apply(value)
+        mapped: NDArray[Any] = layout.apply(value)
+        return mapped
 
-    def row(self, label: str, v: str, snr_db: float) -> dict:
+    def row(self, label: str, v: str, snr_db: float) -> dict[str, Any]:
         """Return the drift record's row of one tap."""
-        row = {"label": label, "value": v, "snr_db": snr_db}
+        row: dict[str, Any] = {"label": label, "value": v, "snr_db": snr_db}
         if label in self.unmapped:
             row["unmapped"] = True
         return row
 
 
-def _execute_once(program, ref: ReferenceRun, kind: str, mode: str, reader: _TapReader,
-                  drift: dict, arrays: dict) -> dict:
+def _execute_once(program: Program, ref: ReferenceRun, kind: str, mode: str,
+                  reader: _TapReader, drift: dict[str, Any],
+                  arrays: dict[str, NDArray[Any]]) -> dict[str, Any]:
     """Execute the program on one input in one compute mode; its measurement record.
 
     The executor's seconds go into ``drift``, and for the fixture its per-frame SNR,
@@ -318,9 +333,9 @@ def _execute_once(program, ref: ReferenceRun, kind: str, mode: str, reader: _Tap
     # Per-layer figures are taken as each residual-stream value is computed, so
     # none of those values is kept (issue of large encoders).
     layer_snr: dict[str, float] = {}
-    layer_frames: dict[str, list] = {}
+    layer_frames: dict[str, list[float]] = {}
 
-    def on_tap(name, value):
+    def on_tap(name: str, value: NDArray[Any]) -> None:
         label = reader.label_of[name]
         mapped = reader.read(label, name, value)
         if mapped is None:
@@ -364,8 +379,9 @@ def _execute_once(program, ref: ReferenceRun, kind: str, mode: str, reader: _Tap
     return measurement
 
 
-def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
-                    loader=None) -> tuple[list, dict, dict]:
+def measure_runtime(mlmodelc: str | os.PathLike[str], ref: ReferenceRun, *,
+                    loader: Callable[..., Any] | None = None
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, NDArray[Any]]]:
     """Predict with ``CompiledMLModel(mlmodelc, ComputeUnit.ALL)`` on both inputs (macOS).
 
     Parameters
@@ -394,9 +410,10 @@ def measure_runtime(mlmodelc: str | os.PathLike, ref: ReferenceRun, *,
     t0 = time.perf_counter()
     model = load_compiled(mlmodelc, loader=loader)
     load_s = time.perf_counter() - t0
-    measurements, drift = [], {"frames": {}, "histogram": {}, "load_seconds": round(load_s, 3),
-                               "predict_seconds": {}}
-    arrays: dict = {}
+    measurements: list[dict[str, Any]] = []
+    drift: dict[str, Any] = {"frames": {}, "histogram": {}, "load_seconds": round(load_s, 3),
+                             "predict_seconds": {}}
+    arrays: dict[str, NDArray[Any]] = {}
     for kind in ("fixture", "random"):
         t0 = time.perf_counter()
         out = predict_compiled(model, ref.inputs[kind], ref.contract)
@@ -428,15 +445,16 @@ class _Measured:
     measured: str
     bound: str
     ident_key: str
-    candidate: dict
-    measurements: list
-    drift: dict
-    arrays: dict
-    attribution: Any = None
+    candidate: dict[str, Any]
+    measurements: list[dict[str, Any]]
+    drift: dict[str, Any]
+    arrays: dict[str, NDArray[Any]]
+    attribution: Attribution | None = None
 
 
 def _measure_candidate(ctx: StageContext, ref: ReferenceRun, variant: str, kind: str,
-                       exported: dict, runtime_loader) -> _Measured:
+                       exported: dict[str, Any],
+                       runtime_loader: Callable[..., Any] | None) -> _Measured:
     """Measure one candidate: the exported program op by op, or a compiled model."""
     if kind == "program" and exported["path"].endswith(".mlmodelc"):
         # A .mlmodelc audited as given holds no program to read: on macOS (the only
@@ -472,8 +490,8 @@ def _measure_candidate(ctx: StageContext, ref: ReferenceRun, variant: str, kind:
                      measurements, drift, arrays)
 
 
-def _identities(policy, ref: ReferenceRun, choice: PolicyChoice | None,
-                got: _Measured) -> dict:
+def _identities(policy: Policy, ref: ReferenceRun, choice: PolicyChoice | None,
+                got: _Measured) -> dict[str, Any]:
     """Return the identities a parity gate binds (the artifact's only when it is unchanged)."""
     pol = policy.id.split("-")[0]
     ids = {identities.policy_id(pol): policy.id,
@@ -491,7 +509,8 @@ def _identities(policy, ref: ReferenceRun, choice: PolicyChoice | None,
     return ids
 
 
-def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str], *,
+        runtime_loader: Callable[..., Any] | None = None) -> StageReport:
     """Run stage 04_parity for ``params`` inside ``run_dir``.
 
     Parameters
@@ -511,8 +530,9 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
         and plots.
     """
     ctx = StageContext(STAGE, params, run_dir)
-    ref: ReferenceRun | None = None
-    ref_outputs = None  # the reference's arrays, written once and cited by every candidate
+    # The reference and its arrays' evidence: computed and written once, cited by every
+    # candidate.
+    shared: tuple[ReferenceRun, EvidenceRef] | None = None
     for gate_id, variant, kind in CANDIDATES:
         disabled = ("export.fp16" if variant == "fp16"
                     and not params.export.fp16 else None)
@@ -526,12 +546,13 @@ def run(params: Params, run_dir: str | os.PathLike, *, runtime_loader=None) -> S
             short = gate_id.split(".", 1)[1]
             refs = [ctx.write_json(f"policy_{short}", policy_record(policy))]
             exported = exported_variant(ctx, variant)
-            if ref is None:
+            if shared is None:
                 ref = reference_run(ctx)
-                ref_outputs = ctx.write_bytes(
+                shared = ref, ctx.write_bytes(
                     REFERENCE_ARRAYS, encode_arrays({k: ref.outputs[k]
                                                      for k in ("fixture", "random")}),
                     "reference-outputs.npz")
+            ref, ref_outputs = shared
             got = _measure_candidate(ctx, ref, variant, kind, exported, runtime_loader)
             path, measured, bound = got.path, got.measured, got.bound
             rel = path.relative_to(ctx.run_dir).as_posix() if path.is_relative_to(ctx.run_dir) \

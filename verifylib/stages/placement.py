@@ -9,13 +9,16 @@ are worded from the plan only.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any, Callable
 
 from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.gates import PLACEMENT_PLAN
 from verifylib.evidence.placement.result import placement_result_from_evidence
 from verifylib.evidence.placement.schema import PlanEvidence
-from verifylib.evidence.records import StageReport
+from verifylib.evidence.records import EvidenceRef
+from verifylib.evidence.stage_report import StageReport
 from verifylib.models.compute_plan import analyze_plan, load_plan, placement_evidence
 from verifylib.params import Params
 from verifylib.stages.artifacts import published_mlmodelc
@@ -24,7 +27,8 @@ from verifylib.stages.context import StageContext
 STAGE = "06_placement"
 
 
-def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str],
+        plan_loader: Callable[[Path], Any] = load_plan) -> StageReport:
     """Run stage 06_placement.
 
     Parameters
@@ -46,7 +50,8 @@ def run(params: Params, run_dir: str | os.PathLike, plan_loader=load_plan) -> St
     g = ctx.begin(PLACEMENT_PLAN)
     if g:
         with g:
-            refs, ids = [], {}
+            refs: list[EvidenceRef] = []
+            ids: dict[str, Any] = {}
             for variant in ("fp32", "fp16"):
                 path = published_mlmodelc(ctx, variant)
                 if path is None:

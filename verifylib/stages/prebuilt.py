@@ -16,11 +16,14 @@ import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 from verifylib.canonical import publish_dir, tree_digest
 from verifylib.evidence import identities
 from verifylib.evidence.export.schema import ContractEvidence
+from verifylib.evidence.fields import Schema
 from verifylib.evidence.gates import EXPORT_CONTRACT
+from verifylib.params import EncoderSection
 from verifylib.stages.artifacts import (
     ENCODER_COMPILED,
     ENCODER_PACKAGE,
@@ -33,13 +36,17 @@ SLOT = "fp32"
 """The gated variant's folder, which the audited encoder occupies."""
 
 
-def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
+def run_prebuilt_contract(
+        ctx: StageContext, section: EncoderSection,
+        through_schema: Callable[[type[Schema], dict[str, Any]], dict[str, Any]]) -> None:
     """Judge ``export.contract`` for the encoder the parameters name.
 
     Parameters
     ----------
     ctx : StageContext
         Stage 02's context.
+    section : EncoderSection
+        The parameters' ``encoder`` section, naming the encoder audited as given.
     through_schema : callable
         ``(schema, doc) -> doc`` as the export stage writes its documents.
     """
@@ -54,7 +61,6 @@ def run_prebuilt_contract(ctx: StageContext, through_schema) -> None:
     if not g:
         return
     with g:
-        section = ctx.params.encoder
         given = Path(section.path)
         src = model_source(ctx)
         encoder, _ = load_hf_encoder(src["hf_dir"])

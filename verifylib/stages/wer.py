@@ -25,13 +25,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.errors import ParametersInvalid, RunFailure
 from verifylib.evidence import identities
 from verifylib.evidence.gates import EXPORT_GGML_MODEL, WER_GGML_VS_SOURCE, WER_HYBRID
-from verifylib.evidence.records import StageReport
 from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.stage_report import StageReport
 from verifylib.evidence.wer.result import wer_result_from_evidence
 from verifylib.evidence.wer.schema import (
     Counts,
@@ -64,6 +64,14 @@ from verifylib.stages.artifacts import (
 )
 from verifylib.stages.context import StageContext
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from verifylib.evidence.records import EvidenceRef
+    from verifylib.models.hf import HFBundle
+    from verifylib.numerics.scoring import WordCounts
+    from verifylib.runtime.runner import RunResult
+
 STAGE = "05_wer"
 POLICY_ID = "wer-v3"
 
@@ -85,7 +93,8 @@ class ClipText:
 
 
 def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
-                   timeout: float = 600.0, pin: Mapping[str, Any] = contracts.GREEDY_PIN):
+                   timeout: float = 600.0, pin: Mapping[str, Any] = contracts.GREEDY_PIN
+                   ) -> tuple[str, RunResult]:
     """Transcribe one clip with whisper-cli under a decoding pin (greedy by default).
 
     Parameters
@@ -114,7 +123,8 @@ def cli_transcribe(binary: Path, model_arg: str, audio: Path, language: str,
     return " ".join(res.stdout_text.split()), res
 
 
-def cli_detect_language(binary: Path, model_arg: str, audio: Path, timeout: float = 600.0):
+def cli_detect_language(binary: Path, model_arg: str, audio: Path, timeout: float = 600.0
+                        ) -> tuple[tuple[str, float] | None, RunResult]:
     """Detect one clip's language with whisper-cli (``-dl``), without transcribing it.
 
     Parameters
@@ -139,7 +149,8 @@ def cli_detect_language(binary: Path, model_arg: str, audio: Path, timeout: floa
     return contracts.parse_detected_language(res.stderr_text), res
 
 
-def ggml_vs_source(ctx: StageContext, params: Params) -> tuple[list, dict, list[ClipText]]:
+def ggml_vs_source(ctx: StageContext, params: Params
+                   ) -> tuple[list[EvidenceRef], dict[str, Any], list[ClipText]]:
     """Transcribe every fixture with HF and GGML and write ``wer.ggml_vs_source`` evidence.
 
     Parameters
@@ -225,8 +236,10 @@ def _pin(rules: Mapping[str, Any]) -> Mapping[str, Any]:
     return rules.get("decoding") or contracts.GREEDY_PIN
 
 
-def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: Path,
-               ggml_arg: str, rules: dict, refs: list, texts: list) -> WerClip:
+def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture,
+               bundles: tuple[HFBundle, HFBundle], binary: Path, ggml_arg: str,
+               rules: Mapping[str, Any], refs: list[EvidenceRef], texts: list[ClipText]
+               ) -> WerClip:
     """Transcribe one fixture with HF and GGML in its language; score it as the policy says."""
     from verifylib.models.hf import transcribe_hf
 
@@ -236,10 +249,10 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
     lang = fixture_language(params, fx)
     sc = scoring_for(rules, lang)
 
-    def norm(text):
+    def norm(text: str) -> str:
         return sc.normalize(rules, text)
 
-    def count(ref, hyp):
+    def count(ref: str, hyp: str) -> WordCounts:
         return sc.count(rules, ref, hyp)
     bundle, from_ggml = bundles
     audio = read_wav_16k(audio_path)
@@ -295,8 +308,9 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, bundles, binary: 
     return clip
 
 
-def _detect_languages(ctx: StageContext, fx: Fixture, bundles, binary: Path, ggml_arg: str,
-                      audio_path: Path, audio, refs: list) -> tuple[Detected, RunRecord]:
+def _detect_languages(ctx: StageContext, fx: Fixture, bundles: tuple[HFBundle, HFBundle],
+                      binary: Path, ggml_arg: str, audio_path: Path, audio: NDArray[Any],
+                      refs: list[EvidenceRef]) -> tuple[Detected, RunRecord]:
     """Detect the clip's language with each leg; the languages heard and whisper-cli's run."""
     from verifylib.models.hf import detect_language_hf
 
@@ -318,8 +332,9 @@ def _detect_languages(ctx: StageContext, fx: Fixture, bundles, binary: Path, ggm
     return detected, detect_run
 
 
-def _print_clip(t: ClipText, unit: str, detected: Detected | None, c_src, c_fg, c_ggml,
-                c_conv, c_impl) -> None:
+def _print_clip(t: ClipText, unit: str, detected: Detected | None, c_src: WordCounts,
+                c_fg: WordCounts, c_ggml: WordCounts, c_conv: WordCounts,
+                c_impl: WordCounts) -> None:
     """Print the clip's line: each leg's rate, the conversion's and the implementation's."""
     rate = "CER" if unit == "characters" else "WER"
     heard_as = "" if detected is None else (
@@ -333,7 +348,7 @@ def _print_clip(t: ClipText, unit: str, detected: Detected | None, c_src, c_fg, 
 
 def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: str,
            texts: list[ClipText], language: str, timeout: float = 600.0
-           ) -> tuple[list, dict, dict]:
+           ) -> tuple[list[EvidenceRef], dict[str, Any], dict[str, str]]:
     """Transcribe every fixture with the Core ML build and write ``wer.hybrid`` evidence.
 
     Parameters
@@ -358,7 +373,9 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
     """
     policy = load_policy(POLICY_ID)
     rules = policy.rules
-    refs, clips, shown = [], [], {}
+    refs: list[EvidenceRef] = []
+    clips: list[HybridClip] = []
+    shown: dict[str, str] = {}
     for t in texts:
         # Each clip in its own language, scored as wer.ggml_vs_source scored it.
         sc = scoring_for(rules, t.language or language)
@@ -391,7 +408,7 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
                   identities.POLICY_WER_SHA256: policy.sha256}, shown
 
 
-def run(params: Params, run_dir: str | os.PathLike) -> StageReport:
+def run(params: Params, run_dir: str | os.PathLike[str]) -> StageReport:
     """Run stage 05_wer.
 
     Parameters

@@ -1,6 +1,6 @@
 """Gate tables.
 
-A stage's :class:`~verifylib.evidence.records.StageReport` and a receipt's summary.
+A stage's :class:`~verifylib.evidence.stage_report.StageReport` and a receipt's summary.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def status_text(records, gate_id: str) -> str:
     Parameters
     ----------
     records : sequence of GateRecord
-        A stage's records (:attr:`verifylib.evidence.records.StageReport.records`).
+        A stage's records (:attr:`verifylib.evidence.stage_report.StageReport.records`).
     gate_id : str
         The gate.
 
