@@ -87,12 +87,18 @@ def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, s
     asan = {side: bins[f"asan-{side}"] for side in sanitizer.SIDES if f"asan-{side}" in bins}
     if asan:
         canonical.write_json(run_dir / "evidence" / "01_build" / f"{ASAN_SIDECAR}.json", asan)
+    tree_id = source.git_tree_id(tree)
     stage("01_build", {
-        "build.source_identity": {"source": {"path": str(tree),
-                                             "computed_tree": source.git_tree_id(tree)}},
+        "build.source_identity": {"source": {
+            "pin": "forged", "pin_commit": "0" * 40, "pin_tree": tree_id,
+            "computed_tree": tree_id, "origin": None, "path": str(tree), "cached": True}},
         "build.patch_exact": {},
-        "build.ggml": {"build": {"binary": str(g_bin), "sha256": g_sha}},
-        "build.coreml": {"coreml_build": {"binary": str(c_bin), "sha256": c_sha}},
+        "build.ggml": {"build": _forged_build("ggml", g_bin, g_sha, tree_id)},
+        "build.coreml": {"coreml_build": {
+            **_forged_build("coreml", c_bin, c_sha, tree_id), "patch_after_problems": [],
+            "ggml_key": None, "bench": {"binary": str(c_bin), "sha256": c_sha, "key": "k",
+                                        "cli_key": "k", "options": {}, "cached": True,
+                                        "probe": _forged_launch(c_bin, c_sha)}}},
     }, {UNPATCHED_IDENTITY: u_sha, **{sanitizer.SIDES[side][1]: rec["sha256"]
                                       for side, rec in asan.items() if rec.get("built")}})
     model = run_dir / "fp32" / "ggml-model.bin"
@@ -102,10 +108,29 @@ def forge_prerequisites(run_dir: Path, tree: Path, bins: dict[str, tuple[Path, s
     (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "model.mil").write_text("program")
     (run_dir / "fp32" / "ggml-model-encoder.mlmodelc" / "coremldata.bin").write_bytes(b"compiled")
     stage("02_export", {
-        "export.ggml_model": {"ggml": {"sha256": canonical.sha256_file(model),
-                                       "model_arg": str(model)}},
+        "export.ggml_model": {"ggml": {
+            "path": "fp32/ggml-model.bin", "model_arg": str(model),
+            "sha256": canonical.sha256_file(model), "bytes": model.stat().st_size,
+            "hparams": {}, "n_tensors": 0, "lossless": True, "binary_sha256": g_sha,
+            "probe": _forged_launch(g_bin, g_sha)}},
         "export.compile": {},
     }, {})
+
+
+def _forged_build(variant: str, binary: Path, sha: str, tree_id: str) -> dict:
+    """A stage-01 build document as its schema reads it (only binary and digest matter here)."""
+    return {"built": True, "variant": variant, "key": "forged", "binary": str(binary),
+            "sha256": sha, "recorded_sha256": sha, "static": True, "needed_libs": [],
+            "options": {}, "compiler": {}, "cached": True, "seconds": 0.0, "tree_id": tree_id,
+            "patch_sha256": None, "probe": None}
+
+
+def _forged_launch(binary: Path, sha: str) -> dict:
+    """A run record as its schema reads it (never re-classified by the canary)."""
+    empty = canonical.sha256_bytes(b"")
+    return {"seq": 0, "binary_sha256": sha, "argv": [str(binary)], "returncode": 0,
+            "signal": None, "timed_out": False, "wall_s": 0.0, "stdout_sha256": empty,
+            "stderr_sha256": empty, "stdout_bytes": 0, "stderr_bytes": 0}
 
 
 def fake_bins(tmp_path, coreml="coreml"):

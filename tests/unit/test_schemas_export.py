@@ -272,3 +272,13 @@ def test_export_facts_are_typed_and_give_the_table(tmp_path):
         ("fp32 .mlmodelc", f"{mlmodelc} (tree {'e' * 64}) in 3.2 s"),
     ]
     assert not export_facts_from_evidence(tmp_path, {}) and fact_rows(ExportFacts()) == []
+
+
+def test_an_absent_optional_key_reads_as_its_declared_default():
+    # Runs made before files of other tensor types were audited record no ftype: their file
+    # is the writer's f16 one, as the schema declares (it read as None before).
+    doc = ggml_doc()
+    doc.pop("ftype", None)
+    parsed = schemas.GgmlModelEvidence.from_json(doc)
+    assert parsed.ftype == "f16" and parsed.given is None
+    assert schemas.GgmlModelEvidence.from_json({**doc, "ftype": "q5_0"}).ftype == "q5_0"

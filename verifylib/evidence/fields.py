@@ -646,6 +646,7 @@ class Schema:
             if extra:
                 raise SchemaError(join(path, extra[0]), cls._closed)
         values: dict[str, Any] = {}
+        absent = set()
         for f in dataclasses.fields(cls):
             m = f.metadata
             if "read" not in m:
@@ -655,11 +656,19 @@ class Schema:
                 value = m["read"](d, path)
             elif m["optional"]:
                 value = opt(d, key, path, m["read"])
+                if key not in d:
+                    absent.add(f.name)
+                    if f.default is not dataclasses.MISSING:
+                        value = f.default  # an absent key reads as the declared default
             else:
                 value = req(d, key, path, m["read"])
             if f.init:
                 values[f.name] = value
-        return cls(**values)
+        obj = cls(**values)
+        # Remembered so that ``to_json`` writes the document back as it was read: a default
+        # filled in for an absent key is not written (not a field: equality ignores it).
+        object.__setattr__(obj, "_absent", frozenset(absent))
+        return obj
 
     def to_json(self) -> dict[str, Any]:
         """Return the dict as written: every field in declaration order.
@@ -676,6 +685,8 @@ class Schema:
             value = getattr(self, f.name)
             if m["inline"]:
                 out.update(value.to_json())
+            elif m["optional"] and f.name in getattr(self, "_absent", ()) and value == f.default:
+                continue
             elif not (m["optional"] and value is None):
                 out[m["key"] or f.name] = _write(value)
         return out
