@@ -132,3 +132,8 @@ def test_a_malformed_document_is_refused_in_the_schema_phrasing(edit, path):
     assert problem.startswith(f"the attribution does not parse: {path}")
     assert attribution_problems([]) == [
         "the attribution does not parse: document: expected an object, got array"]
+
+
+def test_the_stored_document_counts_its_ops_as_the_measurement_does():
+    att = AttributionEvidence.from_json(_stored())
+    assert (att.executed, att.mapped, att.unmapped) == (3, 2, 1)

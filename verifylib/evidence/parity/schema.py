@@ -398,6 +398,11 @@ class AttributionEvidence(Schema, kw_only=True):
         return sum(1 for o in self.ops if o.module is not None)
 
     @property
+    def unmapped(self) -> int:
+        """Ops without an HF counterpart (as the measurement's ``Attribution.unmapped``)."""
+        return self.executed - self.mapped
+
+    @property
     def precision_compared(self) -> int:
         """Ops whose output was compared with the float64 execution (floating values)."""
         return sum(1 for o in self.ops if o.precision_snr_db is not None)
