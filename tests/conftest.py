@@ -28,6 +28,14 @@ from tests.helpers import ROOT  # imports nothing from verifylib
 os.environ["VERIFYLIB_CACHE"] = str(
     Path(os.environ.get("VERIFYLIB_TEST_CACHE") or ROOT / ".test-cache").expanduser().resolve())
 
+# Under pytest-xdist the workers already fill the cores: a worker and the kernels and
+# audits it starts use one math thread each (torch, numpy's BLAS), not one per core per
+# process, which on these 2-core machines cost a fifth of the suite's CPU time in idle
+# spinning. A developer's own setting wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass  # noqa: E402

@@ -467,7 +467,8 @@ def import_ggml(path: str | os.PathLike, out_dir: str | os.PathLike, *,
                 allow_pickle=False)
         tok.save_pretrained(out_dir)
         _write_safetensors(gf, plan, out_dir / "model.safetensors")
-        log(f"imported {len(plan)} tensors into {out_dir}")
+        # The folder is usually a staging one the caller renames: its name is not news.
+        log(f"imported {len(plan)} tensors (Hugging Face layout)")
         return GgmlImport(hf_dir=out_dir, source=path, source_sha256=gf.sha256,
                           ftype=gf.ftype, ftype_name=gf.ftype_name, lossy=gf.lossy,
                           hparams=hp, multilingual=ids.multilingual, n_parameters=len(plan),
