@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import fastjsonschema
-import yaml
 
 if TYPE_CHECKING:
     import jsonschema
 
-from verifylib import resources
+from verifylib import param_yaml, resources
 from verifylib.errors import ParametersInvalid
 from verifylib.param_files import (
     check_audio,
@@ -37,6 +36,7 @@ from verifylib.param_files import (
     check_vocabulary,
     refuse_litter,
 )
+from verifylib.param_yaml import dotted, shorten
 from verifylib.runtime.contracts import GGML_BACKENDS
 
 PARAMETERS_DIR = resources.parameters_dir()
@@ -393,7 +393,7 @@ def _schema_problems(data: Any) -> list[str]:
         errors = sorted(validator.iter_errors(data),
                         key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
         # Should the two ever disagree, the refusal stands, with the fast validator's words.
-        return [_schema_error_message(e) for e in errors[:5]] or [fast.message]
+        return [_schema_error_message(e) for e in errors[:5]] or [shorten(fast.message, 200)]
 
 
 def _merge_defaults(data: dict) -> dict:
@@ -407,20 +407,15 @@ def _merge_defaults(data: dict) -> dict:
     return out
 
 
-def _dotted(path) -> str:
-    parts = []
-    for p in path:
-        parts.append(f"[{p}]" if isinstance(p, int) else (("." if parts else "") + str(p)))
-    return "".join(parts) or "<top level>"
-
-
 def _schema_error_message(err: "jsonschema.ValidationError") -> str:
-    key = _dotted(err.absolute_path)
+    # jsonschema's own message holds the repr of the failing value, whole: never shown
+    # uncut (a value's key and its type say where and what).
+    key = dotted(err.absolute_path)
     if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-        where = _dotted(err.absolute_path)
-        names = ", ".join(f"{where}.{e}" if err.absolute_path else e for e in extra)
-        return f"unknown key {names}"
+        extra = sorted(map(str, set(err.instance) - set(err.schema.get("properties", {}))))
+        names = ", ".join(dotted([*err.absolute_path, e]) for e in extra[:5])
+        more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
+        return f"unknown key {names}{more}"
     if err.validator == "required":
         missing = re.findall(r"'([^']+)' is a required property", err.message)
         name = missing[0] if missing else err.message
@@ -430,7 +425,10 @@ def _schema_error_message(err: "jsonschema.ValidationError") -> str:
         return f"key {key}: expected {err.validator_value}, got {type(err.instance).__name__}"
     if err.validator == "oneOf" and isinstance(err.instance, dict):
         return f"key {key}: give exactly one of runtime_file or path"
-    return f"key {key}: {err.message}"
+    if err.validator == "pattern":
+        return f"key {key}: {shorten(repr(err.instance), 60)} does not match " \
+               f"{err.validator_value!r}"
+    return f"key {key}: {shorten(err.message, 200)}"
 
 
 def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -> None:
@@ -443,7 +441,7 @@ def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -
                                 f"{exc}") from None
     pin = runtime["pin"]
     if pin not in pins:
-        raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {pin!r} "
+        raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {shorten(repr(pin))} "
                                 f"(known: {', '.join(sorted(pins))}; see {manifest})")
     check_backend(origin, runtime["ggml_backend"])
     src = runtime["source"]
@@ -530,6 +528,8 @@ def validate(data: Any, origin: str, base_dir: Path,
     if not isinstance(data, dict):
         raise ParametersInvalid(f"{origin}: expected a mapping at the top level, "
                                 f"got {type(data).__name__}")
+    # Before either schema validator walks it: their work and messages grow with it.
+    param_yaml.check_tree(data, origin)
     problems = _schema_problems(data)
     if problems:
         raise ParametersInvalid(f"{origin}: " + "; ".join(problems))
@@ -631,17 +631,14 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
     Raises
     ------
     ParametersInvalid
-        If the file is missing, is not YAML, or fails validation.
+        If the file is missing, is not YAML, passes a limit of
+        :mod:`verifylib.param_yaml` (size, aliases, depth, string length), or fails
+        validation.
     """
     path = Path(path)
     if not path.is_file():
         raise ParametersInvalid(f"{path}: parameter file not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ParametersInvalid(f"{path}: not valid YAML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ParametersInvalid(f"{path}: not UTF-8 text") from None
+    data = param_yaml.read(path)
     # Relative paths in a parameter file are relative to the file's own folder.
     return validate(data, str(path), path.resolve().parent, manifest)
 

@@ -89,3 +89,42 @@ def test_unusable_recordings_exit_2_in_one_line_before_any_work(tmp_path):
         assert "key fixtures[0].path" in lines[0] and str(audio) in lines[0]
         assert not reports.exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_hostile_parameter_files_exit_2_in_one_line_and_leave_nothing(tmp_path):
+    """An alias bomb, 10^5-deep nesting, a 50 MB file, a string over its limit: each is
+    refused by ``verifylib run`` before any expansion (the bomb would take gigabytes, the
+    nesting a RecursionError), on one line of stderr, with no reports folder."""
+    from verifylib import param_yaml
+    base = (ROOT / "parameters" / "tiny-en.yaml").read_text()
+    bomb = ['b0: &a0 "lol"'] + [f"b{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
+                                for i in range(1, 10)]
+    big = tmp_path / "big.yaml"
+    big.write_text(base)
+    with open(big, "r+b") as fh:
+        fh.truncate(50_000_000)  # sparse: its size is refused before it is read
+    cases = {
+        "bomb.yaml": ("\n".join(bomb) + "\n" + base.replace("\ndescription:", "\ndescription: "
+                      "*a9\nold:", 1), "YAML alias *a0 refused"),
+        "deep.yaml": ("name: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 32"),
+        "deepmap.yaml": ("name: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n",
+                         "nested deeper than 32"),
+        "long.yaml": (base.replace("description: >-\n", "description: "
+                                   + "x" * (param_yaml.MAX_STRING_BYTES + 1) + "\nold: >-\n"),
+                      "key description: a string of 16385 bytes"),
+        "big.yaml": (None, "50000000 bytes, above the limit of 1048576"),
+    }
+    for name, (text, needle) in cases.items():
+        f = tmp_path / name
+        if text is not None:
+            f.write_text(text)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        reports = tmp_path / "reports"
+        res = subprocess.run([sys.executable, "-m", "verifylib", "run", str(f), "--reports",
+                              str(reports), "--no-progress"], capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 2, (name, res.stderr[-2000:])
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0] and str(f) in lines[0], (name, lines)
+        assert not reports.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -348,9 +348,9 @@ def test_cli_bad_keys_exit_2(tmp_path, rules, capsys):
 
 
 def test_cli_run_checks_sign_key_before_any_work(tmp_path, monkeypatch, capsys):
-    from verifylib.batch import audit as orchestrate
+    from verifylib.batch import audit as orchestrate, inputs
     calls = []
-    monkeypatch.setattr(orchestrate, "load_all", lambda *a, **k: calls.append("load_all"))
+    monkeypatch.setattr(inputs, "load_all", lambda *a, **k: calls.append("load_all"))
     monkeypatch.setattr(orchestrate, "run_one", lambda *a, **k: calls.append("run_one"))
     junk = tmp_path / "key.pem"
     junk.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
@@ -362,13 +362,13 @@ def test_cli_run_checks_sign_key_before_any_work(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_run_signs_each_published_run(tmp_path, rules, monkeypatch, capsys):
-    from verifylib.batch import local as executors, audit as orchestrate
+    from verifylib.batch import local as executors, inputs
     from verifylib.views import report
     run_dir = make_run(tmp_path)
     priv, pub = write_keys(tmp_path / "keys")
     outcome = SimpleNamespace(name="tiny-en", verdict=Verdict.INCOMPLETE,
                               report=run_dir / "report.html", run_dir=run_dir)
-    monkeypatch.setattr(orchestrate, "load_all",
+    monkeypatch.setattr(inputs, "load_all",
                         lambda *a, **k: [SimpleNamespace(name="tiny-en")])
     # The batch driver (one model after another here) calls run_one for each model.
     monkeypatch.setattr(executors, "run_one", lambda *a, **k: outcome)

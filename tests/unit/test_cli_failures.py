@@ -17,7 +17,7 @@ import yaml
 
 from verifylib import canonical
 from verifylib.cli import main as cli
-from verifylib.batch import local as executors, audit as orchestrate
+from verifylib.batch import local as executors, audit as orchestrate, inputs
 from verifylib.views import report
 from verifylib.evidence.gates import Verdict
 from verifylib.batch import executors as batch_executors
@@ -138,7 +138,7 @@ def test_an_error_after_an_interrupt_stops_the_batch_unrecorded(tmp_path, monkey
     calls: list[str] = []
     monkeypatch.setattr(executors, "run_one", _fake_run_one({"model-a"}, calls))
     monkeypatch.setattr(executors, "interrupt_pending", lambda: signal.SIGTERM)
-    params = orchestrate.load_all([_params(tmp_path, "model-a"), _params(tmp_path, "model-b")])
+    params = inputs.load_all([_params(tmp_path, "model-a"), _params(tmp_path, "model-b")])
     reports = tmp_path / "reports"
     with pytest.raises(orchestrate.Interrupted) as info:
         batch_executors.run_batch(params, reports, log=lambda line: None)

@@ -37,7 +37,7 @@ LAYERS = (
                    r"|evidence\.identities)|verifylib\.evidence"),
     ("runtime", r"verifylib\.runtime(\..+)?"),
     ("domain", r"verifylib\.(numerics|models)(\..+)?|verifylib\.whispercpp(?!\.pincheck)(\..+)?"),
-    ("parameters", r"verifylib\.(params|param_files)"),
+    ("parameters", r"verifylib\.(params|param_files|param_yaml)"),
     ("records", r"verifylib\.evidence\.(records|layout|failures)"),
     # Each stage's evidence folder (documents, rules, facts or result) and the kernel they
     # share: fields, the judging helpers, reading helpers, the receipt's schema, the registry.

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from verifylib import canonical, params
-from verifylib.batch import audit as orchestrate
+from verifylib.batch import inputs
 from verifylib.batch import executors as batch_executors
 from verifylib.batch import kernel
 from verifylib.cli import main as cli
@@ -190,7 +190,7 @@ def test_model_names_that_differ_only_in_case_are_refused_at_collection(tmp_path
     b.mkdir()
     b = _params_file(b, "tiny")
     with pytest.raises(ParametersInvalid) as info:
-        orchestrate.load_all([a, b])
+        inputs.load_all([a, b])
     msg = str(info.value)
     assert str(a) in msg and str(b) in msg
     assert "'Tiny', 'tiny'" in msg and "differ only in case" in msg
@@ -225,7 +225,7 @@ def test_appledouble_companions_in_a_parameter_folder_are_not_parameter_files(tm
     folder.mkdir()
     _params_file(folder, "model-a")
     (folder / "._model-a.yaml").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
-    assert [p.name for p in orchestrate.load_all([folder])] == ["model-a"]
+    assert [p.name for p in inputs.load_all([folder])] == ["model-a"]
 
 
 # ----------------------------------------------------------------------------- OS litter

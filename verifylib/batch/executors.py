@@ -15,12 +15,16 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from verifylib.batch.failures import Outcome
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
 from verifylib.params import Params, check_distinct_names
+
+if TYPE_CHECKING:
+    # Only named in annotations: importing it loads the whole audit (kernels, notebook
+    # formats, the report), which ``check_options`` must not wait for.
+    from verifylib.batch.failures import Outcome
 
 # Options every executor receives; the others only where its entry lists them.
 _COMMON_OPTIONS = ("stages", "log", "on_outcome")

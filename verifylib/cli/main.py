@@ -151,8 +151,10 @@ def _cmd_run(args) -> int:
 
 def _load_run_parameters(args) -> list | None:
     """Check ``run``'s batch options, load its parameter files; None after printing why not."""
-    from verifylib.batch.audit import load_all
+    # Nothing heavier than the parameter checks is imported before they end: a refused
+    # file exits 2 without loading the kernel client, notebook formats or the report.
     from verifylib.batch.executors import BatchOptionInvalid, check_options
+    from verifylib.batch.inputs import load_all
     try:
         check_options(args.executor, args.jobs, args.address)
     except BatchOptionInvalid as exc:
@@ -179,12 +181,12 @@ def _run(args, holder: dict | None = None) -> int:
         if signer is None:
             return EXIT_BAD_INPUT
     unsigned = 0
-    from verifylib.batch.executors import run_batch
-    from verifylib.batch.failures import FailedRun
-    from verifylib.batch.ray import RayUnavailable
     all_params = _load_run_parameters(args)
     if all_params is None:
         return EXIT_BAD_INPUT
+    from verifylib.batch.executors import run_batch
+    from verifylib.batch.failures import FailedRun
+    from verifylib.batch.ray import RayUnavailable
     reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
     from verifylib.batch.staging import remove_stale_staging
     for gone in remove_stale_staging(reports):
