@@ -128,3 +128,28 @@ def test_hostile_parameter_files_exit_2_in_one_line_and_leave_nothing(tmp_path):
         assert len(lines) == 1 and needle in lines[0] and str(f) in lines[0], (name, lines)
         assert not reports.exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_unreadable_encoder_is_refused_in_exactly_one_line(tmp_path):
+    """Reading the encoder's protobuf imports coremltools, which logs a torch-version warning
+    at import on this torch; the refusal is still the one line on stderr."""
+    pkg = tmp_path / "ggml-tiny.en-encoder.mlpackage"
+    (pkg / "Data" / "com.apple.CoreML").mkdir(parents=True)
+    (pkg / "Manifest.json").write_text(
+        '{"fileFormatVersion": "1.0.0", "rootModelIdentifier": "a", "itemInfoEntries": '
+        '{"a": {"path": "com.apple.CoreML/model.mlmodel"}}}')
+    (pkg / "Data" / "com.apple.CoreML" / "model.mlmodel").write_bytes(b"\xff" * 64)
+
+    def mutate(d):
+        d["encoder"] = {"path": str(pkg)}
+        d["export"] = {"fp16": False}
+        d["fixtures"] = d["fixtures"][:1]
+    f = _write(tmp_path, mutate)
+    reports = tmp_path / "reports"
+    res = subprocess.run([sys.executable, "-m", "verifylib", "run", str(f), "--reports",
+                          str(reports), "--no-progress"], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "key encoder.path" in lines[0] and "not a readable Core ML protobuf" in lines[0]
+    assert not reports.exists()

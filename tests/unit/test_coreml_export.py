@@ -43,6 +43,34 @@ def test_build_facts_record_versions_and_the_torch_warning():
     assert "has not been tested with coremltools" in warning and "2.7.0" in warning
 
 
+def test_the_torch_warning_coremltools_logs_at_import_is_not_printed(capsys):
+    """Printed when coremltools is imported, it came before a refusal's one line; logged by
+    the same check run outside the import (build_facts), it is kept as evidence."""
+    import logging
+
+    import verifylib  # noqa: F401 - installs the filter, as any verifylib import does
+
+    line = ("Torch version 2.13.0+cpu has not been tested with coremltools. You may run into "
+            "unexpected errors. Torch 2.7.0 is the most recent version that has been tested.")
+    logger = logging.getLogger("coremltools")
+    kept: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: kept.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        # The module-level code of coremltools._deps, as its import runs it.
+        exec(compile("warn(line)", "_deps/__init__.py", "exec"),
+             {"__name__": "coremltools._deps", "warn": logger.warning, "line": line})
+        assert kept == []
+        logger.warning(line)  # called from a function, as build_facts calls the check
+        assert kept == [line]
+        logger.warning("another coremltools warning")
+        assert kept == [line, "another coremltools warning"]
+    finally:
+        logger.removeHandler(handler)
+    assert "has not been tested" not in capsys.readouterr().err
+
+
 def test_contract_problems_is_pure_and_complete():
     c = EncoderContract(80, 1500, 384, 1, 2)
     good = {"model_type": "mlProgram", "compute_dtypes": ["FLOAT32"],
