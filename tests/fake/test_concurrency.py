@@ -89,6 +89,70 @@ def test_lock_serializes_two_processes_on_a_cold_entry(tmp_path):
     assert not locks.holder_of(locks.lock_path(tmp_path / "locks", "entry", KEY))
 
 
+def _hammer(root: str, log: str, rounds: int) -> None:
+    """Take one entry's lock ``rounds`` times, logging entry and exit while holding it."""
+    for _ in range(rounds):
+        with locks.held(root, "entry", KEY, what="hammer", log=lambda line: None):
+            with open(log, "a") as fh:
+                who = f"{os.getpid()}-{threading.get_ident()}"
+                fh.write(f"in {who}\n")
+                fh.flush()
+                time.sleep(0.002)
+                fh.write(f"out {who}\n")
+
+
+def test_lock_files_are_removed_by_their_holder_and_still_exclude(tmp_path):
+    """A holder removes its lock file before releasing it (one 0-byte file per entry used to
+    stay: per CT2 digest, refused inputs' too); three processes and two threads each taking
+    the lock over and over still never hold it together."""
+    root, log = tmp_path / "locks", tmp_path / "hammer.log"
+    assert locks.produce_once(root, "model", KEY, check=lambda: None, produce=lambda: "made",
+                              what="x", log=lambda line: None) == "made"
+    assert list(root.iterdir()) == []
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hammer, args=(str(root), str(log), 40)) for _ in range(3)]
+    threads = [threading.Thread(target=_hammer, args=(str(root), str(log), 40))
+               for _ in range(2)]
+    for worker in procs + threads:
+        worker.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    for t in threads:
+        t.join(timeout=300)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * 40 * 5
+    for enter, leave in zip(lines[::2], lines[1::2]):
+        assert enter.startswith("in ") and leave == "out " + enter[3:], (enter, leave)
+    assert list(root.iterdir()) == []
+
+
+def test_a_waiter_that_locked_a_removed_file_takes_the_new_one(tmp_path, monkeypatch):
+    """The race removal opens: a waiter opened the file, its holder removed it and released
+    it, the waiter then locks a file no longer linked at the path. It must retry."""
+    root = tmp_path / "locks"
+    real = locks.FileLock
+    made: list = []
+
+    def stale_first(path, **kw):
+        lock = real(path, **kw)
+        if not made:
+            # Lock a file, then take it from under its path, as a holder's removal does.
+            lock.acquire()
+            Path(path).unlink()
+            lock.release()
+        made.append(lock)
+        return lock
+
+    monkeypatch.setattr(locks, "_is_linked", lambda fd, path, _real=locks._is_linked:
+                        _real(fd, path) and len(made) > 1)
+    monkeypatch.setattr(locks, "FileLock", stale_first)
+    with locks.held(root, "entry", KEY, what="x", log=lambda line: None) as path:
+        assert len(made) == 2  # the first lock was released as stale, the second kept
+        assert path.exists()
+    assert not path.exists()
+
+
 def test_a_failed_producer_releases_the_lock_and_the_next_one_produces(tmp_path):
     calls = []
 

@@ -5,6 +5,14 @@ bytes: 103 on macOS, 107 on Linux; libzmq refuses a longer one). macOS's ``$TMPD
 long per-user folder (``/var/folders/xx/…/T/``), so the sockets live in a short private
 folder, ``/tmp/verifylib-kernels-<uid>``, and only fall back to ``$TMPDIR`` when that one
 is unusable and ``$TMPDIR`` is short enough (:func:`socket_folder`).
+
+A kernel is killed once its notebook ends, and at once on an interrupt, so no ``finally``
+or ``atexit`` of the stage runs: a temporary folder it made (a tree id's scratch
+repository, with git's ``index.lock``, after a SIGTERM in stage 01) would stay in
+``$TMPDIR``. So each kernel gets a ``$TMPDIR`` of its own, ``$TMPDIR/verifylib-kernel-*``,
+which the tools it starts inherit; it is removed once the kernel is stopped or killed,
+and one left by a killed ``verifylib run`` is swept at the next kernel start once its
+owner is provably gone (:mod:`verifylib.locks`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from traitlets import CaselessStrEnum, default  # noqa: E402
 
 from verifylib.batch.signals import interrupt_pending
 from verifylib.errors import ParametersInvalid
+from verifylib.locks import make_owned_dir, remove_owned_dir
 
 SOCKET_PATH_MAX = {"Darwin": 103, "Linux": 107}
 """Longest AF_UNIX socket path each OS binds, in bytes: ``sizeof(sun_path)`` less the NUL."""
@@ -32,6 +41,9 @@ _SOCKET_PATH_MAX_ELSEWHERE = 103
 
 SHORT_ROOT = Path("/tmp")
 """The short folder the socket folder is made in first (``/tmp`` on every Unix)."""
+
+KERNEL_TMP_PREFIX = "verifylib-kernel-"
+"""Start of the name of each kernel's own ``$TMPDIR``, made in this process's."""
 
 # The longest socket name in the folder: the prefix ``k-<pid>-<8 hex>`` with a pid of
 # Linux's widest (pid_max is at most 4194304: 7 digits) and jupyter's channel suffix
@@ -266,7 +278,32 @@ def kill_leftover_kernels() -> None:
                 pass
             km.cleanup_connection_file()
             km.cleanup_ipc_files()
+        _remove_kernel_tmp(km)
         _KERNEL_MANAGERS.discard(km)
+
+
+def kernel_tmp(km: LocalKernelManager) -> Path | None:
+    """Return the ``$TMPDIR`` a kernel was started with, None when it had none of its own.
+
+    Parameters
+    ----------
+    km : LocalKernelManager
+        A manager returned by :func:`start_kernel`.
+
+    Returns
+    -------
+    Path or None
+        The kernel's private temporary folder (gone once the kernel is stopped).
+    """
+    return getattr(km, "_verifylib_tmp", None)
+
+
+def _remove_kernel_tmp(km: LocalKernelManager) -> None:
+    # Only once the kernel is dead: a live one (or a tool it left) could still write there.
+    proc = getattr(km.provisioner, "process", None) if km.provisioner is not None else None
+    tmp = kernel_tmp(km)
+    if tmp is not None and (proc is None or proc.poll() is not None):
+        remove_owned_dir(tmp)
 
 
 def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKernelManager:
@@ -287,12 +324,24 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
     LocalKernelManager
         The manager of the started ``python3`` kernel.
     """
+    import tempfile
+
     from jupyter_core.utils import run_sync
 
     from verifylib.locks import RELAYED_ENV
     km = (manager or LocalKernelManager)(kernel_name="python3")
-    # The kernel's printed lines reach the console through papermill's stdout relay.
-    run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, RELAYED_ENV: "1"})
+    # In this process's $TMPDIR (where a user who moved it wants large files), swept of
+    # the folders of kernels whose ``verifylib run`` was killed.
+    tmp = make_owned_dir(Path(tempfile.gettempdir()), KERNEL_TMP_PREFIX)
+    km._verifylib_tmp = tmp
+    try:
+        # The kernel's printed lines reach the console through papermill's stdout relay.
+        run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, RELAYED_ENV: "1",
+                                                "TMPDIR": str(tmp)})
+    except BaseException:
+        # A kernel that did start is killed, its folder with it, by kill_leftover_kernels.
+        _remove_kernel_tmp(km)
+        raise
     return km
 
 
@@ -314,6 +363,7 @@ def stop_kernel(km: LocalKernelManager) -> None:
             run_sync(km.shutdown_kernel)(now=True)
     except Exception:  # noqa: BLE001 - the leftover-kernel sweep kills it in the end
         pass
+    _remove_kernel_tmp(km)
 
 
 def _consume_result(task) -> None:

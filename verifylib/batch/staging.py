@@ -1,6 +1,7 @@
 """Staging folders of runs being written: reserved exclusively and owned by a process.
 
-A staging folder is removed once its owner is provably gone.
+A staging folder is removed once its owner is provably gone (the owner records and that
+rule are :mod:`verifylib.locks`'; here they are laid out as a reports folder's).
 """
 
 from __future__ import annotations
@@ -8,133 +9,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
 
 from verifylib import canonical
 from verifylib.evidence.layout import RUN_ID_RE, new_run_id
+from verifylib.locks import (
+    OWNER_SUFFIX,
+    UNOWNED_STALE_SECONDS,
+    newest_mtime,
+    owner_is_gone,
+    owner_record,
+)
 
 STAGING = ".staging"
-
-
-OWNER_SUFFIX = ".owner.json"
-
-
-# A staging folder without a readable owner record comes from a verifylib that wrote
-# none (or a damaged disk); it is removed only when nothing in it changed for this long.
-UNOWNED_STALE_SECONDS = 3600.0
-
-
-def _process_start(pid: int) -> str | None:
-    """Identify process ``pid``'s start, or return None when no such live process exists.
-
-    A pid alone is not an identity: the kernel reuses pids, so a dead owner's pid may
-    belong to an unrelated process by the time anyone looks. The start time (in clock
-    ticks since boot, plus the boot id) tells the two apart; a zombie counts as gone.
-    """
-    stat = Path(f"/proc/{pid}/stat")
-    if Path("/proc/self/stat").exists():
-        try:
-            text = stat.read_text()
-        except OSError:
-            return None
-        fields = text[text.rindex(")") + 2:].split()
-        if fields[0] in ("Z", "X"):
-            return None
-        try:
-            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        except OSError:
-            boot = "?"
-        return f"linux:{boot}:{fields[19]}"
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return f"psutil:{proc.create_time():.2f}"
-        except psutil.NoSuchProcess:
-            return None
-        except psutil.Error:
-            pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return "unknown"
-
-
-def owner_record(pid: int | None = None) -> dict:
-    """Build the owner record written beside a staging folder.
-
-    Parameters
-    ----------
-    pid : int, optional
-        Owner process (this one by default).
-
-    Returns
-    -------
-    dict
-        ``pid``, ``start`` (see :func:`_process_start`), ``host`` and ``created``.
-    """
-    pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "start": _process_start(pid), "host": socket.gethostname(),
-            "created": time.time()}
-
-
-def owner_is_gone(record: dict) -> bool:
-    """Tell whether the record's owner provably no longer runs.
-
-    An owner on another host cannot be checked from here and is never called gone; an
-    owner whose start identity cannot be compared (``unknown``, or recorded with another
-    method) is gone only when its pid no longer exists.
-
-    Parameters
-    ----------
-    record : dict
-        As written by :func:`owner_record`.
-
-    Returns
-    -------
-    bool
-        True only when the owner is on this host and its pid is free (or a zombie), or
-        its comparable start identity differs from the recorded one.
-
-    Raises
-    ------
-    KeyError, ValueError
-        For a malformed record.
-    """
-    pid, start, host = record["pid"], record["start"], record["host"]
-    if type(pid) is not int or pid <= 0 or not isinstance(start, (str, type(None))) \
-            or not isinstance(host, str):
-        raise ValueError(f"malformed owner record: {record!r}")
-    if host != socket.gethostname():
-        return False
-    now = _process_start(pid)
-    if now is None:
-        return True
-    comparable = start not in (None, "unknown") and now != "unknown" and \
-        start.split(":", 1)[0] == now.split(":", 1)[0]
-    return comparable and now != start
-
-
-def _newest_mtime(path: Path) -> float:
-    newest = path.lstat().st_mtime
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            try:
-                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
-            except OSError:
-                pass
-    return newest
 
 
 def remove_stale_staging(reports_root: Path, *, now: float | None = None) -> list[Path]:
@@ -186,7 +75,7 @@ def remove_stale_staging(reports_root: Path, *, now: float | None = None) -> lis
                 record, gone = None, False
             if record is None:
                 try:
-                    age = now - (_newest_mtime(folder) if folder is not None
+                    age = now - (newest_mtime(folder) if folder is not None
                                  else owner.lstat().st_mtime)
                 except OSError:
                     continue

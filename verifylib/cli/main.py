@@ -191,6 +191,11 @@ def _run(args, holder: dict | None = None) -> int:
     from verifylib.batch.staging import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
+    # A producer sweeps its own area of the cache; a killed one's folder in an area no
+    # later audit produces into would stay without this.
+    from verifylib.locks import sweep_cache_staging
+    for gone in sweep_cache_staging(resources.cache_dir()):
+        print(f"removed cache staging left by a process that is gone: {gone}")
 
     from verifylib.cli.outputs import summarize
     if args.junit_xml is not None and not Path(args.junit_xml).resolve().parent.is_dir():

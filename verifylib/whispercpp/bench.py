@@ -24,7 +24,13 @@ from verifylib.canonical import (
     sha256_file,
     write_json,
 )
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.runtime.runner import RunResult, run_whisper_binary
 from verifylib.whispercpp import build, cmake_steps, compiler_cache
 from verifylib.whispercpp.build_options import DEFAULT_GGML_BACKEND
@@ -119,8 +125,8 @@ def build_bench(src: Path, cli: build.BuildResult, *, cache_dir: Path, jobs: int
                                             timeout=timeout, log=log, ggml=ggml, ccache=ccache)
         seconds = time.monotonic() - t0
         cache_use = cmake_steps.compiler_cache_use(bdir, ccache)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-bench-{key[:12]}-", dir=final.parent))
+        staging = make_owned_dir(final.parent, f"{STAGING_PREFIX}bench-{key[:12]}-",
+                                 family=STAGING_PREFIX)
         try:
             shutil.copy2(built, staging / "whisper-bench")
             digest = sha256_file(staging / "whisper-bench")
@@ -130,7 +136,7 @@ def build_bench(src: Path, cli: build.BuildResult, *, cache_dir: Path, jobs: int
                 "compiler_cache": cmake_steps.compiler_cache_record(cache_use)})
             publish_dir(staging, final)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_owned_dir(staging)
         shutil.rmtree(root, ignore_errors=True)
         log(f"built whisper-bench [{cli.variant}] in {seconds:.0f} s (sha256 {digest}"
             f"{cmake_steps.compiler_cache_phrase(cache_use)})")

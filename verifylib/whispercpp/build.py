@@ -30,7 +30,6 @@ from __future__ import annotations
 import platform
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,13 @@ from typing import Any, Callable, Mapping
 
 from verifylib.canonical import is_sha256, publish_dir, read_json, sha256_file, write_json
 from verifylib.errors import ParametersInvalid
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.runtime.runner import RunResult, run
 from verifylib.whispercpp import cmake_steps, compiler_cache
 from verifylib.whispercpp.build_options import (
@@ -399,8 +404,7 @@ def _publish(plan: _Plan, built: Path, *, configure: list[str], jobs: int,
              ggml: GgmlBuild | None, seconds: float, cache_use: CacheUse | None) -> None:
     """Publish ``built`` with its ``build.json`` to ``plan.final`` through a staging folder."""
     builds = plan.final.parent
-    builds.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{plan.key[:12]}-", dir=builds))
+    staging = make_owned_dir(builds, f"{STAGING_PREFIX}{plan.key[:12]}-", family=STAGING_PREFIX)
     try:
         binary = staging / "whisper-cli"
         shutil.copy2(built, binary)
@@ -418,4 +422,4 @@ def _publish(plan: _Plan, built: Path, *, configure: list[str], jobs: int,
         # this replaces nothing another process could be using as a good build.
         publish_dir(staging, plan.final)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_owned_dir(staging)

@@ -18,7 +18,6 @@ no ``WHISPER_USE_SYSTEM_GGML`` (older pins) is built in one piece instead
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,13 @@ from verifylib.canonical import (
     tree_digest,
     write_json,
 )
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.whispercpp import compiler_cache
 from verifylib.whispercpp.build_options import variant_options
 from verifylib.whispercpp.cmake_steps import BuildError, run_cmake_steps
@@ -305,8 +310,7 @@ def _produce_ggml(src: Path, cache_dir: Path, key: str, *, tree_id: str, digest:
     bdir = cache_dir / "cmake" / f"ggml-{key}"
     root = cache_dir / "ggml"
     final = root / key
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=root))
+    staging = make_owned_dir(root, f"{STAGING_PREFIX}{key[:12]}-", family=STAGING_PREFIX)
     try:
         prefix = staging / "prefix"
         run_cmake_steps(src, bdir, {**opts, **_GGML_CONFIGURE_ONLY}, [
@@ -324,7 +328,7 @@ def _produce_ggml(src: Path, cache_dir: Path, key: str, *, tree_id: str, digest:
             "jobs": jobs})
         publish_dir(staging, final)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_owned_dir(staging)
     shutil.rmtree(bdir, ignore_errors=True)
     got = GgmlBuild(final / "prefix", key, opts, digest, files, False, seconds)
     log(f"built ggml in {seconds:.0f} s: {final} ({', '.join(sorted(got.libraries))})")

@@ -11,7 +11,6 @@ user git config, no autocrlf, fixed commit identity and dates); the patching in
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -34,7 +33,14 @@ from verifylib.canonical import (
     write_json,
 )
 from verifylib.errors import ParametersInvalid, SourceFailure
-from verifylib.locks import LOCKS_DIR, held, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    held,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.runtime.runner import CommandError, RunResult, run
 from verifylib.whispercpp.source.pins import GIT_OID_RE, Pin, check_rel_path
 
@@ -67,21 +73,19 @@ class SourceError(SourceFailure):
 
 # ----------------------------------------------------------------------------- git plumbing
 
-_HOME: str | None = None
+GIT_HOME = os.path.join(os.devnull, "home")
+"""The ``HOME`` git runs with: a path below the null device, where no file can exist.
 
-
-def _throwaway_home() -> str:
-    # git still looks under $HOME for some files even with GIT_CONFIG_GLOBAL set; an empty
-    # private folder keeps the user's ~/.gitconfig, ~/.config/git/* out of every result.
-    global _HOME
-    if _HOME is None or not os.path.isdir(_HOME):
-        _HOME = tempfile.mkdtemp(prefix="verifylib-git-home-")
-        atexit.register(shutil.rmtree, _HOME, True)
-    return _HOME
+git still looks under ``$HOME`` (``.gitconfig``, ``.config/git/*``) even with
+``GIT_CONFIG_GLOBAL`` set, and treats a path it cannot open because a parent is not a
+folder (ENOTDIR) as a missing file: the user's files stay out of every result and nothing
+is created. A throwaway folder did the same but was left in ``$TMPDIR`` by every process
+that ends without running ``atexit`` handlers, every stage kernel among them (killed once
+its notebook ends)."""
 
 
 def _git_env(git_dir: Path, work_tree: Path | None) -> dict[str, str]:
-    home = _throwaway_home()
+    home = GIT_HOME
     env = {
         "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
         "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
@@ -103,10 +107,11 @@ def run_git(args: Sequence[str | os.PathLike], *, git_dir: Path, work_tree: Path
             timeout: float = 600.0, what: str | None = None) -> RunResult:
     """Run one git command on an explicit repository, isolated from the user's config.
 
-    The command gets the fixed ``-c`` options, a throwaway ``HOME``, no system or global
-    config, a fixed identity, and ``GIT_DIR``/``GIT_WORK_TREE`` (plus the index and object
-    paths) set explicitly, so the caller's environment cannot point it elsewhere. It runs
-    through :func:`verifylib.runtime.runner.run`.
+    The command gets the fixed ``-c`` options, a ``HOME`` that holds nothing
+    (:data:`GIT_HOME`), no system or global config, a fixed identity, and
+    ``GIT_DIR``/``GIT_WORK_TREE`` (plus the index and object paths) set explicitly, so the
+    caller's environment cannot point it elsewhere. It runs through
+    :func:`verifylib.runtime.runner.run`.
 
     Parameters
     ----------
@@ -623,7 +628,7 @@ def _fetch_and_publish(spec: SourceSpec, cache_dir: Path, archive_sha: str | Non
                        index_path: Path | None, log: Callable[[str], None]) -> SourceTree:
     """Fetch ``spec`` into a private staging folder, identify it and publish it."""
     sources = cache_dir / "sources"
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=sources))
+    staging = make_owned_dir(sources, STAGING_PREFIX)
     try:
         if spec.kind == "pypi-sdist":
             root, origin = _fetch_pypi_sdist(spec, staging, log)
@@ -649,7 +654,7 @@ def _fetch_and_publish(spec: SourceSpec, cache_dir: Path, archive_sha: str | Non
     except (CommandError, OSError) as exc:
         raise SourceError(f"cannot obtain {spec.to_dict()}: {exc}") from exc
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_owned_dir(staging)
     if index_path is not None:
         write_json(index_path, {"tree_id": tree, "origin": origin})
     log(f"source {tree} obtained ({final}{', identical to the cached folder' if reused else ''})")

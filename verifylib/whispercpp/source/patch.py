@@ -12,15 +12,19 @@ JSON-able dicts, so ``verifylib verify`` needs no source tree.
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from verifylib.canonical import dumps, is_sha256, publish_dir, sha256_bytes
 from verifylib.errors import SourceFailure
-from verifylib.locks import LOCKS_DIR, produce_once
+from verifylib.locks import (
+    LOCKS_DIR,
+    STAGING_PREFIX,
+    make_owned_dir,
+    produce_once,
+    remove_owned_dir,
+)
 from verifylib.runtime.runner import CommandError
 from verifylib.whispercpp.source.fetch import copy_tree, run_git
 from verifylib.whispercpp.source.pins import Pin, is_oid, pin_fields
@@ -168,8 +172,7 @@ def prepare_patched_tree(pristine: Path, pin: Pin, work_root: Path, *, name: str
 def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: str,
              patch: bytes) -> PatchedTree:
     """Make the work tree in a staging folder and publish it as ``final``."""
-    work_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{pin.name}-", dir=work_root))
+    staging = make_owned_dir(work_root, f"{STAGING_PREFIX}{pin.name}-", family=STAGING_PREFIX)
     try:
         tree_dir = staging / "tree"
         try:
@@ -199,7 +202,7 @@ def _prepare(pristine: Path, pin: Pin, work_root: Path, final: Path, expected: s
                              f"({res.describe()}): {res.stderr_text.strip()}")
         publish_dir(tree_dir, final)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_owned_dir(staging)
     return PatchedTree(path=final, base_tree=head_tree, patch_sha256=sha256_bytes(patch),
                        pin_name=pin.name, head_commit=head)
 
