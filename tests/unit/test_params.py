@@ -11,11 +11,26 @@ from verifylib.errors import ParametersInvalid
 from tests.helpers import ROOT
 
 
-@pytest.mark.parametrize("name", ["tiny-en.yaml", "tiny-en-97c56f1.yaml"])
+@pytest.mark.parametrize("name", ["tiny-en.yaml", "tiny-en-97c56f1.yaml", "tiny-en-v1.9.3.yaml"])
 def test_shipped_parameter_files_validate(name):
     p = params.load(ROOT / "parameters" / name)
     assert p.name == name[:-5]
     assert p["canary"]["runs"] == 20
+
+
+def test_v193_file_needs_github_for_its_source_only():
+    # The newest release beside the default: the same registry model and clips, so the
+    # two audits compare, and git (GitHub) for the source, at the manifest's commit.
+    from verifylib.whispercpp.source import load_pins
+
+    new = params.load(ROOT / "parameters" / "tiny-en-v1.9.3.yaml")
+    default = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    assert new.runtime.pin == "v1.9.3"
+    assert new.runtime.source == {"kind": "git",
+                                  "url": "https://github.com/ggml-org/whisper.cpp.git",
+                                  "commit": load_pins()["v1.9.3"].commit}
+    assert new["model"] == default["model"] and new["model"]["kind"] == "ct2-pypi"
+    assert new.fixtures == default.fixtures
 
 
 def _write(tmp_path, mutate):
