@@ -73,7 +73,7 @@ exit codes:
     "doctor": """\
 exit codes:
   0    this host can audit
-  2    a required tool is missing""",
+  2    a required tool is missing, or the parameter file is refused""",
     "ray-node-resources": """\
 exit codes:
   0    printed""",
@@ -562,6 +562,10 @@ def _add_tool_parsers(sub) -> None:
     dc = sub.add_parser("doctor", help="check this host before an audit: build tools, Xcode, "
                                        "disk, and which gates it can run (exit 2 when a "
                                        "required tool is missing)")
+    dc.add_argument("params", nargs="?", metavar="PARAMS.yaml",
+                    help="a parameter file: check its audit's gates instead of the default's, "
+                         "and warn when every encoder it would plan is float32 (never on the "
+                         "Neural Engine)")
     dc.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     dc.set_defaults(fn=_cmd_doctor)
 

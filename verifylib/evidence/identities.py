@@ -90,3 +90,21 @@ def policy_sha256(policy: str) -> str:
         ``policy.<policy>.sha256``.
     """
     return f"policy.{policy}.sha256"
+
+
+def artifact_tree_digest(variant: str, fmt: str) -> str:
+    """Return the identity key of a published encoder's tree digest.
+
+    Parameters
+    ----------
+    variant : str
+        Its variant folder (``fp32``, ``fp16``).
+    fmt : str
+        ``mlpackage`` or ``mlmodelc``.
+
+    Returns
+    -------
+    str
+        ``artifact.<variant>.<fmt>.tree_digest``.
+    """
+    return f"artifact.{variant}.{fmt}.tree_digest"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verifylib.models.converter_precision import neural_engine_warning, planned_from_identities
 from verifylib.views import render
 
 DETAIL_LIMIT = 4000
@@ -189,6 +190,8 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
         "informational": gate_counts(receipt.get("gates", []), False),
         "notebooks": notebooks,
         "attestation": att if run_dir is not None and (Path(run_dir) / att).is_file() else None,
+        "neural_engine": neural_engine_warning(planned_from_identities(ids),
+                                               ids.get("runtime.pin")),
     }
 
 
