@@ -79,13 +79,14 @@ def pin_check(*args: str, cache: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=900)
 
 
-def parameter_file(folder: Path, manifest: str, source: Path, pin: str = "mine") -> Path:
+def parameter_file(folder: Path, manifest: str, source: Path, pin: str = "mine",
+                   canary: dict | None = None) -> Path:
     data = yaml.safe_load((ROOT / "parameters" / "tiny-en.yaml").read_text())
     data["name"] = "user-pin"
     data["runtime"] = {"pin": pin, "manifest": manifest,
                        "source": {"kind": "folder", "path": str(source)}}
     data["fixtures"] = []
-    data["canary"] = {"enabled": False}
+    data["canary"] = canary or {"enabled": False}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "user-pin.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -157,13 +158,14 @@ def test_pin_check_refuses_what_it_cannot_write(written, tmp_path):
     assert not other.exists()
 
 
-def _stage_01(tmp_path, param_file, monkeypatch):
+def _stage_01(tmp_path, param_file, monkeypatch, publish=True):
     monkeypatch.setenv("VERIFYLIB_CACHE", str(tmp_path / "cache"))
     p = params.load(param_file)
     run_dir = tmp_path / "run"
     init_run_dir(run_dir, p)
     report = stage_build.run(p, run_dir)
-    receipt.build_receipt(run_dir)
+    if publish:
+        receipt.build_receipt(run_dir)
     return p, run_dir, report
 
 
@@ -201,6 +203,15 @@ def test_an_audit_on_a_user_pin_verifies_and_carries_its_manifest(written, tmp_p
                               run_dir=run_dir)
     assert "USER-DECLARED pin, not one packaged with verifylib" in summary
 
+    # A replay rebuilds the pin from the copy the run carries, the user's file being gone.
+    from verifylib.replay.rederive import carried_manifest
+    again = carried_manifest(p, run_dir)
+    assert again.runtime.manifest == str(carried / "user.yaml")
+    init_run_dir(tmp_path / "replay", again)
+    st = {r.id: r for r in stage_build.run(again, tmp_path / "replay").records}
+    assert st["build.patch_exact"].status is Status.PASS, st["build.patch_exact"].reason
+    assert st["build.patch_exact"].identities["runtime.manifest.sha256"] == sha
+
     # Editing the carried manifest after the run makes verify fail.
     copy = carried / "user.yaml"
     original = copy.read_bytes()
@@ -226,6 +237,26 @@ def test_an_audit_on_a_user_pin_verifies_and_carries_its_manifest(written, tmp_p
     assert len(mine) == 1 and "recorded PASS but the evidence gives FAIL" in mine[0], res.problems
     assert "not the runtime.manifest.sha256 the gate binds" in mine[0]
     assert f"pin_tree '{git_tree_id(cand)}' is not the manifest's '{'f' * 40}'" in mine[0]
+
+
+def test_the_sanitizer_canary_judges_its_builds_against_the_carried_pin(written, tmp_path,
+                                                                        monkeypatch):
+    """canary.sanitizer checks each AddressSanitizer build against the pin: for a user pin,
+    the pin the run carries (the gate cites the copy stage 01 made and binds its digest)."""
+    from verifylib.stages import canary
+    cand, manifest = written
+    param_file = parameter_file(tmp_path / "params", "../pins/user.yaml", cand,
+                                canary={"runs": 2})
+    p, run_dir, _ = _stage_01(tmp_path, param_file, monkeypatch, publish=False)
+    report = canary.run(p, run_dir, progress=False)
+    receipt.build_receipt(run_dir)
+    rec = {r.id: r for r in report.records}["canary.sanitizer"]
+    assert rec.status in (Status.PASS, Status.FAIL), rec.reason
+    assert "manifest" not in rec.reason.detail and "pin" not in rec.reason.detail, rec.reason
+    assert {"user_manifest", "user_patch:mine.patch"} <= {r.name for r in rec.evidence}
+    assert rec.identities["runtime.manifest.sha256"] == canonical.sha256_file(manifest)
+    res = receipt.verify(run_dir)
+    assert res.ok, res.problems
 
 
 def test_a_packaged_pin_run_carries_no_manifest(written, tmp_path, monkeypatch):

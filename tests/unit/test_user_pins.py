@@ -213,6 +213,19 @@ def test_a_bound_manifest_that_is_not_carried_fails(tmp_path):
         "the gate binds runtime.manifest.sha256 but carries no user manifest"]
 
 
+def test_a_replay_reads_the_manifest_the_run_carries(tmp_path):
+    from verifylib.replay.rederive import carried_manifest
+    user_manifest(tmp_path / "pins")
+    p = params.load(parameter_file(tmp_path / "params", "../pins/user.yaml"))
+    run = tmp_path / "run"
+    assert carried_manifest(p, run) is p  # nothing carried: the parameters as recorded
+    copy = user_manifest(run / "evidence" / "01_build" / "user-pins")
+    again = carried_manifest(p, run)
+    assert again.runtime.manifest == str(copy) and p.runtime.manifest != str(copy)
+    packaged = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    assert carried_manifest(packaged, run) is packaged
+
+
 # ----------------------------------------------------------------------------- what the report says
 
 def test_the_build_facts_say_the_pin_is_user_declared():
