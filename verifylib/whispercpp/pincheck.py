@@ -302,14 +302,12 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     log : callable
         Progress lines.
     write : ManifestRequest, optional
-        Also declare the candidate as a user pin in a new manifest (see the module
-        docstring); the request is checked before any work.
+        Also write the candidate's user pin entry (module docstring), checked first.
 
     Returns
     -------
     Assessment
-        The candidate, its source and tree id, the known pin, one row per condition, the
-        conclusion and the manifest written.
+        The candidate, source, tree id, known pin, rows, conclusion and manifest written.
 
     Raises
     ------
@@ -319,25 +317,17 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
     from verifylib.resources import cache_dir as default_cache
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
-    if pin_name is not None and pin_name not in pins:
-        raise PinCheckError(f"unknown pin {pin_name!r} (known: {', '.join(pins)})")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise PinCheckError(f"runs must be a positive integer, got {runs!r}")
-    if write is not None:
-        write = _checked_request(write, candidate, build)
+    write = _check_inputs(pins, pin_name, runs, write, candidate, build)
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-pincheck-"))
     try:
         src, origin = resolve_candidate(candidate, url=url, subdir=subdir, cache_dir=cache,
                                         scratch=scratch / "cache", log=log)
         tree = _source.git_tree_id(src)
         known = next((p.name for p in pins.values() if p.tree == tree), None)
-        litter = os_litter(src) if known is None else ()
-        if litter:  # counted in the tree id, so no pin's tree can match
-            log(f"note: {describe_litter(src, litter)}")
+        if known is None:
+            _note_litter(src, log)
         pin_name, applies, why = _choose_pin(src, tree, pins, pin_name, known, scratch / "work")
-        whisper_cpp = src / "src" / "whisper.cpp"
-        state, line = batch_member_state(whisper_cpp.read_text(errors="replace")) \
-            if whisper_cpp.is_file() else ("absent", None)
+        state, line = _batch_state(src)
         if write is not None:
             _refuse_entry(known, state, line)
         result = Assessment(candidate, src, tree, known, pin_name, applies, state)
@@ -353,6 +343,32 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_inputs(pins: dict[str, _source.Pin], pin_name: str | None, runs: object,
+                  write: ManifestRequest | None, candidate: str, build: bool
+                  ) -> ManifestRequest | None:
+    """Refuse an unknown pin, a bad run count or an unusable write request (before any work)."""
+    if pin_name is not None and pin_name not in pins:
+        raise PinCheckError(f"unknown pin {pin_name!r} (known: {', '.join(pins)})")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise PinCheckError(f"runs must be a positive integer, got {runs!r}")
+    return None if write is None else _checked_request(write, candidate, build)
+
+
+def _note_litter(src: Path, log: Callable[[str], None]) -> None:
+    """Name the macOS litter in a candidate: counted in the tree id, no pin's tree can match."""
+    litter = os_litter(src)
+    if litter:
+        log(f"note: {describe_litter(src, litter)}")
+
+
+def _batch_state(src: Path) -> tuple[str, int | None]:
+    """:func:`batch_member_state` of the candidate's ``src/whisper.cpp`` (absent: no file)."""
+    whisper_cpp = src / "src" / "whisper.cpp"
+    if not whisper_cpp.is_file():
+        return "absent", None
+    return batch_member_state(whisper_cpp.read_text(errors="replace"))
 
 
 def _choose_pin(src: Path, tree: str, pins: dict[str, _source.Pin], pin_name: str | None,
