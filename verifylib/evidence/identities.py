@@ -35,6 +35,12 @@ BINARY_COREML_BACKEND = "binary.coreml.backend"
 the GGML build's, and logged by the ``whisper-bench`` built alike. Absent from runs made
 before backends were pinned."""
 
+RUNTIME_MANIFEST = "runtime.manifest.sha256"
+"""SHA-256 of the pin manifest a parameter file brings of its own (``runtime.manifest``),
+bound when the run's pin is one of its pins, a user-declared pin: the run carries a copy of
+that manifest and its patches, and ``verify`` judges the pin against the copy. Absent from
+runs on a packaged pin."""
+
 MODEL_GGML = "model.ggml.sha256"
 """SHA-256 of the published ``ggml-model.bin``."""
 
