@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifylib.models.converter_precision import neural_engine_warning, planned_from_identities
 from verifylib.evidence.identities import RUNTIME_MANIFEST
+from verifylib.models.converter_precision import neural_engine_warning, planned_from_identities
 from verifylib.views import render
 
 DETAIL_LIMIT = 4000
