@@ -55,8 +55,8 @@ def test_a_user_manifest_adds_its_pins_to_the_packaged_ones(tmp_path):
     manifest = user_manifest(tmp_path / "pins", extra="    not_run_here: ['Core ML: NOT_RUN']\n")
     pins = load_user_pins(manifest)
     assert list(pins) == ["mine"] and pins["mine"].not_run_here == ("Core ML: NOT_RUN",)
-    assert list(available_pins(manifest)) == ["v1.8.5", "97c56f1", "mine"]
-    assert list(available_pins(None)) == ["v1.8.5", "97c56f1"]
+    assert list(available_pins(manifest)) == ["v1.8.5", "97c56f1", "v1.9.3", "mine"]
+    assert list(available_pins(None)) == ["v1.8.5", "97c56f1", "v1.9.3"]
     # Relative to the parameter file; stored resolved, like every path of the parameters.
     p = params.load(parameter_file(tmp_path / "params", "../pins/user.yaml"))
     assert p.runtime.pin == "mine" and p.runtime.manifest == str(manifest.resolve())
