@@ -233,6 +233,15 @@ def test_a_zip_validates_as_a_compiled_encoder(tmp_path):
     p = params.load(_params_file(tmp_path, zp))
     assert p.encoder == params.EncoderSection(str(zp.resolve()), "mlmodelc", True)
     assert p.export.fp16 is False
+    from verifylib.batch.audit import preflight
+    preflight(p)  # the card is read from the zip, as stage 02 will read the folder
+    entries = [e if not e.name.endswith("/metadata.json") else Entry(e.name, b"{not json")
+               for e in encoder_entries()]
+    zp.write_bytes(zip_bytes(entries))
+    with pytest.raises(ParametersInvalid) as exc:
+        preflight(params.load(_params_file(tmp_path, zp)))
+    assert "key encoder.path" in str(exc.value) and "metadata.json is not JSON" in str(exc.value)
+    assert sorted(q.name for q in tmp_path.iterdir()) == sorted([zp.name, "zip.yaml"])
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

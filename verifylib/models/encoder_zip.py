@@ -395,8 +395,7 @@ _INFLATE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFErro
 ValueError and OSError subclasses, zipfile's CRC mismatch BadZipFile)."""
 
 
-def unpack(path: str | os.PathLike[str], dest: str | os.PathLike[str], *,
-           only: Iterable[str] | None = None) -> UnpackedEncoder:
+def unpack(path: str | os.PathLike[str], dest: str | os.PathLike[str]) -> UnpackedEncoder:
     """Check an archived encoder again and unpack it into a fresh folder, as regular files.
 
     The archive is opened once: its SHA-256 is computed from that open file, and the same
@@ -410,9 +409,6 @@ def unpack(path: str | os.PathLike[str], dest: str | os.PathLike[str], *,
     dest : path-like
         An empty folder (created when absent); the encoder is unpacked as
         ``dest/<name>.mlmodelc``.
-    only : iterable of str, optional
-        Unpack only these paths inside the top-level folder (those the card reader reads);
-        every entry is still checked.
 
     Returns
     -------
@@ -436,7 +432,7 @@ def unpack(path: str | os.PathLike[str], dest: str | os.PathLike[str], *,
                 digest.update(chunk)
             listing = _listing(fh, size, str(p))
             folder = out / listing.top
-            _extract(fh, listing, folder, None if only is None else set(only), str(p))
+            _extract(fh, listing, folder, None, str(p))
     except OSError as exc:
         raise EncoderInvalid(f"{p}: cannot be unpacked: {exc}") from None
     return UnpackedEncoder(folder, digest.hexdigest(), size, listing)
@@ -479,8 +475,9 @@ def _extract(fh: IO[bytes], listing: ArchiveListing, folder: Path, only: set[str
 def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
     """Read an archived encoder's card, unpacking only what the card reader reads.
 
-    Used at validation: ``metadata.json``, ``coremldata.bin`` and ``model.mil`` (megabytes,
-    not the weights) go to a private temporary folder, never beside the archive.
+    Used at validation: the archive is checked, then ``metadata.json``, ``coremldata.bin``
+    and ``model.mil`` (megabytes, not the weights, and not hashed) go to a private
+    temporary folder, never beside the archive.
 
     Parameters
     ----------
@@ -499,9 +496,16 @@ def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
     """
     from verifylib.models.encoder_reader import MLMODELC_REQUIRED, describe_encoder
 
+    p = Path(path)
     with tempfile.TemporaryDirectory(prefix="verifylib-encoder-") as tmp:
-        got = unpack(path, Path(tmp) / "unpacked", only=(*MLMODELC_REQUIRED, "model.mil"))
-        return describe_encoder(got.folder)
+        try:
+            with open(p, "rb") as fh:
+                listing = _listing(fh, os.fstat(fh.fileno()).st_size, str(p))
+                folder = Path(tmp) / listing.top
+                _extract(fh, listing, folder, {*MLMODELC_REQUIRED, "model.mil"}, str(p))
+        except OSError as exc:
+            raise EncoderInvalid(f"{p}: cannot be unpacked: {exc}") from None
+        return describe_encoder(folder)
 
 
 def tree_problems(folder: str | os.PathLike[str],
