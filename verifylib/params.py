@@ -101,7 +101,8 @@ ENCODER_SCHEMA = {
     "type": "object",
     "required": ["path"],
     "additionalProperties": False,
-    # a prebuilt ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, audited as given
+    # a prebuilt ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc`` (or the
+    # ``…-encoder.mlmodelc.zip`` upstream ships), audited as given
     "properties": {"path": _STR},
 }
 
@@ -239,13 +240,17 @@ class EncoderSection:
     Attributes
     ----------
     path : str
-        The ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, resolved.
+        The ``…-encoder.mlpackage``, ``…-encoder.mlmodelc`` or ``…-encoder.mlmodelc.zip``,
+        resolved.
     format : str
-        ``"mlpackage"`` or ``"mlmodelc"``, from the suffix.
+        ``"mlpackage"`` or ``"mlmodelc"``, from the suffix (a zip holds an ``.mlmodelc``).
+    archive : bool
+        True when the path names a zip, unpacked into the run by stage 02.
     """
 
     path: str
     format: str
+    archive: bool = False
 
 
 @dataclass(frozen=True)
@@ -354,7 +359,8 @@ class Params:
         e = self.data.get("encoder")
         if e is None:
             return None
-        return EncoderSection(e["path"], Path(e["path"]).suffix[1:])
+        zipped = e["path"].endswith(".zip")
+        return EncoderSection(e["path"], Path(e["path"].removesuffix(".zip")).suffix[1:], zipped)
 
     @property
     def fixtures(self) -> tuple[Fixture, ...]:

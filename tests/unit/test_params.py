@@ -111,7 +111,7 @@ def test_a_relative_encoder_path_is_resolved_against_the_parameter_file(tmp_path
 
 ENCODER_CASES = [
     (lambda t: str(t / "absent.mlpackage"), "does not exist"),
-    (lambda t: str(_package(t, "enc.zip")), "ends in neither .mlpackage nor .mlmodelc"),
+    (lambda t: str(_package(t, "enc.zip")), "ends in none of .mlpackage, .mlmodelc, .mlmodelc.zip"),
     (lambda t: (t / "f.mlpackage").write_bytes(b"") or str(t / "f.mlpackage"), "is a file"),
     (lambda t: str(_package(t, "e.mlpackage", ("Manifest.json",))),
      "is not an ML package (no Data/com.apple.CoreML/model.mlmodel)"),

@@ -50,6 +50,10 @@ MODEL_GGML_FTYPE = "model.ggml.ftype"
 ENCODER_PRECISION = "encoder.precision"
 """The audited encoder's declared compute precision (``fp32``, ``fp16``, ``mixed``)."""
 
+ENCODER_ARCHIVE_SHA256 = "encoder.archive.sha256"
+"""SHA-256 of the ``….mlmodelc.zip`` the audited encoder was unpacked from (parameter
+``encoder.path`` naming a zip); absent for a folder."""
+
 ENCODER_PARITY_POLICY = "encoder.parity_policy"
 """The policy ``parity.program`` is judged under, chosen before measuring."""
 
