@@ -198,14 +198,34 @@ def os_litter(root: str | os.PathLike) -> tuple[str, ...]:
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         for d in sorted(dirs):
-            if d in _LITTER_FOLDERS or d.startswith(_APPLEDOUBLE_PREFIX):
+            if is_os_litter(d, folder=True):
                 found.append((here / d).relative_to(root).as_posix())
-        dirs[:] = [d for d in dirs if d != ".git" and d not in _LITTER_FOLDERS
-                   and not d.startswith(_APPLEDOUBLE_PREFIX)]
+        dirs[:] = [d for d in dirs if d != ".git" and not is_os_litter(d, folder=True)]
         for f in files:
-            if f in _LITTER_FILES or f.startswith(_APPLEDOUBLE_PREFIX):
+            if is_os_litter(f, folder=False):
                 found.append((here / f).relative_to(root).as_posix())
     return tuple(sorted(found))
+
+
+def is_os_litter(name: str, *, folder: bool) -> bool:
+    r"""Tell whether one file or folder name is one macOS writes on its own.
+
+    Parameters
+    ----------
+    name : str
+        A single path component.
+    folder : bool
+        Whether it names a folder.
+
+    Returns
+    -------
+    bool
+        True for ``.DS_Store``, ``Icon\r``, an AppleDouble ``._*`` companion, and (as a
+        folder) ``__MACOSX``, ``.Spotlight-V100`` and the other volume folders.
+    """
+    if name.startswith(_APPLEDOUBLE_PREFIX):
+        return True
+    return name in (_LITTER_FOLDERS if folder else _LITTER_FILES)
 
 
 def describe_litter(root: str | os.PathLike, found: tuple[str, ...], *, shown: int = 5) -> str:

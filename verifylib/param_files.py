@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 from verifylib.errors import ParametersInvalid
 from verifylib.runtime.contracts import GGML_BACKENDS
 
-ENCODER_SUFFIXES = (".mlpackage", ".mlmodelc")
-"""What an ``encoder.path`` may end in: an ML package or a compiled Core ML model."""
+ENCODER_SUFFIXES = (".mlpackage", ".mlmodelc", ".mlmodelc.zip")
+"""What an ``encoder.path`` may end in: an ML package, a compiled Core ML model, or a
+compiled model as upstream ships it, zipped."""
 
 
 def vocabulary_size(model: dict, base_dir: Path) -> int | None:
@@ -181,21 +182,33 @@ def check_ggml_file(origin: str, path: Path) -> None:
 
 
 def check_encoder(origin: str, path: Path) -> None:
-    """Refuse an ``encoder.path`` that is not an ML package or a compiled model.
+    """Refuse an ``encoder.path`` that is not an ML package, a compiled model or its zip.
 
-    Only the folder's shape is checked here (the suffix and the files Core ML needs); what
+    Only the folder's shape is checked here (the suffix and the files Core ML needs), or a
+    ``….mlmodelc.zip``'s central directory (:func:`verifylib.models.encoder_zip.check_archive`:
+    safe names, regular entries, one ``.mlmodelc`` folder, the size and count limits); what
     the encoder says about itself is read by stage 02, before anything is measured.
     """
     key = f"{origin}: key encoder.path"
     if not path.exists():
         raise ParametersInvalid(f"{key}: {path} does not exist")
-    if path.suffix not in ENCODER_SUFFIXES:
-        raise ParametersInvalid(f"{key}: {path.name} ends in neither .mlpackage nor .mlmodelc "
-                                "(a Core ML encoder such as ggml-tiny.en-encoder.mlmodelc is "
-                                "expected)")
+    if not path.name.endswith(ENCODER_SUFFIXES):
+        raise ParametersInvalid(f"{key}: {path.name} ends in none of "
+                                f"{', '.join(ENCODER_SUFFIXES)} (a Core ML encoder such as "
+                                "ggml-tiny.en-encoder.mlmodelc, or its .zip, is expected)")
+    if path.name.endswith(".zip"):
+        from verifylib.models.encoder_zip import check_archive
+        if not path.is_file():
+            raise ParametersInvalid(f"{key}: {path} is not a file (a downloaded "
+                                    "….mlmodelc.zip is expected)")
+        try:
+            check_archive(path)
+        except ParametersInvalid as exc:  # EncoderInvalid: names the archive and the entry
+            raise ParametersInvalid(f"{key}: {exc}") from None
+        return
     if not path.is_dir():
         raise ParametersInvalid(f"{key}: {path} is a file; a Core ML "
-                                f"{path.suffix} is a folder (unzip a downloaded .zip first)")
+                                f"{path.suffix} is a folder")
     if path.suffix == ".mlpackage":
         needed = ("Manifest.json", "Data/com.apple.CoreML/model.mlmodel")
         what = "an ML package"

@@ -1,9 +1,9 @@
 """Parameter files: one YAML per model, validated before any work starts.
 
 The shape is declared once as a JSON Schema and followed by the checks a schema cannot
-express: the pin exists in ``patches/manifest.yaml``, local files exist, a git commit
-agrees with its pin. Every error names the file and the dotted key, and nothing is written
-before validation ends.
+express: the pin exists in ``patches/manifest.yaml`` or in the manifest the file brings
+(``runtime.manifest``), local files exist, a git commit agrees with its pin. Every error
+names the file and the dotted key, and nothing is written before validation ends.
 
 Two maintained validators check the one schema: ``fastjsonschema`` accepts a valid file
 (it compiles the schema to plain Python and imports in milliseconds, which matters because
@@ -101,7 +101,8 @@ ENCODER_SCHEMA = {
     "type": "object",
     "required": ["path"],
     "additionalProperties": False,
-    # a prebuilt ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, audited as given
+    # a prebuilt ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc`` (or the
+    # ``…-encoder.mlmodelc.zip`` upstream ships), audited as given
     "properties": {"path": _STR},
 }
 
@@ -135,6 +136,8 @@ SCHEMA = {
             "additionalProperties": False,
             "properties": {
                 "pin": _STR,
+                # a manifest of the user's own, relative to the parameter file: more pins
+                "manifest": _STR,
                 "source": SOURCE_SCHEMA,
                 "ggml_native": {"type": "boolean"},
                 "ggml_backend": {"enum": list(GGML_BACKENDS)},
@@ -182,7 +185,7 @@ class RuntimeSection:
     Attributes
     ----------
     pin : str
-        Name of a pin in the manifest.
+        Name of a pin in the packaged manifest or in :attr:`manifest`.
     source : dict
         Where the source comes from (``kind`` and its keys), as written.
     ggml_native : bool
@@ -197,6 +200,10 @@ class RuntimeSection:
         CPU path the Linux evidence and the lifecycle defect reproduction were measured on,
         while Metal changes numerics and scheduling; and the hybrid decoder runs on the
         same backend as the GGML leg, so a WER difference between them is the encoder's.
+    manifest : str or None
+        A pin manifest of the user's own (``runtime.manifest``, resolved): its pins are
+        available beside the packaged ones. None (the key absent, as in every run made
+        before it existed): the packaged pins only.
     """
 
     pin: str
@@ -204,6 +211,7 @@ class RuntimeSection:
     ggml_native: bool
     jobs: int
     ggml_backend: str | None = None
+    manifest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,13 +240,17 @@ class EncoderSection:
     Attributes
     ----------
     path : str
-        The ``…-encoder.mlpackage`` or ``…-encoder.mlmodelc``, resolved.
+        The ``…-encoder.mlpackage``, ``…-encoder.mlmodelc`` or ``…-encoder.mlmodelc.zip``,
+        resolved.
     format : str
-        ``"mlpackage"`` or ``"mlmodelc"``, from the suffix.
+        ``"mlpackage"`` or ``"mlmodelc"``, from the suffix (a zip holds an ``.mlmodelc``).
+    archive : bool
+        True when the path names a zip, unpacked into the run by stage 02.
     """
 
     path: str
     format: str
+    archive: bool = False
 
 
 @dataclass(frozen=True)
@@ -333,7 +345,7 @@ class Params:
         """The ``runtime`` section, typed."""
         r = self.data["runtime"]
         return RuntimeSection(r["pin"], copy.deepcopy(r["source"]), r["ggml_native"], r["jobs"],
-                              r.get("ggml_backend"))
+                              r.get("ggml_backend"), r.get("manifest"))
 
     @property
     def model(self) -> ModelSection:
@@ -347,7 +359,8 @@ class Params:
         e = self.data.get("encoder")
         if e is None:
             return None
-        return EncoderSection(e["path"], Path(e["path"]).suffix[1:])
+        zipped = e["path"].endswith(".zip")
+        return EncoderSection(e["path"], Path(e["path"].removesuffix(".zip")).suffix[1:], zipped)
 
     @property
     def fixtures(self) -> tuple[Fixture, ...]:
@@ -431,18 +444,32 @@ def _schema_error_message(err: "jsonschema.ValidationError") -> str:
     return f"key {key}: {shorten(err.message, 200)}"
 
 
-def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -> None:
-    """Refuse an unknown pin or backend, or a source that is not the pin's or is missing."""
-    from verifylib.whispercpp.source import load_pins
+def _runtime_pins(origin: str, runtime: dict, base_dir: Path, manifest: Path) -> dict:
+    """Return the packaged pins and those of the parameter file's own ``runtime.manifest``."""
+    from verifylib.whispercpp.source import load_pins, load_user_pins
     try:
         pins = load_pins(manifest)
     except ValueError as exc:
         raise ParametersInvalid(f"{origin}: key runtime.pin: the pin manifest is unusable: "
                                 f"{exc}") from None
+    if runtime.get("manifest") is None:
+        return pins
+    path = (base_dir / Path(runtime["manifest"]).expanduser()).resolve()
+    try:
+        return {**pins, **load_user_pins(path, pins)}
+    except ValueError as exc:
+        raise ParametersInvalid(f"{origin}: key runtime.manifest: {exc}") from None
+
+
+def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -> None:
+    """Refuse an unknown pin or backend, or a source that is not the pin's or is missing."""
+    pins = _runtime_pins(origin, runtime, base_dir, manifest)
     pin = runtime["pin"]
     if pin not in pins:
+        also = (f" or {(base_dir / Path(runtime['manifest']).expanduser()).resolve()}"
+                if runtime.get("manifest") is not None else "")
         raise ParametersInvalid(f"{origin}: key runtime.pin: unknown pin {shorten(repr(pin))} "
-                                f"(known: {', '.join(sorted(pins))}; see {manifest})")
+                                f"(known: {', '.join(sorted(pins))}; see {manifest}{also})")
     check_backend(origin, runtime["ggml_backend"])
     src = runtime["source"]
     if src["kind"] == "git":
@@ -606,6 +633,7 @@ def _absolutize(p: dict, base_dir: Path) -> None:
         if key in holder:
             holder[key] = str((base_dir / Path(holder[key]).expanduser()).resolve())
     fix(p["runtime"]["source"], "path")
+    fix(p["runtime"], "manifest")
     fix(p["model"], "path")
     if "encoder" in p:
         fix(p["encoder"], "path")

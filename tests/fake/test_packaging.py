@@ -33,6 +33,7 @@ def _expected_data() -> list[str]:
     pins = yaml.safe_load((ROOT / "patches" / "manifest.yaml").read_text())["pins"]
     files += sorted({f"patches/{pin['patch']}" for pin in pins.values()})
     files += ["parameters/tiny-en.yaml", "parameters/tiny-en-97c56f1.yaml",
+              "parameters/tiny-en-v1.9.3.yaml",
               "parameters/fixtures/SHA256SUMS", "parameters/fixtures/directions.txt"]
     sums = (ROOT / "parameters" / "fixtures" / "SHA256SUMS").read_text().split("\n")
     files += [f"parameters/fixtures/{line.split()[1]}" for line in sums if line.strip()]

@@ -76,3 +76,24 @@ def test_v185_with_the_fix_in_place_no_longer_takes_the_patch(v185_source, tmp_p
     assert "THE PATCH NO LONGER APPLIES" in out and "toward deleting the patch" in out
     assert "| NOT_RUN(disabled: --no-build)" in out
     assert format_table(a).splitlines()[2].startswith("tree id:   ")
+
+
+@pytest.mark.physical
+def test_write_manifest_makes_the_packaged_patch_again_on_v185(v185_source, v185_pin, tmp_path):
+    """The entry pin-check writes for a candidate is made as the packaged patches were: on
+    real v1.8.5 the generated patch is the packaged one byte for byte, and it proves exact.
+    The v1.8.5 tree itself is refused as a user pin (it is a packaged pin's tree)."""
+    from verifylib.whispercpp import pin_entry
+    from verifylib.whispercpp.pincheck import ManifestRequest, PinCheckError
+    patch = pin_entry.generate_patch(v185_source.path, v185_source.tree_id, 865,
+                                     tmp_path / "generate")
+    assert patch == v185_pin.patch_bytes()
+    assert canonical.sha256_bytes(patch) == v185_pin.patch_sha256
+    entry = pin_entry.PinEntry("again", v185_pin.commit, v185_source.tree_id, patch,
+                               v185_pin.touches, ())
+    pin_entry.prove_entry(v185_source.path, entry, tmp_path / "prove", log=lambda m: None)
+    with pytest.raises(PinCheckError, match="the candidate is packaged pin v1.8.5's tree"):
+        assess(str(v185_source.path), write=ManifestRequest(tmp_path / "user.yaml",
+                                                            commit=v185_pin.commit),
+               log=lambda m: None)
+    assert not (tmp_path / "user.yaml").exists()

@@ -197,6 +197,26 @@ def test_every_other_required_gate_passes(mac):
     assert set(bad) <= {"parity.program"}, bad
 
 
+def test_the_plan_of_a_given_fp32_encoder_says_why_it_has_no_neural_engine_share(mac):
+    """The plan records the program's declared precision (the card's), its view explains
+    the missing Neural Engine share, and the report's first screen warns: nothing but this
+    fp32 encoder is planned, and at v1.8.5 upstream's converter makes fp16 programs."""
+    from verifylib.evidence.runs import open_run
+    from verifylib.models.converter_precision import (neural_engine_warning,
+                                                      planned_from_identities)
+    from verifylib.views.placement import summarize
+
+    run = open_run(mac["ours"])
+    plan = run.placement.plans["fp32"]
+    assert (plan.variant, plan.precision) == ("fp32", "fp32")
+    assert "not expected" in plan.claim
+    assert "never on the Neural Engine" in summarize("fp32", plan).no_neural_engine
+    ids = canonical.read_json(mac["ours"] / "receipt.json")["identities"]
+    warning = neural_engine_warning(planned_from_identities(ids), ids["runtime.pin"])
+    assert warning.startswith("The audited encoder computes in float32")
+    assert "at pin v1.8.5 makes float16 programs" in warning
+
+
 def test_whole_audit_is_admissible(mac):
     assert canonical.read_json(mac["ours"] / "receipt.json")["verdict"] == "ADMISSIBLE"
 

@@ -3,7 +3,12 @@ ggml model file) audited on plain Linux, no simulation: a compiled model holds n
 this package can read, so ``capability_of`` raises ``export.compile``, ``export.pair`` and
 ``parity.program`` to macOS. They are NOT_RUN(platform), every gate that can run on Linux
 runs, the verdict is INCOMPLETE, and ``verify`` accepts the run (each NOT_RUN(platform) is
-justified by the host record and the bound parameters)."""
+justified by the host record and the bound parameters).
+
+The same audit of that folder zipped as upstream ships it (``encoder.path`` naming
+``ggml-tiny.en-encoder.mlmodelc.zip``) ends with the same gates, statuses and card: only
+the zip's record and digest are added, and ``verify`` holds the published folder against
+the files the zip listed."""
 
 from __future__ import annotations
 
@@ -21,15 +26,39 @@ pytestmark = pytest.mark.physical  # real whisper.cpp builds and launches
 MAC_ONLY = ("export.compile", "export.pair", "parity.program")
 
 
-@pytest.fixture(scope="module")
-def linux_run(tmp_path_factory, verifylib_cache):
-    given = given_files(tmp_path_factory.getbasetemp(), verifylib_cache)
-    p = audit_params(given.ggml, given.encoder, "prebuilt-mlmodelc-linux")
-    run_dir = tmp_path_factory.mktemp("prebuilt-linux") / "run"
+def _audit(p, run_dir):
     for s in gates.STAGES:
         importlib.import_module(f"verifylib.stages.{s.split('_', 1)[1]}").run(p, run_dir)
     receipt.build_receipt(run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def linux_run(tmp_path_factory, verifylib_cache):
+    given = given_files(tmp_path_factory.getbasetemp(), verifylib_cache)
+    p = audit_params(given.ggml, given.encoder, "prebuilt-mlmodelc-linux")
+    return _audit(p, tmp_path_factory.mktemp("prebuilt-linux") / "run")
+
+
+def _zip_folder(folder, dest):
+    """Zip a folder as ``zip -r`` does: folder entries, then files, deflated."""
+    import zipfile
+    dest.parent.mkdir(parents=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for q in sorted([folder, *folder.rglob("*")]):
+            zf.write(q, q.relative_to(folder.parent).as_posix())
+    return dest
+
+
+@pytest.fixture(scope="module")
+def zipped(tmp_path_factory, verifylib_cache):
+    """The same audit, ``encoder.path`` naming the folder zipped: (run, zip)."""
+    given = given_files(tmp_path_factory.getbasetemp(), verifylib_cache)
+    base = tmp_path_factory.mktemp("prebuilt-linux-zip")
+    zp = _zip_folder(given.encoder, base / "downloads" / f"{given.encoder.name}.zip")
+    p = audit_params(given.ggml, zp, "prebuilt-mlmodelc-linux")
+    assert p.encoder.archive and p.encoder.format == "mlmodelc"
+    return _audit(p, base / "run"), zp
 
 
 def test_capability_of_raises_the_program_gates_to_macos(linux_run):
@@ -92,3 +121,81 @@ def test_the_platform_status_is_justified_by_the_mlmodelc_path(linux_run, tmp_pa
         assert any("platform" in x or "capab" in x for x in problems_naming(res, gid)), \
             (gid, res.problems)
     assert not problems_naming(res, "export.compile"), res.problems
+
+
+# ----------------------------------------------------------------------------- the zip
+
+def test_the_zip_audits_to_the_same_gates_as_the_folder(linux_run, zipped):
+    run, _ = zipped
+    folder, zip_ = gate_records(linux_run), gate_records(run)
+    assert set(folder) == set(zip_)
+    assert {g: (r["status"], r["reason"]["kind"]) for g, r in zip_.items()} == \
+        {g: (r["status"], r["reason"]["kind"]) for g, r in folder.items()}
+    # Each run names its own folder; apart from that, every reason but the contract's
+    # (which names what was given) is word for word the folder's.
+    differ = [g for g in folder if folder[g]["reason"]["detail"].replace(str(linux_run), "RUN")
+              != zip_[g]["reason"]["detail"].replace(str(run), "RUN")]
+    assert differ == ["export.contract"], differ
+    assert zip_["export.contract"]["status"] == "PASS"
+    assert ".mlmodelc.zip audited as given (zip sha256 " in \
+        zip_["export.contract"]["reason"]["detail"]
+    assert canonical.read_json(run / "receipt.json")["verdict"] == \
+        canonical.read_json(linux_run / "receipt.json")["verdict"] == "INCOMPLETE"
+
+
+def test_the_zip_adds_its_record_beside_the_same_card_and_tree(linux_run, zipped):
+    import hashlib
+    import zlib
+    run, zp = zipped
+    a = canonical.read_json(linux_run / "evidence/02_export/contract.json")
+    b = canonical.read_json(run / "evidence/02_export/contract.json")
+    assert b["variants"] == a["variants"]
+    archive = b["prebuilt"].pop("archive")
+    assert "archive" not in a["prebuilt"]
+    assert b["prebuilt"].pop("given") == str(zp) and a["prebuilt"].pop("given") != str(zp)
+    assert b["prebuilt"] == a["prebuilt"]  # format, card, tree digest, precision, policy
+    assert archive["sha256"] == hashlib.sha256(zp.read_bytes()).hexdigest()
+    assert archive["bytes"] == zp.stat().st_size and archive["skipped"] == 0
+    placed = run / "fp32/ggml-model-encoder.mlmodelc"
+    assert archive["top"] == "ggml-tiny.en-encoder.mlmodelc"
+    assert [(f["path"], f["bytes"], f["crc32"]) for f in archive["files"]] == [
+        (q.relative_to(placed).as_posix(), q.stat().st_size,
+         f"{zlib.crc32(q.read_bytes()):08x}")
+        for q in sorted(placed.rglob("*"), key=lambda q: q.relative_to(placed).as_posix())
+        if q.is_file()]
+    ids_a = canonical.read_json(linux_run / "receipt.json")["identities"]
+    ids_b = canonical.read_json(run / "receipt.json")["identities"]
+    assert ids_b.pop("encoder.archive.sha256") == archive["sha256"]
+    assert ids_b == ids_a
+    assert not list((run / "fp32").glob(".*"))  # the staging folder is gone
+    assert sorted(p.name for p in zp.parent.iterdir()) == [zp.name]  # nothing beside the zip
+
+
+def test_verify_holds_the_published_folder_against_the_zip(zipped, tmp_path):
+    """``verify`` accepts the run. A forger who changes a byte of the published weights and
+    replaces the old tree digest with the new one in every record (then reseals) leaves the
+    zip's declared CRC-32 disagreeing, and only that check names it."""
+    from tests.helpers.forge import clone, reseal
+    from verifylib.canonical import tree_digest
+
+    run, zp = zipped
+    res = receipt.verify(run)
+    assert res.ok, res.problems
+    forged = clone(run, tmp_path / "forged")
+    weights = forged / "fp32/ggml-model-encoder.mlmodelc/weights/weight.bin"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.unlink()  # hard-linked to the run: replace, never write in place
+    weights.write_bytes(bytes(data))
+    old, new = tree_digest(run / "fp32/ggml-model-encoder.mlmodelc"), \
+        tree_digest(forged / "fp32/ggml-model-encoder.mlmodelc")
+    for f in [*(forged / "evidence").rglob("*.json"), *(forged / "gates").glob("*.json")]:
+        text = f.read_text()
+        if old in text:
+            f.unlink()
+            f.write_text(text.replace(old, new))
+    reseal(forged)
+    res = receipt.verify(forged)
+    assert not res.ok
+    assert all(f"not what {zp.name} held" in p for p in res.problems), res.problems
+    assert any("weights/weight.bin" in p and "CRC-32" in p for p in res.problems)

@@ -114,7 +114,7 @@ def test_text_is_aligned_tables(tmp_path):
 def test_the_cli_prints_json_and_returns_the_exit_code(monkeypatch, capsys, tmp_path):
     import verifylib.cli.doctor as doctor
     report = _report(LINUX, _tools("git"), tmp_path)
-    monkeypatch.setattr(doctor, "doctor_report", lambda: report)
+    monkeypatch.setattr(doctor, "doctor_report", lambda **_: report)
     assert cli.main(["doctor", "--json"]) == EXIT_TOOL_MISSING
     assert json.loads(capsys.readouterr().out)["tools"]["git"]["found"] is False
     assert cli.main(["doctor"]) == EXIT_TOOL_MISSING

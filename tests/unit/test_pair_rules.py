@@ -190,6 +190,53 @@ def test_prebuilt_contract_forgeries_fail(tmp_path, edit, words):
     assert j.status is Status.FAIL and words in j.detail, j.detail
 
 
+ARCHIVE = {"sha256": "a" * 64, "bytes": 1234, "top": "ggml-tiny.en-encoder.mlmodelc",
+           "files": [{"path": "coremldata.bin", "bytes": 16, "crc32": "0000beef"},
+                     {"path": "metadata.json", "bytes": 4, "crc32": "12345678"}],
+           "skipped": 0}
+
+
+def zipped_contract():
+    doc = prebuilt_contract()
+    doc["prebuilt"].update(given="/dl/ggml-tiny.en-encoder.mlmodelc.zip", format="mlmodelc",
+                           archive=copy.deepcopy(ARCHIVE))
+    doc["variants"][0]["path"] = "fp32/ggml-model-encoder.mlmodelc"
+    return doc
+
+
+def test_a_given_zip_passes_with_its_archive_record(tmp_path):
+    j = judge_prebuilt(tmp_path, zipped_contract())
+    assert j.status is Status.PASS, j.detail
+    assert "mlmodelc.zip audited as given (zip sha256 aaaaaaaaaaaa…, 2 files" in j.detail
+
+
+def test_the_archive_record_is_optional_and_round_trips():
+    from verifylib.evidence.export.schema import ContractEvidence
+    old = prebuilt_contract()
+    parsed = ContractEvidence.from_json(old)
+    assert parsed.prebuilt.archive is None
+    assert parsed.to_json() == old  # an absent key is not written back
+    doc = zipped_contract()
+    parsed = ContractEvidence.from_json(doc)
+    assert parsed.prebuilt.archive.files[1].crc32 == "12345678"
+    assert parsed.to_json() == doc
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["prebuilt"].pop("archive"), "is a zip, but no archive record"),
+    (lambda d: d["prebuilt"].__setitem__("given", "/dl/e.mlmodelc"), "which is no .mlmodelc.zip"),
+    (lambda d: d["prebuilt"]["archive"].__setitem__("sha256", "nope"), "malformed archive"),
+    (lambda d: d["prebuilt"]["archive"]["files"].reverse(), "not sorted and unique"),
+    (lambda d: d["prebuilt"]["archive"]["files"][0].__setitem__("crc32", "xyz"),
+     "malformed size or CRC-32"),
+])
+def test_archive_record_forgeries_fail(tmp_path, edit, words):
+    doc = zipped_contract()
+    edit(doc)
+    j = judge_prebuilt(tmp_path, doc)
+    assert j.status is Status.FAIL and words in j.detail, j.detail
+
+
 def test_a_float16_interface_breaks_the_contract(tmp_path):
     doc = prebuilt_contract()
     v = doc["variants"][0]

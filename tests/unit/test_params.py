@@ -11,11 +11,26 @@ from verifylib.errors import ParametersInvalid
 from tests.helpers import ROOT
 
 
-@pytest.mark.parametrize("name", ["tiny-en.yaml", "tiny-en-97c56f1.yaml"])
+@pytest.mark.parametrize("name", ["tiny-en.yaml", "tiny-en-97c56f1.yaml", "tiny-en-v1.9.3.yaml"])
 def test_shipped_parameter_files_validate(name):
     p = params.load(ROOT / "parameters" / name)
     assert p.name == name[:-5]
     assert p["canary"]["runs"] == 20
+
+
+def test_v193_file_needs_github_for_its_source_only():
+    # The newest release beside the default: the same registry model and clips, so the
+    # two audits compare, and git (GitHub) for the source, at the manifest's commit.
+    from verifylib.whispercpp.source import load_pins
+
+    new = params.load(ROOT / "parameters" / "tiny-en-v1.9.3.yaml")
+    default = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    assert new.runtime.pin == "v1.9.3"
+    assert new.runtime.source == {"kind": "git",
+                                  "url": "https://github.com/ggml-org/whisper.cpp.git",
+                                  "commit": load_pins()["v1.9.3"].commit}
+    assert new["model"] == default["model"] and new["model"]["kind"] == "ct2-pypi"
+    assert new.fixtures == default.fixtures
 
 
 def _write(tmp_path, mutate):
@@ -96,7 +111,7 @@ def test_a_relative_encoder_path_is_resolved_against_the_parameter_file(tmp_path
 
 ENCODER_CASES = [
     (lambda t: str(t / "absent.mlpackage"), "does not exist"),
-    (lambda t: str(_package(t, "enc.zip")), "ends in neither .mlpackage nor .mlmodelc"),
+    (lambda t: str(_package(t, "enc.zip")), "ends in none of .mlpackage, .mlmodelc, .mlmodelc.zip"),
     (lambda t: (t / "f.mlpackage").write_bytes(b"") or str(t / "f.mlpackage"), "is a file"),
     (lambda t: str(_package(t, "e.mlpackage", ("Manifest.json",))),
      "is not an ML package (no Data/com.apple.CoreML/model.mlmodel)"),

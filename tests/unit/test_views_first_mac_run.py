@@ -242,6 +242,23 @@ def test_a_judged_plan_opens_with_its_rows(shown):
     assert ESCAPED in html and "<script" not in html.lower()
 
 
+def test_an_fp32_plan_says_why_it_has_no_neural_engine_share(shown):
+    # A given fp16 encoder in the fp32 slot, then an fp32 program: only the second explains.
+    fp16_given = PlanEvidence.from_json({**_plan().to_json(), "variant": "fp32",
+                                         "precision": "fp16"})
+    fp32 = PlanEvidence.from_json({**_plan().to_json(), "variant": "fp32",
+                                   "precision": "fp32"})
+    for plan, explains in ((fp16_given, False), (fp32, True)):
+        shown.clear()
+        placement_view.show(StageReport("06_placement", [
+            GateRecord("placement.plan", Status.PASS, Reason("rule", "ok"))],
+            {}, 0.1, {}, placement_results.PlacementResult({"fp32": plan})))
+        html = _html(shown)
+        assert ("<b>Why no Neural Engine share:</b> This program declares float32 "
+                "arithmetic." in html) is explains
+        assert ("<h3>fp32 (the program declares fp16): the plan" in html) is not explains
+
+
 def test_a_plan_that_did_not_run_shows_no_share(shown):
     report = StageReport("06_placement", [
         GateRecord("placement.plan", Status.NOT_RUN,

@@ -17,9 +17,11 @@ from verifylib.params import Params, check_distinct_names, load
 def preflight(params: Params) -> None:
     """Read what the parameters hand over as files, before any work (a bad one exits 2).
 
-    The parameter validation checks a given encoder's folder shape; here the encoder is
-    read as stage 02 will read it (its protobuf or compiled metadata, its program), so an
-    unreadable one is refused with the parameter key before a run directory exists.
+    The parameter validation checks a given encoder's folder shape (or its zip's central
+    directory); here the encoder is read as stage 02 will read it (its protobuf or compiled
+    metadata, its program; from a zip, those few files unpacked into a private temporary
+    folder), so an unreadable one is refused with the parameter key before a run directory
+    exists.
 
     Parameters
     ----------
@@ -35,8 +37,10 @@ def preflight(params: Params) -> None:
 
     if params.encoder is not None:
         from verifylib.models.encoder_reader import describe_encoder
+        from verifylib.models.encoder_zip import describe_archive
+        describe = describe_archive if params.encoder.archive else describe_encoder
         try:
-            describe_encoder(params.encoder.path)
+            describe(params.encoder.path)
         except ParametersInvalid as exc:
             raise ParametersInvalid(f"{params.origin}: key encoder.path: {exc}") from None
 

@@ -8,10 +8,19 @@ convert and run the encoder, the free disk under the cache, and for every gate o
 fixing command for each one it cannot. The same checks decide here and in an audit, so
 doctor never promises a gate the audit would then record NOT_RUN(platform).
 
+Given a parameter file, doctor judges that audit's gates instead of the default's, and says
+what compute precision each encoder it would plan declares, what upstream's converter makes
+at its pin (:mod:`verifylib.models.converter_precision`), and warns when every planned
+encoder is float32: Core ML never plans such a program on the Neural Engine. Nothing in a
+parameter file states that a Neural Engine claim is expected, and ``placement.plan`` is
+part of every audit, so the warning is raised for any such audit; it never changes the
+exit status.
+
 Exit status: 0 when the default audit can run on this host (on Linux too: its Core ML
 gates are then listed NOT_RUN(platform), and the verdict can be INCOMPLETE at best); 2 when
 a build tool is missing, the same condition on which ``verifylib run`` refuses to start
-(exit 2, "bad input" of the host).
+(exit 2, "bad input" of the host), or when the parameter file is refused (one line naming
+the file and the key).
 """
 
 from __future__ import annotations
@@ -26,11 +35,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from verifylib import resources
+from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
+from verifylib.models.converter_precision import (
+    ConverterPrecision,
+    PlannedEncoder,
+    converter_precision,
+    neural_engine_warning,
+    planned_encoders,
+)
 from verifylib.runtime.capabilities import HostCapabilities, XcodeState, detect
 from verifylib.runtime.tools import Toolset, describe_missing, find_tools, with_versions
 
-EXIT_READY, EXIT_TOOL_MISSING = 0, 2
+EXIT_READY, EXIT_TOOL_MISSING, EXIT_BAD_PARAMETERS = 0, 2, 2
 """Exit statuses of ``verifylib doctor``."""
 
 RUNS, NOT_RUN_PLATFORM, BLOCKED = "runs", "NOT_RUN(platform)", "blocked"
@@ -70,6 +87,111 @@ class GateCheck:
 
 
 @dataclass(frozen=True)
+class AuditCheck:
+    """What doctor says of one parameter file's audit beyond the host.
+
+    Attributes
+    ----------
+    name : str
+        The audit's model name.
+    origin : str
+        The parameter file.
+    pin : str
+        Its whisper.cpp pin.
+    converter : ConverterPrecision or None
+        What upstream's converter makes at that pin, None for a pin the table lacks.
+    encoders : tuple of PlannedEncoder
+        The encoders ``placement.plan`` would plan, with their declared precision.
+    warnings : tuple of str
+        What the user should know before running it (:func:`neural_engine_warning`).
+    """
+
+    name: str
+    origin: str
+    pin: str
+    converter: ConverterPrecision | None
+    encoders: tuple[PlannedEncoder, ...]
+    warnings: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the check as one JSON-able object.
+
+        Returns
+        -------
+        dict
+            ``name``, ``parameters``, ``pin``, ``converter`` (``default``,
+            ``with_quantize``, ``rule``, or None), ``encoders`` and ``warnings``.
+        """
+        c = self.converter
+        return {"name": self.name, "parameters": self.origin, "pin": self.pin,
+                "converter": None if c is None else {"default": c.default,
+                                                     "with_quantize": c.with_quantize,
+                                                     "rule": c.rule},
+                "encoders": [{"slot": e.slot, "precision": e.precision, "given": e.given}
+                             for e in self.encoders],
+                "warnings": list(self.warnings)}
+
+    def rows(self) -> list[tuple[str, str]]:
+        """Return the check as ``(label, value)`` rows for the terminal table."""
+        c = self.converter
+        rows = [("parameters", self.origin), ("pin", self.pin),
+                ("upstream converter", "not in the table" if c is None else
+                 f"{c.default}: {c.rule}")]
+        rows += [(f"encoder ({e.slot})", f"{e.precision}, "
+                  + ("audited as given" if e.given else "exported by the suite"))
+                 for e in self.encoders]
+        return rows
+
+
+def audit_check(name: str, origin: str, pin: str, given_precision: str | None,
+                fp16_variant: bool) -> AuditCheck:
+    """Decide what doctor says of an audit from what its parameter file names.
+
+    Parameters
+    ----------
+    name, origin, pin : str
+        The audit's name, parameter file and pin.
+    given_precision : str or None
+        The declared compute precision of the encoder audited as given (its card's),
+        None when the suite exports the encoder.
+    fp16_variant : bool
+        Whether the suite's fp16 variant is exported too (``export.fp16``).
+
+    Returns
+    -------
+    AuditCheck
+    """
+    encoders = planned_encoders(given_precision, fp16_variant)
+    warning = neural_engine_warning(encoders, pin)
+    return AuditCheck(name, origin, pin, converter_precision(pin), encoders,
+                      (warning,) if warning else ())
+
+
+def audit_check_of(params) -> AuditCheck:
+    """Read a validated parameter set into its :class:`AuditCheck`.
+
+    The encoder audited as given is carded
+    (:func:`verifylib.models.encoder_reader.describe_encoder`: its files are read, nothing
+    is executed).
+
+    Parameters
+    ----------
+    params : verifylib.params.Params
+        The parameters.
+
+    Returns
+    -------
+    AuditCheck
+    """
+    given = None
+    if params.encoder is not None:
+        from verifylib.models.encoder_reader import describe_encoder
+        given = describe_encoder(Path(params.encoder.path)).precision
+    return audit_check(params.name, params.origin, params.runtime.pin, given,
+                       params.export.fp16)
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     """What ``verifylib doctor`` found on this host.
 
@@ -96,6 +218,8 @@ class DoctorReport:
         Every gate, in the table's order.
     simulated : bool
         True when the host is the test suite's simulated Mac.
+    audit : AuditCheck or None
+        The parameter file's audit, None for the default audit.
     """
 
     system: str
@@ -109,6 +233,12 @@ class DoctorReport:
     free_bytes: int | None
     gates: tuple[GateCheck, ...]
     simulated: bool = False
+    audit: AuditCheck | None = None
+
+    @property
+    def subject(self) -> str:
+        """``the default audit``, or ``the audit of <name>`` for a parameter file's."""
+        return "the default audit" if self.audit is None else f"the audit of {self.audit.name}"
 
     @property
     def can_audit(self) -> bool:
@@ -133,9 +263,9 @@ class DoctorReport:
         off = [g for g in self.gates if g.status == NOT_RUN_PLATFORM and g.required]
         runs = sum(g.status == RUNS for g in self.gates)
         if not off:
-            return (f"the default audit can run here: all {runs} gates run, so it can end "
+            return (f"{self.subject} can run here: all {runs} gates run, so it can end "
                     f"ADMISSIBLE")
-        return (f"the default audit can run here: {runs} gates run, {len(off)} required "
+        return (f"{self.subject} can run here: {runs} gates run, {len(off)} required "
                 f"gate(s) NOT_RUN(platform), so it ends INCOMPLETE at best")
 
     def as_json(self) -> dict[str, Any]:
@@ -158,6 +288,7 @@ class DoctorReport:
                        "status": g.status, "why": g.why, "fix": g.fix} for g in self.gates],
             "simulated": self.simulated, "can_audit": self.can_audit,
             "exit_code": self.exit_code, "summary": self.summary(),
+            "audit": None if self.audit is None else self.audit.as_json(),
         }
 
     def text(self) -> str:
@@ -195,7 +326,11 @@ class DoctorReport:
         free = "unknown" if self.free_bytes is None else f"{self.free_bytes / 2**30:.1f} GiB free"
         rows.append(("cache", f"{self.cache} ({free})"))
         lines += _table(rows)
-        lines += ["", "gates (what this host runs of the default audit)"]
+        if self.audit is not None:
+            lines += ["", f"audit of {self.audit.name}"]
+            lines += _table(self.audit.rows())
+            lines += [f"  warning: {w}" for w in self.audit.warnings]
+        lines += ["", f"gates (what this host runs of {self.subject})"]
         lines += _table([(g.id, "required" if g.required else "informational", g.capability,
                           g.status if g.why is None else f"{g.status}: {g.why}")
                          for g in self.gates])
@@ -274,8 +409,9 @@ def gate_checks(host: HostCapabilities, tools: Toolset,
 
 def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None = None,
                   cache: Path | None = None,
-                  package_version: Callable[[str], str | None] = _package_version
-                  ) -> DoctorReport:
+                  package_version: Callable[[str], str | None] = _package_version,
+                  audit: AuditCheck | None = None,
+                  params: Mapping[str, Any] | None = None) -> DoctorReport:
     """Examine this host (or the given parts of one).
 
     Parameters
@@ -290,6 +426,11 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
         Default :func:`verifylib.resources.cache_dir`.
     package_version : callable
         ``name -> version or None`` (default: the installed distribution's metadata).
+    audit : AuditCheck, optional
+        A parameter file's audit (:func:`audit_check_of`); default the default audit.
+    params : mapping, optional
+        That parameter file's tree, whose gates' capabilities are judged
+        (:func:`gate_checks`).
 
     Returns
     -------
@@ -306,7 +447,7 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
         python=platform.python_version(),
         packages={name: package_version(name) for name in PACKAGES},
         tools=tools, xcode=host.xcode, cache=str(cache), free_bytes=_free_bytes(cache),
-        gates=gate_checks(host, tools), simulated=host.simulated)
+        gates=gate_checks(host, tools, params), simulated=host.simulated, audit=audit)
 
 
 def cli_main(args) -> int:
@@ -315,15 +456,26 @@ def cli_main(args) -> int:
     Parameters
     ----------
     args : argparse.Namespace
-        ``json``: print one JSON object instead of the tables.
+        ``json``: print one JSON object instead of the tables; ``params``: a parameter
+        file whose audit to check (None: the default audit).
 
     Returns
     -------
     int
-        :attr:`DoctorReport.exit_code`: 0 when the default audit can run here, 2 when a
-        build tool is missing.
+        :attr:`DoctorReport.exit_code`: 0 when the audit can run here, 2 when a build tool
+        is missing or the parameter file is refused.
     """
-    report = doctor_report()
+    audit, tree = None, None
+    if getattr(args, "params", None):
+        from verifylib.params import load
+        try:
+            params = load(args.params)
+            audit = audit_check_of(params)
+        except ParametersInvalid as exc:
+            print(f"verifylib doctor: bad parameters: {exc}", file=sys.stderr)
+            return EXIT_BAD_PARAMETERS
+        tree = params.data
+    report = doctor_report(audit=audit, params=tree)
     if getattr(args, "json", False):
         print(json.dumps(report.as_json(), indent=1, sort_keys=True))
     else:

@@ -59,9 +59,10 @@ exit codes:
   2    not a run directory, or a bad key""",
     "pin-check": """\
 exit codes:
-  0    every patch-deletion condition was assessed
+  0    every patch-deletion condition was assessed (and --write-manifest's FILE written)
   1    the candidate could not be assessed
-  2    bad input, or a tool this host lacks""",
+  2    bad input, or a tool this host lacks; --write-manifest refused (FILE exists, a
+       packaged pin's name, --no-build, a packaged tree, nothing to patch)""",
     "drift": """\
 exit codes:
   0    the attribution was printed
@@ -73,7 +74,7 @@ exit codes:
     "doctor": """\
 exit codes:
   0    this host can audit
-  2    a required tool is missing""",
+  2    a required tool is missing, or the parameter file is refused""",
     "ray-node-resources": """\
 exit codes:
   0    printed""",
@@ -541,6 +542,13 @@ def _add_tool_parsers(sub) -> None:
     pc.add_argument("--jobs", type=int, default=2, help="parallel compile jobs")
     pc.add_argument("--model", help="a ggml model for the GGML positive path (default: the "
                                     "default parameter file's model, written by verifylib)")
+    pc.add_argument("--write-manifest", metavar="FILE",
+                    help="also declare the candidate as a user pin: write a new manifest FILE "
+                         "(and NAME.patch beside it) once every condition this host can run "
+                         "was assessed; a parameter file names it as runtime.manifest")
+    pc.add_argument("--name", help="the user pin's name (default: user-<commit[:12]>)")
+    pc.add_argument("--commit", help="the upstream commit of an archive or folder candidate "
+                                     "(recorded in the manifest entry)")
     pc.set_defaults(fn=_cmd_pin_check)
     dr = sub.add_parser("drift", help="attribute a package's numeric drift to its ops, against "
                                       "the model of a parameter file (touches no run)")
@@ -569,6 +577,10 @@ def _add_tool_parsers(sub) -> None:
     dc = sub.add_parser("doctor", help="check this host before an audit: build tools, Xcode, "
                                        "disk, and which gates it can run (exit 2 when a "
                                        "required tool is missing)")
+    dc.add_argument("params", nargs="?", metavar="PARAMS.yaml",
+                    help="a parameter file: check its audit's gates instead of the default's, "
+                         "and warn when every encoder it would plan is float32 (never on the "
+                         "Neural Engine)")
     dc.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     dc.set_defaults(fn=_cmd_doctor)
 

@@ -7,6 +7,10 @@ claim an fp16 encoder (a looser policy) or a quantized file (a lower floor), and
 every digest, leaves the published files saying otherwise. So the validator reads the
 declarations from the published bytes, never from the evidence, chooses the policy again
 with the same pure function, and names every record that disagrees.
+
+An encoder unpacked from a zip is also held against what the zip's central directory
+declared (recorded in ``export.contract``): the published folder must hold exactly those
+files, with those sizes and CRC-32s.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def declaration_problems(run_dir: str | Path, records: Mapping[str, GateRecord],
     pre = contract.get("prebuilt") if isinstance(contract, Mapping) else None
     if isinstance(pre, Mapping):
         precision = _prebuilt_precision(run_dir, contract, pre, source_ftype, problems)
+        problems += _archive_problems(run_dir, contract, pre)
     if isinstance(parity, Mapping):
         problems += _choice_problems(parity, isinstance(pre, Mapping), precision, source_ftype)
     if isinstance(pair, Mapping):
@@ -130,6 +135,27 @@ def _prebuilt_precision(run_dir: Path, contract: Mapping[str, Any], pre: Mapping
             problems.append(f"export.contract chose {pre.get('parity_policy')}; the "
                             f"published declarations choose {want}")
     return precision
+
+
+def _archive_problems(run_dir: Path, contract: Mapping[str, Any],
+                      pre: Mapping[str, Any]) -> list[str]:
+    """Hold a published encoder unpacked from a zip against the files the zip declared."""
+    archive = pre.get("archive")
+    if archive is None:
+        return []
+    from verifylib.models.encoder_zip import ArchiveMember, tree_problems
+
+    variants = contract.get("variants") or [{}]
+    placed = run_dir / str(variants[0].get("path", ""))
+    if not (variants[0].get("placed") and placed.is_dir()):
+        return []  # nothing published: export.contract's rule says why
+    try:
+        files = [ArchiveMember(f["path"], f["bytes"], int(f["crc32"], 16))
+                 for f in archive["files"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"export.contract's archive record is malformed: {exc!r}"]
+    return [f"the published encoder is not what {Path(str(pre.get('given'))).name} held: {p}"
+            for p in tree_problems(placed, files)]
 
 
 def _choice_problems(parity: Mapping[str, Any], prebuilt: bool, precision: str,

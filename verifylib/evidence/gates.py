@@ -258,12 +258,13 @@ def capability_of(g: Gate, params: Mapping[str, Any]) -> Capability:
     -------
     Capability
         ``g.capability``, raised to :attr:`Capability.MACOS` for a program gate when the
-        audited encoder is a prebuilt ``.mlmodelc`` (and ``export.compile``, which then
+        audited encoder is a prebuilt ``.mlmodelc`` or its zip (and ``export.compile``, which then
         compiles nothing, needs macOS but no Xcode).
     """
     enc = params.get("encoder") if isinstance(params, Mapping) else None
     path = enc.get("path") if isinstance(enc, Mapping) else None
-    compiled = isinstance(path, str) and path.endswith(".mlmodelc")
+    # upstream's download, ``….mlmodelc.zip``, holds a compiled model too
+    compiled = isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))
     if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY:
         return Capability.MACOS
     if compiled and g.id == EXPORT_COMPILE:

@@ -35,6 +35,12 @@ BINARY_COREML_BACKEND = "binary.coreml.backend"
 the GGML build's, and logged by the ``whisper-bench`` built alike. Absent from runs made
 before backends were pinned."""
 
+RUNTIME_MANIFEST = "runtime.manifest.sha256"
+"""SHA-256 of the pin manifest a parameter file brings of its own (``runtime.manifest``),
+bound when the run's pin is one of its pins, a user-declared pin: the run carries a copy of
+that manifest and its patches, and ``verify`` judges the pin against the copy. Absent from
+runs on a packaged pin."""
+
 MODEL_GGML = "model.ggml.sha256"
 """SHA-256 of the published ``ggml-model.bin``."""
 
@@ -43,6 +49,10 @@ MODEL_GGML_FTYPE = "model.ggml.ftype"
 
 ENCODER_PRECISION = "encoder.precision"
 """The audited encoder's declared compute precision (``fp32``, ``fp16``, ``mixed``)."""
+
+ENCODER_ARCHIVE_SHA256 = "encoder.archive.sha256"
+"""SHA-256 of the ``….mlmodelc.zip`` the audited encoder was unpacked from (parameter
+``encoder.path`` naming a zip); absent for a folder."""
 
 ENCODER_PARITY_POLICY = "encoder.parity_policy"
 """The policy ``parity.program`` is judged under, chosen before measuring."""
@@ -90,3 +100,21 @@ def policy_sha256(policy: str) -> str:
         ``policy.<policy>.sha256``.
     """
     return f"policy.{policy}.sha256"
+
+
+def artifact_tree_digest(variant: str, fmt: str) -> str:
+    """Return the identity key of a published encoder's tree digest.
+
+    Parameters
+    ----------
+    variant : str
+        Its variant folder (``fp32``, ``fp16``).
+    fmt : str
+        ``mlpackage`` or ``mlmodelc``.
+
+    Returns
+    -------
+    str
+        ``artifact.<variant>.<fmt>.tree_digest``.
+    """
+    return f"artifact.{variant}.{fmt}.tree_digest"

@@ -1,42 +1,129 @@
 """Checks shared by the judges of several stages.
 
-Pins against the shipped manifest, stored streams against their run records, cited
-policies against the packaged ones.
+Pins against the shipped manifest (and a user's manifest the gate carries), stored streams
+against their run records, cited policies against the packaged ones.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Mapping
 
 from verifylib.canonical import sha256_bytes as canonical_sha
+from verifylib.errors import ParametersInvalid
+from verifylib.evidence import identities
+from verifylib.evidence.layout import USER_MANIFEST_EVIDENCE, USER_PATCH_EVIDENCE
 from verifylib.evidence.records import EvidenceView
 from verifylib.numerics.scoring import load_policy
 from verifylib.whispercpp import source as _source
 
 
-def pin_problems(doc: Any) -> list[str]:
+@dataclass(frozen=True)
+class CitedPins:
+    """The pins a gate is judged against.
+
+    Attributes
+    ----------
+    pins : dict of str to Pin
+        The packaged pins, then those of the user manifest the gate carries (if any).
+    user : frozenset of str
+        The names that come from the carried user manifest (empty without one).
+    problems : list of str
+        Why the carried manifest does not stand: not the one the gate binds, unreadable,
+        a patch it names not carried beside it.
+    """
+
+    pins: dict[str, _source.Pin]
+    user: frozenset[str] = frozenset()
+    problems: list[str] = field(default_factory=list)
+
+
+def cited_pins(ev: EvidenceView) -> CitedPins:
+    """Read the pins a gate's evidence is judged against, with a user manifest it carries.
+
+    A run on a user-declared pin carries the user's manifest and its patches as evidence
+    (``user_manifest``, ``user_patch:<path>``) and binds the manifest's SHA-256
+    (:data:`verifylib.evidence.identities.RUNTIME_MANIFEST`). The copy is loaded as the
+    parameters' manifest was (:func:`verifylib.whispercpp.source.load_user_pins`: its patch
+    digests, no clash with a packaged name), so the pin is judged against what the run
+    carries, never against a file outside it. Every carried file is read.
+
+    Parameters
+    ----------
+    ev : EvidenceView
+        The gate's evidence and identities.
+
+    Returns
+    -------
+    CitedPins
+        The packaged pins alone when the gate carries no manifest.
+    """
+    packaged = _source.load_pins()
+    bound = ev.identities.get(identities.RUNTIME_MANIFEST)
+    if not ev.has(USER_MANIFEST_EVIDENCE):
+        if bound is not None:
+            return CitedPins(packaged, problems=[
+                f"the gate binds {identities.RUNTIME_MANIFEST} but carries no user manifest"])
+        return CitedPins(packaged)
+    data = ev.bytes(USER_MANIFEST_EVIDENCE)
+    where = ev.path_of(USER_MANIFEST_EVIDENCE)
+    carried = {n[len(USER_PATCH_EVIDENCE):]: ev.path_of(n) for n in ev.names()
+               if n.startswith(USER_PATCH_EVIDENCE)}
+    for rel in carried:
+        ev.bytes(USER_PATCH_EVIDENCE + rel)
+    problems = []
+    if bound != canonical_sha(data):
+        problems.append(f"the carried user manifest {where} hashes to {canonical_sha(data)}, "
+                        f"not the {identities.RUNTIME_MANIFEST} the gate binds ({bound!r})")
+    manifest = ev.run_dir / where
+    try:
+        user = _source.load_user_pins(manifest, packaged)
+    except ParametersInvalid as exc:
+        return CitedPins(packaged, problems=problems + [f"the carried user manifest does not "
+                                                        f"load: {exc}"])
+    named = {_source.patch_rel_path(manifest, p) for p in user.values()}
+    folder = PurePosixPath(where).parent
+    for rel in sorted(named | set(carried)):
+        if rel not in carried or carried[rel] != (folder / rel).as_posix():
+            problems.append(f"the user manifest's patch {rel} is not carried beside it")
+        elif rel not in named:
+            problems.append(f"the carried patch {carried[rel]} is named by no user pin")
+    return CitedPins({**packaged, **user}, frozenset(user), problems)
+
+
+def pin_problems(doc: Any, ev: EvidenceView | None = None) -> list[str]:
     """Check the pin fields of a build sidecar against the pin manifest this version ships.
+
+    With ``ev``, a user manifest the gate carries counts as well (:func:`cited_pins`).
 
     Parameters
     ----------
     doc : object
         The sidecar document (``source``, ``patch`` or a build record).
+    ev : EvidenceView, optional
+        The gate's evidence, for a carried user manifest.
 
     Returns
     -------
     list of str
         One problem per field that is not the manifest's; empty when the pin is known and
-        every pin field it states agrees.
+        every pin field it states agrees, and any carried manifest stands.
     """
     if not isinstance(doc, Mapping):
         return ["evidence is not a mapping"]
+    cited = cited_pins(ev) if ev is not None else CitedPins(_source.load_pins())
     name = doc["pin"] if "pin" in doc else None
-    pin = _source.load_pins().get(name) if isinstance(name, str) else None
+    pin = cited.pins.get(name) if isinstance(name, str) else None
     if pin is None:
-        return [f"pin {name!r} is not in the shipped manifest"]
+        return cited.problems + [f"pin {name!r} is not in the shipped manifest"
+                                 + (" nor in the run's user manifest" if cited.user else "")]
+    problems = list(cited.problems)
+    if cited.user and name not in cited.user:
+        problems.append(f"pin {name} is a packaged pin, yet the gate carries a user manifest")
     shipped = _source.pin_fields(pin)
-    return [f"{k} {doc[k]!r} is not the manifest's {v!r} for pin {pin.name}"
-            for k, v in shipped.items() if k in doc and doc[k] != v]
+    return problems + [f"{k} {doc[k]!r} is not the manifest's {v!r} for pin {pin.name}"
+                       for k, v in shipped.items() if k in doc and doc[k] != v]
 
 
 def stream_problems(ev: EvidenceView, record: Any, names: Mapping[str, str]) -> list[str]:

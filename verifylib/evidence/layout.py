@@ -135,6 +135,18 @@ ASAN_SIDECAR = "asan_builds"
 """Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
 
 
+USER_PINS_FOLDER = "user-pins"
+"""Folder of stage 01's evidence holding the copy of a user's pin manifest and its patches,
+at their paths relative to the manifest, byte for byte."""
+
+USER_MANIFEST_EVIDENCE = "user_manifest"
+"""Evidence name of the carried copy of a user's pin manifest."""
+
+USER_PATCH_EVIDENCE = "user_patch:"
+"""Prefix of the evidence names of the carried patch files (``user_patch:<path>``, the
+path as the manifest names it)."""
+
+
 def stamped_dir(parent: Path, prefix: str, now: _dt.datetime | None = None) -> Path:
     """Return ``parent/<prefix>-<UTC time>`` that does not exist yet (``-2``, ``-3`` … appended).
 

@@ -222,7 +222,8 @@ def claim(cost_by_device: Mapping[str, float], cost_sum: float, precision: str,
     cost_sum : float
         Total of the shares.
     precision : str
-        ``"fp32"`` or ``"fp16"`` (the compute precision of the variant).
+        The planned program's declared compute precision (``"fp32"``, ``"fp16"``,
+        ``"mixed"``).
     cost_without_device : float, default 0
         The part of the total the plan costs without naming a device.
 
@@ -237,12 +238,13 @@ def claim(cost_by_device: Mapping[str, float], cost_sum: float, precision: str,
         text += (f" {100 * cost_without_device / cost_sum:.1f}% is estimated for operations "
                  f"the plan names no device for ({' or '.join(sorted(NO_DEVICE_OPS))}).")
     if precision == "fp32":
-        text += (" For the float32 variant the Neural Engine is not expected: it computes in "
+        text += (" For a float32 program the Neural Engine is not expected: it computes in "
                  "float16 only, so Core ML plans float32 programs for GPU/CPU.")
     return text
 
 
-def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_digest: str) -> dict:
+def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_digest: str,
+                       precision: str | None = None) -> dict:
     """Evidence for one variant's plan (the ``placement.plan`` rule re-judges it).
 
     Parameters
@@ -253,6 +255,10 @@ def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_diges
         ``fp32`` or ``fp16``.
     mlmodelc_digest : str
         Tree digest of the planned ``.mlmodelc``.
+    precision : str, optional
+        The planned program's declared compute precision (default: the variant's); an
+        encoder audited as given occupies the ``fp32`` slot whatever it computes in, and
+        the claim is worded for what it computes in.
 
     Returns
     -------
@@ -260,11 +266,13 @@ def placement_evidence(analysis: PlacementAnalysis, variant: str, mlmodelc_diges
         The ``plan_<variant>`` document
         (:class:`verifylib.evidence.placement.schema.PlanEvidence`).
     """
+    precision = precision if precision is not None else variant
     return {"variant": variant, "mlmodelc_digest": mlmodelc_digest,
             "compute_units": "ALL", "ops": analysis.ops,
             "cost_by_device": analysis.cost_by_device, "cost_sum": analysis.cost_sum,
             "cost_without_device": analysis.cost_without_device,
-            "claim": claim(analysis.cost_by_device, analysis.cost_sum, variant,
-                           analysis.cost_without_device)}
+            "claim": claim(analysis.cost_by_device, analysis.cost_sum, precision,
+                           analysis.cost_without_device),
+            "precision": precision}
 
 

@@ -139,7 +139,7 @@ def replay(run_dir: str | Path, out_dir: str | Path | None = None, *,
     from verifylib.evidence.runs import open_run
     from verifylib.replay.compare import all_claims
     from verifylib.replay.parity import replay_parity
-    from verifylib.replay.rederive import available_fixtures, rederive
+    from verifylib.replay.rederive import available_fixtures, carried_manifest, rederive
 
     t0 = time.perf_counter()
     run_dir = Path(run_dir).resolve()
@@ -161,7 +161,8 @@ def replay(run_dir: str | Path, out_dir: str | Path | None = None, *,
             f"physical claims on this host")
         recorded_fixtures = {k.split(".")[1]: v for k, v in run.identities.items()
                              if k.startswith("fixture.") and k.endswith(".sha256")}
-        params, missing = available_fixtures(run.params, recorded_fixtures)
+        params, missing = available_fixtures(carried_manifest(run.params, run_dir),
+                                             recorded_fixtures)
         if rederived is None:
             rd = rederive(params, out / WORK_DIR, missing, log=log)
         else:

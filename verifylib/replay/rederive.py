@@ -6,7 +6,8 @@ scratch run directory inside the replay's output folder. Stage 04 is not re-run 
 claim is about the *published* packages, which :mod:`verifylib.replay.parity` executes.
 Stage 06 needs a Core ML runtime and is never replayed. A fixture whose audio (or text
 file) is not on this host, or no longer has the recorded digest, is left out of the
-parameters and reported NOT_REPLAYABLE.
+parameters and reported NOT_REPLAYABLE. A user-declared pin is rebuilt from the copy of
+its manifest the run carries (:func:`carried_manifest`), not from the user's file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from verifylib import canonical
+from verifylib.evidence.layout import EVIDENCE_DIR, USER_PINS_FOLDER
 from verifylib.params import Params
 
 STAGES = ("01_build", "02_export", "03_canary", "05_wer")
@@ -108,6 +110,36 @@ def available_fixtures(params: Params, recorded_sha256: dict[str, str]
     data["fixtures"] = kept
     return (Params(name=params.name, data=data, origin=f"replay of {params.origin}",
                    base_dir=params.base_dir), missing)
+
+
+def carried_manifest(params: Params, run_dir: Path) -> Params:
+    """Point a user-declared pin's ``runtime.manifest`` at the copy the run carries.
+
+    The user's file may be gone or edited since the run; the copy in
+    ``evidence/01_build/user-pins/`` is what the pin was built from and is verified with the
+    run. Parameters of a packaged pin (no copy) are returned unchanged.
+
+    Parameters
+    ----------
+    params : Params
+        The run's recorded parameters.
+    run_dir : Path
+        The published run (only read).
+
+    Returns
+    -------
+    Params
+        The parameters, ``runtime.manifest`` naming the carried copy when there is one.
+    """
+    recorded = params.data["runtime"].get("manifest")
+    if recorded is None:
+        return params
+    carried = Path(run_dir) / EVIDENCE_DIR / "01_build" / USER_PINS_FOLDER / Path(recorded).name
+    if not carried.is_file():
+        return params
+    data = copy.deepcopy(params.data)
+    data["runtime"]["manifest"] = str(carried)
+    return Params(name=params.name, data=data, origin=params.origin, base_dir=params.base_dir)
 
 
 def rederive(params: Params, run_dir: Path, missing: list[MissingFixture] | None = None, *,

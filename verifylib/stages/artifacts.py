@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from verifylib.canonical import read_json, sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
+from verifylib.evidence import identities
 from verifylib.evidence.build.schema import (
     CoremlBuildEvidence,
     GgmlBuildEvidence,
@@ -41,8 +42,11 @@ from verifylib.evidence.layout import (
     EVIDENCE_DIR,
     UNPATCHED_IDENTITY,
     UNPATCHED_SIDECAR,
+    USER_MANIFEST_EVIDENCE,
+    USER_PATCH_EVIDENCE,
     read_stage_file,
 )
+from verifylib.evidence.records import EvidenceRef
 from verifylib.params import Fixture, Params
 from verifylib.resources import cache_dir
 from verifylib.runtime.audio_intake import Intake, intake
@@ -54,7 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
-    "runtime_tree", "ggml_binary", "coreml_binary", "unpatched_binary", "asan_build",
+    "runtime_tree", "user_pin_evidence", "ggml_binary", "coreml_binary", "unpatched_binary",
+    "asan_build",
     "published_model", "published_model_name", "audited_encoder", "AuditedEncoder",
     "model_source", "source_ftype", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
@@ -158,6 +163,33 @@ def runtime_tree(ctx: StageContext) -> Path:
                                  f"build.source_identity passed")
     ctx.checked_runtime_tree = path
     return path
+
+
+def user_pin_evidence(ctx: StageContext) -> tuple[list[EvidenceRef], dict[str, Any]]:
+    """Return the user manifest stage 01 carried for a user-declared pin, to cite again.
+
+    A later gate that judges the builds against the pin (``canary.sanitizer``) cites the
+    same carried files and binds the same identity as ``build.source_identity``, so its
+    rule reads the pin from the run, as the build gates' do.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+
+    Returns
+    -------
+    (list of EvidenceRef, dict)
+        The carried manifest and patches and ``{"runtime.manifest.sha256": …}``; both
+        empty for a packaged pin, or when stage 01 recorded no source gate.
+    """
+    rec = ctx.prior().get(BUILD_SOURCE_IDENTITY)
+    if rec is None:
+        return [], {}
+    refs = [r for r in rec.evidence
+            if r.name == USER_MANIFEST_EVIDENCE or r.name.startswith(USER_PATCH_EVIDENCE)]
+    ids = {k: v for k, v in rec.identities.items() if k == identities.RUNTIME_MANIFEST}
+    return refs, ids
 
 
 def ggml_binary(ctx: StageContext) -> tuple[Path, str]:
@@ -619,7 +651,8 @@ def source_spec(params: Params) -> SourceSpec:
 
     src = params.runtime.source
     if src["kind"] == "git":
-        src.setdefault("commit", _source.load_pins()[params.runtime.pin].commit)
+        pins = _source.available_pins(params.runtime.manifest)
+        src.setdefault("commit", pins[params.runtime.pin].commit)
     if "path" in src:
         src["path"] = str(params.resolve(src["path"]))
     return _source.SourceSpec(**src)

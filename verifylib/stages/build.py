@@ -1,7 +1,9 @@
 """Stage 01_build: pinned source, exact patch, static whisper-cli variants, system_info.
 
 Gates judged here: ``build.source_identity``, ``build.patch_exact``, ``build.ggml`` and,
-on macOS with full Xcode only, ``build.coreml`` (NOT_RUN(platform) elsewhere).
+on macOS with full Xcode only, ``build.coreml`` (NOT_RUN(platform) elsewhere). A pin of the
+parameter file's own manifest is built from a copy of that manifest the run carries
+(:func:`run_pin`).
 
 Besides the gated builds, the stage builds the *unpatched* static GGML ``whisper-cli``
 from the pristine source (built outside it; the folder's tree id is re-checked after the
@@ -33,7 +35,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from verifylib.canonical import read_json
+from verifylib.canonical import read_json, sha256_bytes
+from verifylib.errors import ParametersInvalid
 from verifylib.evidence import identities
 from verifylib.evidence.build.facts import build_facts_from_evidence
 from verifylib.evidence.build.schema import (
@@ -51,7 +54,14 @@ from verifylib.evidence.gates import (
     BUILD_SOURCE_IDENTITY,
     Status,
 )
-from verifylib.evidence.layout import ASAN_SIDECAR, UNPATCHED_IDENTITY, UNPATCHED_SIDECAR
+from verifylib.evidence.layout import (
+    ASAN_SIDECAR,
+    UNPATCHED_IDENTITY,
+    UNPATCHED_SIDECAR,
+    USER_MANIFEST_EVIDENCE,
+    USER_PATCH_EVIDENCE,
+    USER_PINS_FOLDER,
+)
 from verifylib.evidence.records import EvidenceRef
 from verifylib.evidence.run_record import RunRecord
 from verifylib.evidence.stage_report import StageReport
@@ -134,10 +144,10 @@ def _run(params: Params, run_dir: str | os.PathLike[str], pool: BuildPool) -> St
     """:func:`run`'s body; the variants' builds start together in ``pool``."""
     ctx = StageContext(STAGE, params, run_dir)
     cache = cache_dir()
-    pins = _source.load_pins()
-    pin = pins[params.runtime.pin]
-    tree = _source_gate(ctx, params, pin, cache)
-    patched, build_result, build_error = _patch_gate(ctx, params, pin, cache, tree, pool)
+    pin, carried, carried_ids = run_pin(ctx, params)
+    tree = _source_gate(ctx, params, pin, cache, carried, carried_ids)
+    patched, build_result, build_error = _patch_gate(ctx, params, pin, cache, tree, pool,
+                                                     carried, carried_ids)
     _ggml_gate(ctx, tree, build_result, build_error)
     if tree is not None and params.canary.enabled:
         unpatched_build(ctx, tree.path, pin, build_options(params), cache,
@@ -151,8 +161,59 @@ def _run(params: Params, run_dir: str | os.PathLike[str], pool: BuildPool) -> St
     return _coreml_gate(ctx, params, pin, cache, tree, patched, build_result)
 
 
-def _source_gate(ctx: StageContext, params: Params, pin: "_source.Pin",
-                 cache: Path) -> "_source.SourceTree | None":
+def run_pin(ctx: StageContext, params: Params
+            ) -> tuple["_source.Pin", list[EvidenceRef], dict[str, str]]:
+    """Return the run's pin and, for a user-declared pin, the evidence and identity it carries.
+
+    A packaged pin comes from the packaged manifest: no evidence, no identity. A pin of
+    the parameter file's own manifest (``runtime.manifest``) is a user-declared pin: the
+    manifest and every patch it names are copied byte for byte into
+    ``evidence/01_build/user-pins/`` (at their paths relative to the manifest) and the pin
+    is loaded from that copy, held to its digests again. So the pin built is the pin the
+    run carries, and ``verify`` re-checks it against the copy whatever becomes of the
+    user's file. Both source gates cite the copy and bind its SHA-256
+    (:data:`verifylib.evidence.identities.RUNTIME_MANIFEST`).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 01's context (the copy is written through it).
+    params : Params
+        The run's parameters (``runtime.pin``, ``runtime.manifest``).
+
+    Returns
+    -------
+    (Pin, list of EvidenceRef, dict)
+        The pin; the carried manifest and patches (empty for a packaged pin); the identity
+        ``{"runtime.manifest.sha256": …}`` (empty for a packaged pin).
+
+    Raises
+    ------
+    verifylib.errors.ParametersInvalid
+        If the user's manifest no longer loads, or no longer holds the pin.
+    """
+    name = params.runtime.pin
+    packaged = _source.load_pins()
+    if name in packaged or params.runtime.manifest is None:
+        return packaged[name], [], {}
+    manifest = Path(params.runtime.manifest)
+    user = _source.load_user_pins(manifest, packaged)
+    data = manifest.read_bytes()
+    refs = [ctx.write_bytes(USER_MANIFEST_EVIDENCE, data, f"{USER_PINS_FOLDER}/{manifest.name}")]
+    for rel in sorted({_source.patch_rel_path(manifest, p) for p in user.values()}):
+        refs.append(ctx.write_bytes(USER_PATCH_EVIDENCE + rel,
+                                    (manifest.parent / rel).read_bytes(),
+                                    f"{USER_PINS_FOLDER}/{rel}"))
+    # Loaded from the copy: a file the user edits during the run changes nothing built.
+    pins = _source.load_user_pins(ctx.evidence_dir / USER_PINS_FOLDER / manifest.name, packaged)
+    if name not in pins:
+        raise ParametersInvalid(f"{manifest}: pin {name!r} is no longer in the manifest")
+    return pins[name], refs, {identities.RUNTIME_MANIFEST: sha256_bytes(data)}
+
+
+def _source_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Path,
+                 carried: list[EvidenceRef], carried_ids: dict[str, str]
+                 ) -> "_source.SourceTree | None":
     """Judge build.source_identity; the pristine source when it is the pin's."""
     tree = None
     g = ctx.begin(BUILD_SOURCE_IDENTITY)
@@ -163,20 +224,22 @@ def _source_gate(ctx: StageContext, params: Params, pin: "_source.Pin",
             # Written through its schema: the document is the judge's, field for field.
             evidence = SourceEvidence.from_json(_source.source_evidence(pin, computed, st))
             ref = ctx.write_json("source", evidence.to_json())
-            rec = g.judge([ref], {"runtime.pin": pin.name, "runtime.commit": pin.commit,
-                                  "runtime.tree": computed})
+            rec = g.judge([ref, *carried], {"runtime.pin": pin.name, "runtime.commit": pin.commit,
+                                            "runtime.tree": computed, **carried_ids})
             if rec.status is Status.PASS:
                 tree = st
     return tree
 
 
 def _patch_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Path,
-                tree: "_source.SourceTree | None", pool: BuildPool
+                tree: "_source.SourceTree | None", pool: BuildPool,
+                carried: list[EvidenceRef], carried_ids: dict[str, str]
                 ) -> tuple["_source.PatchedTree | None", "_build.BuildResult | None", str | None]:
     """Judge build.patch_exact, starting the variants' builds once the patch is exact.
 
     Returns the patched work tree, the GGML build and the GGML build's error, each None
-    when it did not come about.
+    when it did not come about. A user-declared pin's carried manifest is cited and bound
+    (:func:`run_pin`).
     """
     build_result: _build.BuildResult | None = None
     build_error: str | None = None
@@ -210,7 +273,7 @@ def _patch_gate(ctx: StageContext, params: Params, pin: "_source.Pin", cache: Pa
                     checks["after"] = _source.check_patch_exact(patched.path, pin).to_evidence()
             ev = PatchEvidence.from_json(_source.patch_evidence(pin, checks))
             ref = ctx.write_json("patch", ev.to_json())
-            g.judge([ref], {"runtime.patch_sha256": pin.patch_sha256})
+            g.judge([ref, *carried], {"runtime.patch_sha256": pin.patch_sha256, **carried_ids})
     return patched, build_result, build_error
 
 

@@ -91,6 +91,7 @@ from verifylib.stages.artifacts import (
     published_model,
     runtime_tree,
     unpatched_binary,
+    user_pin_evidence,
 )
 from verifylib.stages.context import StageContext
 
@@ -570,7 +571,9 @@ def run(params: Params, run_dir: str | os.PathLike[str], *, progress: bool = Tru
                 model=tree / contracts.TEST_MODEL_IN_TREE,
                 audio=tree / contracts.TEST_AUDIO_IN_TREE, timeout=cfg.timeout_s,
                 progress=progress)
-            g.judge(refs, ids)
+            # A user-declared pin is judged against the manifest the run carries.
+            carried, carried_ids = user_pin_evidence(ctx)
+            g.judge([*refs, *carried], {**ids, **carried_ids})
     report = ctx.finish()
     # What the stage returns is what open_run reads from a published run: the same builder
     # on the files the gates cite (the helpers above fill ctx.result for direct callers).

@@ -3,7 +3,8 @@
 ``placement.plan`` loads ``MLComputePlan`` for the published fp32 ``.mlmodelc`` (and the
 fp16 one when present) with ``ComputeUnit.ALL``, the compute units whisper.cpp requests.
 It needs macOS 14.4+; elsewhere it is NOT_RUN(platform). Claims about the Neural Engine
-are worded from the plan only.
+are worded from the plan only, and for the planned program's declared compute precision:
+an encoder audited as given occupies the ``fp32`` slot whatever it computes in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any, Callable
 
 from verifylib.canonical import tree_digest
 from verifylib.errors import PrerequisiteBroken
-from verifylib.evidence.gates import PLACEMENT_PLAN
+from verifylib.evidence import identities
+from verifylib.evidence.gates import EXPORT_CONTRACT, PLACEMENT_PLAN
 from verifylib.evidence.placement.result import placement_result_from_evidence
 from verifylib.evidence.placement.schema import PlanEvidence
 from verifylib.evidence.records import EvidenceRef
@@ -25,6 +27,12 @@ from verifylib.stages.artifacts import published_mlmodelc
 from verifylib.stages.context import StageContext
 
 STAGE = "06_placement"
+
+
+def _declared_precision(ctx: StageContext, variant: str) -> str:
+    """Return the compute precision the planned program declares (the slot's, unless given)."""
+    pre = ctx.evidence_of(EXPORT_CONTRACT, "contract").get("prebuilt")
+    return str(pre["precision"]) if pre and variant == "fp32" else variant
 
 
 def run(params: Params, run_dir: str | os.PathLike[str],
@@ -62,10 +70,11 @@ def run(params: Params, run_dir: str | os.PathLike[str],
                 digest = tree_digest(path)
                 # Read through its schema before it is written (the domain module that
                 # builds it sits below the schemas): a malformed plan never becomes evidence.
-                ev = PlanEvidence.from_json(placement_evidence(analyze_plan(plan_loader(path)),
-                                                               variant, digest))
+                ev = PlanEvidence.from_json(placement_evidence(
+                    analyze_plan(plan_loader(path)), variant, digest,
+                    _declared_precision(ctx, variant)))
                 refs.append(ctx.write_json(f"plan_{variant}", ev.to_json()))
-                ids[f"artifact.{variant}.mlmodelc.tree_digest"] = digest
+                ids[identities.artifact_tree_digest(variant, "mlmodelc")] = digest
             g.judge(refs, ids)
     report = ctx.finish()
     # The plans as the gate cites them, which is what open_run reads from a published run.

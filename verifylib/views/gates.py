@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verifylib.evidence.identities import RUNTIME_MANIFEST
+from verifylib.models.converter_precision import neural_engine_warning, planned_from_identities
 from verifylib.views import render
 
 DETAIL_LIMIT = 4000
@@ -173,6 +175,7 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
     ftype = ids.get("model.ggml.ftype")
     pin = ids.get("runtime.pin") or "?"
     commit = ids.get("runtime.commit")
+    user_manifest = ids.get(RUNTIME_MANIFEST)
     notebooks = [s for s in stages if run_dir is not None
                  and (Path(run_dir) / "notebooks" / f"{s}.ipynb").is_file()]
     att = "attestation.intoto.jsonl"
@@ -180,7 +183,11 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
         "model": f"{receipt.get('name')}"
                  + (f" (source digest {str(model)[:12]}…" if model else "")
                  + (f", ggml {ftype})" if ftype and model else ")" if model else ""),
-        "pin": f"{pin}" + (f", commit {str(commit)[:12]}" if commit else ""),
+        "pin": f"{pin}" + (f", commit {str(commit)[:12]}" if commit else "")
+               + (f"; USER-DECLARED pin, not one packaged with verifylib: declared by the "
+                  f"parameter file's own manifest (sha256 {str(user_manifest)[:16]}…), which "
+                  f"the run carries and verify judges the pin against"
+                  if user_manifest else ""),
         "host": ", ".join(str(host[k]) for k in ("system", "machine", "macos_version")
                           if host.get(k)) + (f", Python {host['python']}"
                                              if host.get("python") else ""),
@@ -189,6 +196,8 @@ def _card(receipt: dict, run_dir, stages: list[str]) -> dict:
         "informational": gate_counts(receipt.get("gates", []), False),
         "notebooks": notebooks,
         "attestation": att if run_dir is not None and (Path(run_dir) / att).is_file() else None,
+        "neural_engine": neural_engine_warning(planned_from_identities(ids),
+                                               ids.get("runtime.pin")),
     }
 
 

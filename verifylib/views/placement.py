@@ -3,8 +3,9 @@
 The stage's output opens with the plan's rows as Core ML gave them, per variant: how many
 operations carry a device and a cost, the cost per preferred device and the sum of the
 costs as recorded (an estimate, not a share forced to 1), the rows grouped by operator,
-every row without a preferred device, then every row in full. When ``placement.plan`` was
-not judged, the note says how it ended and no device share is shown.
+every row without a preferred device, then every row in full. A plan of a float32 program
+says why it has no Neural Engine share. When ``placement.plan`` was not judged, the note
+says how it ended and no device share is shown.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from verifylib.models.compute_plan import (
     UNPLACED_COMPUTE,
     row_kind,
 )
+from verifylib.models.converter_precision import fp32_plan_explanation
 from verifylib.views import display_html
 from verifylib.views.gates import status_text
 
@@ -108,6 +110,11 @@ class PlanSummary:
         Every row, in plan order.
     claim : str or None
         The Neural Engine claim worded from the plan.
+    precision : str or None
+        The planned program's declared compute precision, as the plan records it (None in
+        plans recorded before it was).
+    no_neural_engine : str or None
+        Why the plan has no Neural Engine share, for a float32 program; None otherwise.
     """
 
     variant: str
@@ -121,6 +128,8 @@ class PlanSummary:
     top: tuple[PlanOp, ...]
     rows: tuple[PlanRow, ...]
     claim: str | None
+    precision: str | None = None
+    no_neural_engine: str | None = None
 
 
 def summarize(variant: str, plan) -> PlanSummary:
@@ -164,7 +173,8 @@ def summarize(variant: str, plan) -> PlanSummary:
         cost_sum=plan.cost_sum, cost_by_device=tuple(by_device),
         by_operator=tuple(by_operator),
         top=tuple(sorted(costed, key=lambda o: -(o.cost or 0.0))[:TOP_OPS]),
-        rows=rows, claim=plan.claim)
+        rows=rows, claim=plan.claim, precision=plan.precision,
+        no_neural_engine=fp32_plan_explanation(plan.precision))
 
 
 def show(report) -> None:

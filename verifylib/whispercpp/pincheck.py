@@ -28,6 +28,15 @@ archive, or a folder, identified by its git tree id) as a table:
 
 It only reads the candidate (a folder is used in place and re-identified after the
 build; builds happen outside it) and it never deletes or edits a patch or the manifest.
+
+With ``--write-manifest FILE`` it also declares the candidate as a user pin
+(:mod:`verifylib.whispercpp.pin_entry`): once every condition it can run on this host has
+been assessed, it writes a new manifest holding one entry (the commit, the tree id, a
+full-index patch generated for the candidate and proved on it, its SHA-256, the touched
+path) and lists under ``not_run_here`` the conditions this host could not run. A parameter
+file names it as ``runtime.manifest``. It refuses (exit 2), before any build, a file that
+exists, a name that clashes with a packaged pin, ``--no-build``, a candidate that is a
+packaged pin's tree, and a tree whose batch member is not declared uninitialized.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.runtime.capabilities import detect
 from verifylib.runtime.runner import run_record, run_whisper_cli
 from verifylib.whispercpp import build as _build
+from verifylib.whispercpp import pin_entry as _entry
 from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.cmake_steps import BuildError
 
@@ -60,6 +70,25 @@ MET, NOT_MET, UNKNOWN, INFO, MANUAL = "met", "NOT MET", "unknown", "n/a", "manua
 
 class PinCheckError(ParametersInvalid):
     """The candidate cannot be obtained or identified (bad input)."""
+
+
+@dataclass(frozen=True)
+class ManifestRequest:
+    """What ``--write-manifest`` asks for.
+
+    Attributes
+    ----------
+    path : Path
+        The manifest to write (it must not exist).
+    name : str or None
+        The pin's name; None: ``user-<commit[:12]>``.
+    commit : str or None
+        The upstream commit of the candidate tree; None for a candidate given as a commit.
+    """
+
+    path: Path
+    name: str | None = None
+    commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +136,8 @@ class Assessment:
     conclusion : str
         One paragraph; starts with ``PATCH STILL NEEDED`` or ``THE PATCH NO LONGER
         APPLIES``.
+    manifest : Path or None
+        The user manifest written (``--write-manifest``), else None.
     """
 
     candidate: str
@@ -118,6 +149,7 @@ class Assessment:
     batch_state: str
     conditions: list[Condition] = field(default_factory=list)
     conclusion: str = ""
+    manifest: Path | None = None
 
 
 def _struct_body(text: str, name: str) -> str | None:
@@ -235,7 +267,8 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
            subdir: str | None = None, runs: int = 20, build: bool = True,
            timeout: float = 120.0, jobs: int = 2, options: dict | None = None,
            model: str | Path | None = None, cache_dir: Path | None = None,
-           log: Callable[[str], None] = print) -> Assessment:
+           log: Callable[[str], None] = print,
+           write: ManifestRequest | None = None) -> Assessment:
     """Assess a candidate source against the patch-deletion conditions.
 
     The conditions are those of docs/runtime-contract.md §6.4 (see the module docstring).
@@ -268,38 +301,35 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
         Shared cache (default ``$VERIFYLIB_CACHE`` or ``~/.cache/verifylib``).
     log : callable
         Progress lines.
+    write : ManifestRequest, optional
+        Also write the candidate's user pin entry (module docstring), checked first.
 
     Returns
     -------
     Assessment
-        The candidate, its source and tree id, the known pin, one row per condition and
-        the conclusion.
+        The candidate, source, tree id, known pin, rows, conclusion and manifest written.
 
     Raises
     ------
     PinCheckError
-        For an unusable candidate or an unknown pin.
+        For an unusable candidate, an unknown pin, or a manifest that cannot be written.
     """
     from verifylib.resources import cache_dir as default_cache
     cache = Path(cache_dir) if cache_dir else default_cache()
     pins = _source.load_pins()
-    if pin_name is not None and pin_name not in pins:
-        raise PinCheckError(f"unknown pin {pin_name!r} (known: {', '.join(pins)})")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise PinCheckError(f"runs must be a positive integer, got {runs!r}")
+    write = _check_inputs(pins, pin_name, runs, write, candidate, build)
     scratch = Path(tempfile.mkdtemp(prefix="verifylib-pincheck-"))
     try:
         src, origin = resolve_candidate(candidate, url=url, subdir=subdir, cache_dir=cache,
                                         scratch=scratch / "cache", log=log)
         tree = _source.git_tree_id(src)
         known = next((p.name for p in pins.values() if p.tree == tree), None)
-        litter = os_litter(src) if known is None else ()
-        if litter:  # counted in the tree id, so no pin's tree can match
-            log(f"note: {describe_litter(src, litter)}")
+        if known is None:
+            _note_litter(src, log)
         pin_name, applies, why = _choose_pin(src, tree, pins, pin_name, known, scratch / "work")
-        whisper_cpp = src / "src" / "whisper.cpp"
-        state, line = batch_member_state(whisper_cpp.read_text(errors="replace")) \
-            if whisper_cpp.is_file() else ("absent", None)
+        state, line = _batch_state(src)
+        if write is not None:
+            _refuse_entry(known, state, line)
         result = Assessment(candidate, src, tree, known, pin_name, applies, state)
         result.conditions.extend(_source_rows(pin_name, pins[pin_name], applies, why, state,
                                               line))
@@ -308,9 +338,37 @@ def assess(candidate: str, *, pin_name: str | None = None, url: str = DEFAULT_UR
                                            options=options, cache=cache, log=log))
         result.conditions.extend(_unassessed_rows())
         result.conclusion = _conclude(result)
+        if write is not None and line is not None:
+            result.manifest = _write_entry(result, write, line, scratch / "entry", log)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_inputs(pins: dict[str, _source.Pin], pin_name: str | None, runs: object,
+                  write: ManifestRequest | None, candidate: str, build: bool
+                  ) -> ManifestRequest | None:
+    """Refuse an unknown pin, a bad run count or an unusable write request (before any work)."""
+    if pin_name is not None and pin_name not in pins:
+        raise PinCheckError(f"unknown pin {pin_name!r} (known: {', '.join(pins)})")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise PinCheckError(f"runs must be a positive integer, got {runs!r}")
+    return None if write is None else _checked_request(write, candidate, build)
+
+
+def _note_litter(src: Path, log: Callable[[str], None]) -> None:
+    """Name the macOS litter in a candidate: counted in the tree id, no pin's tree can match."""
+    litter = os_litter(src)
+    if litter:
+        log(f"note: {describe_litter(src, litter)}")
+
+
+def _batch_state(src: Path) -> tuple[str, int | None]:
+    """:func:`batch_member_state` of the candidate's ``src/whisper.cpp`` (absent: no file)."""
+    whisper_cpp = src / "src" / "whisper.cpp"
+    if not whisper_cpp.is_file():
+        return "absent", None
+    return batch_member_state(whisper_cpp.read_text(errors="replace"))
 
 
 def _choose_pin(src: Path, tree: str, pins: dict[str, _source.Pin], pin_name: str | None,
@@ -545,6 +603,82 @@ def sanitizer_row(src: Path, tree: str, model: Path, audio: Path, *, timeout: fl
     return Condition(SANITIZER_CHECK, f"{seen} ({meaning})", INFO)
 
 
+# ----------------------------------------------------------------------------- --write-manifest
+
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def _checked_request(write: ManifestRequest, candidate: str, build: bool) -> ManifestRequest:
+    """Refuse a ``--write-manifest`` request before any work; fill in its commit and name."""
+    if not build:
+        raise PinCheckError("--write-manifest writes an entry only when every condition this "
+                            "host can run has been assessed: drop --no-build")
+    given = _COMMIT_RE.fullmatch(candidate) is not None
+    if given and write.commit not in (None, candidate):
+        raise PinCheckError(f"--commit {write.commit!r} is not the candidate commit {candidate}")
+    commit = candidate if given else write.commit
+    if commit is None:
+        raise PinCheckError(f"--write-manifest: name the upstream commit of {candidate} with "
+                            "--commit (the candidate is not a commit id)")
+    if not _COMMIT_RE.fullmatch(commit):
+        raise PinCheckError(f"--commit {commit!r} must be 40 lower-case hex digits")
+    name = write.name or f"user-{commit[:12]}"
+    _entry.check_destination(write.path, name)
+    return ManifestRequest(Path(write.path), name, commit)
+
+
+def _refuse_entry(known: str | None, state: str, line: int | None) -> None:
+    """Refuse, before the builds, a candidate no user pin can be written for."""
+    if known is not None:
+        raise PinCheckError(f"--write-manifest: the candidate is packaged pin {known}'s tree; "
+                            f"name runtime.pin: {known} instead")
+    if state != "uninitialized" or line is None:
+        how = ("initializes it" if state == "initialized"
+               else "declares no `whisper_batch batch` member in struct whisper_state")
+        raise PinCheckError(f"--write-manifest: src/whisper.cpp {how}, so there is no "
+                            f"`{contracts.BATCH_MEMBER_UNINITIALIZED}` to patch and verifylib "
+                            "audits patched pins only; run pin-check without --write-manifest "
+                            "for the deletion conditions")
+
+
+def _write_entry(a: Assessment, write: ManifestRequest, line: int, scratch: Path,
+                 log: Callable[[str], None]) -> Path:
+    """Generate, prove and write the candidate's entry (every runnable condition assessed)."""
+    skipped = [c.check for c in a.conditions if c.deletion.startswith("NOT_RUN(disabled")]
+    if skipped:
+        raise PinCheckError(f"--write-manifest: not written, these conditions could run here "
+                            f"but were not assessed: {'; '.join(skipped)}")
+    not_run = tuple(f"{c.check}: {c.deletion}" for c in a.conditions
+                    if c.deletion.startswith("NOT_RUN("))
+    try:
+        patch = _entry.generate_patch(a.source, a.tree_id, line, scratch / "generate")
+        # Both filled in by _checked_request before any work.
+        entry = _entry.PinEntry(str(write.name), str(write.commit), a.tree_id, patch,
+                                (_entry.TOUCHED,), not_run)
+        _entry.prove_entry(a.source, entry, scratch / "prove", log=log)
+    except _source.PatchError as exc:
+        raise PinCheckError(f"--write-manifest: cannot make the candidate's patch: {exc}") \
+            from exc
+    _entry.write_manifest(entry, write.path, _entry_header(a, entry, write.path))
+    return Path(write.path)
+
+
+def _entry_header(a: Assessment, entry: "_entry.PinEntry", manifest: Path) -> list[str]:
+    """Return the manifest's opening comment: what it is, its use, what was assessed."""
+    from verifylib import __version__
+    rows = [f"  - {c.check}: {c.deletion} ({c.observed})" for c in a.conditions]
+    return [f"A user-declared whisper.cpp pin, written by `verifylib pin-check "
+            f"--write-manifest` (verifylib {__version__}).",
+            f"Use it from a parameter file: runtime.manifest: {Path(manifest).name} (relative "
+            f"to the parameter file), runtime.pin: {entry.name}.",
+            f"candidate: {a.candidate}, tree {a.tree_id}; the patch was generated for this "
+            "tree and proved exact on it.",
+            "Patch-deletion conditions (docs/runtime-contract.md §6.4) as assessed on "
+            f"{detect().system} {detect().machine}:", *rows,
+            "not_run_here lists the conditions this host could not run.",
+            a.conclusion, ""]
+
+
 def _conclude(a: Assessment) -> str:
     if a.patch_applies:
         head = (f"PATCH STILL NEEDED: pin {a.pin}'s patch applies to this source"
@@ -595,6 +729,11 @@ def format_table(a: Assessment) -> str:
                                     for i in range(3)).rstrip())
         lines.append("-+-".join("-" * w for w in widths))
     lines += ["", a.conclusion]
+    if a.manifest is not None:
+        lines += ["", f"wrote {a.manifest}: a user pin for this tree, with a compatibility "
+                      "patch generated for it and proved exact on it (review it: a run on it "
+                      "is reported as user-declared; name it as runtime.manifest in a "
+                      "parameter file)"]
     return "\n".join(lines)
 
 
@@ -604,20 +743,23 @@ def cli_main(args) -> int:
     Parameters
     ----------
     args : argparse.Namespace
-        ``candidate``, ``pin``, ``url``, ``subdir``, ``runs``, ``no_build``, ``jobs`` and
-        ``model``.
+        ``candidate``, ``pin``, ``url``, ``subdir``, ``runs``, ``no_build``, ``jobs``,
+        ``model``, and ``write_manifest``, ``name``, ``commit``.
 
     Returns
     -------
     int
-        0 after printing the table, 2 when the candidate or the pin is unusable.
+        0 after printing the table (and writing the manifest), 2 when the candidate, the
+        pin or the manifest to write is unusable.
     """
     import sys
+    write = (ManifestRequest(Path(args.write_manifest), args.name, args.commit)
+             if getattr(args, "write_manifest", None) else None)
     try:
         a = assess(args.candidate, pin_name=args.pin, url=args.url, subdir=args.subdir,
                    runs=args.runs, build=not args.no_build, jobs=args.jobs, model=args.model,
-                   log=lambda m: print(m, file=sys.stderr))
-    except PinCheckError as exc:
+                   log=lambda m: print(m, file=sys.stderr), write=write)
+    except ParametersInvalid as exc:
         print(f"verifylib pin-check: {exc}", file=sys.stderr)
         return 2
     print(format_table(a))

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from verifylib.evidence.canary.schema import SIDES
 from verifylib.evidence.gates import BUILD_COREML, BUILD_GGML, BUILD_SOURCE_IDENTITY
+from verifylib.evidence.identities import RUNTIME_MANIFEST
+from verifylib.evidence.layout import USER_MANIFEST_EVIDENCE
 from verifylib.evidence.reading import has_rows, judged_evidence
 
 if TYPE_CHECKING:
@@ -47,15 +49,60 @@ def backend_text(pinned: str | None, logged: str | None, probe: str) -> str:
 
 @dataclass(frozen=True)
 class SourceFacts:
-    """The source folder ``build.source_identity`` judged.
+    """The source folder ``build.source_identity`` judged, and where its pin comes from.
 
     Attributes
     ----------
     path : str or None
         The folder (None when the evidence names none).
+    pin : str or None
+        The pin's name.
+    user_manifest : str or None
+        For a user-declared pin: the run-relative path of the manifest the run carries
+        (None: a pin packaged with verifylib).
+    user_manifest_sha256 : str or None
+        That manifest's SHA-256, the identity ``runtime.manifest.sha256``.
     """
 
     path: str | None
+    pin: str | None = None
+    user_manifest: str | None = None
+    user_manifest_sha256: str | None = None
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the (label, value) rows of the source, in display order.
+
+        Returns
+        -------
+        list of (str, object)
+            The folder, and for a user-declared pin a row that says so.
+        """
+        out: list[tuple[str, Any]] = [("source", self.path)]
+        if self.user_manifest is not None:
+            out.append(("pin", user_pin_text(self.pin, self.user_manifest,
+                                             self.user_manifest_sha256)))
+        return out
+
+
+def user_pin_text(pin: str | None, manifest: str, sha256: str | None) -> str:
+    """Say plainly that a pin is user-declared, and which manifest declares it.
+
+    Parameters
+    ----------
+    pin : str or None
+        The pin's name.
+    manifest : str
+        The manifest the run carries (run-relative path).
+    sha256 : str or None
+        Its SHA-256.
+
+    Returns
+    -------
+    str
+        One sentence for the facts table.
+    """
+    return (f"{pin}: USER-DECLARED pin, not one packaged with verifylib; declared by the "
+            f"manifest the run carries, {manifest} (sha256 {sha256}), and judged against it")
 
 
 @dataclass(frozen=True)
@@ -228,7 +275,7 @@ class BuildFacts:
         """
         out: list[tuple[str, Any]] = []
         if self.source is not None:
-            out.append(("source", self.source.path))
+            out += self.source.rows()
         if self.ggml is not None:
             out += self.ggml.rows()
         u = self.unpatched
@@ -291,7 +338,11 @@ def build_facts_from_evidence(run_dir: str | os.PathLike[str],
     asan: dict[str, SidecarBuildFacts] = {}
     v = judged_evidence(run_dir, records, BUILD_SOURCE_IDENTITY, "source")
     if v is not None:
-        source = SourceFacts(v.json("source")["path"])
+        doc = v.json("source")
+        carried = v.has(USER_MANIFEST_EVIDENCE)
+        source = SourceFacts(doc["path"], doc.get("pin"),
+                             v.path_of(USER_MANIFEST_EVIDENCE) if carried else None,
+                             v.identities.get(RUNTIME_MANIFEST) if carried else None)
     v = judged_evidence(run_dir, records, BUILD_GGML, "build")
     if v is not None:
         ev = v.json("build")

@@ -25,10 +25,9 @@ from verifylib.evidence.gates import (
     Judgement,
     Status,
 )
-from verifylib.evidence.judging import pin_problems, stream_problems
+from verifylib.evidence.judging import cited_pins, pin_problems, stream_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
-from verifylib.whispercpp import source as _source
 from verifylib.whispercpp.build import links_runtime_dynamically
 from verifylib.whispercpp.build_options import (
     GGML_BACKENDS,
@@ -44,7 +43,7 @@ from verifylib.whispercpp.system_info import parse_system_info
 
 def _rule_source(ev: EvidenceView) -> Judgement:
     doc = ev.json("source")
-    problems = pin_problems(doc)
+    problems = pin_problems(doc, ev)
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     return judge_source_identity(doc)
@@ -56,14 +55,14 @@ def _malformed(exc: SchemaError) -> Judgement:
 
 def _rule_patch(ev: EvidenceView) -> Judgement:
     doc = ev.json("patch")
-    problems = pin_problems(doc)
+    problems = pin_problems(doc, ev)
     if problems:
         return Judgement(Status.FAIL, "; ".join(problems))
     try:
         parsed = PatchEvidence.from_json(doc)
     except SchemaError as exc:
         return _malformed(exc)
-    pin = _source.load_pins()[parsed.pin]
+    pin = cited_pins(ev).pins[parsed.pin]
     if parsed.patch_file != pin.patch_path.name:
         return Judgement(Status.FAIL, f"patch file {parsed.patch_file!r} is not the manifest's "
                                       f"{pin.patch_path.name!r}")

@@ -34,6 +34,7 @@ from verifylib.evidence.gates import (
     CANARY_SANITIZER,
     Judgement,
 )
+from verifylib.evidence.judging import CitedPins, cited_pins
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
@@ -306,7 +307,8 @@ and its stdout."""
 
 
 def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
-                    identities: Mapping[str, Any] | None = None) -> Judgement:
+                    identities: Mapping[str, Any] | None = None,
+                    pins: CitedPins | None = None) -> Judgement:
     """Judge ``canary.sanitizer`` on stored evidence (informational gate).
 
     The evidence must hold, for each side, the pin's AddressSanitizer build (variant,
@@ -329,6 +331,9 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
         Digest to stored bytes, or None when no such stream is stored.
     identities : mapping, optional
         The gate's identities; each side's binary digest must be bound there.
+    pins : CitedPins, optional
+        The pins the builds are checked against (:func:`verifylib.evidence.judging.cited_pins`:
+        a user-declared pin's manifest carried by the gate); default: the packaged pins.
     """
     try:
         ev = SanitizerEvidence.from_json(doc)
@@ -343,9 +348,12 @@ def judge_sanitizer(doc: Any, stream: Callable[[str], bytes | None],
     if ev.asan_options != _sanitizer.ASAN_OPTIONS:
         problems.append(f"ASAN_OPTIONS {ev.asan_options!r} are not this version's "
                         f"{_sanitizer.ASAN_OPTIONS!r}")
-    pin = _source.load_pins().get(ev.pin)
+    cited = pins if pins is not None else CitedPins(_source.load_pins())
+    problems += cited.problems
+    pin = cited.pins.get(ev.pin)
     if pin is None:
-        problems.append(f"pin {ev.pin!r} is not in the shipped manifest")
+        problems.append(f"pin {ev.pin!r} is not in the shipped manifest"
+                        + (" nor in the run's user manifest" if cited.user else ""))
     sides = ev.sides
     runs_of: dict[str, list[_AsanRun]] = {}
     for side in SIDES:
@@ -443,7 +451,7 @@ def _rule_sanitizer(ev: EvidenceView) -> Judgement:
     def stream(sha: str) -> bytes | None:
         name = asan_stream_name(sha)
         return ev.bytes(name) if ev.has(name) else None
-    return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities)
+    return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities, cited_pins(ev))
 
 
 def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:

@@ -317,8 +317,16 @@ def _prebuilt_rows(pre: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]
     card = pre.get("card") or {}
     made = (f"written by coremltools {card.get('converter_version') or '(version not recorded)'}"
             f" from {card.get('source') or 'an unrecorded source'}")
+    archive = pre.get("archive")
+    unzipped = () if not archive else (
+        ("unpacked from the zip", f"sha256 {archive['sha256']}, {archive['bytes']} bytes: "
+                                  f"{len(archive['files'])} files of {archive['top']}, "
+                                  "each held to its declared size and CRC-32"
+                                  + (f"; {archive['skipped']} __MACOSX entries not unpacked"
+                                     if archive["skipped"] else "")),)
     return (("encoder audited as given", f"{pre['given']} ({pre['format']}, tree "
                                          f"{pre['source_tree_digest']})"),
+            *unzipped,
             ("what the encoder declares",
              f"{pre['precision']} compute ({card.get('precision_reason', '')}); weights "
              f"{card.get('weight_compression') or 'unknown'}; layout "

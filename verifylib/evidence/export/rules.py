@@ -15,6 +15,7 @@ from verifylib.evidence.export.schema import (
     GgmlModelEvidence,
     ModelIntake,
     PairEvidence,
+    PrebuiltEncoder,
 )
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import (
@@ -184,6 +185,33 @@ def prebuilt_contract_problems(description: Mapping[str, Any], contract: Encoder
                              else precision)
 
 
+def _archive_problem(pre: PrebuiltEncoder) -> str | None:
+    """Return what is wrong with the record of the zip a given encoder came from, or None.
+
+    The zip itself stays with the user; what can be judged here is that a zip was
+    recorded exactly when one was named, with a well-formed digest and file list.
+    ``verify`` holds the published folder against that list
+    (:mod:`verifylib.evidence.declarations`).
+    """
+    a = pre.archive
+    zipped = pre.given.endswith(".zip")
+    if a is None:
+        return (f"{pre.given} is a zip, but no archive record says what it held"
+                if zipped else None)
+    if not pre.given.endswith(".mlmodelc.zip") or pre.format != "mlmodelc":
+        return f"an archive record for {pre.given} ({pre.format}), which is no .mlmodelc.zip"
+    if not is_sha256(a.sha256) or not a.top.endswith(".mlmodelc"):
+        return f"a malformed archive record (sha256 {a.sha256!r}, top folder {a.top!r})"
+    paths = [f.path for f in a.files]
+    if paths != sorted(set(paths)) or not {"metadata.json", "coremldata.bin"} <= set(paths):
+        return "the archive record's file list is not sorted and unique, or lacks " \
+               "metadata.json or coremldata.bin"
+    if any(f.bytes < 0 or len(f.crc32) != 8 or f.crc32.strip("0123456789abcdef")
+           for f in a.files):
+        return "the archive record lists a file with a malformed size or CRC-32"
+    return None
+
+
 def _judge_prebuilt(d: ContractEvidence, c: EncoderContract,
                     variants: Mapping[str, ExportVariant]) -> Judgement:
     # The contract of an encoder audited as given: one slot, judged at the card's precision.
@@ -201,6 +229,9 @@ def _judge_prebuilt(d: ContractEvidence, c: EncoderContract,
     if pre.card.get("precision") != pre.precision:
         return Judgement.failed(f"the recorded precision {pre.precision!r} is not the card's "
                                 f"{pre.card.get('precision')!r}")
+    bad_archive = _archive_problem(pre)
+    if bad_archive:
+        return Judgement.failed(bad_archive)
     # The choice also depends on the model file's ftype (export.ggml_model's): a
     # full-precision source gives the precision's own policy, a quantized one pair-v1.
     own = None
@@ -229,8 +260,12 @@ def _judge_prebuilt(d: ContractEvidence, c: EncoderContract,
                                 f"given one (tree {pre.source_tree_digest[:12]}…)")
     desc = v.description
     card = pre.card
+    unzipped = ("" if pre.archive is None else
+                f" (zip sha256 {pre.archive.sha256[:12]}…, {len(pre.archive.files)} files "
+                "unpacked into the run)")
     return Judgement.passed(
-        f"{pre.given} audited as given, placed as {v.path} (tree {v.tree_digest[:12]}…): "
+        f"{pre.given} audited as given{unzipped}, placed as {v.path} "
+        f"(tree {v.tree_digest[:12]}…): "
         f"{desc['inputs'][0]['name']} {desc['inputs'][0]['dtype']} "
         f"{desc['inputs'][0]['shape']} -> {desc['outputs'][0]['name']} "
         f"{desc['outputs'][0]['dtype']} {desc['outputs'][0]['shape']}; declares "

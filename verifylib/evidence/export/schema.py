@@ -26,7 +26,8 @@ from verifylib.evidence.run_record import RunRecord
 __all__ = [
     "ModelIntake", "GgmlModelEvidence", "ModelRef", "Conversion",
     "ExportVariant", "ConversionFacts", "ModelCopy", "ContractEvidence", "CoremlcRecord",
-    "CompiledVariant", "CompileEvidence", "PrebuiltEncoder", "PairInput", "PairFloor",
+    "CompiledVariant", "CompileEvidence", "PrebuiltEncoder", "EncoderArchive", "ArchiveFile",
+    "PairInput", "PairFloor",
     "PairEvidence",
 ]
 
@@ -265,17 +266,64 @@ class ContractEvidence(Schema):
         return super().from_json(doc)
 
 
+class ArchiveFile(Schema):
+    """One regular file an encoder's zip listed, as its central directory declared it.
+
+    Attributes
+    ----------
+    path : str
+        Its path inside the ``.mlmodelc`` folder.
+    bytes : int
+        Its declared uncompressed size.
+    crc32 : str
+        Its declared CRC-32, eight lower-case hex digits.
+    """
+
+    path: str = field(_n.string)
+    bytes: int = field(_n.integer)
+    crc32: str = field(_n.string)
+
+
+class EncoderArchive(Schema):
+    """The ``prebuilt.archive`` entry: the ``….mlmodelc.zip`` the encoder was unpacked from.
+
+    Attributes
+    ----------
+    sha256 : str
+        SHA-256 of the zip file, hashed from the open file its members were read from.
+    bytes : int
+        The zip's size.
+    top : str
+        Its one top-level folder, ``<name>.mlmodelc``.
+    files : tuple of ArchiveFile
+        The regular files its central directory listed in that folder, sorted by path:
+        ``verify`` holds the published folder against them (paths, sizes, CRC-32s).
+    skipped : int
+        Entries under ``__MACOSX/`` (Archive Utility's AppleDouble companions), checked
+        and never unpacked.
+    """
+
+    _path = "prebuilt.archive"
+
+    sha256: str = field(_n.string)
+    bytes: int = field(_n.integer)
+    top: str = field(_n.string)
+    files: tuple[ArchiveFile, ...] = field(_n.array_of(ArchiveFile.from_json))
+    skipped: int = field(_n.integer)
+
+
 class PrebuiltEncoder(Schema):
     """The ``prebuilt`` entry: an encoder audited as given (parameter ``encoder.path``).
 
     Attributes
     ----------
     given : str
-        The path the parameters named.
+        The path the parameters named (a folder, or a ``….mlmodelc.zip``).
     format : str
         ``mlpackage`` or ``mlmodelc``.
     source_tree_digest : str
-        Tree digest of the given folder, before it was copied.
+        Tree digest of the given folder, before it was copied (of a zip: of the folder
+        unpacked from it).
     card : dict
         What the encoder says about itself (``EncoderCard.to_json``): converter, declared
         precision, weight compression, layout, IO contract.
@@ -284,6 +332,9 @@ class PrebuiltEncoder(Schema):
     parity_policy : str
         The policy ``parity.program`` is judged under, chosen from the card and the model
         file's ftype before anything was measured.
+    archive : EncoderArchive or None
+        The zip the encoder was unpacked from; None for a folder (and in runs made before
+        zips were accepted, which omit the key).
     """
 
     _path = "prebuilt"
@@ -294,6 +345,8 @@ class PrebuiltEncoder(Schema):
     card: dict[str, Any] = field(_n.mapping)
     precision: str = field(_n.string)
     parity_policy: str = field(_n.string)
+    archive: EncoderArchive | None = field(
+        lambda v, p: EncoderArchive.from_json(v, p), optional=True, default=None)
 
 
 # ----------------------------------------------------------------------------- export.compile

@@ -122,6 +122,11 @@ class PlanEvidence(Schema, kw_only=True):
         ``ALL``, the units whisper.cpp requests.
     claim : str or None
         The Neural Engine claim worded from the plan.
+    precision : str or None
+        The planned program's declared compute precision (``fp32``, ``fp16``, ``mixed``):
+        the variant's for the suite's export, the card's for an encoder audited as given
+        (which occupies the ``fp32`` slot whatever it computes in); None in plans recorded
+        before it was.
     """
 
     variant: str | None = field(string, optional=True, default=None)
@@ -132,6 +137,7 @@ class PlanEvidence(Schema, kw_only=True):
     cost_sum: float | None = field(number, optional=True, default=None)
     cost_without_device: float | None = field(number, optional=True, default=None)
     claim: str | None = field(string, optional=True, default=None)
+    precision: str | None = field(string, optional=True, default=None)
 
     @classmethod
     def from_json(cls, doc: Any, path: str | None = None) -> "PlanEvidence":

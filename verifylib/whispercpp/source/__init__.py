@@ -11,7 +11,8 @@ environment (no system or user git config, no autocrlf, fixed commit identity an
 The package is split by concern:
 
 :mod:`verifylib.whispercpp.source.pins`
-    The pin manifest (:class:`Pin`, :func:`load_pins`), what a build records of its pin
+    The pin manifest (:class:`Pin`, :func:`load_pins`), a manifest the user brings
+    (:func:`load_user_pins`, :func:`available_pins`), what a build records of its pin
     (:func:`pin_fields`).
 :mod:`verifylib.whispercpp.source.fetch`
     Obtaining and safely extracting a pinned source (:class:`SourceSpec`,
@@ -45,11 +46,19 @@ from verifylib.whispercpp.source.patch import (
                                                patch_evidence,
                                                prepare_patched_tree,
 )
-from verifylib.whispercpp.source.pins import Pin, load_pins, pin_fields
+from verifylib.whispercpp.source.pins import (
+                                              Pin,
+                                              available_pins,
+                                              load_pins,
+                                              load_user_pins,
+                                              patch_rel_path,
+                                              pin_fields,
+)
 
 __all__ = [
     "PYWHISPERCPP_V185", "PatchCheck", "PatchError", "PatchedTree", "Pin", "SourceError",
-    "SourceSpec", "SourceTree", "check_patch_exact", "git_tree_id",
-    "load_pins", "obtain_source", "patch_evidence", "pin_fields",
+    "SourceSpec", "SourceTree", "available_pins", "check_patch_exact", "git_tree_id",
+    "load_pins", "load_user_pins", "obtain_source", "patch_evidence", "patch_rel_path",
+    "pin_fields",
     "prepare_patched_tree", "source_evidence",
 ]
