@@ -25,7 +25,7 @@ import fastjsonschema
 if TYPE_CHECKING:
     import jsonschema
 
-from verifylib import param_yaml, resources
+from verifylib import resources, user_yaml
 from verifylib.errors import ParametersInvalid
 from verifylib.param_files import (
     check_audio,
@@ -36,8 +36,8 @@ from verifylib.param_files import (
     check_vocabulary,
     refuse_litter,
 )
-from verifylib.param_yaml import dotted, shorten
 from verifylib.runtime.contracts import GGML_BACKENDS
+from verifylib.user_yaml import dotted, shorten
 
 PARAMETERS_DIR = resources.parameters_dir()
 DEFAULT_PARAMETERS = resources.default_parameters()
@@ -556,7 +556,7 @@ def validate(data: Any, origin: str, base_dir: Path,
         raise ParametersInvalid(f"{origin}: expected a mapping at the top level, "
                                 f"got {type(data).__name__}")
     # Before either schema validator walks it: their work and messages grow with it.
-    param_yaml.check_tree(data, origin)
+    user_yaml.check_tree(data, origin)
     problems = _schema_problems(data)
     if problems:
         raise ParametersInvalid(f"{origin}: " + "; ".join(problems))
@@ -660,13 +660,13 @@ def load(path: str | Path, manifest: Path = PATCHES_MANIFEST) -> Params:
     ------
     ParametersInvalid
         If the file is missing, is not YAML, passes a limit of
-        :mod:`verifylib.param_yaml` (size, aliases, depth, string length), or fails
+        :mod:`verifylib.user_yaml` (size, aliases, depth, string length), or fails
         validation.
     """
     path = Path(path)
     if not path.is_file():
         raise ParametersInvalid(f"{path}: parameter file not found")
-    data = param_yaml.read(path)
+    data = user_yaml.read(path)
     # Relative paths in a parameter file are relative to the file's own folder.
     return validate(data, str(path), path.resolve().parent, manifest)
 

@@ -95,7 +95,7 @@ def test_hostile_parameter_files_exit_2_in_one_line_and_leave_nothing(tmp_path):
     """An alias bomb, 10^5-deep nesting, a 50 MB file, a string over its limit: each is
     refused by ``verifylib run`` before any expansion (the bomb would take gigabytes, the
     nesting a RecursionError), on one line of stderr, with no reports folder."""
-    from verifylib import param_yaml
+    from verifylib import user_yaml
     base = (ROOT / "parameters" / "tiny-en.yaml").read_text()
     bomb = ['b0: &a0 "lol"'] + [f"b{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
                                 for i in range(1, 10)]
@@ -110,7 +110,7 @@ def test_hostile_parameter_files_exit_2_in_one_line_and_leave_nothing(tmp_path):
         "deepmap.yaml": ("name: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n",
                          "nested deeper than 32"),
         "long.yaml": (base.replace("description: >-\n", "description: "
-                                   + "x" * (param_yaml.MAX_STRING_BYTES + 1) + "\nold: >-\n"),
+                                   + "x" * (user_yaml.MAX_STRING_BYTES + 1) + "\nold: >-\n"),
                       "key description: a string of 16385 bytes"),
         "big.yaml": (None, "50000000 bytes, above the limit of 1048576"),
     }

@@ -33,11 +33,11 @@ MODULES = {_module_name(p): p for p in PKG.rglob("*.py")}
 # The layers of docs/architecture.md#layers, lowest first: a module imports only modules of
 # its own layer or a lower one (lazy imports included).
 LAYERS = (
-    ("foundation", r"verifylib\.(errors|canonical|resources|locks|evidence\.gates"
+    ("foundation", r"verifylib\.(errors|canonical|resources|locks|user_yaml|evidence\.gates"
                    r"|evidence\.identities)|verifylib\.evidence"),
     ("runtime", r"verifylib\.runtime(\..+)?"),
     ("domain", r"verifylib\.(numerics|models)(\..+)?|verifylib\.whispercpp(?!\.pincheck)(\..+)?"),
-    ("parameters", r"verifylib\.(params|param_files|param_yaml)"),
+    ("parameters", r"verifylib\.(params|param_files)"),
     ("records", r"verifylib\.evidence\.(records|layout|failures)"),
     # Each stage's evidence folder (documents, rules, facts or result) and the kernel they
     # share: fields, the judging helpers, reading helpers, the receipt's schema, the registry.

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-import yaml
-
 from verifylib.canonical import is_sha256, sha256_file
 from verifylib.errors import ParametersInvalid
 from verifylib.resources import manifest_path
+from verifylib.user_yaml import check_tree, read, shorten
 
 GIT_OID_RE = re.compile(r"^[0-9a-f]{40}$")
 _PIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -80,7 +79,7 @@ def check_rel_path(value: Any) -> str | None:
     p = PurePosixPath(value)
     if (p.is_absolute() or "\\" in value
             or any(part in ("", ".", "..") for part in value.split("/"))):
-        return f"{value!r} must be a relative path without '.', '..' or empty parts"
+        return f"{shorten(repr(value))} must be a relative path without '.', '..' or empty parts"
     return None
 
 
@@ -132,14 +131,10 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
     """
     manifest = Path(manifest) if manifest is not None else manifest_path()
     patches_dir = Path(patches_dir) if patches_dir is not None else manifest.parent
-    try:
-        doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParametersInvalid(f"{manifest}: cannot read manifest: {exc}") from exc
-    except yaml.YAMLError as exc:
-        # One line: the refusal is printed as one line naming the file.
-        raise ParametersInvalid(f"{manifest}: not valid YAML: "
-                                f"{' '.join(str(exc).split())}") from exc
+    # A manifest the user brings (runtime.manifest) is as hostile as a parameter file:
+    # read under the same limits (no alias, bounded size, depth and strings), in one line.
+    doc = read(manifest, "manifest")
+    check_tree(doc, str(manifest), "manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("pins"), dict) or not doc["pins"]:
         raise _manifest_error(manifest, "top level",
                               "expected a mapping with a non-empty 'pins' mapping")
@@ -147,7 +142,7 @@ def load_pins(manifest: Path | None = None, patches_dir: Path | None = None) -> 
     for name, entry in doc["pins"].items():
         problem = pin_name_problem(name)
         if problem:
-            raise _manifest_error(manifest, f"pin {name!r}", problem)
+            raise _manifest_error(manifest, f"pin {shorten(repr(name))}", problem)
         pins[name] = _entry(manifest, patches_dir, name, entry)
     return pins
 
@@ -161,17 +156,17 @@ def _entry(manifest: Path, patches_dir: Path, name: str, entry: Any) -> Pin:
     unknown = sorted(set(map(str, entry.keys())) - _PIN_KEYS - _OPTIONAL_KEYS)
     if missing or unknown:
         raise _manifest_error(manifest, where,
-                              f"missing keys {missing}, unknown keys {unknown}")
+                              f"missing keys {missing}, unknown keys {shorten(unknown, 200)}")
     for key in ("commit", "tree"):
         val = entry[key]
         if not isinstance(val, str) or not GIT_OID_RE.match(val):
             raise _manifest_error(manifest, where,
                                   f"{key} must be 40 lower-case hex digits (quoted), "
-                                  f"got {val!r}")
+                                  f"got {shorten(repr(val))}")
     if not is_sha256(entry["patch_sha256"]):
         raise _manifest_error(manifest, where,
                               "patch_sha256 must be 64 lower-case hex digits, "
-                              f"got {entry['patch_sha256']!r}")
+                              f"got {shorten(repr(entry['patch_sha256']))}")
     err = check_rel_path(entry["patch"])
     if err:
         raise _manifest_error(manifest, where, f"patch {err}")

@@ -1,18 +1,20 @@
-"""A parameter file's YAML, read under limits before anything else looks at it.
+"""YAML the user gives, read under limits before anything else looks at it.
 
-A parameter file is hostile input until validated, and what reads it first decides what it
-can cost. Unbounded, a 9-level alias bomb grew past 4 GiB inside the schema validator's
-error messages (each holds the ``repr`` of its instance), 10^5 nested brackets crashed the
-composer with a RecursionError, and a 50 MB ``description`` was copied into every notebook
-and report of a 1.1 GB run. So the file is refused, in one line and before any expansion,
-when it is larger than :data:`MAX_FILE_BYTES`, uses a YAML alias, nests deeper than
-:data:`MAX_DEPTH` or holds more than :data:`MAX_NODES` values; once read, no string may
-exceed :data:`MAX_STRING_BYTES` (:func:`check_tree`, which also bounds trees that come from
+A parameter file (and a pin manifest it names, ``runtime.manifest``) is hostile input until
+validated, and what reads it first decides what it can cost. Unbounded, a 9-level alias
+bomb grew past 4 GiB inside the schema validator's error messages (each holds the ``repr``
+of its instance), 10^5 nested brackets crashed the composer with a RecursionError, and a
+50 MB ``description`` was copied into every notebook and report of a 1.1 GB run. So the
+file is refused, in one line and before any expansion, when it is larger than
+:data:`MAX_FILE_BYTES`, uses a YAML alias, nests deeper than :data:`MAX_DEPTH` or holds
+more than :data:`MAX_NODES` values; once read, no string may exceed
+:data:`MAX_STRING_BYTES` (:func:`check_tree`, which also bounds trees that come from
 elsewhere, a notebook's injected parameters).
 
-The limits are far above what a parameter file needs: the shipped ones are 0.8 to 3 KB,
-at most 4 levels deep (``model.parts[0].subdir``), about 100 values, their longest string
-the 310-byte ``description`` of ``parameters/base-multilingual.yaml``.
+The limits are far above what these files need: the shipped parameter files are 0.8 to
+3 KB, at most 4 levels deep (``model.parts[0].subdir``), about 100 values, their longest
+string the 310-byte ``description`` of ``parameters/base-multilingual.yaml``; the packaged
+pin manifest is 2 KB, 4 levels deep.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from verifylib.errors import ParametersInvalid
 
 __all__ = ["MAX_FILE_BYTES", "MAX_STRING_BYTES", "MAX_DEPTH", "MAX_NODES", "read",
            "check_tree", "dotted", "shorten"]
+
+PARAMETER_FILE = "parameter file"
+"""What the messages call the file unless told otherwise."""
 
 MAX_FILE_BYTES = 1 << 20
 """1 MiB: over 300 times the largest shipped file, read whole (and parsed by PyYAML's pure
@@ -101,9 +106,10 @@ class _BoundedLoader(yaml.SafeLoader):
     refusal comes at the first node past a limit, before any expansion or deep recursion.
     """
 
-    def __init__(self, stream: str, origin: str):
+    def __init__(self, stream: str, origin: str, what: str):
         super().__init__(stream)
         self.origin = origin
+        self.what = what
         self.depth = 0
         self.nodes = 0
 
@@ -116,16 +122,16 @@ class _BoundedLoader(yaml.SafeLoader):
             # An alias is a reference, copied wherever the tree is walked: nine levels of
             # ten make 10^9 strings. A parameter file has no use for one.
             raise self._refuse(event.start_mark, f"YAML alias *{shorten(event.anchor, 40)} "
-                               "refused: write the value out (parameter files take no "
+                               f"refused: write the value out (a {self.what} takes no "
                                "anchors' aliases or merge keys)")
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self._refuse(event.start_mark, f"more than {MAX_NODES} keys and values "
-                               "(the limit of a parameter file)")
+                               f"(the limit of a {self.what})")
         nested = isinstance(event, (MappingStartEvent, SequenceStartEvent))
         if nested and self.depth >= MAX_DEPTH:
             raise self._refuse(event.start_mark, f"nested deeper than {MAX_DEPTH} levels "
-                               "(the limit of a parameter file)")
+                               f"(the limit of a {self.what})")
         self.depth += nested
         try:
             return super().compose_node(parent, index)
@@ -144,49 +150,54 @@ class _BoundedLoader(yaml.SafeLoader):
                                f"{shorten(exc, 120)}") from None
 
 
-def read(path: Path) -> Any:
-    """Read a parameter file's YAML under the limits of this module.
+def read(path: Path, what: str = PARAMETER_FILE) -> Any:
+    """Read a YAML file the user gives under the limits of this module.
 
     Parameters
     ----------
     path : Path
-        The parameter file (an existing regular file).
+        The file.
+    what : str
+        What the messages call it (``parameter file``, ``manifest``).
 
     Returns
     -------
     Any
-        The parsed document (validated by :func:`verifylib.params.validate` next).
+        The parsed document (its validation comes next, :func:`check_tree` first).
 
     Raises
     ------
     ParametersInvalid
         In one line naming the file and, for a YAML-level refusal, the line and column:
-        a file too large, not UTF-8, not YAML, with an alias, nested too deep or too big.
+        a file unreadable, too large, not UTF-8, not YAML, with an alias, nested too deep
+        or too big.
     """
     origin = str(path)
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise ParametersInvalid(f"{origin}: {size} bytes, above the limit of "
-                                    f"{MAX_FILE_BYTES} for a parameter file")
+                                    f"{MAX_FILE_BYTES} for a {what}")
         with open(path, "rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ParametersInvalid(f"{origin}: cannot be read ({exc.strerror or exc})") from None
+        raise ParametersInvalid(f"{origin}: cannot read {what}: "
+                                f"{exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:  # it grew after the stat
         raise ParametersInvalid(f"{origin}: above the limit of {MAX_FILE_BYTES} bytes for a "
-                                "parameter file")
+                                f"{what}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ParametersInvalid(f"{origin}: not UTF-8 text") from None
-    loader = _BoundedLoader(text, origin)
+    loader = _BoundedLoader(text, origin, what)
     try:
         return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
-        what = "; ".join(shorten(t, 120) for t in (exc.context, exc.problem) if t)
+        detail = "; ".join(shorten(t, 120) for t in (exc.context, exc.problem) if t)
         raise ParametersInvalid(f"{origin}: not valid YAML: "
-                                f"{_where(exc.problem_mark or exc.context_mark)}{what}") from None
+                                f"{_where(exc.problem_mark or exc.context_mark)}{detail}"
+                                ) from None
     except yaml.YAMLError as exc:
         raise ParametersInvalid(f"{origin}: not valid YAML: "
                                 f"{shorten(' '.join(str(exc).split()), 160)}") from None
@@ -194,7 +205,7 @@ def read(path: Path) -> Any:
         loader.dispose()
 
 
-def check_tree(data: Any, origin: str) -> None:
+def check_tree(data: Any, origin: str, what: str = PARAMETER_FILE) -> None:
     """Refuse a parameter tree past the limits, whatever it was read from.
 
     Walked without recursion, so a tree deeper than the limit is refused rather than
@@ -207,6 +218,8 @@ def check_tree(data: Any, origin: str) -> None:
         The parsed parameters.
     origin : str
         The file (or other origin) the messages name.
+    what : str
+        What the messages call it.
 
     Raises
     ------
@@ -215,7 +228,7 @@ def check_tree(data: Any, origin: str) -> None:
         or where the tree passes :data:`MAX_DEPTH` or :data:`MAX_NODES`.
     """
     too_many = ParametersInvalid(f"{origin}: more than {MAX_NODES} keys and values (the "
-                                 "limit of a parameter file)")
+                                 f"limit of a {what})")
     stack: list[tuple[Any, tuple, int]] = [(data, (), 1)]
     nodes = 0
     while stack:
@@ -233,7 +246,7 @@ def check_tree(data: Any, origin: str) -> None:
             continue
         if depth > MAX_DEPTH:
             raise ParametersInvalid(f"{origin}: key {dotted(path)}: nested deeper than "
-                                    f"{MAX_DEPTH} levels (the limit of a parameter file)")
+                                    f"{MAX_DEPTH} levels (the limit of a {what})")
         items = value.items() if isinstance(value, dict) else enumerate(value)
         children = []
         for key, child in items:

@@ -1,5 +1,5 @@
 """Hostile parameter files are refused in one line before anything expands them: an alias
-bomb, deep nesting, a file or a string over its limit (verifylib/param_yaml.py). The
+bomb, deep nesting, a file or a string over its limit (verifylib/user_yaml.py). The
 command line's exit 2 and empty reports folder are in tests/fake/test_params.py."""
 
 import tracemalloc
@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 import yaml
 
-from verifylib import param_yaml, params
+from verifylib import user_yaml, params
 from verifylib.errors import ParametersInvalid
 
 from tests.helpers import ROOT
@@ -74,18 +74,18 @@ def test_deep_nesting_is_refused_at_the_limit_not_by_a_recursion_error(
     depth = 100_000
     f = _file(tmp_path, "name: " + opening * depth + "1" + closing * depth + "\n")
     msg = _refusal(f)
-    assert f"nested deeper than {param_yaml.MAX_DEPTH} levels" in msg
+    assert f"nested deeper than {user_yaml.MAX_DEPTH} levels" in msg
     assert "line 1, column" in msg
 
 
 def test_nesting_up_to_the_limit_is_read(tmp_path):
     # The top-level mapping is level 1: 31 lists inside it reach the limit.
-    inner = param_yaml.MAX_DEPTH - 1
+    inner = user_yaml.MAX_DEPTH - 1
     f = _file(tmp_path, "deep: " + "[" * inner + "1" + "]" * inner + "\n")
-    assert param_yaml.read(f)["deep"] == eval("[" * inner + "1" + "]" * inner)
+    assert user_yaml.read(f)["deep"] == eval("[" * inner + "1" + "]" * inner)
     f = _file(tmp_path, "deep: " + "[" * (inner + 1) + "1" + "]" * (inner + 1) + "\n")
     with pytest.raises(ParametersInvalid, match="nested deeper than 32"):
-        param_yaml.read(f)
+        user_yaml.read(f)
 
 
 def test_a_file_over_the_size_limit_is_refused_unread(tmp_path, no_schema):
@@ -95,18 +95,18 @@ def test_a_file_over_the_size_limit_is_refused_unread(tmp_path, no_schema):
     with open(f, "r+b") as fh:
         fh.truncate(50_000_000)
     msg = _refusal(f)
-    assert msg == (f"{f}: 50000000 bytes, above the limit of {param_yaml.MAX_FILE_BYTES} "
+    assert msg == (f"{f}: 50000000 bytes, above the limit of {user_yaml.MAX_FILE_BYTES} "
                    "for a parameter file")
     with open(f, "r+b") as fh:
-        fh.truncate(param_yaml.MAX_FILE_BYTES + 1)
+        fh.truncate(user_yaml.MAX_FILE_BYTES + 1)
     assert "above the limit" in _refusal(f)
 
 
 def test_a_string_just_over_the_limit_is_refused_naming_its_key(tmp_path, no_schema):
-    limit = param_yaml.MAX_STRING_BYTES
+    limit = user_yaml.MAX_STRING_BYTES
     at = BASE.replace("description: >-\n", f"description: {'x' * limit}\nold: >-\n")
     over = BASE.replace("description: >-\n", f"description: {'x' * (limit + 1)}\nold: >-\n")
-    assert param_yaml.read(_file(tmp_path, at, "at.yaml"))["description"] == "x" * limit
+    assert user_yaml.read(_file(tmp_path, at, "at.yaml"))["description"] == "x" * limit
     msg = _refusal(_file(tmp_path, over))
     assert msg.endswith(f"key description: a string of {limit + 1} bytes, above the limit "
                         f"of {limit}")
@@ -117,14 +117,14 @@ def test_a_string_just_over_the_limit_is_refused_naming_its_key(tmp_path, no_sch
 
 def test_a_key_over_the_limit_is_refused(tmp_path):
     # YAML's plain keys stop at 1024 characters; an explicit one (``? key``) does not.
-    f = _file(tmp_path, BASE + f"? {'k' * (param_yaml.MAX_STRING_BYTES + 1)}\n: 1\n")
+    f = _file(tmp_path, BASE + f"? {'k' * (user_yaml.MAX_STRING_BYTES + 1)}\n: 1\n")
     msg = _refusal(f)
     assert "a key of 16385 bytes" in msg and "kkkk… (16385 characters)" in msg
 
 
 def test_too_many_values_are_refused(tmp_path, no_schema):
-    f = _file(tmp_path, BASE + "extra: [" + ", ".join(["0"] * param_yaml.MAX_NODES) + "]\n")
-    assert f"more than {param_yaml.MAX_NODES} keys and values" in _refusal(f)
+    f = _file(tmp_path, BASE + "extra: [" + ", ".join(["0"] * user_yaml.MAX_NODES) + "]\n")
+    assert f"more than {user_yaml.MAX_NODES} keys and values" in _refusal(f)
 
 
 def test_an_integer_python_will_not_convert_is_refused_with_its_place(tmp_path):
@@ -141,7 +141,7 @@ def test_invalid_yaml_is_one_line_with_its_place(tmp_path):
 def test_trees_given_as_data_are_bounded_too():
     # A notebook's injected parameters never pass through the YAML reader.
     data = yaml.safe_load(BASE)
-    data["description"] = "d" * (param_yaml.MAX_STRING_BYTES + 1)
+    data["description"] = "d" * (user_yaml.MAX_STRING_BYTES + 1)
     with pytest.raises(ParametersInvalid, match="notebook parameters: key description: a "
                                                 "string of 16385 bytes"):
         params.validate(data, "notebook parameters", ROOT / "parameters")
@@ -174,7 +174,35 @@ def test_schema_messages_never_show_a_value_whole(tmp_path):
 
 
 def test_shorten_and_dotted():
-    assert param_yaml.shorten("abc", 5) == "abc"
-    assert param_yaml.shorten("abcdef", 3) == "abc… (6 characters)"
-    assert param_yaml.dotted(["fixtures", 0, "path"]) == "fixtures[0].path"
-    assert param_yaml.dotted([]) == "<top level>"
+    assert user_yaml.shorten("abc", 5) == "abc"
+    assert user_yaml.shorten("abcdef", 3) == "abc… (6 characters)"
+    assert user_yaml.dotted(["fixtures", 0, "path"]) == "fixtures[0].path"
+    assert user_yaml.dotted([]) == "<top level>"
+
+
+def test_a_user_pin_manifest_is_read_under_the_same_limits(tmp_path):
+    """``runtime.manifest`` names a YAML file the user brings: an alias bomb as a pin's
+    commit is refused at the alias, as in a parameter file, and its place is named."""
+    from tests.unit.test_user_pins import parameter_file, user_manifest
+    from verifylib.whispercpp.source import load_user_pins
+
+    manifest = user_manifest(tmp_path / "pins")
+    text = manifest.read_text().replace(f"commit: '{'a' * 40}'", "commit: *a9")
+    manifest.write_text(_bomb() + text)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ParametersInvalid) as direct:
+            load_user_pins(manifest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(direct.value).startswith(f"{manifest}: line 2, column")
+    assert "a manifest takes no anchors' aliases" in str(direct.value)
+    assert peak < 8 << 20
+    f = parameter_file(tmp_path / "params", "../pins/user.yaml")
+    msg = _refusal(f)
+    assert msg.startswith(f"{f}: key runtime.manifest: {manifest}: line 2, column"), msg
+    # A long value is shown cut, not whole.
+    manifest.write_text(text.replace("commit: *a9", f"commit: '{'c' * 10_000}'"))
+    with pytest.raises(ParametersInvalid, match=r"got 'cccc.*\(10002 characters\)$"):
+        load_user_pins(manifest)
