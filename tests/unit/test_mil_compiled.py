@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.simmac import coremlc
+from tests.helpers.compiled_models import compiled_folder, same_program
 from tests.unit.test_mil_ops import CASES, Case, _constexpr_cases, build_program, f32
 from verifylib.canonical import sha256_file
 from verifylib.numerics.mil_compiled import CompiledProgramError, load_compiled_program
@@ -36,41 +36,6 @@ pytestmark = pytest.mark.unit
 def ct():
     import coremltools
     return coremltools
-
-
-def compiled_folder(package: Path, out: Path) -> Path:
-    """``model.mil`` (the simulated coremlc's text) beside the package's weight file."""
-    from coremltools.proto import Model_pb2
-
-    spec = Model_pb2.Model()
-    spec.ParseFromString((package / "Data/com.apple.CoreML/model.mlmodel").read_bytes())
-    out.mkdir(parents=True)
-    (out / "model.mil").write_text(coremlc.mil_text(spec), encoding="utf-8")
-    blob = package / "Data/com.apple.CoreML/weights/weight.bin"
-    if blob.is_file():
-        (out / "weights").mkdir()
-        shutil.copyfile(blob, out / "weights/weight.bin")
-    return out
-
-
-def same_program(a, b) -> None:
-    """Assert two executor programs are the same program, constants compared bit for bit."""
-    assert a.inputs == b.inputs and a.outputs == b.outputs
-    assert [(o.type, dict(o.inputs), o.outputs) for o in a.ops] == \
-        [(o.type, dict(o.inputs), o.outputs) for o in b.ops]
-    assert {k: (o.type, dict(o.inputs), o.outputs) for k, o in a.constexprs.items()} == \
-        {k: (o.type, dict(o.inputs), o.outputs) for k, o in b.constexprs.items()}
-    assert a.const_dtypes == b.const_dtypes
-    assert a.op_counts == b.op_counts and a.specification_version == b.specification_version
-    for name, x in a.consts.items():
-        y = b.consts[name]
-        assert type(x) is type(y), (name, type(x), type(y))
-        if isinstance(x, str):
-            assert x == y, name
-            continue
-        xa, ya = np.asarray(x), np.asarray(y)
-        assert (xa.dtype, xa.shape) == (ya.dtype, ya.shape), name
-        assert xa.tobytes() == ya.tobytes(), name
 
 
 def _check_case(ct, tmp_path: Path, case: Case) -> None:
