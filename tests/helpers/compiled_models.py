@@ -12,6 +12,7 @@ so the simulated Mac's ``CompiledMLModel`` loads the folder wherever it is copie
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import re
 import subprocess
@@ -59,4 +60,49 @@ def compile_like_coremlc(package: str | os.PathLike, out_dir: str | os.PathLike,
     return out_dir / re.sub(r"\.mlpackage$", ".mlmodelc", package.name)
 
 
-__all__ = ["compile_like_coremlc"]
+def compiled_folder(package: Path, out: Path) -> Path:
+    """What coremlc would write for ``package``, as far as the executor reads it: ``model.mil``
+    (the simulated coremlc's text, :func:`tests.simmac.coremlc.mil_text`) beside the
+    package's own ``weights/weight.bin``, in process (no ``xcrun``, nothing remembered)."""
+    from coremltools.proto import Model_pb2
+
+    from tests.simmac import coremlc
+
+    package, out = Path(package), Path(out)
+    manifest = json.loads((package / "Manifest.json").read_text())
+    entry = manifest["itemInfoEntries"][manifest["rootModelIdentifier"]]
+    model_file = package / "Data" / entry["path"]
+    spec = Model_pb2.Model()
+    spec.ParseFromString(model_file.read_bytes())
+    out.mkdir(parents=True)
+    (out / "model.mil").write_text(coremlc.mil_text(spec), encoding="utf-8")
+    blob = model_file.parent / "weights/weight.bin"
+    if blob.is_file():
+        (out / "weights").mkdir()
+        shutil.copyfile(blob, out / "weights/weight.bin")
+    return out
+
+
+def same_program(a, b) -> None:
+    """Assert two executor programs are the same program, constants compared bit for bit."""
+    import numpy as np
+
+    assert a.inputs == b.inputs and a.outputs == b.outputs
+    assert [(o.type, dict(o.inputs), o.outputs) for o in a.ops] == \
+        [(o.type, dict(o.inputs), o.outputs) for o in b.ops]
+    assert {k: (o.type, dict(o.inputs), o.outputs) for k, o in a.constexprs.items()} == \
+        {k: (o.type, dict(o.inputs), o.outputs) for k, o in b.constexprs.items()}
+    assert a.const_dtypes == b.const_dtypes
+    assert a.op_counts == b.op_counts and a.specification_version == b.specification_version
+    for name, x in a.consts.items():
+        y = b.consts[name]
+        assert type(x) is type(y), (name, type(x), type(y))
+        if isinstance(x, str):
+            assert x == y, name
+            continue
+        xa, ya = np.asarray(x), np.asarray(y)
+        assert (xa.dtype, xa.shape) == (ya.dtype, ya.shape), name
+        assert xa.tobytes() == ya.tobytes(), name
+
+
+__all__ = ["compile_like_coremlc", "compiled_folder", "same_program"]

@@ -300,3 +300,23 @@ def test_feeds_and_modes_are_checked(tiny_en_export):
         execute(p, {"logmel_data": np.zeros((1, 80, 3000), np.float32)}, taps=["nope"])
     with pytest.raises(MilExecError, match="not a saved .mlpackage"):
         load_program(tiny_en_export.root / "missing.mlpackage")
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_tiny_en_reads_back_from_its_compiled_text(tiny_en_export, jfk_logmel, variant,
+                                                   tmp_path):
+    """The suite's tiny.en package as coremlc would write it (docs/facts.md, "The compiled
+    model's model.mil"): the same program, constants and outputs bit for bit."""
+    from tests.helpers.compiled_models import compiled_folder, same_program
+    from verifylib.numerics.mil_compiled import load_compiled_program
+
+    package = getattr(tiny_en_export, variant)
+    folder = compiled_folder(package, tmp_path / "ggml-model-encoder.mlmodelc")
+    text_program, source = load_compiled_program(folder)
+    package_program = load_program(package)
+    same_program(package_program, text_program)
+    assert source.opset == "ios15" and source.weight_bin_sha256 is not None
+    feeds = {"logmel_data": jfk_logmel}
+    a = execute(package_program, feeds).outputs["output"]
+    b = execute(text_program, feeds).outputs["output"]
+    assert a.tobytes() == b.tobytes()

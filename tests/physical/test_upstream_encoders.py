@@ -218,3 +218,24 @@ def check_ok(att) -> bool:
     problems = attribution_problems(canonical.loads(canonical.dumps(att.as_dict())))
     assert problems == []
     return True
+
+
+@pytest.mark.parametrize("path", ["plain", "ane", "h5"])
+def test_upstream_programs_read_back_from_their_compiled_text(upstream_encoders, programs,
+                                                              path, tmp_path):
+    """Upstream's encoders as coremlc would write them (docs/facts.md, "The compiled
+    model's model.mil"), the ANE path's split, concat, einsum and squeeze included: the
+    same program, every weight bit for bit, and the same output bit for bit."""
+    import numpy as np
+
+    from tests.helpers.compiled_models import compiled_folder, same_program
+    from verifylib.numerics.mil_compiled import load_compiled_program
+
+    folder = compiled_folder(upstream_encoders.paths[path], tmp_path / "encoder.mlmodelc")
+    text_program, _ = load_compiled_program(folder)
+    same_program(programs[path], text_program)
+    (inp,) = text_program.inputs
+    x = np.random.default_rng(7).standard_normal(inp.shape).astype(np.float32)
+    a = execute(programs[path], {inp.name: x}).outputs
+    b = execute(text_program, {inp.name: x}).outputs
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)

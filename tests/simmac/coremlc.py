@@ -2,11 +2,15 @@
 
 It writes the file set Apple's compiler writes for an ML program, and nothing more:
 
-- ``model.mil``: the program as MIL text, in coremlc's syntax (``program(1.0)``, a
-  ``buildInfo`` dict, ``func main<ios17>(...)``, one statement per operation with its
-  output types, operation type, arguments and ``name``), generated from the package's
-  specification, so the encoder card (:mod:`verifylib.models.encoder_card`) reads it as it
-  reads a real one;
+- ``model.mil``: the program as MIL text, in coremlc's syntax as real compiled models show
+  it (docs/facts.md, "The compiled model's model.mil"): ``program(1.0)``, a ``buildInfo``
+  dict, ``func main<ios17>(...)``, one statement per operation with its output types,
+  operation type, arguments and attributes (``name`` as the protobuf holds it), floats in
+  C's hexadecimal notation, weights as ``BLOBFILE`` references at their blob's offset in
+  ``weights/weight.bin``; from iOS 18, scalars spelt bare (``string("x")``). It is
+  generated from the package's specification, so the encoder card
+  (:mod:`verifylib.models.encoder_card`) reads it as it reads a real one, and verifylib's
+  reader of compiled programs (:mod:`verifylib.numerics.mil_compiled`) executes it;
 - ``metadata.json``: a list of one object, as coremlc writes it (interface schema,
   operation histogram, precision, coremltools' user-defined metadata; no platform key);
 - ``coremldata.bin``: an opaque compiled binary. Apple's format is private; this one names
@@ -46,6 +50,10 @@ _TEXT_DTYPE = {"FLOAT32": "fp32", "FLOAT16": "fp16", "FLOAT64": "fp64", "BFLOAT1
 _SCHEMA_DTYPE = {"FLOAT32": "Float32", "FLOAT16": "Float16", "FLOAT64": "Double",
                  "INT32": "Int32"}
 
+_BARE_SCALARS = ("ios18",)
+"""Opsets whose scalars coremlc spells bare (``string("x")``, ``uint64(64)``), as coremltools'
+own tests of iOS 18 programs assert; earlier ones spell them ``tensor<string, []>("x")``."""
+
 
 def opset_name(opset: str) -> str:
     """coremlc's name of a coremltools opset: ``CoreML7`` -> ``ios17``."""
@@ -58,52 +66,116 @@ def _dtype_name(code: int) -> str:
     return _TEXT_DTYPE.get(name, name.lower())
 
 
-def _tensor_type(vt) -> str:
-    if vt.WhichOneof("type") != "tensorType":
-        raise ValueError(f"only tensor types are written, not {vt.WhichOneof('type')}")
-    t = vt.tensorType
-    dims = ", ".join(str(d.constant.size) if d.WhichOneof("dimension") == "constant" else "?"
-                     for d in t.dimensions)
-    return f"tensor<{_dtype_name(t.dataType)}, [{dims}]>"
+class _Style:
+    """How one program spells its scalar types (by its opset)."""
+
+    def __init__(self, opset: str):
+        self.bare = opset in _BARE_SCALARS
+
+    def scalar(self, word: str) -> str:
+        return word if self.bare else f"tensor<{word}, []>"
+
+    def tensor_type(self, vt) -> str:
+        if vt.WhichOneof("type") != "tensorType":
+            raise ValueError(f"only tensor types are written, not {vt.WhichOneof('type')}")
+        t = vt.tensorType
+        dims = ", ".join(str(d.constant.size) if d.WhichOneof("dimension") == "constant"
+                         else "?" for d in t.dimensions)
+        if not t.dimensions and self.bare:
+            return _dtype_name(t.dataType)
+        return f"tensor<{_dtype_name(t.dataType)}, [{dims}]>"
 
 
 def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _literal(value) -> str:
-    """A Value as coremlc spells a literal: ``tensor<T, [dims]>(content)``."""
-    kind = value.WhichOneof("value")
-    typ = _tensor_type(value.type)
-    if kind == "blobFileValue":
-        b = value.blobFileValue
-        return (f"{typ}(BLOBFILE(path = tensor<string, []>({_quote(b.fileName)}), "
-                f"offset = tensor<uint64, []>({b.offset})))")
+def hex_float(v: float) -> str:
+    """A float as C's ``%a`` prints it, the way coremlc writes constants: ``0x1.5798eep-27``,
+    ``0x1p+1``, ``-0x0p+0``; ``inf``, ``-inf``, ``nan`` for the rest."""
+    import math
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    h = float(v).hex()  # Python: 0x1.5798ee0000000p-27, 0x0.0p+0
+    sign, body = ("-", h[1:]) if h.startswith("-") else ("", h)
+    mant, exp = body[2:].split("p")
+    head, _, frac = mant.partition(".")
+    frac = frac.rstrip("0")
+    return f"{sign}0x{head}{'.' + frac if frac else ''}p{exp}"
+
+
+def _items(value) -> list:
+    """The elements of an immediate tensor value, as coremlc spells them."""
+    import numpy as np
     t = value.immediateValue.tensor
     field = t.WhichOneof("value")
+    dtype = _dtype_name(value.type.tensorType.dataType)
     if field is None:
-        items: list[str] = []
-    elif field == "strings":
-        items = [_quote(s) for s in t.strings.values]
-    elif field == "bools":
-        items = ["true" if b else "false" for b in t.bools.values]
-    elif field == "bytes":
-        items = [str(b) for b in t.bytes.values]
-    else:
-        items = [repr(v) for v in getattr(t, field).values]
-    rank = len(value.type.tensorType.dimensions)
-    content = items[0] if rank == 0 and len(items) == 1 else "[" + ", ".join(items) + "]"
+        return []
+    if field == "strings":
+        return [_quote(s) for s in t.strings.values]
+    if field == "bools":
+        return ["true" if b else "false" for b in t.bools.values]
+    if field == "bytes":  # fp16, int8 and uint8 (and sub-byte) values are stored as raw bytes
+        if dtype == "fp16":
+            return [hex_float(float(x)) for x in np.frombuffer(t.bytes.values, np.float16)]
+        if dtype in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"):
+            return [str(int(x)) for x in np.frombuffer(t.bytes.values, "<" + dtype[0] +
+                                                         str(int(dtype.lstrip("uint")) // 8))]
+        # Sub-byte values, packed from the least significant bit: no real compiled model
+        # seen shows how coremlc spells them; written unpacked, in decimal.
+        bits = int(dtype.lstrip("uint"))
+        count = 1
+        for d in value.type.tensorType.dimensions:
+            count *= d.constant.size
+        raw = np.unpackbits(np.frombuffer(t.bytes.values, np.uint8), bitorder="little")
+        vals = [int(sum(int(b) << k for k, b in enumerate(raw[i * bits:(i + 1) * bits])))
+                for i in range(count)]
+        if dtype.startswith("int"):
+            vals = [v - (1 << bits) if v >= 1 << (bits - 1) else v for v in vals]
+        return [str(v) for v in vals]
+    if field in ("floats", "doubles"):
+        return [hex_float(v) for v in getattr(t, field).values]
+    return [str(int(v)) for v in getattr(t, field).values]
+
+
+def _nested(items: list, dims: list) -> str:
+    if len(dims) <= 1:
+        return "[" + ", ".join(items) + "]"
+    step = len(items) // dims[0] if dims[0] else 0
+    return "[" + ", ".join(_nested(items[i * step:(i + 1) * step], dims[1:])
+                           for i in range(dims[0])) + "]"
+
+
+def _literal(value, style: _Style) -> str:
+    """A Value as coremlc spells a literal: ``tensor<T, [dims]>(content)``."""
+    kind = value.WhichOneof("value")
+    typ = style.tensor_type(value.type)
+    if kind == "blobFileValue":
+        b = value.blobFileValue
+        return (f"{typ}(BLOBFILE(path = {style.scalar('string')}({_quote(b.fileName)}), "
+                f"offset = {style.scalar('uint64')}({b.offset})))")
+    items = _items(value)
+    dims = [d.constant.size for d in value.type.tensorType.dimensions]
+    content = items[0] if not dims and len(items) == 1 else _nested(items, dims)
     return f"{typ}({content})"
 
 
-def _argument(arg) -> str:
-    parts = [b.name if b.WhichOneof("binding") == "name" else _literal(b.value)
+def _argument(arg, style: _Style) -> str:
+    parts = [b.name if b.WhichOneof("binding") == "name" else _literal(b.value, style)
              for b in arg.arguments]
     return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
 
 def mil_text(spec) -> str:
     """The ML program of ``spec`` (a ``Model_pb2.Model``) as coremlc's ``model.mil`` text.
+
+    Every statement as coremlc writes it (docs/facts.md): the output declarations, the
+    operation with its arguments sorted by name, then its attributes sorted by name
+    (``name`` as the protobuf holds it, which may differ from the output's name), floats in
+    C's hexadecimal notation, weights as ``BLOBFILE`` references at their blob's offset.
 
     Parameters
     ----------
@@ -117,6 +189,8 @@ def mil_text(spec) -> str:
     prog = spec.mlProgram
     fn = prog.functions["main"]
     block = fn.block_specializations[fn.opset]
+    opset = opset_name(fn.opset)
+    style = _Style(opset)
     build = {}
     if "buildInfo" in prog.attributes:
         for kv in prog.attributes["buildInfo"].immediateValue.dictionary.values:
@@ -124,19 +198,25 @@ def mil_text(spec) -> str:
                 kv.value.immediateValue.tensor.strings.values[0]
     build["coremlc-version"] = COMPILER
     info = ", ".join("{" + _quote(k) + ", " + _quote(v) + "}" for k, v in sorted(build.items()))
-    lines = ["program(1.0)",
-             f"[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{{info}}})]", "{"]
-    params = ", ".join(f"{_tensor_type(i.type)} {i.name}" for i in fn.inputs)
-    lines.append(f"    func main<{opset_name(fn.opset)}>({params}) {{")
+    string = style.scalar("string")
+    lines = ["program(1.3)" if style.bare else "program(1.0)",
+             f"[buildInfo = dict<{string}, {string}>({{{info}}})]", "{"]
+    params = ", ".join(f"{style.tensor_type(i.type)} {i.name}" for i in fn.inputs)
+    lines.append(f"    func main<{opset}>({params}) {{")
     for op in block.operations:
-        outs = [f"{_tensor_type(o.type)} {o.name}" for o in op.outputs]
+        outs = [f"{style.tensor_type(o.type)} {o.name}" for o in op.outputs]
         lhs = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
-        args = ", ".join(f"{k} = {_argument(op.inputs[k])}" for k in sorted(op.inputs))
-        attrs = [f"name = tensor<string, []>({_quote(op.outputs[0].name)})"]
-        attrs += [f"{k} = {_literal(op.attributes[k])}" for k in sorted(op.attributes)
-                  if k != "name"]
-        lines.append(f"            {lhs} = {op.type}({args})[{', '.join(attrs)}];")
-    lines.append(f"    }} -> ({', '.join(block.outputs)});")
+        args = ", ".join(f"{k} = {_argument(op.inputs[k], style)}" for k in sorted(op.inputs))
+        attrs = dict(op.attributes)
+        if "name" not in attrs:
+            named = f"{string}({_quote(op.outputs[0].name)})"
+        else:
+            named = _literal(attrs["name"], style)
+        parts = [f"name = {named}"] + [f"{k} = {_literal(attrs[k], style)}"
+                                         for k in sorted(attrs) if k != "name"]
+        parts.sort()
+        lines.append(f"            {lhs} = {op.type}({args})[{', '.join(parts)}];")
+    lines.append(f"        }} -> ({', '.join(block.outputs)});")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -260,4 +340,5 @@ def compile_package(package: str, out: str, *, memory: Path, platform: str = "ma
     return dest
 
 
-__all__ = ["COMPILER", "ANALYTICS", "opset_name", "mil_text", "metadata", "compile_package"]
+__all__ = ["COMPILER", "ANALYTICS", "opset_name", "hex_float", "mil_text", "metadata",
+           "compile_package"]

@@ -119,3 +119,37 @@ def test_the_cli_prints_json_and_returns_the_exit_code(monkeypatch, capsys, tmp_
     assert json.loads(capsys.readouterr().out)["tools"]["git"]["found"] is False
     assert cli.main(["doctor"]) == EXIT_TOOL_MISSING
     assert "the audit cannot start here" in capsys.readouterr().out
+
+
+def _given_mlmodelc(tmp_path, val: str):
+    """A compiled folder whose one-statement program holds ``val`` as a constant."""
+    folder = tmp_path / "ggml-tiny.en-encoder.mlmodelc"
+    folder.mkdir()
+    s = "tensor<string, []>"
+    (folder / "model.mil").write_text("\n".join([
+        "program(1.0)", f'[buildInfo = dict<{s}, {s}>({{{{"coremlc-version", "3500.32.1"}}}})]',
+        "{", "    func main<ios16>(tensor<fp32, [1, 4]> x) {",
+        f'            tensor<fp32, []> c = const()[name = {s}("op_c"), val = {val}];',
+        f'            tensor<fp32, [1, 4]> y = mul(x = x, y = c)[name = {s}("op_y")];',
+        "        } -> (y);", "}"]))
+    return {"encoder": {"path": str(folder)}}
+
+
+def test_a_given_mlmodelc_whose_program_reads_runs_its_program_gates_on_linux(tmp_path):
+    params = _given_mlmodelc(tmp_path, "tensor<fp32, []>(0x1p-3)")
+    rows = _by_id(doctor_report(host=LINUX, tools=_tools(), cache=tmp_path / "c",
+                                package_version=lambda _n: None, params=params))
+    for gid in gates.PROGRAM_GATES:
+        assert rows[gid].status == RUNS and rows[gid].capability == "any", rows[gid]
+    assert rows["export.compile"].status == NOT_RUN_PLATFORM  # placing needs Core ML
+
+
+def test_a_given_mlmodelc_whose_program_does_not_read_says_why(tmp_path):
+    params = _given_mlmodelc(tmp_path, "tensor<fp32, []>(0.1)")
+    rows = _by_id(doctor_report(host=LINUX, tools=_tools(), cache=tmp_path / "c",
+                                package_version=lambda _n: None, params=params))
+    for gid in gates.PROGRAM_GATES:
+        row = rows[gid]
+        assert row.status == NOT_RUN_PLATFORM and row.capability == "macos", row
+        assert "cannot run the program of its model.mil" in row.why
+        assert "0.1 is not exact as fp32" in row.why

@@ -248,3 +248,60 @@ def test_a_float16_interface_breaks_the_contract(tmp_path):
     j = judge_prebuilt(tmp_path, doc)
     assert j.status is Status.FAIL and "breaks the runtime contract" in j.detail
     assert any("FLOAT16" in p for p in v["problems"])
+
+
+# ----------------------------------------------------------------------------- a given .mlmodelc read from its text
+
+def _compiled_in_run(tmp_path):
+    """A given compiled model placed in the run (tmp_path is the run directory)."""
+    from verifylib.canonical import sha256_file
+    folder = tmp_path / "fp32/ggml-model-encoder.mlmodelc"
+    (folder / "weights").mkdir(parents=True)
+    (folder / "model.mil").write_text("program(1.0)\n")
+    (folder / "weights/weight.bin").write_bytes(b"\0" * 64)
+    return {"read_from": "model.mil", "model_mil_sha256": sha256_file(folder / "model.mil"),
+            "weight_bin_sha256": sha256_file(folder / "weights/weight.bin"),
+            "program_version": "1.0", "opset": "ios16", "coremlc_version": "3500.32.1",
+            "build_info": {"coremlc-version": "3500.32.1"}}
+
+
+def _text_pair_doc(source):
+    doc = pair_doc()
+    doc["encoder"] = "fp32/ggml-model-encoder.mlmodelc"
+    doc["program_source"] = source
+    return doc
+
+
+def test_a_given_mlmodelc_read_from_its_text_passes_and_needs_no_mac(tmp_path):
+    from verifylib.evidence.export.rules import program_read_from_text
+    from verifylib.evidence.registry import program_from_text
+
+    doc = _text_pair_doc(_compiled_in_run(tmp_path))
+    assert PairEvidence.from_json(doc).to_json() == doc
+    j = judge_pair(tmp_path, doc)
+    assert j.status is Status.PASS, j.detail
+    view = _view(tmp_path, {"pair": doc}, {})
+    assert program_read_from_text(view) and program_from_text("export.pair", view)
+    params = {"encoder": {"path": "/d/ggml-base-encoder.mlmodelc"}}
+    assert capability_of(gate("export.pair"), params, program_from_text=True) is Capability.ANY
+    assert not program_from_text("export.pair", _view(tmp_path, {"pair": pair_doc()}, {}))
+    assert not program_from_text("parity.runtime", view)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d, s: d.pop("program_source"), "without recording the model.mil"),
+    (lambda d, s: s.update(model_mil_sha256="0" * 64), "model.mil digest"),
+    (lambda d, s: s.update(weight_bin_sha256="1" * 64), "weights/weight.bin digest"),
+    (lambda d, s: s.update(weight_bin_sha256=None), "weights/weight.bin digest"),
+    (lambda d, s: s.update(model_mil_sha256="x"), "malformed digest"),
+    (lambda d, s: s.update(read_from="coremldata.bin"), "does not name the model.mil"),
+    (lambda d, s: d.update(encoder="fp32/ggml-model-encoder.mlpackage"),
+     "is not a compiled model"),
+    (lambda d, s: d.update(encoder="../elsewhere.mlmodelc"), "not a path inside the run"),
+    (lambda d, s: d.update(execution="coreml-all"), "program source is recorded for execution"),
+])
+def test_a_program_source_that_is_not_the_runs_files_fails(tmp_path, edit, words):
+    doc = _text_pair_doc(_compiled_in_run(tmp_path))
+    edit(doc, doc.get("program_source") or {})
+    j = judge_pair(tmp_path, doc)
+    assert j.status is Status.FAIL and words in j.detail, j.detail

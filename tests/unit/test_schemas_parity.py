@@ -171,3 +171,56 @@ def test_the_schema_built_record_is_the_literal_the_stage_wrote_before():
     assert (Measurement("fixture", "float32", MeasurementMetrics(**m.as_dict()), 0.5).to_json()
             == {"input": "fixture", "execution": "float32", "metrics": m.as_dict(),
                 "seconds": 0.5})
+
+
+def _judge_rule(tmp_path, doc):
+    from verifylib.evidence.parity.rules import RULES
+    from verifylib.evidence.records import EvidenceRef, EvidenceView
+
+    refs = [EvidenceRef("policy_program", "policy_program.json", canonical.write_json(
+                tmp_path / "policy_program.json", policy_record(load_policy(FP32_POLICY)))),
+            EvidenceRef("parity", "program.json",
+                        canonical.write_json(tmp_path / "program.json", doc))]
+    view = EvidenceView(tmp_path, refs)
+    return RULES["parity.program"](view), view
+
+
+def _read_from_text(tmp_path) -> dict:
+    """The program record of a given .mlmodelc whose program was read from its model.mil."""
+    from verifylib.canonical import sha256_file
+    folder = tmp_path / "fp32/ggml-model-encoder.mlmodelc"
+    folder.mkdir(parents=True)
+    (folder / "model.mil").write_text("program(1.0)\n")
+    doc = _stored(_stage_record())
+    doc["artifact"]["path"] = "fp32/ggml-model-encoder.mlmodelc"
+    doc["candidate"]["program_source"] = {
+        "read_from": "model.mil", "model_mil_sha256": sha256_file(folder / "model.mil"),
+        "weight_bin_sha256": None, "program_version": "1.0", "opset": "ios16",
+        "coremlc_version": None, "build_info": {}}
+    return doc
+
+
+def test_a_compiled_program_read_from_text_is_judged_on_its_float32_execution(tmp_path):
+    from verifylib.evidence.parity.rules import program_read_from_text
+
+    doc = _read_from_text(tmp_path)
+    j, view = _judge_rule(tmp_path, doc)
+    assert j.status is Status.PASS and "fixture/float32" in j.detail, j.detail
+    assert program_read_from_text(view)
+    # Without the source, a .mlmodelc's program record is read as Core ML's: it has no
+    # coreml-all measurement, so it fails.
+    doc["candidate"].pop("program_source")
+    j, view = _judge_rule(tmp_path, doc)
+    assert j.status is Status.FAIL and "fixture/coreml-all" in j.detail, j.detail
+    assert not program_read_from_text(view)
+
+
+def test_a_compiled_program_source_must_be_the_runs_model_mil(tmp_path):
+    doc = _read_from_text(tmp_path)
+    doc["candidate"]["program_source"]["model_mil_sha256"] = "0" * 64
+    j, _ = _judge_rule(tmp_path, doc)
+    assert j.status is Status.FAIL and "model.mil digest" in j.detail, j.detail
+    doc = _read_from_text(tmp_path / "other")
+    doc["artifact"]["path"] = "fp32/ggml-model-encoder.mlpackage"
+    j, _ = _judge_rule(tmp_path / "other", doc)
+    assert j.status is Status.FAIL and "not a compiled model" in j.detail, j.detail

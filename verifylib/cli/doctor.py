@@ -394,9 +394,12 @@ def gate_checks(host: HostCapabilities, tools: Toolset,
     out = []
     blocked = describe_missing(tools.missing) if tools.missing else None
     fixes = "; ".join(dict.fromkeys(t.fix for t in tools.missing)) or None
+    from_text, note = _given_program_readable(host, params or {})
     for g in gates.GATES:
-        cap = gates.capability_of(g, params or {})
+        cap = gates.capability_of(g, params or {}, program_from_text=from_text)
         why = host.missing(cap)
+        if why is not None and note and g.id in gates.PROGRAM_GATES:
+            why = f"{why}; {note}"
         if why is not None:
             out.append(GateCheck(g.id, g.required, cap.value, NOT_RUN_PLATFORM, why,
                                  host.fix(cap)))
@@ -405,6 +408,36 @@ def gate_checks(host: HostCapabilities, tools: Toolset,
         else:
             out.append(GateCheck(g.id, g.required, cap.value, RUNS))
     return tuple(out)
+
+
+def _given_program_readable(host: HostCapabilities, params: Mapping[str, Any]
+                            ) -> tuple[bool, str | None]:
+    """Whether a given ``.mlmodelc``'s program reads from its ``model.mil`` here (off macOS).
+
+    As the stages decide it (:func:`verifylib.stages.artifacts.given_program`), on the
+    folder the parameters name: (True, None) when it reads, (False, why) when it does not,
+    (False, None) when that does not apply.
+    """
+    enc = params.get("encoder") if isinstance(params, Mapping) else None
+    path = enc.get("path") if isinstance(enc, Mapping) else None
+    if not (isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))) or \
+            host.has(gates.Capability.MACOS):
+        return False, None
+    import tempfile
+
+    from verifylib.errors import VerifylibError
+    from verifylib.models.encoder_zip import unpack
+    from verifylib.numerics.mil_compiled import load_compiled_program
+    try:
+        if path.endswith(".zip"):
+            # As the audit will: the program is read from the archive's unpacked folder.
+            with tempfile.TemporaryDirectory(prefix="verifylib-doctor-") as scratch:
+                load_compiled_program(unpack(path, scratch).folder)
+        else:
+            load_compiled_program(path)
+    except (VerifylibError, OSError) as exc:
+        return False, f"verifylib's executor cannot run the program of its model.mil: {exc}"
+    return True, None
 
 
 def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None = None,

@@ -187,7 +187,8 @@ GATES: tuple[Gate, ...] = (
        ".mlmodelc compiled, placed at coreml_encoder_path(-m), tree digest recorded"),
     _g(EXPORT_PAIR, "02_export", True, Capability.ANY,
        [EXPORT_GGML_MODEL, EXPORT_CONTRACT],
-       "pair-v1: the encoder (its ML program; a .mlmodelc through CompiledMLModel on macOS) "
+       "pair-v1: the encoder (its ML program; a .mlmodelc through CompiledMLModel on macOS, "
+       "elsewhere its program read from its model.mil) "
        "and the encoder rebuilt from the .bin's own weights agree on the real and on a seeded "
        "random log-mel, each above the floor for the .bin's ftype and the encoder's declared "
        "precision"),
@@ -239,12 +240,14 @@ GATES: tuple[Gate, ...] = (
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
 
 PROGRAM_GATES: frozenset[str] = frozenset({EXPORT_PAIR, PARITY_PROGRAM})
-"""Gates that execute the audited encoder's ML program. A prebuilt ``.mlmodelc`` holds no
-program this package can read, so for one (parameter ``encoder.path``) these gates need
-macOS, where Core ML itself runs the compiled model."""
+"""Gates that execute the audited encoder's ML program. For a prebuilt ``.mlmodelc``
+(parameter ``encoder.path``) these gates need macOS, where Core ML itself runs the compiled
+model, unless the program was read from the folder's ``model.mil`` and executed by
+verifylib's executor, which any OS can do (:func:`capability_of`'s ``program_from_text``)."""
 
 
-def capability_of(g: Gate, params: Mapping[str, Any]) -> Capability:
+def capability_of(g: Gate, params: Mapping[str, Any], *,
+                  program_from_text: bool = False) -> Capability:
     """Return the capability ``g`` needs under the bound parameters.
 
     Parameters
@@ -253,19 +256,24 @@ def capability_of(g: Gate, params: Mapping[str, Any]) -> Capability:
         A registry row.
     params : mapping
         The run's parameter tree (``Params.data``, or the receipt's bound parameters).
+    program_from_text : bool
+        The gate executes a compiled model's program read from its ``model.mil`` (the stage
+        could read it; for a judged gate, its evidence says so): no Core ML is needed.
 
     Returns
     -------
     Capability
         ``g.capability``, raised to :attr:`Capability.MACOS` for a program gate when the
-        audited encoder is a prebuilt ``.mlmodelc`` or its zip (and ``export.compile``, which then
-        compiles nothing, needs macOS but no Xcode).
+        audited encoder is a prebuilt ``.mlmodelc`` (or upstream's zip of one) whose program
+        is not read from its text (and ``export.compile``, which then compiles nothing, needs
+        macOS but no Xcode).
     """
     enc = params.get("encoder") if isinstance(params, Mapping) else None
     path = enc.get("path") if isinstance(enc, Mapping) else None
     # upstream's download, ``….mlmodelc.zip``, holds a compiled model too
     compiled = isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))
-    if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY:
+    if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY \
+            and not program_from_text:
         return Capability.MACOS
     if compiled and g.id == EXPORT_COMPILE:
         # Already compiled: placing it needs no compiler, and checking it needs Core ML.

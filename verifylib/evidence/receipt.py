@@ -511,7 +511,16 @@ class _Checker:
                 caps: Mapping[str, bool], conflicts: Mapping[str, list[str]]) -> list[str]:
         out = []
         st = rec.status.value
-        cap = gates.capability_of(g, run.get("params") or {})
+        view: EvidenceView | None = None
+        broken: EvidenceInvalid | None = None
+        if rec.evidence:
+            try:
+                view = EvidenceView(self.run_dir, rec.evidence, rec.identities)
+            except EvidenceInvalid as exc:
+                broken = exc
+        # A given compiled model's program read from its model.mil needed no Core ML.
+        from_text = view is not None and rules.program_from_text(g.id, view)
+        cap = gates.capability_of(g, run.get("params") or {}, program_from_text=from_text)
         if not caps.get(cap.value, False):
             out.append(f"gate {g.id}: {st} recorded on a host without capability "
                        f"{cap.value}")
@@ -519,8 +528,9 @@ class _Checker:
             return out + [f"gate {g.id}: {st} but this version has no rule to re-judge it"]
         if not rec.evidence:
             return out + [f"gate {g.id}: {st} without evidence"]
+        if view is None:
+            return out + [f"gate {g.id}: {broken}"]
         try:
-            view = EvidenceView(self.run_dir, rec.evidence, rec.identities)
             j = rules.judge(g.id, view)
         except EvidenceInvalid as exc:
             return out + [f"gate {g.id}: {exc}"]

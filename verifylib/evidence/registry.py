@@ -29,6 +29,32 @@ RULES: dict[str, RuleFn] = {**build.RULES, **export.RULES, **canary.RULES, **par
 """Gate id to its judge. A gate the registry declares unimplemented has no entry."""
 
 
+TEXT_PROGRAM_READERS: dict[str, Callable[[EvidenceView], bool]] = {
+    **export.TEXT_PROGRAM_READERS, **parity.TEXT_PROGRAM_READERS}
+"""Gate id -> whether its evidence says it executed a given compiled model's program read
+from its ``model.mil`` (then it needed no Core ML:
+:func:`verifylib.evidence.gates.capability_of`)."""
+
+
+def program_from_text(gate_id: str, evidence: EvidenceView) -> bool:
+    """Tell whether a judged gate executed a compiled model's program read from its text.
+
+    Parameters
+    ----------
+    gate_id : str
+        The gate.
+    evidence : EvidenceView
+        Its evidence.
+
+    Returns
+    -------
+    bool
+        False for a gate that never executes a program.
+    """
+    reader = TEXT_PROGRAM_READERS.get(gate_id)
+    return reader is not None and reader(evidence)
+
+
 def judge(gate_id: str, evidence: EvidenceView) -> Judgement:
     """Judge ``gate_id`` on an evidence view with its registered rule.
 

@@ -82,9 +82,9 @@ from verifylib.numerics.memory import trimmed
 from verifylib.numerics.mil_constexpr import CONSTEXPR_KERNELS, unpack_bits
 from verifylib.numerics.mil_ops import KERNELS, MilExecError, as_tensor, torch_dtype
 
-__all__ = ["COMPUTE_MODES", "SUPPORTED_OPS", "Execution", "MilExecError", "Op", "Program",
-           "Stepper", "UnsupportedOpError", "Value", "check_supported", "execute",
-           "load_program"]
+__all__ = ["COMPUTE_MODES", "SUPPORTED_OPS", "Execution", "MilExecError", "Op", "PackedInts",
+           "Program", "Stepper", "UnsupportedOpError", "Value", "WeightFiles", "check_supported",
+           "execute", "load_program"]
 
 SUPPORTED_OPS = ("const", *CONSTEXPR_KERNELS, *KERNELS)
 """Every MIL operation type :func:`execute` implements."""
@@ -276,7 +276,7 @@ def _value_type(valuetype) -> tuple[str, tuple]:
     return name, tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in shape)
 
 
-class _Weights:
+class WeightFiles:
     """The package's weight files, memory-mapped; blob values are numpy views into them.
 
     Why not coremltools' ``BlobReader``: it copies every weight out of its own mapping,
@@ -345,7 +345,7 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     The package is opened with coremltools (``MLModel(path, skip_model_load=True)``, which
     parses the protobuf and finds the weights folder); types and immediate values are
     decoded with coremltools' MIL protobuf helpers. Weights stored in the blob file are
-    memory-mapped views (:class:`_Weights`), so loading holds no copy of them; the
+    memory-mapped views (:class:`WeightFiles`), so loading holds no copy of them; the
     program's structure is read straight from the protobuf rather than built as a
     coremltools program, which would copy every weight.
 
@@ -373,7 +373,7 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
 
     path = Path(mlpackage)
     model, spec, fn, block = _open_function(path, function)
-    weights = _Weights(model.weights_dir)
+    weights = WeightFiles(model.weights_dir)
     context = milproto.TranscriptionContext(model.weights_dir)
     consts: dict[str, Any] = {}
     const_dtypes: dict[str, str] = {}

@@ -1,7 +1,8 @@
 """The parity claims replayed: the run's *published* packages against a fresh reference.
 
 Each program candidate the run measured (``parity.program``, ``parity.program_fp16``) is
-executed again, from the run's own ``.mlpackage``, by the same executor and function
+executed again, from the run's own ``.mlpackage`` (or a given ``.mlmodelc``'s ``model.mil``
+when the run read its program from there), by the same executor and function
 stage 04 uses (:func:`verifylib.stages.parity.measure_program`), on the inputs this host
 computes from the fixture and the seed (their digests must be the recorded ones), against
 a reference encoder computed here. It is REPRODUCED when the replayed candidate outputs
@@ -93,10 +94,12 @@ def replay_parity(run: Run, scratch: Path, params: Params, *,
 def _replayable(run: Run) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]:
     """Split the program gates into claims that cannot be replayed and the gates to replay.
 
-    A gate is replayed when it was judged (PASS or FAIL) on a ``.mlpackage`` program; each
-    to replay comes as ``(gate id, variant, record, parity evidence)``.
+    A gate is replayed when it was judged (PASS or FAIL) on a ``.mlpackage`` program or on
+    a given ``.mlmodelc``'s program read from its ``model.mil``; each to replay comes as
+    ``(gate id, variant, record, parity evidence)``.
     """
     from verifylib.evidence.gates import Status
+    from verifylib.evidence.judging import read_from_text
     from verifylib.evidence.parity.schema import ParityEvidence
 
     claims: list[Claim] = []
@@ -110,6 +113,10 @@ def _replayable(run: Run) -> tuple[list[Claim], list[tuple[str, str, Any, Any]]]
             continue
         doc = ParityEvidence.from_json(run.evidence(gate_id).json("parity"))
         path = doc.artifact.path
+        if path is not None and path.endswith(".mlmodelc") and \
+                read_from_text((doc.candidate or {}).get("program_source")):
+            todo.append((gate_id, variant, rec, doc))  # its model.mil, executed again
+            continue
         if doc.kind != "program" or (path is not None and not path.endswith(".mlpackage")):
             claims.append(not_replayable(gate_id, "the candidate is a compiled model: only "
                                                   "a Core ML runtime executes it (macOS)"))
@@ -138,7 +145,11 @@ def _replay_program(run: Run, gate_id: str, variant: str, rec: Any, doc: Any, re
     from verifylib.stages.parity import measure_program
 
     t1 = time.perf_counter()
-    package = packages / doc.artifact.path
+    package: Any = packages / doc.artifact.path
+    if doc.artifact.path.endswith(".mlmodelc"):
+        # A given compiled model, read from its model.mil again (reading writes nothing).
+        from verifylib.numerics.mil_compiled import load_compiled_program
+        package, _ = load_compiled_program(run.path / doc.artifact.path)
     problems: list[str] = []
     if doc.inputs != ref.input_records:
         problems.append("the inputs computed here from the fixture and the seed are not "

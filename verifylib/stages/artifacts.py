@@ -54,6 +54,8 @@ from verifylib.runtime.sanitizer import SIDES as SANITIZER_SIDES
 from verifylib.stages.context import StageContext
 
 if TYPE_CHECKING:
+    from verifylib.numerics.mil_compiled import CompiledSource
+    from verifylib.numerics.mil_exec import Program
     from verifylib.whispercpp.source.fetch import SourceSpec
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "runtime_tree", "user_pin_evidence", "ggml_binary", "coreml_binary", "unpatched_binary",
     "asan_build",
     "published_model", "published_model_name", "audited_encoder", "AuditedEncoder",
+    "GivenProgram", "given_program",
     "model_source", "source_ftype", "fixture_audio",
     "exported_variant", "compiled_variant", "published_mlmodelc", "model_language",
     "export_variants",
@@ -409,6 +412,68 @@ def audited_encoder(ctx: StageContext) -> AuditedEncoder:
         raise PrerequisiteBroken(f"{path} is not the encoder export.contract placed")
     return AuditedEncoder(path, v["path"], fmt, precision,
                           f"artifact.fp32.{fmt}.tree_digest", pre is not None)
+
+
+@dataclass(frozen=True)
+class GivenProgram:
+    """A given ``.mlmodelc``'s program, read from its ``model.mil`` for the executor.
+
+    Attributes
+    ----------
+    program : Program or None
+        The program (:func:`verifylib.numerics.mil_compiled.load_compiled_program`), None
+        when it could not be read.
+    source : CompiledSource or None
+        Where it was read from (the digests the evidence records).
+    why_not : str or None
+        Why it could not be read (added to the gate's NOT_RUN(platform) reason).
+    """
+
+    program: Program | None
+    source: CompiledSource | None
+    why_not: str | None
+
+
+def given_program(ctx: StageContext) -> GivenProgram | None:
+    """Read the program of the given ``.mlmodelc`` ``export.contract`` placed, off macOS.
+
+    On macOS Core ML runs a given compiled model (``CompiledMLModel``), as before; elsewhere
+    the gates that execute the audited encoder's program (``export.pair``,
+    ``parity.program``) run it with the MIL executor when its ``model.mil`` reads whole.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage (02 or 04).
+
+    Returns
+    -------
+    GivenProgram or None
+        None when this does not apply: the encoder is not a given ``.mlmodelc``, or this
+        host runs Core ML. Otherwise the program, or why it could not be read (the placed
+        folder missing or changed, a ``model.mil`` the reader or the executor refuses).
+    """
+    from verifylib.evidence.gates import Capability
+    from verifylib.runtime.capabilities import detect
+
+    enc = ctx.params.data.get("encoder")
+    path = enc.get("path") if isinstance(enc, dict) else None
+    # A zip (upstream's download) was unpacked into the run: its placed folder is read.
+    if not (isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))) or \
+            detect().has(Capability.MACOS):
+        return None
+    from verifylib.errors import VerifylibError
+    from verifylib.numerics.mil_compiled import load_compiled_program
+    try:
+        placed = audited_encoder(ctx)
+    except VerifylibError as exc:
+        return GivenProgram(None, None, f"no compiled model to read ({exc})")
+    try:
+        program, source = load_compiled_program(placed.path)
+    except (VerifylibError, OSError) as exc:
+        return GivenProgram(None, None, "verifylib's executor cannot run the program of its "
+                                        f"model.mil: {exc}")
+    return GivenProgram(program, source, None)
 
 
 def published_model(ctx: StageContext) -> tuple[Path, str]:

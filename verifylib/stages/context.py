@@ -321,7 +321,9 @@ class StageContext:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
-    def blocked_reason(self, gate_id: str, disabled_by: str | None = None) -> Reason | None:
+    def blocked_reason(self, gate_id: str, disabled_by: str | None = None, *,
+                       program_from_text: bool = False,
+                       platform_note: str | None = None) -> Reason | None:
         """Return why ``gate_id`` cannot run now, or None if it can.
 
         Order: disabled parameter, missing platform capability, unmet prerequisite.
@@ -332,6 +334,11 @@ class StageContext:
             The gate.
         disabled_by : str, optional
             The parameter key that switches the gate off, when one does.
+        program_from_text : bool
+            The gate will execute a given compiled model's program read from its
+            ``model.mil`` (:func:`verifylib.evidence.gates.capability_of`).
+        platform_note : str, optional
+            Why that program could not be read, added to a ``platform`` reason.
 
         Returns
         -------
@@ -344,9 +351,11 @@ class StageContext:
             return Reason(NotRunKind.DISABLED.value,
                           f"disabled by parameter {disabled_by} = "
                           f"{canonical.dumps(value).decode().strip()}")
-        missing = detect().missing(gates.capability_of(g, self.params.data))
+        missing = detect().missing(gates.capability_of(g, self.params.data,
+                                                       program_from_text=program_from_text))
         if missing:
-            return Reason(NotRunKind.PLATFORM.value, missing)
+            return Reason(NotRunKind.PLATFORM.value,
+                          f"{missing}; {platform_note}" if platform_note else missing)
         prior = self.prior()
         unmet = [p for p in g.prerequisites
                  if p not in prior or prior[p].status is not Status.PASS]
@@ -356,7 +365,9 @@ class StageContext:
             return Reason(NotRunKind.PREREQUISITE.value, states)
         return None
 
-    def begin(self, gate_id: str, disabled_by: str | None = None) -> GateRun | None:
+    def begin(self, gate_id: str, disabled_by: str | None = None, *,
+              program_from_text: bool = False,
+              platform_note: str | None = None) -> GateRun | None:
         """Start evaluating a gate of this stage.
 
         Returns None after recording NOT_RUN when the gate is disabled (by a parameter the
@@ -371,6 +382,9 @@ class StageContext:
         disabled_by : str, optional
             The parameter key the caller found switching the gate off; it must agree with
             the registry's ``disabled_by`` (the validator judges NOT_RUN(disabled) by it).
+        program_from_text, platform_note : bool, str
+            As :meth:`blocked_reason`: a given compiled model's program read from its text
+            (then no Core ML is needed), or why it could not be.
 
         Returns
         -------
@@ -392,7 +406,8 @@ class StageContext:
         if disabled_by != key:
             raise ValueError(f"{gate_id}: caller says disabled by {disabled_by!r}, the registry "
                              f"and the parameters say {key!r}")
-        reason = self.blocked_reason(gate_id, key)
+        reason = self.blocked_reason(gate_id, key, program_from_text=program_from_text,
+                                     platform_note=platform_note)
         if reason:
             self._record(GateRecord(gate_id, Status.NOT_RUN, reason), {})
             return None

@@ -9,8 +9,9 @@ crashes. This gate answers the question from the two files themselves:
   model the run started from, so a ``.bin`` from another model is caught even when the
   encoder matches the source;
 - the candidate is the audited encoder: its ML program executed here in float32
-  (:mod:`verifylib.numerics.mil_exec`), or, for a prebuilt ``.mlmodelc`` on macOS, the
-  compiled model through ``CompiledMLModel`` (there is no readable program in it);
+  (:mod:`verifylib.numerics.mil_exec`); for a prebuilt ``.mlmodelc``, on macOS the compiled
+  model through ``CompiledMLModel``, elsewhere its program read from its ``model.mil``
+  (:mod:`verifylib.numerics.mil_compiled`), the evidence naming the file read and its digests;
 - both see the same two inputs: the runtime tree's sample audio through the file's *own*
   mel filters, and a seeded random log-mel;
 - ``pair-v1`` (recorded before measuring) gives the floor for the file's ftype and the
@@ -35,7 +36,12 @@ from verifylib.numerics.scoring import load_policy
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
 from verifylib.runtime.audio import read_wav_16k
-from verifylib.stages.artifacts import audited_encoder, published_model, runtime_tree
+from verifylib.stages.artifacts import (
+    audited_encoder,
+    given_program,
+    published_model,
+    runtime_tree,
+)
 from verifylib.stages.context import StageContext
 
 if TYPE_CHECKING:
@@ -56,7 +62,9 @@ def run_pair(ctx: StageContext) -> None:
     ctx : StageContext
         Stage 02's context; ``export.ggml_model`` and ``export.contract`` were judged.
     """
-    g = ctx.begin(GATE)
+    given = given_program(ctx)
+    g = ctx.begin(GATE, program_from_text=given is not None and given.program is not None,
+                  platform_note=given.why_not if given is not None else None)
     if not g:
         return
     with g:
@@ -79,7 +87,8 @@ def run_pair(ctx: StageContext) -> None:
         audio = read_wav_16k(runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE)
         mels = {"fixture": fixture_logmel(fe, audio, contract),
                 "random": random_logmel(contract)}
-        if enc.format == "mlmodelc":
+        source = None
+        if enc.format == "mlmodelc" and (given is None or given.program is None):
             execution = policy.rules["runtime_execution"]
             inputs = _measure_compiled(enc.path, encoder, mels, contract)
         else:
@@ -87,7 +96,11 @@ def run_pair(ctx: StageContext) -> None:
             from verifylib.numerics.pair import measure_pair
 
             execution = f"program-{policy.rules['program_execution']}"
-            program = load_program(enc.path)
+            if given is not None and given.program is not None:
+                program = given.program
+                source = given.source.as_dict() if given.source else None
+            else:
+                program = load_program(enc.path)
             m = measure_pair(program, encoder, mels, compute=policy.rules["program_execution"],
                              threshold_db=smin)
             inputs = [PairInput(input=r.input, logmel_sha256=sha256_bytes(mels[r.input].tobytes()),
@@ -106,7 +119,8 @@ def run_pair(ctx: StageContext) -> None:
             execution=execution,
             floor=PairFloor(ftype=ftype, precision=enc.precision, snr_db_min=smin,
                             cosine_min=cmin),
-            inputs=tuple(inputs), seconds=round(time.perf_counter() - t0, 3))
+            inputs=tuple(inputs), seconds=round(time.perf_counter() - t0, 3),
+            program_source=source)
         refs.append(ctx.write_json("pair", doc.to_json()))
         g.judge(refs, {identities.MODEL_GGML: doc.model_sha256,
                        identities.MODEL_GGML_FTYPE: ftype,

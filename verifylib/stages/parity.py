@@ -7,7 +7,10 @@ Face encoder in float32, eval mode, eager attention, on CPU, under inference mod
 
 - ``parity.program`` (any OS): the saved ``fp32/ggml-model-encoder.mlpackage``'s ML program
   executed op by op by :mod:`verifylib.numerics.mil_exec`, gated on float32 execution with float64
-  shown beside it, under policy fp32-v1. This measures what the *conversion* did.
+  shown beside it, under policy fp32-v1. This measures what the *conversion* did. A given
+  ``.mlmodelc`` is run by Core ML on macOS; elsewhere its program is read from its
+  ``model.mil`` (:mod:`verifylib.numerics.mil_compiled`) and executed the same way, or the
+  gate is NOT_RUN(platform) saying why it could not be read.
 - ``parity.runtime`` (macOS): ``CompiledMLModel(fp32/….mlmodelc, ComputeUnit.ALL)`` — the
   published bytes at the compute units whisper.cpp requests — under fp32-v1. Against
   ``parity.program`` this separates runtime drift from conversion drift.
@@ -76,9 +79,11 @@ from verifylib.params import Params
 from verifylib.runtime import progress
 from verifylib.runtime.audio import read_wav_16k
 from verifylib.stages.artifacts import (
+    GivenProgram,
     compiled_variant,
     exported_variant,
     fixture_intake,
+    given_program,
     model_source,
     source_ftype,
 )
@@ -211,7 +216,7 @@ def policy_choice(ctx: StageContext) -> PolicyChoice | None:
     return choice
 
 
-def measure_program(package: str | os.PathLike[str], ref: ReferenceRun, *,
+def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun, *,
                     variant: str | None = None
                     ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, NDArray[Any]],
                                Attribution | None]:
@@ -219,8 +224,9 @@ def measure_program(package: str | os.PathLike[str], ref: ReferenceRun, *,
 
     Parameters
     ----------
-    package : path-like
-        The saved ``.mlpackage``.
+    package : path-like or Program
+        The saved ``.mlpackage``, or a program already read (a given ``.mlmodelc``'s, from
+        its ``model.mil``).
     ref : ReferenceRun
         The reference side (:func:`reference_run`).
     variant : str, optional
@@ -242,10 +248,10 @@ def measure_program(package: str | os.PathLike[str], ref: ReferenceRun, *,
         model is not at hand.
     """
     from verifylib.numerics.drift import attribute
-    from verifylib.numerics.mil_exec import MilExecError, load_program
+    from verifylib.numerics.mil_exec import MilExecError, Program, load_program
     from verifylib.numerics.program_map import residual_taps
 
-    program = load_program(package)
+    program = package if isinstance(package, Program) else load_program(package)
 
     taps: list[tuple[str, str]]
     tap_error: str | None
@@ -454,11 +460,27 @@ class _Measured:
 
 def _measure_candidate(ctx: StageContext, ref: ReferenceRun, variant: str, kind: str,
                        exported: dict[str, Any],
-                       runtime_loader: Callable[..., Any] | None) -> _Measured:
-    """Measure one candidate: the exported program op by op, or a compiled model."""
+                       runtime_loader: Callable[..., Any] | None,
+                       given: GivenProgram | None = None) -> _Measured:
+    """Measure one candidate: the exported program op by op, or a compiled model.
+
+    A given ``.mlmodelc`` whose program was read from its ``model.mil`` (``given``, off
+    macOS) is executed op by op as a package's program is; on macOS Core ML runs it.
+    """
+    if kind == "program" and given is not None and given.program is not None:
+        path = ctx.run_dir / exported["path"]
+        source = given.source.as_dict() if given.source else None
+        with progress.ticking(f"04_parity executing the {variant} compiled program op by op"):
+            measurements, drift, arrays, attribution = measure_program(
+                given.program, ref, variant=variant)
+        return _Measured(path, tree_digest(path), exported["tree_digest"],
+                         f"artifact.{variant}.mlmodelc.tree_digest",
+                         {"executor": "verifylib.mil_exec (op by op, torch CPU kernels)",
+                          "modes": list(PROGRAM_MODES), "op_counts": drift["op_counts"],
+                          "program_source": source},
+                         measurements, drift, arrays, attribution)
     if kind == "program" and exported["path"].endswith(".mlmodelc"):
-        # A .mlmodelc audited as given holds no program to read: on macOS (the only
-        # host this gate then runs on) Core ML itself executes it.
+        # A .mlmodelc audited as given, on macOS: Core ML itself executes it.
         path = ctx.run_dir / exported["path"]
         measured = tree_digest(path)
         bound = exported["tree_digest"]
@@ -536,7 +558,12 @@ def run(params: Params, run_dir: str | os.PathLike[str], *,
     for gate_id, variant, kind in CANDIDATES:
         disabled = ("export.fp16" if variant == "fp16"
                     and not params.export.fp16 else None)
-        g = ctx.begin(gate_id, disabled_by=disabled)
+        # A given .mlmodelc off macOS: its program is executed from its model.mil, or
+        # the gate stays NOT_RUN(platform), saying why it could not be read.
+        given = given_program(ctx) if gate_id == PARITY_PROGRAM else None
+        g = ctx.begin(gate_id, disabled_by=disabled,
+                      program_from_text=given is not None and given.program is not None,
+                      platform_note=given.why_not if given is not None else None)
         if not g:
             continue
         with g:
@@ -553,7 +580,7 @@ def run(params: Params, run_dir: str | os.PathLike[str], *,
                                                      for k in ("fixture", "random")}),
                     "reference-outputs.npz")
             ref, ref_outputs = shared
-            got = _measure_candidate(ctx, ref, variant, kind, exported, runtime_loader)
+            got = _measure_candidate(ctx, ref, variant, kind, exported, runtime_loader, given)
             path, measured, bound = got.path, got.measured, got.bound
             rel = path.relative_to(ctx.run_dir).as_posix() if path.is_relative_to(ctx.run_dir) \
                 else str(path)

@@ -26,7 +26,12 @@ from verifylib.evidence.gates import (
     Judgement,
     Status,
 )
-from verifylib.evidence.judging import policy_file_problems, stream_problems
+from verifylib.evidence.judging import (
+    policy_file_problems,
+    program_source_problems,
+    read_from_text,
+    stream_problems,
+)
 from verifylib.evidence.records import EvidenceView
 from verifylib.runtime import contracts
 
@@ -359,6 +364,9 @@ def _rule_pair(ev: EvidenceView) -> Judgement:
     if d.execution not in allowed:
         return Judgement.failed(f"execution {d.execution!r} is not one {PAIR_POLICY} gates "
                                 f"({sorted(allowed)})")
+    source = _pair_source_problems(ev, d)
+    if source:
+        return Judgement.failed("; ".join(source))
     got = [i.input for i in d.inputs]
     if got != list(rules["inputs"]):
         return Judgement.failed(f"inputs {got} are not {PAIR_POLICY}'s {rules['inputs']}")
@@ -390,6 +398,44 @@ def _rule_pair(ev: EvidenceView) -> Judgement:
                             f"(sha256 {d.model_sha256[:12]}…): {figures}")
 
 
+def _pair_source_problems(ev: EvidenceView, d: PairEvidence) -> list[str]:
+    """List why a recorded program source (or its absence) does not fit the execution."""
+    compiled = d.encoder.endswith(".mlmodelc")
+    program = d.execution.startswith("program-")
+    if d.program_source is None:
+        if compiled and program:
+            return ["a compiled model's program was executed without recording the model.mil "
+                    "it was read from"]
+        return []
+    if not program:
+        return [f"a program source is recorded for execution {d.execution!r}"]
+    return program_source_problems(ev, d.program_source, d.encoder)
+
+
+def program_read_from_text(ev: EvidenceView) -> bool:
+    """Tell whether ``export.pair`` executed a compiled model's program read from its text.
+
+    ``verify`` asks it to know the capability the gate needed
+    (:func:`verifylib.evidence.gates.capability_of`): such a program runs on any OS.
+
+    Parameters
+    ----------
+    ev : EvidenceView
+        The gate's evidence.
+
+    Returns
+    -------
+    bool
+        False too when the document does not parse (the rule then fails it).
+    """
+    from verifylib.errors import EvidenceInvalid
+    try:
+        d = PairEvidence.from_json(ev.json("pair"))
+    except (SchemaError, EvidenceInvalid, KeyError):
+        return False
+    return read_from_text(d.program_source)
+
+
 RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     EXPORT_GGML_MODEL: _rule_ggml_model,
     EXPORT_CONTRACT: _rule_contract,
@@ -397,3 +443,7 @@ RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     EXPORT_PAIR: _rule_pair,
 }
 """Gate id to judge, for the gates of stage 02."""
+
+TEXT_PROGRAM_READERS: dict[str, Callable[[EvidenceView], bool]] = {
+    EXPORT_PAIR: program_read_from_text}
+"""Gate id -> whether its evidence says the program was read from a ``model.mil``."""

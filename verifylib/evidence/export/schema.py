@@ -511,6 +511,10 @@ class PairEvidence(Schema):
         The fixture log-mel first, then the random one.
     seconds : float
         Time of the whole measurement.
+    program_source : dict or None
+        For a given ``.mlmodelc`` executed from its ``model.mil`` (off macOS): the file read
+        (``read_from``), the digests of ``model.mil`` and ``weights/weight.bin``, the
+        program version, opset and coremlc's build info. Absent otherwise.
     """
 
     policy: dict[str, Any] = field(_n.mapping)
@@ -523,3 +527,4 @@ class PairEvidence(Schema):
     floor: PairFloor = field(PairFloor)
     inputs: tuple[PairInput, ...] = field(_n.array_of(PairInput.from_json))
     seconds: float = field(_n.number)
+    program_source: dict[str, Any] | None = field(_n.mapping, optional=True, default=None)

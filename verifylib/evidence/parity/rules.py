@@ -19,7 +19,11 @@ from verifylib.evidence.gates import (
     Judgement,
     Status,
 )
-from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.judging import (
+    policy_file_problems,
+    program_source_problems,
+    read_from_text,
+)
 from verifylib.evidence.parity.result import ATTRIBUTION
 from verifylib.evidence.parity.schema import (
     AttributionEvidence,
@@ -99,6 +103,7 @@ def _parity_rule(variant: str, kind: str) -> Callable[[Any], Judgement]:
             problems.append("the drift record is not a mapping")
         if doc is not None:
             problems += stored_outputs_problems(doc, ev)
+            problems += _source_problems(doc, ev)
         if ev.has(ATTRIBUTION):
             problems += [f"attribution: {p}" for p in attribution_problems(ev.json(ATTRIBUTION))]
         if problems or doc is None:
@@ -115,6 +120,44 @@ RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     PARITY_RUNTIME_FP16: _parity_rule("fp16", "runtime"),
 }
 """Gate id to judge, for the gates of stage 04."""
+
+
+def _from_text(doc: ParityEvidence) -> bool:
+    """Tell whether the candidate is a compiled model's program read from its ``model.mil``."""
+    return read_from_text((doc.candidate or {}).get("program_source"))
+
+
+def _source_problems(doc: ParityEvidence, ev: EvidenceView) -> list[str]:
+    """List why a recorded program source does not belong to this candidate."""
+    source = (doc.candidate or {}).get("program_source")
+    if source is None:
+        return []
+    if doc.kind != "program":
+        return [f"a {doc.kind} candidate records a program source"]
+    return program_source_problems(ev, source, doc.artifact.path)
+
+
+def program_read_from_text(ev: EvidenceView) -> bool:
+    """Tell whether a parity gate executed a compiled model's program read from its text.
+
+    ``verify`` asks it to know the capability the gate needed
+    (:func:`verifylib.evidence.gates.capability_of`): such a program runs on any OS.
+
+    Parameters
+    ----------
+    ev : EvidenceView
+        The gate's evidence.
+
+    Returns
+    -------
+    bool
+        False too when the record does not parse (the rule then fails it).
+    """
+    try:
+        doc = ParityEvidence.from_json(ev.json("parity"))
+    except (SchemaError, EvidenceInvalid, KeyError):
+        return False
+    return _from_text(doc)
 
 
 def _refusal(exc: SchemaError) -> str:
@@ -193,8 +236,9 @@ def _gated_target(doc: ParityEvidence, rules: dict[str, Any], policy_id: str,
         want_input = rules["gated"]["input"]
         want_exec = rules["gated"][f"{kind}_execution"]
         smin, cmin = float(rules["pass"]["snr_db_min"]), float(rules["pass"]["cosine_min"])
-    if kind == "program" and (doc.artifact.path or "").endswith(".mlmodelc"):
-        # A compiled model audited as given: no program to execute, Core ML runs it.
+    if kind == "program" and (doc.artifact.path or "").endswith(".mlmodelc") \
+            and not _from_text(doc):
+        # A compiled model audited as given, on macOS: Core ML runs it.
         want_exec = rules.get("runtime_execution") or rules["gated"]["runtime_execution"]
     return want_input, want_exec, smin, cmin
 
@@ -318,7 +362,7 @@ def stored_outputs_problems(doc: ParityEvidence | Mapping[str, Any],
     except SchemaError as exc:
         return [_refusal(exc)]
     out, ref = ev.arrays("outputs"), ev.arrays("reference_outputs")
-    compiled_only = (parsed.artifact.path or "").endswith(".mlmodelc")
+    compiled_only = (parsed.artifact.path or "").endswith(".mlmodelc") and not _from_text(parsed)
     execution = "float32" if parsed.kind == "program" and not compiled_only else "coreml-all"
     problems = []
     seen = 0
@@ -428,3 +472,7 @@ def _close_modules(a: Sequence[ModuleSummary], b: Sequence[ModuleDrift]) -> bool
             elif dx[k] != dy[k]:
                 return False
     return True
+
+TEXT_PROGRAM_READERS: dict[str, Callable[[EvidenceView], bool]] = {
+    PARITY_PROGRAM: program_read_from_text}
+"""Gate id -> whether its evidence says the program was read from a ``model.mil``."""
