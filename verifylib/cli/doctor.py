@@ -418,10 +418,8 @@ def _given_program_readable(host: HostCapabilities, params: Mapping[str, Any]
     folder the parameters name: (True, None) when it reads, (False, why) when it does not,
     (False, None) when that does not apply.
     """
-    enc = params.get("encoder") if isinstance(params, Mapping) else None
-    path = enc.get("path") if isinstance(enc, Mapping) else None
-    if not (isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))) or \
-            host.has(gates.Capability.MACOS):
+    path = gates.given_compiled_encoder(params)
+    if path is None or host.has(gates.Capability.MACOS):
         return False, None
     import tempfile
 

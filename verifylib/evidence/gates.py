@@ -246,6 +246,28 @@ model, unless the program was read from the folder's ``model.mil`` and executed 
 verifylib's executor, which any OS can do (:func:`capability_of`'s ``program_from_text``)."""
 
 
+def given_compiled_encoder(params: Mapping[str, Any]) -> str | None:
+    """Return ``encoder.path`` when it names a compiled Core ML encoder, else None.
+
+    Parameters
+    ----------
+    params : mapping
+        A parameter tree (``Params.data``, or a receipt's bound parameters).
+
+    Returns
+    -------
+    str or None
+        The path of a given ``….mlmodelc``, or of upstream's download of one
+        (``….mlmodelc.zip``, unpacked into the run); None for an ``.mlpackage`` or an
+        exported encoder.
+    """
+    enc = params.get("encoder") if isinstance(params, Mapping) else None
+    path = enc.get("path") if isinstance(enc, Mapping) else None
+    if isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip")):
+        return path
+    return None
+
+
 def capability_of(g: Gate, params: Mapping[str, Any], *,
                   program_from_text: bool = False) -> Capability:
     """Return the capability ``g`` needs under the bound parameters.
@@ -268,10 +290,7 @@ def capability_of(g: Gate, params: Mapping[str, Any], *,
         is not read from its text (and ``export.compile``, which then compiles nothing, needs
         macOS but no Xcode).
     """
-    enc = params.get("encoder") if isinstance(params, Mapping) else None
-    path = enc.get("path") if isinstance(enc, Mapping) else None
-    # upstream's download, ``….mlmodelc.zip``, holds a compiled model too
-    compiled = isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))
+    compiled = given_compiled_encoder(params) is not None
     if compiled and g.id in PROGRAM_GATES and g.capability is Capability.ANY \
             and not program_from_text:
         return Capability.MACOS

@@ -453,14 +453,11 @@ def given_program(ctx: StageContext) -> GivenProgram | None:
         host runs Core ML. Otherwise the program, or why it could not be read (the placed
         folder missing or changed, a ``model.mil`` the reader or the executor refuses).
     """
-    from verifylib.evidence.gates import Capability
+    from verifylib.evidence.gates import Capability, given_compiled_encoder
     from verifylib.runtime.capabilities import detect
 
-    enc = ctx.params.data.get("encoder")
-    path = enc.get("path") if isinstance(enc, dict) else None
     # A zip (upstream's download) was unpacked into the run: its placed folder is read.
-    if not (isinstance(path, str) and path.endswith((".mlmodelc", ".mlmodelc.zip"))) or \
-            detect().has(Capability.MACOS):
+    if given_compiled_encoder(ctx.params.data) is None or detect().has(Capability.MACOS):
         return None
     from verifylib.errors import VerifylibError
     from verifylib.numerics.mil_compiled import load_compiled_program
