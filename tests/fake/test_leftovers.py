@@ -155,3 +155,51 @@ def test_a_killed_imports_staging_folder_is_swept_at_the_next_start(tmp_path, mo
     (left,) = [p for p in staging.iterdir() if p.is_dir()]
     assert owners.sweep_cache_staging(cache) == [left]
     assert list(staging.iterdir()) == []
+
+
+_KILLED_MANAGER = """
+import sys, time
+from verifylib import resources
+from verifylib.batch import kernel
+km = kernel.start_kernel(str(resources.notebooks_dir()))
+print(km.connection_file, km.ip, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_runs_kernel_files_are_swept_at_the_next_start(tmp_path, monkeypatch):
+    """SIGKILL of a ``verifylib run`` left its kernel's connection file (``$TMPDIR/tmp*.json``,
+    with the kernel's key) and its IPC socket files: the connection file now lives in the
+    kernel's own folder, and both are swept when the next kernel starts."""
+    import tempfile
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_MANAGER], env=_env(tmpdir),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        connection, ip = child.stdout.readline().split()
+        # The kernel has bound its sockets once its connection file is written and read.
+        for _ in range(600):
+            if list(Path(ip).parent.glob(Path(ip).name + "-*")):
+                break
+            time.sleep(0.1)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    assert Path(connection).parent.parent == tmpdir
+    sockets = list(Path(ip).parent.glob(Path(ip).name + "-*"))
+    assert Path(connection).exists() and sockets  # what SIGKILL leaves
+    deadline = time.monotonic() + 60
+    while kernel._pid_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    km = kernel.start_kernel(str(resources.notebooks_dir()))
+    try:
+        assert not Path(connection).exists()
+        assert not any(p.exists() for p in sockets)
+        assert Path(km.connection_file).parent == kernel.kernel_tmp(km)
+    finally:
+        kernel.stop_kernel(km)
+    assert list(tmpdir.iterdir()) == []

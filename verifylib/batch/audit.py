@@ -6,6 +6,10 @@ receipt and both reports are written. A stage notebook that raises is kept (pape
 saves it with the error) and its unjudged gates become ERROR; later stages see that and
 record NOT_RUN(prerequisite) for the gates that depended on it.
 
+A staged run is verified (:func:`verifylib.evidence.receipt.verify`, as an auditor would)
+before the rename: one that does not verify is never published; :class:`RunNotVerified`
+names why and the batch records the model as ERROR with that reason.
+
 Interrupts (SIGINT, and SIGTERM under :func:`interrupts_raise`) publish nothing: the
 stage kernel is shut down by papermill, the staging folder is removed and
 :class:`Interrupted` reaches the caller. A process killed outright (SIGKILL, power loss)
@@ -36,14 +40,19 @@ from verifylib.batch.signals import (
     signals_deferred,
 )
 from verifylib.batch.staging import remove_staging, reserve_staging
+from verifylib.errors import EvidenceInvalid
 from verifylib.evidence import gates
 from verifylib.evidence.layout import read_stage_file
-from verifylib.evidence.receipt import build_receipt
+from verifylib.evidence.receipt import build_receipt, verify
 from verifylib.notebook import make_reopenable
 from verifylib.params import Params
 from verifylib.runtime.progress import LineRelay
 from verifylib.stages.context import init_run_dir
 from verifylib.views import report
+
+
+class RunNotVerified(EvidenceInvalid):
+    """The staged run does not verify, so it was not published."""
 
 
 @dataclass
@@ -189,6 +198,7 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                                      "verifylib": None}
         canonical.write_json(staging / "timings.json", seconds)
         log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
+        _verify_staged(staging, params.name, run_id, simulated=kernel_manager is not None)
         canonical.publish_dir(staging, final)
     finally:
         with signals_deferred():
@@ -198,6 +208,18 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
             remove_staging(staging)
     return RunOutcome(params.name, final, receipt.verdict,
                       final / short.name, seconds)
+
+
+def _verify_staged(staging: Path, name: str, run_id: str, *, simulated: bool) -> None:
+    """Refuse to publish a staged run that an auditor's ``verify`` would reject."""
+    # Only the test suite's simulated Mac hands run_one a kernel manager; its runs say
+    # host.simulated and verify accepts them only when told to.
+    res = verify(staging, allow_simulated=simulated)
+    if not res.ok:
+        shown = "; ".join(res.problems[:5])
+        more = f" (+{len(res.problems) - 5} more)" if len(res.problems) > 5 else ""
+        raise RunNotVerified(f"{name}: run {run_id} does not verify, so it was not "
+                             f"published: {shown}{more}")
 
 
 def _run_stages(params: Params, staging: Path, stages: Sequence[str], *,

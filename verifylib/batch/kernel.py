@@ -12,7 +12,10 @@ repository, with git's ``index.lock``, after a SIGTERM in stage 01) would stay i
 ``$TMPDIR``. So each kernel gets a ``$TMPDIR`` of its own, ``$TMPDIR/verifylib-kernel-*``,
 which the tools it starts inherit; it is removed once the kernel is stopped or killed,
 and one left by a killed ``verifylib run`` is swept at the next kernel start once its
-owner is provably gone (:mod:`verifylib.locks`).
+owner is provably gone (:mod:`verifylib.locks`). The kernel's connection file (its key and
+socket names) is written in that folder too, not in ``$TMPDIR`` where jupyter_client puts
+it by default, so it goes with the folder; the IPC socket files of a killed ``verifylib
+run`` (named after its pid) are swept at the next kernel start (:func:`sweep_dead_sockets`).
 """
 
 from __future__ import annotations
@@ -334,6 +337,9 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
     # the folders of kernels whose ``verifylib run`` was killed.
     tmp = make_owned_dir(Path(tempfile.gettempdir()), KERNEL_TMP_PREFIX)
     km._verifylib_tmp = tmp
+    km.connection_file = str(tmp / "kernel.json")
+    if km.transport == "ipc":
+        sweep_dead_sockets(Path(km.ip).parent)
     try:
         # The kernel's printed lines reach the console through papermill's stdout relay.
         run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, RELAYED_ENV: "1",
@@ -343,6 +349,52 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
         _remove_kernel_tmp(km)
         raise
     return km
+
+
+def sweep_dead_sockets(folder: Path) -> list[Path]:
+    """Remove the IPC socket files of kernels whose ``verifylib run`` is gone.
+
+    A socket's name starts ``k-<pid>-`` with the pid of the process that managed its
+    kernel (:meth:`LocalKernelManager._ip_default`); a process killed outright cannot
+    unlink them. Files of a pid that is alive (even if reused by another process) stay.
+
+    Parameters
+    ----------
+    folder : Path
+        The socket folder (:func:`socket_folder`).
+
+    Returns
+    -------
+    list of Path
+        The files removed.
+    """
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        parts = path.name.split("-")
+        if len(parts) < 3 or parts[0] != "k" or not parts[1].isdigit():
+            continue
+        if _pid_alive(int(parts[1])):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive, not ours to judge
+    return True
 
 
 def stop_kernel(km: LocalKernelManager) -> None:
