@@ -198,7 +198,8 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                                      "verifylib": None}
         canonical.write_json(staging / "timings.json", seconds)
         log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
-        _verify_staged(staging, params.name, run_id, simulated=kernel_manager is not None)
+        _verify_staged(staging, params.name, run_id,
+                       simulated=kernel_manager is not None or _simulated_here())
         canonical.publish_dir(staging, final)
     finally:
         with signals_deferred():
@@ -210,10 +211,15 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                       final / short.name, seconds)
 
 
+def _simulated_here() -> bool:
+    from verifylib.runtime.capabilities import detect
+    return detect().simulated
+
+
 def _verify_staged(staging: Path, name: str, run_id: str, *, simulated: bool) -> None:
     """Refuse to publish a staged run that an auditor's ``verify`` would reject."""
-    # Only the test suite's simulated Mac hands run_one a kernel manager; its runs say
-    # host.simulated and verify accepts them only when told to.
+    # Only the test suite's simulated Mac hands run_one a kernel manager or replaces this
+    # process's host; its runs say host.simulated and verify accepts them only when told to.
     res = verify(staging, allow_simulated=simulated)
     if not res.ok:
         shown = "; ".join(res.problems[:5])
