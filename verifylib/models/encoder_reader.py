@@ -610,13 +610,29 @@ def _check_package_paths(p: Path) -> None:
     check_blobs(p, posixpath.dirname(f"Data/{rel}"), _proto_blob_refs(spec), f"Data/{rel}")
 
 
-def _check_compiled_program(p: Path) -> None:
-    """Refuse a ``model.mil`` that does not parse, or names a weight outside the folder."""
-    from verifylib.models.encoder_tree import check_blobs
+def model_mil_refs(p: Path) -> list[tuple[str, int]]:
+    """Return the weight references (path, offset) of a compiled model's ``model.mil``.
+
+    Parameters
+    ----------
+    p : Path
+        The ``.mlmodelc`` folder (or the part of it unpacked from a zip).
+
+    Returns
+    -------
+    list of (str, int)
+        Empty when there is no ``model.mil``.
+
+    Raises
+    ------
+    EncoderInvalid
+        A ``model.mil`` over its size cap, not UTF-8, or that does not parse as MIL text
+        (the message says where the parser stopped).
+    """
     from verifylib.models.mil_program_text import blob_refs
 
     if not (p / "model.mil").is_file():
-        return
+        return []
     raw = _read_capped(p, "model.mil", MIL_TEXT_MAX, "MIL program text")
     try:
         text = raw.decode("utf-8")
@@ -624,11 +640,10 @@ def _check_compiled_program(p: Path) -> None:
         raise EncoderInvalid(f"{p}: model.mil is not UTF-8 text") from None
     try:
         parse_mil_text(text)
-        refs = [(r.path, r.offset) for r in blob_refs(text)]
+        return [(r.path, r.offset) for r in blob_refs(text)]
     except (MilTextError, RecursionError) as exc:
         raise EncoderInvalid(f"{p}: model.mil does not parse as MIL text: "
                              f"{str(exc)[:200]}") from None
-    check_blobs(p, "", refs, "model.mil")
 
 
 def check_given_encoder(path: str | os.PathLike) -> EncoderCard:
@@ -662,5 +677,6 @@ def check_given_encoder(path: str | os.PathLike) -> EncoderCard:
     if fmt == "mlpackage":
         _check_package_paths(p)
     else:
-        _check_compiled_program(p)
+        from verifylib.models.encoder_tree import check_blobs
+        check_blobs(p, "", model_mil_refs(p), "model.mil")
     return describe_encoder(p)

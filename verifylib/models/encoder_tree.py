@@ -139,13 +139,13 @@ def check_tree(root: str | os.PathLike[str]) -> TreeFacts:
     return TreeFacts(files, total)
 
 
-def weight_file(root: Path, base: str, name: str, where: str) -> Path:
-    """Return the file a weight reference names, refused unless it is inside ``root``.
+def weight_path(root: Path, base: str, name: str, where: str) -> str:
+    """Return the path, relative to ``root``, that a weight reference names; refuse one outside.
 
     Parameters
     ----------
     root : Path
-        The encoder's folder.
+        The encoder's folder (named in the message).
     base : str
         The folder ``@model_path`` stands for, relative to ``root`` (``""`` for a compiled
         model, ``Data/com.apple.CoreML`` for a package).
@@ -156,13 +156,13 @@ def weight_file(root: Path, base: str, name: str, where: str) -> Path:
 
     Returns
     -------
-    Path
-        The regular, non-empty file.
+    str
+        A normalized POSIX path inside ``root``.
 
     Raises
     ------
     EncoderInvalid
-        A path not under ``@model_path/``, one that leaves the folder, or no regular file.
+        A path not under ``@model_path/``, or one that leaves the folder.
     """
     if not name.startswith(MODEL_PATH):
         raise EncoderInvalid(f"{root}: {where} names weight file {name[:120]!r}, not one "
@@ -171,6 +171,27 @@ def weight_file(root: Path, base: str, name: str, where: str) -> Path:
     if rel.startswith(("/", "../")) or rel in ("..", "."):
         raise EncoderInvalid(f"{root}: {where} names weight file {name[:120]!r}, which "
                              "leads outside the encoder's folder")
+    return rel
+
+
+def weight_file(root: Path, base: str, name: str, where: str) -> Path:
+    """Return the regular, non-empty file a weight reference names inside ``root``.
+
+    Parameters
+    ----------
+    root, base, name, where
+        As :func:`weight_path`.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    EncoderInvalid
+        As :func:`weight_path`, or when no non-empty regular file is there.
+    """
+    rel = weight_path(root, base, name, where)
     path = root / rel
     try:
         st = path.lstat()
