@@ -159,6 +159,29 @@ def check_backend(origin: str, backend: str) -> None:
                                 f"{GGML_BACKENDS[0]!r}, the default")
 
 
+def check_ct2_model(origin: str, folder: Path) -> None:
+    """Refuse a ``ct2-dir`` whose ``model.bin`` is not a readable CTranslate2 Whisper model.
+
+    Its header, variable table and aliases are walked with each variable's extent checked
+    against the file's length (:func:`verifylib.models.ct2.read_ct2_header`), the weights
+    unread: a truncated file, an impossible variable count, dims whose bytes overflow or
+    pass the end, a spec that is not Whisper's, are refused here, before any work.
+    """
+    from verifylib.models.ct2 import WHISPER_SPEC, ModelError, read_ct2_header
+    path = folder / "model.bin"
+    if path.is_symlink() or not path.is_file():
+        raise ParametersInvalid(f"{origin}: key model.path: {path} is not a regular file "
+                                "(a CTranslate2 model folder holds model.bin)")
+    try:
+        head = read_ct2_header(path)
+    except ModelError as exc:
+        raise ParametersInvalid(f"{origin}: key model.path: {exc}") from None
+    if head.spec_name != WHISPER_SPEC:
+        raise ParametersInvalid(f"{origin}: key model.path: {path}: CTranslate2 spec "
+                                f"{head.spec_name[:80]!r} is not a Whisper model (expected "
+                                f"{WHISPER_SPEC!r})")
+
+
 def check_ggml_file(origin: str, path: Path) -> None:
     """Refuse a ``model.path`` that is not a readable whisper.cpp model file.
 

@@ -30,6 +30,7 @@ from verifylib.errors import ParametersInvalid
 from verifylib.param_files import (
     check_audio,
     check_backend,
+    check_ct2_model,
     check_encoder,
     check_ggml_file,
     check_languages,
@@ -492,6 +493,14 @@ def _check_runtime(origin: str, runtime: dict, base_dir: Path, manifest: Path) -
                            "the source's git tree id, which must be the pin's")
 
 
+def _refuse_link(origin: str, key: str, path: Path) -> None:
+    # Paths are stored resolved (run.json, every notebook): a link would put its target's
+    # path there, and the audit would read whatever the link points to at the time.
+    if path.is_symlink():
+        raise ParametersInvalid(f"{origin}: key {key}: {path} is a symbolic link; name the "
+                                "file itself")
+
+
 def _check_fixtures(origin: str, fixtures: list[dict], base_dir: Path) -> None:
     """Refuse duplicate fixture ids, missing recordings or texts, an inline private text."""
     seen: dict[str, str] = {}  # case-folded id -> its first spelling
@@ -509,6 +518,7 @@ def _check_fixtures(origin: str, fixtures: list[dict], base_dir: Path) -> None:
         seen[fx["id"].casefold()] = fx["id"]
         if "path" in fx:
             fp = base_dir / Path(fx["path"]).expanduser()
+            _refuse_link(origin, f"fixtures[{i}].path", fp)
             if not fp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].path: {fp} does not exist")
             check_audio(origin, i, fp)
@@ -522,6 +532,7 @@ def _check_fixtures(origin: str, fixtures: list[dict], base_dir: Path) -> None:
                                     "reference must be given as text_file, not inline")
         if "text_file" in fx:
             tp = base_dir / Path(fx["text_file"]).expanduser()
+            _refuse_link(origin, f"fixtures[{i}].text_file", tp)
             if not tp.is_file():
                 raise ParametersInvalid(f"{origin}: key fixtures[{i}].text_file: {tp} "
                                         "does not exist")
@@ -569,6 +580,8 @@ def validate(data: Any, origin: str, base_dir: Path,
             raise ParametersInvalid(f"{origin}: key model.path: {mp} is not a folder")
         refuse_litter(f"{origin}: key model.path", mp,
                        "the model's digest, its identity in every run")
+        if model["kind"] == "ct2-dir":
+            check_ct2_model(origin, mp)
     if model["kind"] == "ggml":
         check_ggml_file(origin, base_dir / Path(model["path"]).expanduser())
     if "encoder" in p:

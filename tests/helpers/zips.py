@@ -62,10 +62,21 @@ def zip_bytes(entries: list[Entry]) -> bytes:
                                           0))
 
 
+MODEL_MIL = (
+    b'program(1.0)\n{\n    func main<ios16>(tensor<fp32, [1, 4]> x) {\n'
+    b'            tensor<fp32, [4]> w = const()[name = tensor<string, []>("w"), '
+    b'val = tensor<fp32, [4]>(BLOBFILE(path = tensor<string, []>('
+    b'"@model_path/weights/weight.bin"), offset = tensor<uint64, []>(64)))];\n'
+    b'            tensor<fp32, [1, 4]> y = mul(x = x, y = w)[name = tensor<string, []>("y")];\n'
+    b'        } -> (y);\n}\n')
+"""A ``model.mil`` that parses, naming one weight in ``weights/weight.bin``."""
+
+
 def encoder_entries(top: str = TOP, weights: bytes = b"\x01\x02" * 512) -> list[Entry]:
-    """The entries of a well-formed compiled encoder's archive (contents are placeholders)."""
+    """The entries of a well-formed compiled encoder's archive (contents are placeholders,
+    but for a ``model.mil`` that parses)."""
     return [folder(top), Entry(f"{top}/coremldata.bin", b"\x00" * 16),
-            Entry(f"{top}/metadata.json", b"[{}]"), Entry(f"{top}/model.mil", b"program"),
+            Entry(f"{top}/metadata.json", b"[{}]"), Entry(f"{top}/model.mil", MODEL_MIL),
             folder(f"{top}/weights"), Entry(f"{top}/weights/weight.bin", weights, deflate=True),
             folder(f"{top}/analytics"), Entry(f"{top}/analytics/coremldata.bin", b"\x00" * 8)]
 

@@ -4,6 +4,7 @@ tests/physical/test_ct2.py."""
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -105,3 +106,47 @@ def test_missing_file_refused(tmp_path):
         read_ct2(tmp_path)
 
 
+
+
+# ----------------------------------------------------------------------------- header only
+
+def test_the_header_pass_lists_what_read_ct2_reads_without_the_data(tmp_path):
+    from verifylib.models.ct2 import read_ct2_header
+    path = write_ct2_file(tmp_path / "model.bin", _sample_vars(), aliases={"b/alias": "a/f32"})
+    head = read_ct2_header(tmp_path)
+    full = read_ct2(path)
+    assert [v.name for v in head.variables] == list(full.variables)
+    assert {v.name: v.dtype for v in head.variables} == full.dtypes
+    assert head.aliases == full.aliases and head.size == path.stat().st_size
+    data = path.read_bytes()
+    for v in head.variables:
+        assert tuple(v.dims) == full.variables[v.name].shape
+        assert data[v.offset:v.offset + v.nbytes] == bytes(
+            np.ascontiguousarray(full.variables[v.name]).tobytes()) or v.dtype == "bfloat16"
+
+
+def test_the_header_pass_refuses_hostile_tables(tmp_path):
+    """Truncated, a variable count of 2^32-1, dims of 2^31 (their bytes overflow the byte
+    count), and a dim whose extent passes the file's end: each refused, naming the file."""
+    from tests.helpers.hostile_inputs import hostile_ct2
+    from verifylib.models.ct2 import read_ct2_header
+    needles = {"ct2-truncated": "truncated while reading",
+               "ct2-count": "declares 4294967295 variables",
+               "ct2-dims": "dims [2147483648, 4] of float32 need 34359738368"}
+    for name, folder in hostile_ct2(tmp_path).items():
+        with pytest.raises(ModelError, match=re.escape(needles[name])) as exc:
+            read_ct2_header(folder)
+        assert str(folder / "model.bin") in str(exc.value)
+    # int8 [2^31] declares 2^31 bytes, which agrees with its dims: its extent is refused.
+    path = write_ct2_file(tmp_path / "past" / "model.bin", [("x", np.zeros(4, np.int8), "int8")])
+    data = bytearray(path.read_bytes())
+    at = 4 + 14 + 4 + 4 + 4 + 1  # header, count, name "x\0", rank -> dim 0
+    struct.pack_into("<I", data, at, 2 ** 31)
+    struct.pack_into("<I", data, at + 4 + 1, 2 ** 31)  # the byte count after the dtype
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="truncated while reading the data of variable 'x'"):
+        read_ct2_header(path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "model.bin").write_bytes(b"")
+    with pytest.raises(ModelError, match="truncated while reading the binary version"):
+        read_ct2_header(tmp_path / "empty")

@@ -15,7 +15,15 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
-from tests.helpers.zips import TOP, Entry, encoder_entries, folder, hostile_archives, zip_bytes
+from tests.helpers.zips import (
+    MODEL_MIL,
+    TOP,
+    Entry,
+    encoder_entries,
+    folder,
+    hostile_archives,
+    zip_bytes,
+)
 from verifylib import params
 from verifylib.canonical import tree_digest
 from verifylib.errors import ParametersInvalid
@@ -202,7 +210,8 @@ def test_tree_problems_name_every_difference(tmp_path):
     found = tree_problems(got.folder, got.listing.files)
     assert found[0] == f"{TOP}/extra: not in the archive"
     assert found[1] == f"{TOP}/analytics/coremldata.bin: listed by the archive, absent"
-    assert found[2].startswith(f"{TOP}/model.mil: 9 bytes") and "declared 7 bytes" in found[2]
+    assert found[2].startswith(f"{TOP}/model.mil: 9 bytes") and \
+        f"declared {len(MODEL_MIL)} bytes" in found[2]
     assert len(found) == 3
 
 
@@ -241,6 +250,26 @@ def test_a_zip_validates_as_a_compiled_encoder(tmp_path):
     with pytest.raises(ParametersInvalid) as exc:
         preflight(params.load(_params_file(tmp_path, zp)))
     assert "key encoder.path" in str(exc.value) and "metadata.json is not JSON" in str(exc.value)
+    assert sorted(q.name for q in tmp_path.iterdir()) == sorted([zp.name, "zip.yaml"])
+
+
+def test_a_zipped_model_mil_must_parse_and_name_weights_the_zip_holds(tmp_path):
+    zp = tmp_path / f"{TOP}.zip"
+    f = _params_file(tmp_path, zp)
+    from verifylib.batch.inputs import preflight
+    cases = {b"program": "model.mil does not parse as MIL text",
+             MODEL_MIL.replace(b"weights/weight.bin", b"../../x.bin"): "leads outside",
+             MODEL_MIL.replace(b"weights/weight.bin", b"weights/w2.bin"):
+                 "names weight file weights/w2.bin, which the archive does not hold"}
+    for mil, needle in cases.items():
+        entries = [e if not e.name.endswith("/model.mil") else Entry(e.name, mil)
+                   for e in encoder_entries()]
+        zp.write_bytes(zip_bytes(entries))
+        with pytest.raises(ParametersInvalid) as exc:
+            preflight(params.load(f))
+        msg = str(exc.value)
+        assert msg.startswith(f"{f}: key encoder.path: {zp.resolve()}: ") and needle in msg, msg
+        assert "verifylib-encoder-" not in msg  # the private folder is never named
     assert sorted(q.name for q in tmp_path.iterdir()) == sorted([zp.name, "zip.yaml"])
 
 

@@ -194,3 +194,53 @@ def test_verifylib_run_with_metal_on_linux_exits_2_before_any_work(tmp_path, cap
     assert cli.main(["run", str(metal), "--reports", str(reports)]) == 2
     assert "key runtime.ggml_backend: 'metal' needs macOS" in capsys.readouterr().err
     assert not reports.exists()
+
+
+# ----------------------------------------------------------------------------- hostile files
+
+def test_a_linked_fixture_is_refused_and_its_target_never_stored(tmp_path):
+    """A link is refused whatever it points to: stored resolved, its target's path would
+    be in run.json and every notebook."""
+    from tests.helpers.hostile_inputs import accepted_audio
+    good = accepted_audio(tmp_path / "a")["stereo"]
+    for target, name in ((good, "good.wav"), ("/etc/passwd", "passwd.wav")):
+        (tmp_path / name).symlink_to(target)
+        f = _write(tmp_path, lambda d: d.update(fixtures=[{"id": "x", "public": True,
+                                                           "path": name, "text": "hi"}]))
+        with pytest.raises(ParametersInvalid) as exc:
+            params.load(f)
+        assert f"{f}: key fixtures[0].path: {tmp_path / name} is a symbolic link" \
+            in str(exc.value)
+    (tmp_path / "ref.txt").symlink_to("/etc/passwd")
+    f = _write(tmp_path, lambda d: d.update(fixtures=[{"id": "x", "public": True,
+                                                       "path": str(good),
+                                                       "text_file": "ref.txt"}]))
+    with pytest.raises(ParametersInvalid, match=r"key fixtures\[0\].text_file: .* symbolic"):
+        params.load(f)
+
+
+def test_8_bit_stereo_and_22050_hz_fixtures_are_accepted(tmp_path):
+    """Decoded once to 16 kHz mono 16-bit by the intake: nothing to refuse."""
+    from tests.helpers.hostile_inputs import accepted_audio
+    files = accepted_audio(tmp_path)
+    f = _write(tmp_path, lambda d: d.update(fixtures=[
+        {"id": k.replace("-", "_"), "public": True, "path": str(v), "text": "hi"}
+        for k, v in files.items()]))
+    assert len(params.load(f).fixtures) == 3
+
+
+def test_a_hostile_ct2_folder_is_refused_at_validation(tmp_path):
+    from tests.helpers.hostile_inputs import ct2_folder, hostile_ct2
+    for name, folder in hostile_ct2(tmp_path).items():
+        f = _write(tmp_path, lambda d: d.update(model={"kind": "ct2-dir", "path": str(folder)}))
+        with pytest.raises(ParametersInvalid) as exc:
+            params.load(f)
+        assert str(exc.value).startswith(f"{f}: key model.path: {folder / 'model.bin'}: "), name
+    other = ct2_folder(tmp_path / "other")
+    from tests.helpers.ct2_files import write_ct2_file
+    import numpy as np
+    write_ct2_file(other / "model.bin", [("x", np.zeros(1, np.float32), "float32")],
+                   spec="TransformerSpec")
+    f = _write(tmp_path, lambda d: d.update(model={"kind": "ct2-dir", "path": str(other)}))
+    with pytest.raises(ParametersInvalid, match="'TransformerSpec' is not a Whisper model"):
+        params.load(f)

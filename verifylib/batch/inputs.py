@@ -21,7 +21,10 @@ def preflight(params: Params) -> None:
     directory); here the encoder is read as stage 02 will read it (its protobuf or compiled
     metadata, its program; from a zip, those few files unpacked into a private temporary
     folder), so an unreadable one is refused with the parameter key before a run directory
-    exists.
+    exists. A folder is checked whole first
+    (:func:`verifylib.models.encoder_reader.check_given_encoder`): no link anywhere, only
+    bounded, allocated regular files, a ``model.mil`` that parses, and every weight its
+    program names a blob inside the folder.
 
     Parameters
     ----------
@@ -36,9 +39,9 @@ def preflight(params: Params) -> None:
     from verifylib.errors import ParametersInvalid
 
     if params.encoder is not None:
-        from verifylib.models.encoder_reader import describe_encoder
+        from verifylib.models.encoder_reader import check_given_encoder
         from verifylib.models.encoder_zip import describe_archive
-        describe = describe_archive if params.encoder.archive else describe_encoder
+        describe = describe_archive if params.encoder.archive else check_given_encoder
         try:
             describe(params.encoder.path)
         except ParametersInvalid as exc:

@@ -501,6 +501,9 @@ def cli_main(args) -> int:
         from verifylib.params import load
         try:
             params = load(args.params)
+            # The files the parameters hand over are read as `run` reads them first.
+            from verifylib.batch.inputs import preflight
+            preflight(params)
             audit = audit_check_of(params)
         except ParametersInvalid as exc:
             print(f"verifylib doctor: bad parameters: {exc}", file=sys.stderr)

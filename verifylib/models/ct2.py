@@ -22,14 +22,18 @@ A string is a ``uint16`` byte length that counts a terminating NUL, then the byt
 from __future__ import annotations
 
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from verifylib.errors import ModelFailure
+
+WHISPER_SPEC = "WhisperSpec"
+"""The spec name of a CTranslate2 Whisper model."""
 
 SUPPORTED_BINARY_VERSIONS = (6,)
 """Binary versions whose layout this reader knows; older layouts are refused, not guessed."""
@@ -134,20 +138,84 @@ class CT2Model:
         return arr.reshape(()).item()
 
 
+MAX_VARIABLES = 100_000
+"""More variables than any Whisper model holds (large-v3: under 1,000): a count above it is
+refused before the table is walked; aliases are held to it as well."""
+
+@dataclass(frozen=True)
+class CT2Variable:
+    """One entry of the variable table, as its header declares it (no data read).
+
+    Attributes
+    ----------
+    name : str
+    dims : tuple of int
+    dtype : str
+        The stored dtype name.
+    offset : int
+        Where its data starts in the file.
+    nbytes : int
+        Its data's length.
+    """
+
+    name: str
+    dims: tuple[int, ...]
+    dtype: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class CT2Header:
+    """A ``model.bin``'s header, variable table and aliases, read without its weights.
+
+    Attributes
+    ----------
+    path : Path
+    version : int
+    spec_name : str
+    revision : int
+    variables : tuple of CT2Variable
+        In file order, each extent inside the file.
+    aliases : dict of str to str
+    size : int
+        The file's length in bytes, consumed exactly.
+    """
+
+    path: Path
+    version: int
+    spec_name: str
+    revision: int
+    variables: tuple[CT2Variable, ...]
+    aliases: dict[str, str]
+    size: int
+
+
 class _Cursor:
+    """Reads the format from a view of the file; ``skip`` passes over data unread."""
+
     def __init__(self, data: memoryview, path: Path):
         self.data = data
         self.pos = 0
         self.path = path
 
-    def take(self, n: int, what: str) -> memoryview:
+    def _end(self, n: int, what: str) -> int:
         end = self.pos + n
         if n < 0 or end > len(self.data):
             raise ModelError(f"{self.path}: truncated while reading {what}: needs {n} bytes at "
                              f"offset {self.pos}, the file has {len(self.data)} bytes")
+        return end
+
+    def take(self, n: int, what: str) -> memoryview:
+        end = self._end(n, what)
         out = self.data[self.pos:end]
         self.pos = end
         return out
+
+    def skip(self, n: int, what: str) -> int:
+        """Pass over ``n`` bytes (their extent checked, their pages untouched); their offset."""
+        start, self.pos = self.pos, self._end(n, what)
+        return start
 
     def unpack(self, fmt: str, what: str) -> int:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
@@ -163,13 +231,12 @@ class _Cursor:
             raise ModelError(f"{self.path}: {what} at offset {self.pos - n} is not UTF-8") from exc
 
 
-def _read_variable(cur: _Cursor, index: int,
-                   variables: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray, str]:
-    """Read variable ``#index``: its name, its read-only array and its stored dtype name."""
+def _read_variable(cur: _Cursor, index: int, seen: set[str]) -> CT2Variable:
+    """Read the header of variable ``#index`` and pass over its data (extent checked)."""
     path = cur.path
     name = cur.string(f"the name of variable #{index}")
     where = f"variable {name!r}"
-    if name in variables:
+    if name in seen:
         raise ModelError(f"{path}: {where} appears twice")
     rank = cur.unpack("<B", f"the rank of {where}")
     dims = tuple(cur.unpack("<I", f"dim {i} of {where}") for i in range(rank))
@@ -183,17 +250,26 @@ def _read_variable(cur: _Cursor, index: int,
     if nbytes != expected:
         raise ModelError(f"{path}: {where} declares {nbytes} bytes, but dims {list(dims)} of "
                          f"{dtype} need {expected}")
-    raw = cur.take(nbytes, f"the data of {where}")
-    arr = np.frombuffer(raw, dtype=_NUMPY[dtype]).reshape(dims)
-    if dtype == "bfloat16":
+    offset = cur.skip(nbytes, f"the data of {where}")
+    return CT2Variable(name, dims, dtype, offset, nbytes)
+
+
+def _array(data: memoryview, var: CT2Variable) -> np.ndarray:
+    """Return a variable's read-only array (bfloat16 widened to float32)."""
+    raw = data[var.offset:var.offset + var.nbytes]
+    arr = np.frombuffer(raw, dtype=_NUMPY[var.dtype]).reshape(var.dims)
+    if var.dtype == "bfloat16":
         arr = (arr.astype(np.uint32) << 16).view(np.float32)
     arr.flags.writeable = False
-    return name, arr, dtype
+    return arr
 
 
-def _read_aliases(cur: _Cursor, variables: Mapping[str, np.ndarray]) -> dict[str, str]:
+def _read_aliases(cur: _Cursor, variables: set[str]) -> dict[str, str]:
     """Read the alias count and the aliases (alias -> target), refusing a name defined twice."""
     n_alias = cur.unpack("<I", "the alias count")
+    if n_alias > MAX_VARIABLES:
+        raise ModelError(f"{cur.path}: declares {n_alias} aliases at offset {cur.pos - 4}; "
+                         f"more than {MAX_VARIABLES} is no Whisper model")
     aliases: dict[str, str] = {}
     for index in range(n_alias):
         alias = cur.string(f"alias #{index}")
@@ -202,6 +278,93 @@ def _read_aliases(cur: _Cursor, variables: Mapping[str, np.ndarray]) -> dict[str
             raise ModelError(f"{cur.path}: alias {alias!r} is defined twice")
         aliases[alias] = target
     return aliases
+
+
+def _model_bin(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.bin"
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file (a CTranslate2 model folder holds model.bin)")
+    return path
+
+
+def _parse(data: memoryview, path: Path) -> CT2Header:
+    """Walk the whole structure of a ``model.bin`` held in ``data``, passing over the weights."""
+    cur = _Cursor(data, path)
+    version = cur.unpack("<I", "the binary version")
+    if version not in SUPPORTED_BINARY_VERSIONS:
+        raise ModelError(f"{path}: not a CTranslate2 model of a supported binary version "
+                         f"(found {version}, this reader knows {list(SUPPORTED_BINARY_VERSIONS)})")
+    spec_name = cur.string("the spec name")
+    revision = cur.unpack("<I", "the spec revision")
+    count = cur.unpack("<I", "the variable count")
+    # Each record takes at least ten bytes, so truncation ends the walk; this bounds it
+    # for a file that is large as well.
+    if count > MAX_VARIABLES:
+        raise ModelError(f"{path}: declares {count} variables; more than {MAX_VARIABLES} is "
+                         "no Whisper model")
+    seen: set[str] = set()
+    variables = []
+    for index in range(count):
+        var = _read_variable(cur, index, seen)
+        seen.add(var.name)
+        variables.append(var)
+    aliases = _read_aliases(cur, seen)
+    if cur.pos != len(data):
+        raise ModelError(f"{path}: {len(data) - cur.pos} unexpected trailing bytes after the "
+                         f"aliases (offset {cur.pos})")
+    for alias in aliases:
+        name, hops = alias, set()
+        while name in aliases and name not in seen:
+            if name in hops:
+                raise ModelError(f"{path}: alias {alias!r} points to no variable (alias cycle "
+                                 f"at {name!r})")
+            hops.add(name)
+            name = aliases[name]
+        if name not in seen:
+            raise ModelError(f"{path}: alias {alias!r} points to no variable ({name!r})")
+    return CT2Header(path, version, spec_name, revision, tuple(variables), aliases, len(data))
+
+
+def read_ct2_header(path: str | Path) -> CT2Header:
+    """Read a ``model.bin``'s structure without reading its weights (parameter validation).
+
+    The file is memory-mapped and walked by the same parser as :func:`read_ct2`; each
+    variable's data is passed over with its extent checked against the file's length, so
+    only the pages holding headers are read.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``model.bin`` file (or a folder holding one).
+
+    Returns
+    -------
+    CT2Header
+
+    Raises
+    ------
+    ModelError
+        As :func:`read_ct2`, for every structural problem, and for a variable count the
+        file cannot hold.
+    """
+    import mmap
+
+    path = _model_bin(path)
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return _parse(memoryview(b""), path)
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                view = memoryview(mm)
+                try:
+                    return _parse(view, path)
+                finally:
+                    view.release()
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot be read: {exc}") from None
 
 
 def read_ct2(path: str | Path) -> CT2Model:
@@ -225,37 +388,10 @@ def read_ct2(path: str | Path) -> CT2Model:
         name, an alias to nothing, or trailing bytes. The message names the file and, where
         one is involved, the variable.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "model.bin"
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file (a CTranslate2 model folder holds model.bin)")
-    data = path.read_bytes()
-    cur = _Cursor(memoryview(data), path)
-
-    version = cur.unpack("<I", "the binary version")
-    if version not in SUPPORTED_BINARY_VERSIONS:
-        raise ModelError(f"{path}: not a CTranslate2 model of a supported binary version "
-                         f"(found {version}, this reader knows {list(SUPPORTED_BINARY_VERSIONS)})")
-    spec_name = cur.string("the spec name")
-    revision = cur.unpack("<I", "the spec revision")
-    count = cur.unpack("<I", "the variable count")
-
-    variables: dict[str, np.ndarray] = {}
-    dtypes: dict[str, str] = {}
-    for index in range(count):
-        name, arr, dtype = _read_variable(cur, index, variables)
-        variables[name] = arr
-        dtypes[name] = dtype
-    aliases = _read_aliases(cur, variables)
-    if cur.pos != len(data):
-        raise ModelError(f"{path}: {len(data) - cur.pos} unexpected trailing bytes after the "
-                         f"aliases (offset {cur.pos})")
-    model = CT2Model(path=path, version=version, spec_name=spec_name, revision=revision,
-                     variables=variables, dtypes=dtypes, aliases=aliases)
-    for alias in aliases:
-        try:
-            model.resolve(alias)
-        except KeyError as exc:
-            raise ModelError(f"{path}: alias {alias!r} points to no variable ({exc})") from None
-    return model
+    path = _model_bin(path)
+    data = memoryview(path.read_bytes())
+    head = _parse(data, path)
+    return CT2Model(path=path, version=head.version, spec_name=head.spec_name,
+                    revision=head.revision,
+                    variables={v.name: _array(data, v) for v in head.variables},
+                    dtypes={v.name: v.dtype for v in head.variables}, aliases=head.aliases)

@@ -55,7 +55,7 @@ from verifylib.locks import (
     produce_once,
     remove_owned_dir,
 )
-from verifylib.models.ct2 import CT2Model, ModelError, read_ct2
+from verifylib.models.ct2 import WHISPER_SPEC, CT2Model, ModelError, read_ct2
 
 MARKER = "verifylib-import.json"
 """Provenance file written into every imported Hugging Face folder."""
@@ -426,9 +426,9 @@ def _read_ct2_folder(ct2_dir: Path) -> tuple[CT2Model, dict, Path]:
     if not (ct2_dir / "model.bin").is_file():
         raise ModelError(f"{ct2_dir}: not a CTranslate2 model folder (no model.bin)")
     ct2 = read_ct2(ct2_dir / "model.bin")
-    if ct2.spec_name != "WhisperSpec":
+    if ct2.spec_name != WHISPER_SPEC:
         raise ModelError(f"{ct2.path}: CTranslate2 spec {ct2.spec_name!r} is not a Whisper model "
-                         "(expected 'WhisperSpec')")
+                         f"(expected {WHISPER_SPEC!r})")
     cfg_path = ct2_dir / "config.json"
     try:
         ct2_config = json.loads(cfg_path.read_text(encoding="utf-8"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -181,11 +182,10 @@ def _build_info(program) -> dict[str, str]:
     return out
 
 
-def _package_card(p: Path) -> EncoderCard:
+def _package_spec(p: Path) -> tuple[dict, str, Any]:
+    """Return a package's manifest, its root model's path under ``Data/`` and its spec."""
     from coremltools.proto import Model_pb2
     from google.protobuf.message import DecodeError
-
-    from verifylib.models.coreml_contract import describe_mlpackage
 
     manifest = _read_json(p, "Manifest.json", MANIFEST_MAX, "package manifest")
     try:
@@ -208,6 +208,13 @@ def _package_card(p: Path) -> EncoderCard:
                              f"{exc}") from None
     if spec.WhichOneof("Type") is None:
         raise EncoderInvalid(f"{p}: Data/{rel} holds no model (an empty or foreign protobuf)")
+    return manifest, rel, spec
+
+
+def _package_card(p: Path) -> EncoderCard:
+    from verifylib.models.coreml_contract import describe_mlpackage
+
+    manifest, rel, spec = _package_spec(p)
     try:
         desc = describe_mlpackage(p)
     except Exception as exc:  # noqa: BLE001 - hostile input: any failure is a refusal
@@ -559,3 +566,117 @@ def _compiled_card(p: Path) -> EncoderCard:
 def _mil_feature(name: str, t: tuple) -> Feature:
     return Feature(name, "multiArrayType", _ARRAY_OF_MIL.get(t[0], t[0]),
                    tuple(d for d in t[1] if isinstance(d, int)), None)
+
+
+# ----------------------------------------------------------------------------- before work
+
+def _proto_blob_refs(spec) -> list[tuple[str, int]]:
+    """Return every weight reference (file name, offset) of a package's program."""
+    refs: list[tuple[str, int]] = []
+
+    def value(v) -> None:
+        if v.WhichOneof("value") == "blobFileValue":
+            refs.append((v.blobFileValue.fileName, int(v.blobFileValue.offset)))
+
+    def block(b) -> None:
+        for op in b.operations:
+            for attr in op.attributes.values():
+                value(attr)
+            for arg in op.inputs.values():
+                for binding in arg.arguments:
+                    if binding.WhichOneof("binding") == "value":
+                        value(binding.value)
+            for inner in op.blocks:
+                block(inner)
+
+    if spec.WhichOneof("Type") == "mlProgram":
+        for fn in spec.mlProgram.functions.values():
+            for b in fn.block_specializations.values():
+                block(b)
+    return refs
+
+
+def _check_package_paths(p: Path) -> None:
+    """Refuse a manifest entry or a weight of the program outside the package."""
+    from verifylib.models.encoder_tree import check_blobs
+
+    manifest, rel, spec = _package_spec(p)
+    entries = manifest.get("itemInfoEntries")
+    for key, entry in (entries.items() if isinstance(entries, Mapping) else ()):
+        path = entry.get("path") if isinstance(entry, Mapping) else None
+        if not isinstance(path, str) or not path:
+            raise EncoderInvalid(f"{p}: Manifest.json entry {str(key)[:80]!r} names no path")
+        _inside(p, p / "Data" / path, f"Manifest.json entry {str(key)[:80]!r}")
+    check_blobs(p, posixpath.dirname(f"Data/{rel}"), _proto_blob_refs(spec), f"Data/{rel}")
+
+
+def model_mil_refs(p: Path) -> list[tuple[str, int]]:
+    """Return the weight references (path, offset) of a compiled model's ``model.mil``.
+
+    Parameters
+    ----------
+    p : Path
+        The ``.mlmodelc`` folder (or the part of it unpacked from a zip).
+
+    Returns
+    -------
+    list of (str, int)
+        Empty when there is no ``model.mil``.
+
+    Raises
+    ------
+    EncoderInvalid
+        A ``model.mil`` over its size cap, not UTF-8, or that does not parse as MIL text
+        (the message says where the parser stopped).
+    """
+    from verifylib.models.mil_program_text import blob_refs
+
+    if not (p / "model.mil").is_file():
+        return []
+    raw = _read_capped(p, "model.mil", MIL_TEXT_MAX, "MIL program text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EncoderInvalid(f"{p}: model.mil is not UTF-8 text") from None
+    try:
+        parse_mil_text(text)
+        return [(r.path, r.offset) for r in blob_refs(text)]
+    except (MilTextError, RecursionError) as exc:
+        raise EncoderInvalid(f"{p}: model.mil does not parse as MIL text: "
+                             f"{str(exc)[:200]}") from None
+
+
+def check_given_encoder(path: str | os.PathLike) -> EncoderCard:
+    """Check a given encoder's folder whole, before any work, and read its card.
+
+    The folder's entries (:func:`verifylib.models.encoder_tree.check_tree`: no link, only
+    bounded, allocated regular files), then what the program names: a package's manifest
+    entries and every weight reference of its protobuf, or a compiled model's ``model.mil``
+    (it must parse) and its references, each a blob inside the folder; then its card
+    (:func:`describe_encoder`).
+
+    Parameters
+    ----------
+    path : path-like
+        A ``….mlpackage`` or ``….mlmodelc`` folder (treated as hostile input).
+
+    Returns
+    -------
+    EncoderCard
+
+    Raises
+    ------
+    EncoderInvalid
+        One line naming the folder and what is refused.
+    """
+    from verifylib.models.encoder_tree import check_tree
+
+    p, fmt = _check_path(path)
+    check_tree(p)
+    # What the program names is checked before anything (coremltools included) opens it.
+    if fmt == "mlpackage":
+        _check_package_paths(p)
+    else:
+        from verifylib.models.encoder_tree import check_blobs
+        check_blobs(p, "", model_mil_refs(p), "model.mil")
+    return describe_encoder(p)

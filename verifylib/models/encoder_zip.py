@@ -477,7 +477,8 @@ def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
 
     Used at validation: the archive is checked, then ``metadata.json``, ``coremldata.bin``
     and ``model.mil`` (megabytes, not the weights, and not hashed) go to a private
-    temporary folder, never beside the archive.
+    temporary folder, never beside the archive. ``model.mil`` must parse, and each weight
+    it names must be a file the archive lists.
 
     Parameters
     ----------
@@ -494,7 +495,12 @@ def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
     EncoderInvalid
         For an unsafe archive or an unreadable encoder.
     """
-    from verifylib.models.encoder_reader import MLMODELC_REQUIRED, describe_encoder
+    from verifylib.models.encoder_reader import (
+        MLMODELC_REQUIRED,
+        describe_encoder,
+        model_mil_refs,
+    )
+    from verifylib.models.encoder_tree import weight_path
 
     p = Path(path)
     with tempfile.TemporaryDirectory(prefix="verifylib-encoder-") as tmp:
@@ -505,6 +511,17 @@ def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
                 _extract(fh, listing, folder, {*MLMODELC_REQUIRED, "model.mil"}, str(p))
         except OSError as exc:
             raise EncoderInvalid(f"{p}: cannot be unpacked: {exc}") from None
+        # The weights stay packed: each reference must name a file the archive lists.
+        try:
+            refs = model_mil_refs(folder)
+        except EncoderInvalid as exc:  # named by the archive, not the private folder
+            raise EncoderInvalid(str(exc).replace(str(folder), f"{p}: {listing.top}")) from None
+        listed = {m.path for m in listing.files}
+        for name, _offset in refs:
+            rel = weight_path(p, "", name, f"{listing.top}/model.mil")
+            if rel not in listed:
+                raise EncoderInvalid(f"{p}: {listing.top}/model.mil names weight file {rel}, "
+                                     "which the archive does not hold")
         return describe_encoder(folder)
 
 

@@ -37,7 +37,7 @@ from typing import Any, Union
 from verifylib.models.mil_text import MilTextError
 
 __all__ = ["Arg", "BlobRef", "Literal", "MilType", "Statement", "TextFunction", "TextProgram",
-           "read_program_text"]
+           "blob_refs", "read_program_text"]
 
 SCALAR_WORDS = frozenset({"fp16", "fp32", "fp64", "bf16", "bool", "string", "int4", "int8",
                           "int16", "int32", "int64", "uint1", "uint2", "uint3", "uint4", "uint6",
@@ -508,3 +508,35 @@ def read_program_text(text: str) -> TextProgram:
         block, an unknown element type, a malformed literal, trailing text ...).
     """
     return _Parser(text).program()
+
+
+def blob_refs(text: str) -> list[BlobRef]:
+    """Every weight reference of a ``model.mil``, read by this grammar's ``BLOBFILE`` rule.
+
+    Only the text's tokens and each ``BLOBFILE(…)`` are read, so the references of a
+    program the whole grammar would refuse are found as well (parameter validation holds
+    them inside the folder whatever the executor makes of the rest).
+
+    Parameters
+    ----------
+    text : str
+        The MIL text.
+
+    Returns
+    -------
+    list of BlobRef
+        In text order.
+
+    Raises
+    ------
+    verifylib.models.mil_text.MilTextError
+        A character no MIL token holds, or a ``BLOBFILE`` that is not
+        ``BLOBFILE(path = string, offset = non-negative integer)``.
+    """
+    parser = _Parser(text)
+    refs = []
+    for i, tok in enumerate(parser.toks):
+        if tok.kind == "word" and tok.text == "BLOBFILE":
+            parser.i = i
+            refs.append(parser.blobfile())
+    return refs
