@@ -10,6 +10,8 @@ one (``model: {kind: ggml, path, language}``, ``encoder: {path}``) and audited w
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -71,11 +73,32 @@ def _audit(tmp_path, name, model_file, encoder, *, canary=True):
     return res, runs[0], receipt, {g["id"]: g for g in receipt["gates"]}
 
 
+OLD_NS = 1_577_836_800_000_000_000  # 2020-01-01T00:00:00Z
+
+
 @pytest.fixture(scope="module")
-def f16_audit(tmp_path_factory, files, upstream_encoders):
+def f16_given(tmp_path_factory, upstream_encoders):
+    """Upstream's fp16 encoder as a user holds it, with its state before any command.
+
+    A copy, its ``Manifest.json`` re-serialized compactly (the same manifest, in bytes
+    coremltools would not write: a rewrite would show in the digest) and every time set to
+    2020. Returns the package, its :func:`~tests.helpers.forge.snapshot` and tree digest.
+    """
+    from tests.helpers.forge import snapshot
+
+    pkg = tmp_path_factory.mktemp("given") / "ggml-model-encoder.mlpackage"
+    shutil.copytree(upstream_encoders.paths["plain"], pkg)
+    manifest = pkg / "Manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), separators=(",", ":")))
+    for p in [*pkg.rglob("*"), pkg]:
+        os.utime(p, ns=(OLD_NS, OLD_NS))
+    return pkg, snapshot(pkg), canonical.tree_digest(pkg)
+
+
+@pytest.fixture(scope="module")
+def f16_audit(tmp_path_factory, files, f16_given):
     """Upstream's fp16 encoder beside our f16 file, audited once for this module."""
-    return _audit(tmp_path_factory.mktemp("up-f16"), "up-f16", files["f16"],
-                  upstream_encoders.paths["plain"])
+    return _audit(tmp_path_factory.mktemp("up-f16"), "up-f16", files["f16"], f16_given[0])
 
 
 def test_upstream_fp16_encoder_with_our_f16_file(f16_audit):
@@ -119,6 +142,8 @@ def ane_audit(request, tmp_path_factory, files, upstream_encoders):
 
 def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
     """The defect of issue 36: the ANE program's (B, C, 1, S) taps made parity.program ERROR."""
+    from tests.helpers.forge import snapshot
+
     ftype, (res, run_dir, receipt, gates) = ane_audit
     assert res.returncode == 0, res.stdout + res.stderr
     assert receipt["verdict"] == "INCOMPLETE", res.stdout + res.stderr
@@ -154,8 +179,10 @@ def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
     # Measured: REPRODUCED 14, DIFFERS 0, NOT_REPLAYABLE 7 (the macOS claims, the fp16
     # variant this encoder has none of) in 51 s on a warm cache.
     out = run_dir.parent.parent.parent / f"replay-{ftype}"
+    before = snapshot(run_dir)
     rep = _cli("verify", str(run_dir), "--replay", "-o", str(out))
     assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert snapshot(run_dir) == before  # bytes and mtimes: replay opens its packages privately
     claims = canonical.read_json(out / "replay.json")["claims"]
     assert {c["id"]: c["status"] for c in claims}["parity.program"] == "REPRODUCED"
     assert not [c for c in claims if c["status"] == "DIFFERS"], claims
@@ -192,6 +219,31 @@ def test_a_forged_precision_claim_is_rejected_by_verify(tmp_path, f16_audit):
     ver = _cli("verify", str(forged))
     assert ver.returncode != 0
     assert "the published encoder declares fp16" in ver.stdout + ver.stderr
+
+
+def test_nothing_given_or_published_is_written(tmp_path, f16_given, f16_audit):
+    """``run`` leaves the given encoder as it was and records its digest as given;
+    ``verify``, ``open_run(...).verify()``, ``compare`` and ``drift`` leave the published
+    run as it was, bytes and modification times (each once wrote ``Manifest.json``)."""
+    import verifylib
+    from tests.helpers.forge import clone, snapshot
+
+    pkg, given_before, given_digest = f16_given
+    _, run_dir, _, _ = f16_audit
+    assert snapshot(pkg) == given_before
+    contract = canonical.read_json(run_dir / "evidence" / "02_export" / "contract.json")
+    assert contract["prebuilt"]["source_tree_digest"] == given_digest
+    other = clone(run_dir, tmp_path / "other")  # compare needs a second run
+    before = snapshot(run_dir)
+    for args in (("verify", str(run_dir)),
+                 ("compare", str(run_dir), str(other), "-o", str(tmp_path / "cmp")),
+                 ("drift", str(run_dir / "fp32" / "ggml-model-encoder.mlpackage"),
+                  "--model", str(run_dir.parents[2] / "up-f16.yaml"))):
+        res = _cli(*args)
+        assert res.returncode == 0, (args[0], res.stdout + res.stderr)
+        assert snapshot(run_dir) == before, args[0]
+    assert verifylib.open_run(run_dir).verify().ok
+    assert snapshot(run_dir) == before
 
 
 def test_a_bad_encoder_path_exits_2_and_leaves_nothing(tmp_path, files):

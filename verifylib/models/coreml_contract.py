@@ -189,6 +189,9 @@ def _feature(desc) -> dict:
 def describe_mlpackage(path: str | os.PathLike) -> dict:
     """Read what a saved ``.mlpackage`` declares from its protobuf, with coremltools.
 
+    coremltools opens a private copy (:func:`~verifylib.models.private_package.read_spec`),
+    so the package itself is not written.
+
     Parameters
     ----------
     path : path-like
@@ -203,10 +206,11 @@ def describe_mlpackage(path: str | os.PathLike) -> dict:
         data type names), ``op_types``, the coremltools ``metadata`` and, for an ML
         program with a ``main`` function, its ``opset``.
     """
-    from coremltools.models.utils import load_spec
     from coremltools.proto import MIL_pb2
 
-    spec = load_spec(str(path))
+    from verifylib.models.private_package import read_spec
+
+    spec = read_spec(path)
     out: dict[str, Any] = {
         "model_type": spec.WhichOneof("Type"),
         "specification_version": int(spec.specificationVersion),

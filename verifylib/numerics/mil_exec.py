@@ -342,12 +342,13 @@ class WeightFiles:
 def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Program:
     """Read the ML program of a saved ``.mlpackage``.
 
-    The package is opened with coremltools (``MLModel(path, skip_model_load=True)``, which
-    parses the protobuf and finds the weights folder); types and immediate values are
-    decoded with coremltools' MIL protobuf helpers. Weights stored in the blob file are
-    memory-mapped views (:class:`WeightFiles`), so loading holds no copy of them; the
-    program's structure is read straight from the protobuf rather than built as a
-    coremltools program, which would copy every weight.
+    coremltools opens a private copy (:mod:`~verifylib.models.private_package`) with
+    ``MLModel(path, skip_model_load=True)``, parsing the protobuf and finding the weights
+    folder; types and immediate values are decoded with its MIL protobuf helpers. Weights
+    stored in the blob file are memory-mapped views (:class:`WeightFiles`) of the given
+    package's files, so loading holds no copy of them; the program's structure is read
+    straight from the protobuf rather than built as a coremltools program, which would
+    copy every weight.
 
     Parameters
     ----------
@@ -372,9 +373,9 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     from coremltools.converters.mil.frontend.milproto import load as milproto
 
     path = Path(mlpackage)
-    model, spec, fn, block = _open_function(path, function)
-    weights = WeightFiles(model.weights_dir)
-    context = milproto.TranscriptionContext(model.weights_dir)
+    opened, fn, block = _open_function(path, function)
+    weights = WeightFiles(opened.weights_dir)
+    context = milproto.TranscriptionContext(opened.weights_dir)
     consts: dict[str, Any] = {}
     const_dtypes: dict[str, str] = {}
 
@@ -412,18 +413,19 @@ def load_program(mlpackage: str | os.PathLike, function: str = "main") -> Progra
     return Program(path=path, function=function, inputs=inputs, outputs=tuple(block.outputs),
                    ops=tuple(ops), consts=consts, const_dtypes=const_dtypes,
                    op_counts=dict(sorted(counts.items())),
-                   specification_version=int(spec.specificationVersion),
+                   specification_version=int(opened.spec.specificationVersion),
                    constexprs=constexprs, _weights=weights)
 
 
 def _open_function(path: Path, function: str):
-    """Open a saved package's ML program: the model, its spec, the function and its block."""
-    import coremltools as ct
+    """Open a saved package's ML program: the opened package, the function and its block."""
+    from verifylib.models.private_package import open_package
 
-    if not path.is_dir():
-        raise MilExecError(f"{path}: not a saved .mlpackage folder")
-    model = ct.models.MLModel(str(path), skip_model_load=True)
-    spec = model.get_spec()
+    try:  # refuses a path that is no folder, a weights folder outside the package
+        opened = open_package(path)
+    except (NotADirectoryError, ValueError) as exc:
+        raise MilExecError(str(exc)) from None
+    spec = opened.spec
     if spec.WhichOneof("Type") != "mlProgram":
         raise MilExecError(f"{path}: holds a {spec.WhichOneof('Type')!r} model, not an ML program")
     functions = spec.mlProgram.functions
@@ -433,7 +435,7 @@ def _open_function(path: Path, function: str):
     if fn.opset not in fn.block_specializations:
         raise MilExecError(f"{path}: function {function!r} has no block for its opset "
                            f"{fn.opset!r}")
-    return model, spec, fn, fn.block_specializations[fn.opset]
+    return opened, fn, fn.block_specializations[fn.opset]
 
 
 def _op_inputs(op, compressed: bool, keep) -> dict[str, tuple[str, ...]]:

@@ -128,6 +128,8 @@ def run_prebuilt_contract(
         for stale in (ENCODER_PACKAGE, ENCODER_COMPILED):
             shutil.rmtree(ctx.run_dir / SLOT / stale, ignore_errors=True)
         with _given(ctx, section) as given:
+            # What the user gave, digested before anything reads it.
+            source_digest = tree_digest(given.folder)
             card = describe_encoder(given.folder)
             description = card.description()
             problems = prebuilt_contract_problems(description, contract, card.precision,
@@ -140,7 +142,6 @@ def run_prebuilt_contract(
             # copy again and compares whole cards): its name is the slot's, the given one
             # is ``prebuilt.given``. Nothing else in a card depends on the folder's name.
             card = dataclasses.replace(card, name=name)
-            source_digest = tree_digest(given.folder)
             placed_digest = (None if problems
                              else _place(ctx, given, name, source_digest, problems))
         placed = not problems
