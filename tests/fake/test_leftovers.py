@@ -192,7 +192,7 @@ def test_a_killed_runs_kernel_files_are_swept_at_the_next_start(tmp_path, monkey
     sockets = list(Path(ip).parent.glob(Path(ip).name + "-*"))
     assert Path(connection).exists() and sockets  # what SIGKILL leaves
     deadline = time.monotonic() + 60
-    while kernel._pid_alive(child.pid) and time.monotonic() < deadline:
+    while owners.process_start(child.pid) is not None and time.monotonic() < deadline:
         time.sleep(0.1)
 
     km = kernel.start_kernel(str(resources.notebooks_dir()))

@@ -250,6 +250,20 @@ def test_a_zip_validates_as_a_compiled_encoder(tmp_path):
     with pytest.raises(ParametersInvalid) as exc:
         preflight(params.load(_params_file(tmp_path, zp)))
     assert "key encoder.path" in str(exc.value) and "metadata.json is not JSON" in str(exc.value)
+
+
+def test_doctor_cards_a_zipped_encoder_from_what_preflight_read(tmp_path):
+    """``doctor PARAMS.yaml`` carded the given encoder again with the folder reader, which
+    refuses a ``.zip``: a zip that ``run`` accepts was called bad parameters."""
+    from verifylib.batch.inputs import preflight
+    from verifylib.cli import doctor
+    zp = tmp_path / f"{TOP}.zip"
+    zp.write_bytes(zip_bytes(encoder_entries()))
+    p = params.load(_params_file(tmp_path, zp))
+    card = preflight(p)
+    assert card is not None
+    audit = doctor.audit_check_of(p, card)
+    assert [(e.precision, e.given) for e in audit.encoders] == [(card.precision, True)]
     assert sorted(q.name for q in tmp_path.iterdir()) == sorted([zp.name, "zip.yaml"])
 
 

@@ -9,12 +9,15 @@ take to import on a busy machine.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from verifylib.params import Params, check_distinct_names, load
 
+if TYPE_CHECKING:
+    from verifylib.models.encoder_card import EncoderCard
 
-def preflight(params: Params) -> None:
+
+def preflight(params: Params) -> "EncoderCard | None":
     """Read what the parameters hand over as files, before any work (a bad one exits 2).
 
     The parameter validation checks a given encoder's folder shape (or its zip's central
@@ -31,6 +34,12 @@ def preflight(params: Params) -> None:
     params : Params
         Validated parameters.
 
+    Returns
+    -------
+    EncoderCard or None
+        The given encoder's card as read here (a zipped one's from its unpacked files),
+        None when the suite exports the encoder.
+
     Raises
     ------
     verifylib.errors.ParametersInvalid
@@ -38,14 +47,15 @@ def preflight(params: Params) -> None:
     """
     from verifylib.errors import ParametersInvalid
 
-    if params.encoder is not None:
-        from verifylib.models.encoder_reader import check_given_encoder
-        from verifylib.models.encoder_zip import describe_archive
-        describe = describe_archive if params.encoder.archive else check_given_encoder
-        try:
-            describe(params.encoder.path)
-        except ParametersInvalid as exc:
-            raise ParametersInvalid(f"{params.origin}: key encoder.path: {exc}") from None
+    if params.encoder is None:
+        return None
+    from verifylib.models.encoder_reader import check_given_encoder
+    from verifylib.models.encoder_zip import describe_archive
+    describe = describe_archive if params.encoder.archive else check_given_encoder
+    try:
+        return describe(params.encoder.path)
+    except ParametersInvalid as exc:
+        raise ParametersInvalid(f"{params.origin}: key encoder.path: {exc}") from None
 
 
 def load_all(paths: Sequence[str | Path], *, build_tools: bool = True) -> list[Params]:

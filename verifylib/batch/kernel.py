@@ -34,7 +34,7 @@ from traitlets import CaselessStrEnum, default  # noqa: E402
 
 from verifylib.batch.signals import interrupt_pending
 from verifylib.errors import ParametersInvalid
-from verifylib.locks import make_owned_dir, remove_owned_dir
+from verifylib.locks import make_owned_dir, process_start, remove_owned_dir
 
 SOCKET_PATH_MAX = {"Darwin": 103, "Linux": 107}
 """Longest AF_UNIX socket path each OS binds, in bytes: ``sizeof(sun_path)`` less the NUL."""
@@ -356,7 +356,8 @@ def sweep_dead_sockets(folder: Path) -> list[Path]:
 
     A socket's name starts ``k-<pid>-`` with the pid of the process that managed its
     kernel (:meth:`LocalKernelManager._ip_default`); a process killed outright cannot
-    unlink them. Files of a pid that is alive (even if reused by another process) stay.
+    unlink them. Files of a pid that is alive (even if reused by another process) stay; a
+    zombie counts as gone (:func:`verifylib.locks.process_start`).
 
     Parameters
     ----------
@@ -377,7 +378,7 @@ def sweep_dead_sockets(folder: Path) -> list[Path]:
         parts = path.name.split("-")
         if len(parts) < 3 or parts[0] != "k" or not parts[1].isdigit():
             continue
-        if _pid_alive(int(parts[1])):
+        if process_start(int(parts[1])) is not None:
             continue
         try:
             path.unlink()
@@ -385,16 +386,6 @@ def sweep_dead_sockets(folder: Path) -> list[Path]:
         except OSError:
             pass
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process: alive, not ours to judge
-    return True
 
 
 def stop_kernel(km: LocalKernelManager) -> None:

@@ -167,24 +167,29 @@ def audit_check(name: str, origin: str, pin: str, given_precision: str | None,
                       (warning,) if warning else ())
 
 
-def audit_check_of(params) -> AuditCheck:
+def audit_check_of(params, card=None) -> AuditCheck:
     """Read a validated parameter set into its :class:`AuditCheck`.
 
     The encoder audited as given is carded
     (:func:`verifylib.models.encoder_reader.describe_encoder`: its files are read, nothing
-    is executed).
+    is executed) unless its card is handed over.
 
     Parameters
     ----------
     params : verifylib.params.Params
         The parameters.
+    card : EncoderCard, optional
+        The given encoder's card as :func:`verifylib.batch.inputs.preflight` read it (for
+        a zipped encoder, from its unpacked files).
 
     Returns
     -------
     AuditCheck
     """
     given = None
-    if params.encoder is not None:
+    if card is not None:
+        given = card.precision
+    elif params.encoder is not None:
         from verifylib.models.encoder_reader import describe_encoder
         given = describe_encoder(Path(params.encoder.path)).precision
     return audit_check(params.name, params.origin, params.runtime.pin, given,
@@ -503,8 +508,7 @@ def cli_main(args) -> int:
             params = load(args.params)
             # The files the parameters hand over are read as `run` reads them first.
             from verifylib.batch.inputs import preflight
-            preflight(params)
-            audit = audit_check_of(params)
+            audit = audit_check_of(params, preflight(params))
         except ParametersInvalid as exc:
             print(f"verifylib doctor: bad parameters: {exc}", file=sys.stderr)
             return EXIT_BAD_PARAMETERS

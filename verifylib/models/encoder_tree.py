@@ -29,10 +29,17 @@ from typing import BinaryIO, Iterable
 from verifylib.models.encoder_card import EncoderInvalid
 
 MAX_ENTRIES = 256
+"""Most files a given encoder may hold, as a folder or as the entries of its zip
+(:mod:`verifylib.models.encoder_zip`). A compiled encoder holds five files in three folders
+(``coremldata.bin``, ``metadata.json``, ``model.mil``, ``weights/weight.bin``,
+``analytics/coremldata.bin``); Archive Utility's ``__MACOSX/`` companions double that, and
+a model of several functions holds a few dozen. Ten thousand entries is not an encoder."""
+
 MAX_UNPACKED_BYTES = 3 << 30
-"""At most this many files and bytes: the limits an upstream zip is held to
-(:mod:`verifylib.models.encoder_zip`, whose constants of these names they equal; a compiled
-encoder holds five files, large-v3's fp32 encoder about 2.5 GB)."""
+"""Largest total declared size of the entries (bytes). The largest Whisper encoder,
+large-v3's (about 635 M parameters), is about 1.3 GB in float16 as upstream ships it and
+about 2.5 GB in float32, as upstream's converter writes it since ``ba573929c``; 3 GiB holds
+either with its MIL text and metadata, and is below ZIP's 4 GiB non-ZIP64 limit."""
 
 MODEL_PATH = "@model_path/"
 """How a program names its own folder in a weight reference."""

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Iterable
 
 from verifylib.canonical import is_os_litter
 from verifylib.models.encoder_card import EncoderInvalid
+from verifylib.models.encoder_tree import MAX_ENTRIES, MAX_UNPACKED_BYTES, weight_path
 
 if TYPE_CHECKING:
     from verifylib.models.encoder_card import EncoderCard
@@ -53,22 +54,12 @@ ARCHIVE_SUFFIX = ".mlmodelc.zip"
 MACOS_RESOURCES = "__MACOSX"
 """The top-level folder of AppleDouble companions that Archive Utility adds to a zip."""
 
-MAX_ENTRIES = 256
-"""Most entries an archive may list. A compiled encoder holds five files in three folders
-(``coremldata.bin``, ``metadata.json``, ``model.mil``, ``weights/weight.bin``,
-``analytics/coremldata.bin``); Archive Utility's ``__MACOSX/`` companions double that, and
-a model of several functions holds a few dozen. Ten thousand entries is not an encoder."""
 
 MAX_DIRECTORY_BYTES = 1 << 20
 """Largest central directory read (bytes): :data:`MAX_ENTRIES` entries of 46 fixed bytes
 with names and extra fields of a few hundred bytes each take well under 1 MiB, so the
 directory is parsed in milliseconds whatever the archive claims."""
 
-MAX_UNPACKED_BYTES = 3 << 30
-"""Largest total declared size of the entries (bytes). The largest Whisper encoder,
-large-v3's (about 635 M parameters), is about 1.3 GB in float16 as upstream ships it and
-about 2.5 GB in float32, as upstream's converter writes it since ``ba573929c``; 3 GiB holds
-either with its MIL text and metadata, and is below ZIP's 4 GiB non-ZIP64 limit."""
 
 MAX_RATIO = 100
 """Largest declared inflation of one entry above :data:`RATIO_FLOOR` bytes. Float16 and
@@ -500,7 +491,6 @@ def describe_archive(path: str | os.PathLike[str]) -> "EncoderCard":
         describe_encoder,
         model_mil_refs,
     )
-    from verifylib.models.encoder_tree import weight_path
 
     p = Path(path)
     with tempfile.TemporaryDirectory(prefix="verifylib-encoder-") as tmp:
