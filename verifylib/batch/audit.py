@@ -198,8 +198,10 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                                      "verifylib": None}
         canonical.write_json(staging / "timings.json", seconds)
         log(f"      receipt and report: {seconds['receipt+report']['wall']:.1f} s")
+        t0 = time.perf_counter()
         _verify_staged(staging, params.name, run_id,
                        simulated=kernel_manager is not None or _simulated_here())
+        log(f"      verified before publishing: {time.perf_counter() - t0:.1f} s")
         canonical.publish_dir(staging, final)
     finally:
         with signals_deferred():
