@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import shutil
 import tarfile
 from pathlib import Path
@@ -36,6 +37,47 @@ def test_git_tree_id_equals_plain_git_and_writes_nothing(synth, tmp_path):
     # -f matters: a tracked file matching .gitignore is part of the id.
     (synth.pristine / "models" / "tracked.o").write_bytes(b"changed")
     assert git_tree_id(synth.pristine) != tree
+
+
+def _git_add_tree_id(folder: Path, tmp: Path) -> str:
+    """The tree id plain git gives when it stores the files: ``init``, ``add -A -f``."""
+    env = {"GIT_DIR": str(tmp / "plain.git"), "GIT_WORK_TREE": str(folder), "HOME": str(tmp),
+           "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ["PATH"]}
+    for argv in (["init", "-q"], ["add", "-A", "-f", "--", "."]):
+        subprocess.run(["git", *argv], cwd=folder, env=env, check=True, capture_output=True)
+    return subprocess.run(["git", "write-tree"], cwd=folder, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_git_tree_id_hashes_what_git_add_would_store(tmp_path):
+    # The id is computed without storing a blob (ls-files, update-index --info-only); it
+    # must be the one `git add -A -f` gives, on every kind of entry a source folder holds.
+    root = tmp_path / "src"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.c").write_text("int x;\n")
+    (root / ".gitignore").write_text("*.o\n")
+    (root / "a" / "ignored.o").write_bytes(b"\x00obj")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "link").symlink_to("a/b/f.c")
+    (root / "a" / "sp ace \u00e9.txt").write_text("\u00e9\n")
+    (root / "empty").mkdir()
+    (root / ".git").mkdir()
+    (root / ".git" / "junk").write_text("not content")
+    sub = root / "vendored"
+    sub.mkdir()
+    (sub / "s.txt").write_text("s\n")
+    env = {"HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ["PATH"]}
+    for argv in (["init", "-q"], ["add", "s.txt"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"]):
+        subprocess.run(["git", *argv], cwd=sub, env=env, check=True, capture_output=True)
+    (tmp_path / "g1").mkdir()
+    assert git_tree_id(root) == _git_add_tree_id(root, tmp_path / "g1")
+    nothing = tmp_path / "nothing"
+    (nothing / "only-empty-folders").mkdir(parents=True)
+    (tmp_path / "g2").mkdir()
+    assert git_tree_id(nothing) == _git_add_tree_id(nothing, tmp_path / "g2") \
+        == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
 # ----------------------------------------------------------------------------- obtaining
