@@ -332,6 +332,7 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
     from jupyter_core.utils import run_sync
 
     from verifylib.locks import RELAYED_ENV
+    from verifylib.numerics.memory import allocator_environment
     km = (manager or LocalKernelManager)(kernel_name="python3")
     # In this process's $TMPDIR (where a user who moved it wants large files), swept of
     # the folders of kernels whose ``verifylib run`` was killed.
@@ -342,8 +343,9 @@ def start_kernel(cwd: str, manager: type[LocalKernelManager] = None) -> LocalKer
         sweep_dead_sockets(Path(km.ip).parent)
     try:
         # The kernel's printed lines reach the console through papermill's stdout relay.
-        run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, RELAYED_ENV: "1",
-                                                "TMPDIR": str(tmp)})
+        # The stage's numerics run in the kernel: its allocator is set up at its start.
+        run_sync(km.start_kernel)(cwd=cwd, env={**os.environ, **allocator_environment(os.environ),
+                                                RELAYED_ENV: "1", "TMPDIR": str(tmp)})
     except BaseException:
         # A kernel that did start is killed, its folder with it, by kill_leftover_kernels.
         _remove_kernel_tmp(km)

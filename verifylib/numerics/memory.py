@@ -8,6 +8,12 @@ from a heap. Heap blocks freed out of order stay resident: for a large-v3-shaped
 that is gigabytes holding nothing. The two tools here are glibc's own (``malloc_trim``,
 ``mallopt``), called through ctypes; with any other C library (macOS, musl), which
 returns large blocks by itself, they only collect garbage or do nothing.
+
+The third is set before a process starts (:func:`allocator_environment`): glibc's own
+tunable that backs its blocks with transparent huge pages where the kernel grants them on
+request (``madvise`` mode, the common default). An executed encoder allocates and frees
+activations of tens to hundreds of MiB op after op, and every fresh 4 KiB page of each is a
+page fault; with 2 MiB pages, 512 times fewer.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import contextlib
 import ctypes
 import gc
 import os
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
 T = TypeVar("T")
 
@@ -109,3 +115,31 @@ def freed_blocks_unmapped():
     finally:
         if libc is not None:
             libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_CEILING)
+
+
+HUGE_PAGE_TUNABLE = "glibc.malloc.hugetlb=1"
+"""glibc's tunable (2.35 and later) that advises the kernel to back the allocator's blocks
+with transparent huge pages."""
+
+
+def allocator_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """Return what to add to a child's environment so its allocator uses huge pages.
+
+    Measured on a parity measurement of tiny.en's encoder (export and stage 04 in one
+    process, 2 cores): 24.6 s user + 8.3 s system without, 22.5 s + 4.5 s with, the
+    results unchanged (the tunable changes where blocks live, not what is computed).
+
+    Parameters
+    ----------
+    environ : mapping
+        The environment the child would get otherwise.
+
+    Returns
+    -------
+    dict
+        ``{"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE}`` for a glibc process whose environment sets
+        no tunable (a user's own ``GLIBC_TUNABLES`` is left as it is); else nothing.
+    """
+    if "GLIBC_TUNABLES" in environ or _glibc() is None:
+        return {}
+    return {"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE}
