@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 # The fake whisper-cli in tests/helpers already spells whisper.cpp's derivation of the
@@ -98,6 +99,41 @@ def _arg(argv, *names):
     return None
 
 
+CORE_ML_STEP = b"whisper_init_state: compute buffer"
+"""The first line after the point where a Core ML build of v1.8.5 tries its ``.mlmodelc``."""
+
+
+def _run(argv: list, *, until_core_ml_step: bool) -> tuple[bytes, bytes, int | None]:
+    """Run the real binary: stdout, stderr and its exit status.
+
+    With ``until_core_ml_step`` it is stopped as it reaches the point where a Core ML build
+    tries its ``.mlmodelc`` (:data:`CORE_ML_STEP`, which is left out): a build that cannot
+    load it goes no further, so the real run's encoder and decoder would be computed only to
+    be thrown away (a whisper-bench probe, about 20 s of one core). The status is then None.
+    A run that never gets there is read to its end, as without.
+    """
+    if not until_core_ml_step:
+        run = subprocess.run(argv, capture_output=True)
+        return run.stdout, run.stderr, run.returncode
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list[bytes] = []
+    # stdout is drained beside stderr, so a full pipe never blocks the run.
+    drain = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    drain.start()
+    err = []
+    stopped = False
+    for line in iter(proc.stderr.readline, b""):
+        if line.startswith(CORE_ML_STEP):
+            proc.kill()
+            stopped = True
+            break
+        err.append(line)
+    proc.stderr.close()
+    code = proc.wait()
+    drain.join()
+    return b"".join(out), b"".join(err), None if stopped else code
+
+
 def _split(stderr: bytes) -> tuple[list[bytes], int]:
     """The real run's stderr lines, and where the Core ML block of whisper_init_state goes:
     after the KV-cache lines, before the compute buffers (or before system_info)."""
@@ -112,21 +148,26 @@ def _split(stderr: bytes) -> tuple[list[bytes], int]:
 def cli(scenario: dict, argv: list) -> int:
     behaviour = scenario.get("coreml", "ok")
     state = scenario["state_dir"]
-    run = subprocess.run(argv, capture_output=True)
-    if behaviour == "stale":
-        sys.stdout.buffer.write(run.stdout)
-        sys.stderr.buffer.write(run.stderr)
-        return run.returncode
     model = _arg(argv, "-m", "--model") or "models/ggml-base.en.bin"
-    lines, at = _split(run.stderr)
+    path = encoder_path(model)
+    # Only a build that goes on past a failed load (fallback) or has no Core ML (stale)
+    # needs the rest of the real run when the framework cannot load the encoder.
+    fails_to_load = behaviour not in ("stale", "fallback") and os.path.isfile(model) \
+        and not loadable(path, scenario)
+    run_out, run_err, code = _run(argv, until_core_ml_step=fails_to_load)
+    if behaviour == "stale":
+        sys.stdout.buffer.write(run_out)
+        sys.stderr.buffer.write(run_err)
+        return code
+    lines, at = _split(run_err)
     head = b"".join(lines[:at])
     tail = b"".join(lines[at:])
-    if not os.path.isfile(model) or run.returncode != 0 and b"whisper_init_state" not in head:
+    if code is not None and (not os.path.isfile(model)
+                             or code != 0 and b"whisper_init_state" not in head):
         # The model itself did not load: no Core ML step is reached.
-        sys.stdout.buffer.write(run.stdout)
-        sys.stderr.buffer.write(run.stderr)
-        return run.returncode
-    path = encoder_path(model)
+        sys.stdout.buffer.write(run_out)
+        sys.stderr.buffer.write(run_err)
+        return code
     shown = ("/Users/someone/old-run/ggml-base.en-encoder.mlmodelc" if behaviour == "stale-log"
              else path)
     block = []
@@ -152,9 +193,9 @@ def cli(scenario: dict, argv: list) -> int:
         fail = (f"whisper_init_state: failed to load Core ML model from '{path}'\n".encode()
                 if behaviour != "exit3-no-marker" else b"")
         if behaviour == "fallback":
-            sys.stdout.buffer.write(run.stdout)
+            sys.stdout.buffer.write(run_out)
             sys.stderr.buffer.write(head + early + fail + tail.replace(b"COREML = 0", b"COREML = 1"))
-            return run.returncode
+            return code
         if behaviour == "exit1-on-failure":
             sys.stderr.buffer.write(head + early + fail + b"error: unknown failure\n")
             return 1
@@ -163,7 +204,7 @@ def cli(scenario: dict, argv: list) -> int:
         return 3
     loaded = early + b"whisper_init_state: Core ML model loaded\n"
     err = head + loaded + tail.replace(b"COREML = 0", b"COREML = 1")
-    out = run.stdout
+    out = run_out
     if behaviour == "nil":
         out = b"\n" if out.strip() else out
     if behaviour == "nonsense" and scenario.get("clip") and \
@@ -179,21 +220,36 @@ def cli(scenario: dict, argv: list) -> int:
         out, err = err + out, b""
     sys.stdout.buffer.write(out)
     sys.stderr.buffer.write(err)
-    for code in (134, 1, 4, 10):
-        if behaviour == f"exit{code}":
-            return code
-    return run.returncode
+    for status in (134, 1, 4, 10):
+        if behaviour == f"exit{status}":
+            return status
+    return code
 
 
 def bench(scenario: dict, argv: list) -> int:
-    """whisper-bench of a Core ML build: its system_info says COREML = 1."""
-    run = subprocess.run(argv, capture_output=True)
-    sys.stdout.buffer.write(run.stdout)
-    err = run.stderr
-    if scenario.get("coreml", "ok") != "stale":
+    """whisper-bench of a Core ML build: its system_info says COREML = 1.
+
+    v1.8.5's bench prints system_info first, then initializes the model: with no loadable
+    ``.mlmodelc`` beside it (how stage 01 probes the build) the Core ML load fails, the
+    context is not made and the bench exits 2 without benchmarking anything.
+    """
+    behaviour = scenario.get("coreml", "ok")
+    model = _arg(argv, "-m", "--model") or "models/ggml-base.en.bin"
+    path = encoder_path(model)
+    fails_to_load = behaviour != "stale" and os.path.isfile(model) \
+        and not loadable(path, scenario)
+    out, err, code = _run(argv, until_core_ml_step=fails_to_load)
+    sys.stdout.buffer.write(out)
+    if behaviour != "stale":
         err = err.replace(b"COREML = 0", b"COREML = 1")
+    if code is None:
+        err += (f"whisper_init_state: loading Core ML model from '{path}'\n"
+                "whisper_init_state: first run on a device may take a while ...\n"
+                f"whisper_init_state: failed to load Core ML model from '{path}'\n"
+                "error: failed to initialize whisper context\n").encode()
+        code = 2
     sys.stderr.buffer.write(err)
-    return run.returncode
+    return code
 
 
 def main() -> int:
