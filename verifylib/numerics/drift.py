@@ -75,7 +75,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Mapping, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -446,10 +447,39 @@ def derive(ops: Sequence[OpFigures], input_names: Iterable[str],
     return tuple(out)
 
 
+@dataclass
+class ExecutionWatch:
+    """What a caller wants of the two executions an attribution makes anyway.
+
+    :func:`attribute` executes the program twice on its input, in lockstep: the candidate
+    (the compute mode asked for, float16 rounding as the program declares it) and a float64
+    reference without that rounding. Stage 04 measures the fixture with the same two
+    executions (the second only for a program with no float16 value, where the rounding
+    changes nothing), so it watches them here instead of running them again.
+
+    Attributes
+    ----------
+    taps : frozenset of str
+        Value names whose arrays are handed over as they are computed.
+    on_candidate, on_reference : callable, optional
+        Receive ``(name, array)`` for each tap of that execution (valid during the call);
+        None for an execution the caller does not want.
+    candidate, reference : Execution or None
+        Filled by :func:`attribute`: each wanted execution's outputs and seconds (no taps
+        kept), as :func:`verifylib.numerics.mil_exec.execute` with ``on_tap`` returns it.
+    """
+
+    taps: frozenset[str] = frozenset()
+    on_candidate: Callable[[str, np.ndarray], None] | None = None
+    on_reference: Callable[[str, np.ndarray], None] | None = None
+    candidate: Any = None
+    reference: Any = None
+
+
 def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
               variant: str | None = None, fixture: str | None = None,
               hf: Mapping[str, np.ndarray] | None = None,
-              progress=None) -> Attribution:
+              progress=None, watch: ExecutionWatch | None = None) -> Attribution:
     """Attribute ``program``'s drift on ``mel`` to its ops (conversion and precision).
 
     Parameters
@@ -471,6 +501,8 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
         more than a few of its module outputs are alive at once.
     progress : callable, optional
         Receives ``(done, total)`` op counts.
+    watch : ExecutionWatch, optional
+        Taps of the two executions to hand over, and their results to fill in.
 
     Returns
     -------
@@ -498,7 +530,8 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
         fetch = stream.get
     try:
         return _attribute(program, mapping, mel, fetch, compute=compute, variant=variant,
-                          fixture=fixture, progress=progress, t0=t0)
+                          fixture=fixture, progress=progress, t0=t0,
+                          watch=watch if watch is not None else ExecutionWatch())
     finally:
         if stream is not None:
             stream.close()
@@ -506,10 +539,10 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
 
 
 def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progress,
-               t0) -> Attribution:
+               t0, watch: ExecutionWatch) -> Attribution:
     import torch
 
-    from verifylib.numerics.mil_exec import Stepper
+    from verifylib.numerics.mil_exec import Execution, Stepper
 
     inp = program.inputs[0]
     feeds = {inp.name: mel}
@@ -523,6 +556,7 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
     # An op is one row, named by its first output; an op with several outputs (split)
     # is measured on all of them together, and a reader of any of them reads that row.
     row_of: dict[str, str] = {}
+    delivered: set[str] = set()
     total = len(program.ops)
     # Both executions and the HF forward free activations out of order (memory.trimmed).
     for (i, op, cvals), (_, _, rvals) in trimmed(zip(cand.steps(), ref.steps())):
@@ -556,14 +590,28 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
         if snr is None:
             module = None
         moved[op.outputs[0].name] = (psnr, pcos)
-        ins = tuple(row_of.get(n, n) for names in op.inputs.values() for n in names
+        # By parameter name: a package's op inputs are a protobuf map, whose order varies
+        # from one process to the next (two runs of one package differed).
+        ins = tuple(row_of.get(n, n) for _, names in sorted(op.inputs.items()) for n in names
                     if n not in program.consts)
         for v in op.outputs[1:]:
             row_of[v.name] = op.outputs[0].name
         ops.append(OpDrift(i, op.outputs[0].name, op.type, module, m.scope, ins, snr, cos,
                            None, psnr, pcos, None))
+        _hand_over(watch, op.outputs, cvals, rvals, delivered)
         if progress is not None:
             progress(i + 1, total)
+    # A tap that is a function input (no op produces it), as execute() delivers it.
+    for name in sorted(watch.taps - delivered):
+        for stepper, sink in ((cand, watch.on_candidate), (ref, watch.on_reference)):
+            if sink is not None and name in stepper.env:
+                sink(name, stepper.env[name].detach().cpu().numpy())
+    if watch.on_candidate is not None:
+        watch.candidate = Execution(outputs=cand.outputs(), taps={}, seconds=cand.seconds,
+                                    compute=compute)
+    if watch.on_reference is not None:
+        watch.reference = Execution(outputs=ref.outputs(), taps={}, seconds=ref.seconds,
+                                    compute="float64")
     ops_t = derive(ops, [v.name for v in program.inputs], in_prec)
     return Attribution(ops=ops_t, top=rank(ops_t, "delta_snr_db"),
                        precision_top=rank(ops_t, "precision_delta_snr_db"),
@@ -571,4 +619,16 @@ def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progr
                        variant=variant, fixture=fixture,
                        unmapped=sum(1 for o in ops_t if o.module is None),
                        seconds=time.perf_counter() - t0, input_precision=in_prec)
+
+
+def _hand_over(watch: ExecutionWatch, outputs, cvals, rvals, delivered: set[str]) -> None:
+    """Hand the watched values of one step to their sinks (arrays valid during the call)."""
+    for out, c, r in zip(outputs, cvals, rvals):
+        if out.name not in watch.taps:
+            continue
+        delivered.add(out.name)
+        if watch.on_candidate is not None:
+            watch.on_candidate(out.name, c.detach().cpu().numpy())
+        if watch.on_reference is not None:
+            watch.on_reference(out.name, r.detach().cpu().numpy())
 

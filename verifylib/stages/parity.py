@@ -94,7 +94,7 @@ if TYPE_CHECKING:
 
     from verifylib.evidence.records import EvidenceRef
     from verifylib.numerics.attribution import Attribution
-    from verifylib.numerics.mil_exec import Program
+    from verifylib.numerics.mil_exec import Execution, Program
     from verifylib.numerics.scoring import Policy
 
 STAGE = "04_parity"
@@ -247,7 +247,7 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
         (:func:`verifylib.numerics.drift.attribute`, float32), None when the reference
         model is not at hand.
     """
-    from verifylib.numerics.drift import attribute
+    from verifylib.numerics.drift import ExecutionWatch, attribute
     from verifylib.numerics.mil_exec import MilExecError, Program, load_program
     from verifylib.numerics.program_map import residual_taps
 
@@ -265,9 +265,35 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
                              "op_counts": program.op_counts, "executor_seconds": {}}
     arrays: dict[str, NDArray[Any]] = {}
     reader = _TapReader(taps, dict(ref.layers["fixture"]))
+    fixture_taps = [v for _, v in taps[:-1]]
+    # The attribution executes the fixture in float32 and in float64 (without the float16
+    # rounding, which is the float64 mode itself for a program with no float16 value): those
+    # executions are the fixture's measurements, watched as they run, not run again.
+    watched: dict[str, tuple[_TapSink, Callable[[], Any]]] = {}
+    attribution = None
+    if ref.encoder is not None:
+        sinks = {mode: _TapSink(reader, mode) for mode in PROGRAM_MODES}
+        no_float16 = all(v.dtype != "fp16" for v in program.value_types().values())
+        watch = ExecutionWatch(
+            taps=frozenset(fixture_taps), on_candidate=sinks[PROGRAM_MODES[0]],
+            on_reference=sinks[PROGRAM_MODES[1]] if no_float16 else None)
+        attribution = attribute(program, ref.encoder, ref.inputs["fixture"],
+                                compute=PROGRAM_MODES[0], variant=variant,
+                                fixture=ref.input_records["fixture"]["id"], watch=watch)
+        watched[PROGRAM_MODES[0]] = (sinks[PROGRAM_MODES[0]], lambda: watch.candidate)
+        if no_float16:
+            watched[PROGRAM_MODES[1]] = (sinks[PROGRAM_MODES[1]], lambda: watch.reference)
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
-            measurements.append(_execute_once(program, ref, kind, mode, reader, drift, arrays))
+            if kind == "fixture" and mode in watched:
+                sink, execution = watched[mode]
+                measurements.append(_measured(execution(), ref, kind, mode, reader, sink,
+                                              drift, arrays))
+            else:
+                measurements.append(_execute_once(program, ref, kind, mode, reader, drift,
+                                                  arrays))
+    if attribution is not None:
+        drift["executor_seconds"]["attribution"] = round(attribution.seconds, 4)
     if tap_error:
         drift["layers_unavailable"] = tap_error
     if taps:
@@ -275,12 +301,6 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
         drift["unmapped_taps"] = [reader.unmapped[label] for label, _ in taps
                                   if label in reader.unmapped]
     drift["speech_frames"] = ref.speech_frames
-    attribution = None
-    if ref.encoder is not None:
-        attribution = attribute(program, ref.encoder, ref.inputs["fixture"],
-                                compute=PROGRAM_MODES[0], variant=variant,
-                                fixture=ref.input_records["fixture"]["id"])
-        drift["executor_seconds"]["attribution"] = round(attribution.seconds, 4)
     del program
     release_memory()
     return measurements, drift, arrays, attribution
@@ -322,37 +342,57 @@ class _TapReader:
         return row
 
 
-def _execute_once(program: Program, ref: ReferenceRun, kind: str, mode: str,
-                  reader: _TapReader, drift: dict[str, Any],
-                  arrays: dict[str, NDArray[Any]]) -> dict[str, Any]:
-    """Execute the program on one input in one compute mode; its measurement record.
+class _TapSink:
+    """Per-layer figures of one execution of the fixture.
 
-    The executor's seconds go into ``drift``, and for the fixture its per-frame SNR,
-    histogram and per-layer figures; the float32 output goes into ``arrays``.
+    Taken as each residual-stream value is computed, so none of those values is kept
+    (issue of large encoders).
     """
-    import numpy as np
 
-    from verifylib.numerics.mil_exec import execute
+    def __init__(self, reader: _TapReader, mode: str):
+        self.reader, self.mode = reader, mode
+        self.layer_snr: dict[str, float] = {}
+        self.layer_frames: dict[str, list[float]] = {}
 
-    name_in, name_out = ref.contract.input_name, ref.contract.output_name
-    taps, ref_layers = reader.taps, reader.ref_layers
-    # Per-layer figures are taken as each residual-stream value is computed, so
-    # none of those values is kept (issue of large encoders).
-    layer_snr: dict[str, float] = {}
-    layer_frames: dict[str, list[float]] = {}
-
-    def on_tap(name: str, value: NDArray[Any]) -> None:
+    def __call__(self, name: str, value: NDArray[Any]) -> None:
+        """Take one tap's figures (``value`` is valid during the call only)."""
+        reader = self.reader
         label = reader.label_of[name]
         mapped = reader.read(label, name, value)
         if mapped is None:
             return
-        layer_snr[name] = compare(ref_layers[label], mapped).snr_db
-        if mode == PROGRAM_MODES[0]:
-            layer_frames[name] = frame_snr_db(ref_layers[label], mapped)
+        self.layer_snr[name] = compare(reader.ref_layers[label], mapped).snr_db
+        if self.mode == PROGRAM_MODES[0]:
+            self.layer_frames[name] = frame_snr_db(reader.ref_layers[label], mapped)
 
-    run = execute(program, {name_in: ref.inputs[kind]}, compute=mode,
-                  taps=[v for _, v in taps[:-1]] if kind == "fixture" else (),
-                  on_tap=on_tap)
+
+def _execute_once(program: Program, ref: ReferenceRun, kind: str, mode: str,
+                  reader: _TapReader, drift: dict[str, Any],
+                  arrays: dict[str, NDArray[Any]]) -> dict[str, Any]:
+    """Execute the program on one input in one compute mode; its measurement record."""
+    from verifylib.numerics.mil_exec import execute
+
+    sink = _TapSink(reader, mode)
+    run = execute(program, {ref.contract.input_name: ref.inputs[kind]}, compute=mode,
+                  taps=[v for _, v in reader.taps[:-1]] if kind == "fixture" else (),
+                  on_tap=sink)
+    return _measured(run, ref, kind, mode, reader, sink, drift, arrays)
+
+
+def _measured(run: Execution, ref: ReferenceRun, kind: str, mode: str, reader: _TapReader,
+              sink: _TapSink, drift: dict[str, Any],
+              arrays: dict[str, NDArray[Any]]) -> dict[str, Any]:
+    """Return the measurement record of one execution on one input in one compute mode.
+
+    The executor's seconds go into ``drift``, and for the fixture its per-frame SNR,
+    histogram and per-layer figures (the taps ``sink`` took); the float32 output goes
+    into ``arrays``.
+    """
+    import numpy as np
+
+    name_out = ref.contract.output_name
+    taps, ref_layers = reader.taps, reader.ref_layers
+    layer_snr, layer_frames = sink.layer_snr, sink.layer_frames
     out = run.outputs[name_out]
     m = compare(ref.outputs[kind], out)
     out_mapped = reader.read("output", name_out, out) if taps and kind == "fixture" else None
