@@ -32,9 +32,14 @@ os.environ["VERIFYLIB_CACHE"] = str(
 # audits it starts use one math thread each (torch, numpy's BLAS), not one per core per
 # process, which on these 2-core machines cost a fifth of the suite's CPU time in idle
 # spinning. A developer's own setting wins.
+# whisper-cli's own two threads (``-t 2``, OpenMP in ggml) wait at their barriers asleep
+# rather than spinning while the other worker holds a core: measured on a jfk
+# transcription with the other core busy, 2.1-2.3 CPU-s spinning, 1.8 passive, the same
+# wall time.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Every process the session starts (pytest-xdist's workers, which run stages in-process,
 # the audits and the kernels) gets its allocator's huge pages as ``verifylib run``'s stage
