@@ -176,3 +176,34 @@ def test_drift_cli_refuses_a_package_of_another_shape(tiny_en_info, tmp_path, ca
     assert cli.main(["drift", str(pkg), "--model", str(PARAMS), "--json", str(out)]) == 2
     assert "shape" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_executions_an_attribution_hands_over_are_execute_s(tiny_packages, tiny_en_bundle):
+    """Stage 04 takes the fixture's float32 and float64 measurements from the attribution's
+    two executions (drift.ExecutionWatch): they must be bit for bit what execute() gives,
+    outputs and taps, for a program with no float16 value."""
+    from verifylib.numerics.drift import ExecutionWatch, attribute
+    from verifylib.numerics.mil_exec import execute, load_program
+    from verifylib.numerics.program_map import residual_taps
+
+    encoder = tiny_en_bundle.model.get_encoder()
+    prog = load_program(tiny_packages["clean"])
+    assert all(v.dtype != "fp16" for v in prog.value_types().values())
+    (inp,) = prog.inputs
+    mel = np.random.default_rng(7).uniform(-1, 1, tuple(inp.shape)).astype(np.float32)
+    names = [v for _, v in residual_taps(prog)[:-1]]
+    got: dict = {"float32": {}, "float64": {}}
+    watch = ExecutionWatch(
+        taps=frozenset(names),
+        on_candidate=lambda n, a: got["float32"].__setitem__(n, a.copy()),
+        on_reference=lambda n, a: got["float64"].__setitem__(n, a.copy()))
+    attribute(prog, encoder, mel, compute="float32", watch=watch)
+    for mode, watched in (("float32", watch.candidate), ("float64", watch.reference)):
+        run = execute(prog, {inp.name: mel}, compute=mode, taps=names)
+        assert watched.compute == mode and watched.seconds > 0
+        assert watched.outputs.keys() == run.outputs.keys()
+        for name, value in run.outputs.items():
+            assert np.array_equal(watched.outputs[name], value), (mode, name)
+        assert got[mode].keys() == run.taps.keys() == set(names)
+        for name, value in run.taps.items():
+            assert np.array_equal(got[mode][name], value), (mode, name)
