@@ -152,8 +152,10 @@ def cli(scenario: dict, argv: list) -> int:
     path = encoder_path(model)
     # Only a build that goes on past a failed load (fallback) or has no Core ML (stale)
     # needs the rest of the real run when the framework cannot load the encoder.
+    # Asked once: the framework's answer does not change while the binary runs.
+    can_load = os.path.isfile(model) and loadable(path, scenario)
     fails_to_load = behaviour not in ("stale", "fallback") and os.path.isfile(model) \
-        and not loadable(path, scenario)
+        and not can_load
     run_out, run_err, code = _run(argv, until_core_ml_step=fails_to_load)
     if behaviour == "stale":
         sys.stdout.buffer.write(run_out)
@@ -179,7 +181,7 @@ def cli(scenario: dict, argv: list) -> int:
         sys.stderr.buffer.write(head + early)
         sys.stderr.flush()
         time.sleep(3600)
-    ok = loadable(path, scenario)
+    ok = can_load
     if behaviour == "abort-first" and ok and _count(state, "abort-first") == 1:
         # The first run that reaches a loadable model (the warm-up) crashes while loading.
         _die(signal.SIGABRT, head + early + b"libc++abi: terminating due to uncaught exception\n")

@@ -265,11 +265,11 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
                              "op_counts": program.op_counts, "executor_seconds": {}}
     arrays: dict[str, NDArray[Any]] = {}
     reader = _TapReader(taps, dict(ref.layers["fixture"]))
-    fixture_taps = [v for _, v in taps[:-1]]
+    fixture_taps = _fixture_taps(reader)
     # The attribution executes the fixture in float32 and in float64 (without the float16
     # rounding, which is the float64 mode itself for a program with no float16 value): those
     # executions are the fixture's measurements, watched as they run, not run again.
-    watched: dict[str, tuple[_TapSink, Callable[[], Any]]] = {}
+    watched: dict[str, tuple[_TapSink, Execution]] = {}
     attribution = None
     if ref.encoder is not None:
         sinks = {mode: _TapSink(reader, mode) for mode in PROGRAM_MODES}
@@ -280,14 +280,14 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
         attribution = attribute(program, ref.encoder, ref.inputs["fixture"],
                                 compute=PROGRAM_MODES[0], variant=variant,
                                 fixture=ref.input_records["fixture"]["id"], watch=watch)
-        watched[PROGRAM_MODES[0]] = (sinks[PROGRAM_MODES[0]], lambda: watch.candidate)
+        watched[PROGRAM_MODES[0]] = (sinks[PROGRAM_MODES[0]], watch.candidate)
         if no_float16:
-            watched[PROGRAM_MODES[1]] = (sinks[PROGRAM_MODES[1]], lambda: watch.reference)
+            watched[PROGRAM_MODES[1]] = (sinks[PROGRAM_MODES[1]], watch.reference)
     for kind in ("fixture", "random"):
         for mode in PROGRAM_MODES:
             if kind == "fixture" and mode in watched:
                 sink, execution = watched[mode]
-                measurements.append(_measured(execution(), ref, kind, mode, reader, sink,
+                measurements.append(_measured(execution, ref, kind, mode, reader, sink,
                                               drift, arrays))
             else:
                 measurements.append(_execute_once(program, ref, kind, mode, reader, drift,
@@ -366,6 +366,11 @@ class _TapSink:
             self.layer_frames[name] = frame_snr_db(reader.ref_layers[label], mapped)
 
 
+def _fixture_taps(reader: _TapReader) -> list[str]:
+    """Return the values tapped while the fixture executes (the output comes from outputs)."""
+    return [v for _, v in reader.taps[:-1]]
+
+
 def _execute_once(program: Program, ref: ReferenceRun, kind: str, mode: str,
                   reader: _TapReader, drift: dict[str, Any],
                   arrays: dict[str, NDArray[Any]]) -> dict[str, Any]:
@@ -374,7 +379,7 @@ def _execute_once(program: Program, ref: ReferenceRun, kind: str, mode: str,
 
     sink = _TapSink(reader, mode)
     run = execute(program, {ref.contract.input_name: ref.inputs[kind]}, compute=mode,
-                  taps=[v for _, v in reader.taps[:-1]] if kind == "fixture" else (),
+                  taps=_fixture_taps(reader) if kind == "fixture" else (),
                   on_tap=sink)
     return _measured(run, ref, kind, mode, reader, sink, drift, arrays)
 
