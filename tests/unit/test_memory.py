@@ -19,3 +19,25 @@ def test_off_glibc_nothing_is_added(monkeypatch):
     monkeypatch.setattr(memory, "_GLIBC", None)
     assert memory.allocator_environment({}) == {}
 
+
+
+class _Libc:
+    def __init__(self):
+        self.trims = []
+
+    def malloc_trim(self, pad):
+        self.trims.append(pad)
+
+
+def test_trim_heap_trims_and_collects_nothing(monkeypatch):
+    import gc
+
+    libc = _Libc()
+    monkeypatch.setattr(memory, "_glibc", lambda: libc)
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
+    memory.trim_heap()
+    assert libc.trims == [0] and collections == []
+    memory.release_memory()  # the cycles coremltools builds still need a collection
+    assert libc.trims == [0, 0] and collections == [()]
+

@@ -89,7 +89,7 @@ from verifylib.numerics.attribution import (
     OpFigures,
 )
 from verifylib.numerics.layouts import relayout_for
-from verifylib.numerics.memory import release_memory, trimmed
+from verifylib.numerics.memory import trim_heap, trimmed
 from verifylib.numerics.program_map import EMBEDDINGS, map_program, region
 
 TOP_N = 10
@@ -535,7 +535,7 @@ def attribute(program, encoder, mel: np.ndarray, *, compute: str = "float32",
     finally:
         if stream is not None:
             stream.close()
-        release_memory()
+        trim_heap()
 
 
 def _attribute(program, mapping, mel, fetch, *, compute, variant, fixture, progress,

@@ -388,7 +388,7 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
     verifylib.errors.ContractBroken
         If the output cannot be read as the reference's ``[T, C]``.
     """
-    from verifylib.numerics.memory import release_memory
+    from verifylib.numerics.memory import trim_heap
     from verifylib.numerics.mil_exec import Program, load_program
     from verifylib.numerics.reference import reference_encode
 
@@ -425,7 +425,7 @@ def measure_pair(program, reference_encoder, mels: Mapping[str, np.ndarray], *,
                                first_divergent_block(snr, threshold_db), ref_s, run.seconds))
         del ref_blocks, run, out, ref_out
         # Freed activations of a large encoder stay resident in glibc's heaps otherwise.
-        release_memory()
+        trim_heap()
     return PairMeasurement(compute=compute, threshold_db=threshold_db, inputs=tuple(pairs),
                            reference_blocks=n_blocks, blocks_tapped=len(tap_values),
                            tap_values=tuple(tap_values), taps_unavailable=unavailable,

@@ -29,7 +29,7 @@ from verifylib.canonical import sha256_bytes, sha256_file, tree_digest
 from verifylib.evidence import identities
 from verifylib.evidence.export.schema import GgmlModelEvidence, PairEvidence, PairFloor, PairInput
 from verifylib.evidence.gates import EXPORT_GGML_MODEL, EXPORT_PAIR
-from verifylib.numerics.memory import release_memory
+from verifylib.numerics.memory import trim_heap
 from verifylib.numerics.parity import PAIR_POLICY, pair_floor, policy_record
 from verifylib.numerics.reference import fixture_logmel, random_logmel
 from verifylib.numerics.scoring import load_policy
@@ -111,7 +111,7 @@ def run_pair(ctx: StageContext) -> None:
                       for r in m.inputs]
             del program
         del encoder
-        release_memory()
+        trim_heap()
         doc = PairEvidence(
             policy=policy_record(policy), model_file=ggml_ev.path,
             model_sha256=sha256_file(model_path), encoder=enc.rel_path,

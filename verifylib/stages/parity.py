@@ -57,7 +57,7 @@ from verifylib.evidence.parity.schema import (
 )
 from verifylib.evidence.stage_report import StageReport
 from verifylib.numerics.arrays import encode as encode_arrays
-from verifylib.numerics.memory import release_memory
+from verifylib.numerics.memory import trim_heap
 from verifylib.numerics.parity import (
     POLICY_OF_VARIANT,
     PolicyChoice,
@@ -302,7 +302,7 @@ def measure_program(package: str | os.PathLike[str] | Program, ref: ReferenceRun
                                   if label in reader.unmapped]
     drift["speech_frames"] = ref.speech_frames
     del program
-    release_memory()
+    trim_heap()
     return measurements, drift, arrays, attribution
 
 
@@ -406,7 +406,7 @@ def _measured(run: Execution, ref: ReferenceRun, kind: str, mode: str, reader: _
     drift["executor_seconds"][f"{kind}/{mode}"] = round(run.seconds, 4)
     # A large encoder's freed float64 activations would otherwise stay resident
     # (glibc keeps them in its heap) and add to the next execution's peak.
-    release_memory()
+    trim_heap()
     if mode == PROGRAM_MODES[0]:
         arrays[kind] = np.asarray(out, dtype=np.float32)
     if kind != "fixture":
