@@ -5,7 +5,9 @@ again for real into the replay's scratch run, the published packages re-executed
 signed verification summary written). Each forgery of a physical result
 (:mod:`tests.helpers.forged_physical`) passes plain ``verify``; its replay is compared
 against that same scratch run (the parameters are the run's own) and must name the claim
-that differs, and only that one.
+that differs, and only that one. The forgeries' replays share the reference encoder and the
+executions of a package no forgery changed (tests/helpers/same_numbers.py): computed by the
+first replay in this process, compared by each against its own recorded evidence.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from tests.helpers import forged_physical
 from tests.helpers.forge import snapshot
+from tests.helpers.same_numbers import reusing_numbers
 from verifylib import canonical, open_run
 from verifylib.evidence import receipt
 from verifylib.replay import rederive, replay
@@ -127,7 +130,8 @@ def test_a_forged_physical_result_verifies_but_does_not_replay(replayed, tmp_pat
     plain = receipt.verify(forged)
     assert plain.ok, plain.problems  # consistent: the project's own rules accept it
     rd = rederive.load(replayed["out"] / "work")
-    result = replay(forged, tmp_path / "replay", rederived=rd, log=lambda _: None)
+    with reusing_numbers():  # a package the forgery left alone executes once per process
+        result = replay(forged, tmp_path / "replay", rederived=rd, log=lambda _: None)
     assert result.exit_code == 1
     differs = {c.id for c in result.differs}
     if expected is None:

@@ -24,6 +24,7 @@ from typing import Callable
 import pytest
 
 from tests.helpers.published_runs import run_params
+from tests.helpers.same_numbers import reusing_numbers
 
 if not __package__:  # run as a script for --markdown: the repository root holds `tests`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -297,49 +298,13 @@ ROWS = [
 # with its per-layer attribution), and the Hugging Face transcripts, are the same
 # computation in each of them, on the same bytes. Each is computed physically by the first
 # row that needs it and reused by the others for inputs of equal digests (about 45 s a
-# parity row). Whatever launches whisper-cli is never reused: the ledger must own it.
-_SAME_NUMBERS: dict[tuple, object] = {}
-
-
-def _reference_once(compute):
-    def reference_run(ctx):
-        key = ("reference", canonical.dumps(ctx.params.data),
-               canonical.tree_digest(ctx.run_dir / "evidence" / "02_export"))
-        if key not in _SAME_NUMBERS:
-            _SAME_NUMBERS[key] = compute(ctx)
-        return _SAME_NUMBERS[key]
-    return reference_run
-
-
-def _program_once(compute):
-    def measure_program(package, ref, *, variant=None):
-        if not isinstance(package, (str, Path)):
-            return compute(package, ref, variant=variant)
-        key = ("program", canonical.tree_digest(package), id(ref), variant)
-        if key not in _SAME_NUMBERS:
-            _SAME_NUMBERS[key] = compute(package, ref, variant=variant)
-        return _SAME_NUMBERS[key]
-    return measure_program
-
-
-def _transcript_once(compute):
-    def transcribe_hf(bundle, audio, language=None, **pin):
-        key = ("hf", str(bundle.hf_dir), canonical.sha256_bytes(audio.tobytes()),
-               str(audio.dtype), language, tuple(sorted(pin.items())))
-        if key not in _SAME_NUMBERS:
-            _SAME_NUMBERS[key] = compute(bundle, audio, language, **pin)
-        return _SAME_NUMBERS[key]
-    return transcribe_hf
+# parity row; tests/helpers/same_numbers.py). Whatever launches whisper-cli is never
+# reused: the ledger must own it.
 
 
 def _run_stages(p, run_dir: Path, stages, sim: Scenario | None, state: Path) -> None:
     mods = [importlib.import_module(f"verifylib.stages.{s.split('_', 1)[1]}") for s in stages]
-    with pytest.MonkeyPatch.context() as mp:
-        from verifylib.models import hf
-        from verifylib.stages import parity
-        mp.setattr(parity, "reference_run", _reference_once(parity.reference_run))
-        mp.setattr(parity, "measure_program", _program_once(parity.measure_program))
-        mp.setattr(hf, "transcribe_hf", _transcript_once(hf.transcribe_hf))
+    with reusing_numbers():
         if sim is None:
             for m in mods:
                 m.run(p, run_dir)
