@@ -1,5 +1,9 @@
 """The export + parity stages end to end on tiny.en (including an artifact whose weight was
-edited), and runtime parity with a fake compiled model."""
+edited), and runtime parity with a fake compiled model.
+
+Stage 04 runs in this process under :func:`tests.helpers.same_numbers.reusing_numbers`: the
+edited run's reference and its untouched fp16 package are the staged run's computations on
+the same bytes, reused; its edited fp32 package executes for real."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.encoders import edit_weight
+from tests.helpers.same_numbers import reusing_numbers
 from verifylib import canonical
 from verifylib.evidence.gates import Status
 from verifylib.evidence.parity.rules import judge_parity
@@ -80,8 +85,25 @@ def staged_run(tmp_path_factory, jfk_wav, tiny_en_info):
     run_dir = tmp_path_factory.mktemp("run") / "R"
     params = _params(jfk_wav)
     export.run(params, run_dir)
-    report = parity.run(params, run_dir)
+    with reusing_numbers():
+        report = parity.run(params, run_dir)
     return params, run_dir, report
+
+
+@pytest.fixture(scope="module")
+def edited_run(staged_run, tmp_path_factory):
+    """The staged run with one fp32 weight edited in its saved package before stage 04
+    (``layers_1_fc2_weight`` element 7 tripled), and stage 04's report on it."""
+    from verifylib.stages import parity
+    params, run_dir, _ = staged_run
+    bad = shutil.copytree(run_dir, tmp_path_factory.mktemp("edited") / "R")
+    # The run as it stood before stage 04 (a stage never runs twice into one run).
+    (bad / "gates" / "04_parity.json").unlink(missing_ok=True)
+    shutil.rmtree(bad / "evidence" / "04_parity", ignore_errors=True)
+    edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_1_fc2_weight", 7, 3.0)
+    with reusing_numbers():
+        report = parity.run(params, bad)
+    return bad, report
 
 
 @pytest.mark.physical
@@ -141,15 +163,8 @@ def test_receipt_of_the_stages_verifies(staged_run, tmp_path):
 
 
 @pytest.mark.physical
-def test_an_edited_weight_constant_fails_parity_program(staged_run, tmp_path):
-    from verifylib.stages import parity
-    params, run_dir, _ = staged_run
-    bad = shutil.copytree(run_dir, tmp_path / "R")
-    # The run as it stood before stage 04 (a stage never runs twice into one run).
-    (bad / "gates" / "04_parity.json").unlink(missing_ok=True)
-    shutil.rmtree(bad / "evidence" / "04_parity", ignore_errors=True)
-    edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_2_fc2_weight", 1000, 0.5)
-    parity.run(params, bad)
+def test_an_edited_weight_constant_fails_parity_program(edited_run):
+    bad, _ = edited_run
     rec = _records(bad, "04_parity")
     assert rec["parity.program"]["status"] == "FAIL"
     detail = rec["parity.program"]["reason"]["detail"]
@@ -244,15 +259,9 @@ def test_both_program_candidates_carry_attribution_and_stored_arrays(staged_run)
 
 
 @pytest.mark.physical
-def test_the_stage_attributes_an_edited_weight_to_its_layer(staged_run, tmp_path):
+def test_the_stage_attributes_an_edited_weight_to_its_layer(edited_run):
     """A weight edited in the saved package: the attribution names that op first."""
-    from verifylib.stages import parity
-    params, run_dir, _ = staged_run
-    bad = shutil.copytree(run_dir, tmp_path / "R")
-    (bad / "gates" / "04_parity.json").unlink(missing_ok=True)
-    shutil.rmtree(bad / "evidence" / "04_parity", ignore_errors=True)
-    edit_weight(bad / "fp32" / "ggml-model-encoder.mlpackage", "layers_1_fc2_weight", 7, 3.0)
-    report = parity.run(params, bad)
+    _, report = edited_run
     att = report.result.candidates["parity.program"].attribution
     assert att.top[0].module == "layers.1.fc2", [(o.name, o.module) for o in att.top]
     assert all(o.snr_db == math.inf for o in att.ops[:att.top[0].index] if o.module)
