@@ -153,6 +153,11 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+_ALL_BLOCKED = int("fffffffe7ffbfeff", 16)
+"""glibc's ``sigfillset`` as the kernel reports it: all but SIGKILL, SIGSTOP and the two
+signals glibc keeps for itself (the mask of a child between vfork and exec)."""
+
+
 def _blocked_after_spawn(pid: int) -> int | None:
     """The signal mask a process runs with (None once it is gone).
 
@@ -174,11 +179,6 @@ def _blocked_after_spawn(pid: int) -> int | None:
             return blocked
         time.sleep(0.1)
     return blocked
-
-
-_ALL_BLOCKED = int("fffffffe7ffbfeff", 16)
-"""glibc's ``sigfillset`` as the kernel reports it: all but SIGKILL, SIGSTOP and the two
-signals glibc keeps for itself (the mask of a child between vfork and exec)."""
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, EXIT_INTERRUPTED),

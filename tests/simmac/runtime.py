@@ -153,9 +153,9 @@ def cli(scenario: dict, argv: list) -> int:
     # Only a build that goes on past a failed load (fallback) or has no Core ML (stale)
     # needs the rest of the real run when the framework cannot load the encoder.
     # Asked once: the framework's answer does not change while the binary runs.
-    can_load = os.path.isfile(model) and loadable(path, scenario)
-    fails_to_load = behaviour not in ("stale", "fallback") and os.path.isfile(model) \
-        and not can_load
+    model_there = os.path.isfile(model)
+    can_load = model_there and loadable(path, scenario)
+    fails_to_load = behaviour not in ("stale", "fallback") and model_there and not can_load
     run_out, run_err, code = _run(argv, until_core_ml_step=fails_to_load)
     if behaviour == "stale":
         sys.stdout.buffer.write(run_out)
@@ -164,7 +164,7 @@ def cli(scenario: dict, argv: list) -> int:
     lines, at = _split(run_err)
     head = b"".join(lines[:at])
     tail = b"".join(lines[at:])
-    if code is not None and (not os.path.isfile(model)
+    if code is not None and (not model_there
                              or code != 0 and b"whisper_init_state" not in head):
         # The model itself did not load: no Core ML step is reached.
         sys.stdout.buffer.write(run_out)

@@ -20,7 +20,6 @@ def test_off_glibc_nothing_is_added(monkeypatch):
     assert memory.allocator_environment({}) == {}
 
 
-
 class _Libc:
     def __init__(self):
         self.trims = []
@@ -40,4 +39,3 @@ def test_trim_heap_trims_and_collects_nothing(monkeypatch):
     assert libc.trims == [0] and collections == []
     memory.release_memory()  # the cycles coremltools builds still need a collection
     assert libc.trims == [0, 0] and collections == [()]
-
