@@ -1,27 +1,29 @@
 """One published run on the simulated Mac, made once per test session, for the readers.
 
-Every gate runs (the Core ML ones under ``tests/simmac``), so each stage's typed result is
-non-trivial: canaries with both Core ML controls, parity with program and runtime
-candidates of both variants, hybrid WER with a public and a private clip, compute plans.
-The six stages run in this process, so their
-:class:`~verifylib.evidence.stage_report.StageReport` objects are kept for comparison with
-what :func:`verifylib.open_run` reads back; then the receipt is built, which publishes the
-run (no notebooks or report: nothing here needs them).
+The default audit cut to the parameters below, run as ``verifylib run`` runs it: every
+stage notebook through papermill in a kernel of its own, started on the simulated Mac
+(``SimulatedMac.kernel_manager``), then the receipt and the report. Every gate runs, so
+each stage's typed result is non-trivial: canaries with both Core ML controls, parity
+with program and runtime candidates, hybrid WER with a public and a private clip,
+compute plans. Each kernel pickles the report its notebook's audit call returned, so the
+readers compare what :func:`verifylib.open_run` reads back with what each stage returned;
+and the staging folder is copied after each stage, the prefixes the scenario rows start
+their own stages from instead of a whole simulated audit of their own.
 
 Tests must not modify the run (copy it with ``tests.helpers.forge.clone`` first).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from tests.helpers.same_numbers import reusing_numbers
 from tests.simmac import Scenario, SimulatedMac
-from verifylib.evidence import gates, receipt
+from verifylib.batch.audit import RunOutcome
+from verifylib.batch.staging import STAGING
+from verifylib.evidence import gates
 from verifylib import params
 
 
@@ -31,13 +33,15 @@ class PublishedRun:
 
     ``prefixes[i]`` is a copy of the run directory after its first ``i`` stages (0: just
     initialized; 1-5: through stage ``STAGES[i - 1]``), from which the scenario rows run
-    their own stages instead of a whole simulated audit of their own.
+    their own stages instead of a whole simulated audit of their own. ``outcome`` is what
+    the audit's runner returned.
     """
 
     run_dir: Path
     reports: dict
     params: params.Params
     prefixes: dict
+    outcome: RunOutcome
 
 
 _MADE: dict[Path, PublishedRun] = {}
@@ -61,29 +65,38 @@ def run_params() -> params.Params:
 
 def simulated_published_run(base: Path) -> PublishedRun:
     """Make the run under ``base`` once per process (the session's base temp folder)."""
+    import pickle
     import shutil
 
+    from verifylib.batch.audit import run_one
     from verifylib.stages.context import init_run_dir
 
     base = Path(base)
     if base not in _MADE:
-        run_dir = base / "explore-run"
         p = run_params()
         # The empty prefix is made off the simulated Mac, as the rows have always started
         # from it; the published run records the simulated host it runs on.
         prefixes = {0: base / "explore-prefixes" / "p0"}
         init_run_dir(prefixes[0], p)
-        reports = {}
-        # Under the numerics memo: the scenario rows that start from its prefixes convert,
-        # measure and transcribe the same bytes again (tests/helpers/same_numbers.py).
-        with reusing_numbers(), SimulatedMac(Scenario(), base / "explore-simmac-state"):
-            init_run_dir(run_dir, p)
-            for i, stage in enumerate(gates.STAGES, 1):
-                mod = importlib.import_module(f"verifylib.stages.{stage.split('_', 1)[1]}")
-                reports[stage] = mod.run(p, run_dir)
-                if i < len(gates.STAGES):
-                    prefixes[i] = base / "explore-prefixes" / f"p{i}"
-                    shutil.copytree(run_dir, prefixes[i], symlinks=True)
-        receipt.build_receipt(run_dir)
-        _MADE[base] = PublishedRun(run_dir, reports, p, prefixes)
+        kept = base / "explore-reports-returned"
+        kept.mkdir()
+        reports_root = base / "explore-reports"
+
+        def copy_prefix(stage: str) -> None:
+            i = gates.STAGES.index(stage) + 1
+            if i < len(gates.STAGES):
+                (staging,) = [d for d in (reports_root / p.name / STAGING).iterdir()
+                              if d.is_dir()]
+                prefixes[i] = base / "explore-prefixes" / f"p{i}"
+                # As the stages left it, without the runner's executed notebooks.
+                shutil.copytree(staging, prefixes[i], symlinks=True,
+                                ignore=lambda d, _n: ["notebooks"] if Path(d) == staging else [])
+
+        with SimulatedMac(Scenario(), base / "explore-simmac-state") as sim:
+            outcome = run_one(p, reports_root, log=lambda _m: None, progress=False,
+                              kernel_manager=sim.kernel_manager(keep_reports=kept),
+                              on_stage_done=copy_prefix)
+        reports = {stage: pickle.loads((kept / f"{stage}.pickle").read_bytes())
+                   for stage in gates.STAGES}
+        _MADE[base] = PublishedRun(outcome.run_dir, reports, p, prefixes, outcome)
     return _MADE[base]

@@ -243,14 +243,22 @@ class SimulatedMac:
         self.deactivate()
 
     # ------------------------------------------------------------------ kernels
-    def kernel_manager(self):
-        """A kernel manager class whose kernels start with this simulated Mac active."""
+    def kernel_manager(self, keep_reports: str | os.PathLike | None = None):
+        """A kernel manager class whose kernels start with this simulated Mac active.
+
+        Parameters
+        ----------
+        keep_reports : path-like, optional
+            A folder where each kernel pickles the report its notebook's audit call
+            returned (``<stage>.pickle``), for tests that compare it with what is read back.
+        """
         from verifylib.batch.kernel import LocalKernelManager
         scenario_file = str(self.scenario_file)
+        keep = [] if keep_reports is None else ["--keep-reports", str(keep_reports)]
 
         class SimulatedMacKernelManager(LocalKernelManager):
             def format_kernel_cmd(self, extra_arguments=None):
-                return [sys.executable, str(HERE / "kernel.py"), scenario_file,
+                return [sys.executable, str(HERE / "kernel.py"), scenario_file, *keep,
                         "-f", self.connection_file]
 
         return SimulatedMacKernelManager

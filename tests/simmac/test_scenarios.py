@@ -644,22 +644,21 @@ def test_case_collision(tmp_path, capsys):
 
 @pytest.mark.physical
 @pytest.mark.notebook
-def test_admissible_audit_end_to_end(tmp_path, v185_ggml_build):
+def test_admissible_audit_end_to_end(published):
     """The default audit on the simulated Mac: all six notebooks through papermill,
     ADMISSIBLE, refused by ``verify`` unless ``allow_simulated``.
 
-    With the scenarios' parameters (three fixtures, two canary runs, the fp32 variant alone):
-    what is under test is every notebook and gate reaching ADMISSIBLE on a Mac, not the
-    fixture count, which the Linux default audit runs at full size (this test took 13 min
-    with all ten fixtures, twenty canary runs and the fp16 variant).
+    The session's published run is that audit (tests/helpers/published_runs.py), with the
+    scenarios' parameters (three fixtures, two canary runs, the fp32 variant alone): what
+    is under test is every notebook and gate reaching ADMISSIBLE on a Mac, not the fixture
+    count, which the Linux default audit runs at full size (this test took 13 min with all
+    ten fixtures, twenty canary runs and the fp16 variant).
     """
-    from verifylib.batch import audit as orchestrate
     from verifylib.evidence.receipt import verify
-    p = run_params()
-    sim = SimulatedMac(Scenario(), tmp_path / "state")
-    with sim:  # the driver records the host in run.json; its stage kernels start simulated
-        out = orchestrate.run_one(p, tmp_path / "reports", log=lambda s: None, progress=False,
-                                  kernel_manager=sim.kernel_manager())
+    out = published.outcome
+    assert set(out.stage_seconds) >= set(STAGES)  # each stage ran as a notebook
+    assert sorted(p.name for p in (out.run_dir / "notebooks").iterdir()) == [
+        f"{s}.ipynb" for s in STAGES]
     rec = canonical.read_json(out.run_dir / "receipt.json")
     bad = {g["id"]: (g["status"], g["reason"]) for g in rec["gates"]
            if gates.gate(g["id"]).required and g["status"] != "PASS"}
