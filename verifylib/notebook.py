@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from verifylib import canonical, resources
 from verifylib.errors import ParametersInvalid
-from verifylib.evidence.layout import new_run_id
+from verifylib.evidence.layout import RECEIPT_FILE, new_run_id
 from verifylib.evidence.runs import is_published, open_run
 from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params, from_notebook
@@ -125,10 +125,28 @@ def _published_run_dir(run_dir: Any, run_id: str) -> Path:
     for folder in candidates:
         if is_published(folder) and folder.name == run_id:
             return folder
+    for folder in candidates:
+        if is_published(folder) and _receipt_run_id(folder) == run_id:
+            # The run itself, copied or moved under another name: the name is how a
+            # published notebook tells its run from any other.
+            raise ParametersInvalid(
+                f"this notebook belongs to the published run {run_id}, found in {folder}, "
+                f"a folder named {folder.name!r}: a copied run keeps its run id as its "
+                f"folder's name; rename the folder to {run_id}")
     raise ParametersInvalid(
         f"this notebook belongs to the published run {run_id}, which is not at "
         f"{candidates[0]} or {here}: open it inside its run's notebooks/ folder (or run "
         f"papermill with --cwd <run>/notebooks); it never starts an audit of its own")
+
+
+def _receipt_run_id(folder: Path) -> str | None:
+    """Return the run id a published run's receipt records (None when it cannot be read)."""
+    try:
+        doc = canonical.read_json(folder / RECEIPT_FILE)
+    except (OSError, ValueError):
+        return None
+    run_id = doc.get("run_id") if isinstance(doc, dict) else None
+    return run_id if isinstance(run_id, str) else None
 
 
 def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:

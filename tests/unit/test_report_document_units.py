@@ -125,6 +125,28 @@ def test_a_published_notebook_away_from_its_run_refuses(tmp_path, monkeypatch):
     assert list(Path(tmp_path).iterdir()) == []
 
 
+def test_a_published_notebook_in_a_renamed_copy_says_to_keep_the_run_id(tmp_path,
+                                                                          monkeypatch):
+    from verifylib import canonical, notebook
+    from verifylib.errors import ParametersInvalid
+
+    copy = tmp_path / "my-copy"
+    (copy / "notebooks").mkdir(parents=True)
+    canonical.write_json(copy / "receipt.json", {"run_id": "r1"})
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    monkeypatch.chdir(copy / "notebooks")
+    with pytest.raises(ParametersInvalid, match="named 'my-copy': a copied run keeps its run "
+                                                "id as its folder's name; rename the folder "
+                                                "to r1"):
+        notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r1"}, "01_build")
+    # Another run's receipt in that place is not this run: the general refusal.
+    canonical.write_json(copy / "receipt.json", {"run_id": "r2"})
+    with pytest.raises(ParametersInvalid, match="belongs to the published run r1, which is "
+                                                "not at"):
+        notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r1"}, "01_build")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_explore_results_are_tables_not_reprs():
     from verifylib.views.tables import table
 
