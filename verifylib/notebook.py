@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verifylib import canonical, resources
-from verifylib.errors import ParametersInvalid
-from verifylib.evidence.layout import RECEIPT_FILE, new_run_id
+from verifylib.errors import EvidenceInvalid, ParametersInvalid
+from verifylib.evidence.layout import new_run_id
 from verifylib.evidence.runs import is_published, open_run
 from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params, from_notebook
@@ -122,31 +122,31 @@ def _published_run_dir(run_dir: Any, run_id: str) -> Path:
     """
     here = Path.cwd()
     candidates = [(here / str(run_dir or PUBLISHED_RUN_DIR)).resolve(), here]
-    for folder in candidates:
-        if is_published(folder) and folder.name == run_id:
+    renamed = None
+    for folder in (c for c in candidates if is_published(c)):
+        if folder.name == run_id:
             return folder
-    for folder in candidates:
-        if is_published(folder) and _receipt_run_id(folder) == run_id:
-            # The run itself, copied or moved under another name: the name is how a
-            # published notebook tells its run from any other.
-            raise ParametersInvalid(
-                f"this notebook belongs to the published run {run_id}, found in {folder}, "
-                f"a folder named {folder.name!r}: a copied run keeps its run id as its "
-                f"folder's name; rename the folder to {run_id}")
+        if renamed is None and _run_id_of(folder) == run_id:
+            renamed = folder
+    if renamed is not None:
+        # The run itself, copied or moved under another name: the name is how a published
+        # notebook tells its run from any other.
+        raise ParametersInvalid(
+            f"this notebook belongs to the published run {run_id}, found in {renamed}, a "
+            f"folder named {renamed.name!r}: a copied run keeps its run id as its folder's "
+            f"name; rename the folder to {run_id}")
     raise ParametersInvalid(
         f"this notebook belongs to the published run {run_id}, which is not at "
         f"{candidates[0]} or {here}: open it inside its run's notebooks/ folder (or run "
         f"papermill with --cwd <run>/notebooks); it never starts an audit of its own")
 
 
-def _receipt_run_id(folder: Path) -> str | None:
-    """Return the run id a published run's receipt records (None when it cannot be read)."""
+def _run_id_of(folder: Path) -> str | None:
+    """Return the run id a published run's receipt records (None for a malformed one)."""
     try:
-        doc = canonical.read_json(folder / RECEIPT_FILE)
-    except (OSError, ValueError):
+        return open_run(folder).run_id
+    except EvidenceInvalid:
         return None
-    run_id = doc.get("run_id") if isinstance(doc, dict) else None
-    return run_id if isinstance(run_id, str) else None
 
 
 def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:

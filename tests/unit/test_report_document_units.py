@@ -127,24 +127,32 @@ def test_a_published_notebook_away_from_its_run_refuses(tmp_path, monkeypatch):
 
 def test_a_published_notebook_in_a_renamed_copy_says_to_keep_the_run_id(tmp_path,
                                                                           monkeypatch):
-    from verifylib import canonical, notebook
-    from verifylib.errors import ParametersInvalid
+    import shutil
 
+    from tests.helpers.forge import snapshot
+    from tests.helpers.synthetic import install_rules, make_run
+    from verifylib import notebook
+    from verifylib.errors import ParametersInvalid
+    from verifylib.evidence.runs import open_run
+
+    install_rules(monkeypatch)
+    run = make_run(tmp_path)
     copy = tmp_path / "my-copy"
-    (copy / "notebooks").mkdir(parents=True)
-    canonical.write_json(copy / "receipt.json", {"run_id": "r1"})
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    shutil.copytree(run, copy)
+    run_id = open_run(copy).run_id
+    assert run_id == run.name != copy.name
+    (copy / "notebooks").mkdir()
+    before = snapshot(copy)
     monkeypatch.chdir(copy / "notebooks")
-    with pytest.raises(ParametersInvalid, match="named 'my-copy': a copied run keeps its run "
-                                                "id as its folder's name; rename the folder "
-                                                "to r1"):
-        notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r1"}, "01_build")
-    # Another run's receipt in that place is not this run: the general refusal.
-    canonical.write_json(copy / "receipt.json", {"run_id": "r2"})
-    with pytest.raises(ParametersInvalid, match="belongs to the published run r1, which is "
+    with pytest.raises(ParametersInvalid, match=f"named 'my-copy': a copied run keeps its run id "
+                                                f"as its folder's name; rename the folder "
+                                                f"to {run_id}"):
+        notebook.setup({"run_dir": "..", PUBLISHED_RUN: run_id}, "01_build")
+    # A notebook of another run in that place: the general refusal.
+    with pytest.raises(ParametersInvalid, match="belongs to the published run r2, which is "
                                                 "not at"):
-        notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r1"}, "01_build")
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+        notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r2"}, "01_build")
+    assert snapshot(copy) == before
 
 
 def test_explore_results_are_tables_not_reprs():

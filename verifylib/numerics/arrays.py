@@ -63,7 +63,7 @@ def encode(arrays: Mapping[str, np.ndarray]) -> bytes:
             raise EvidenceInvalid(f"array {key!r} has dtype {a.dtype}, not numeric")
         clean[key] = a
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(buf, "w") as zf:  # each member names its own compression
         for key, a in clean.items():
             member = io.BytesIO()
             np.lib.format.write_array(member, a, allow_pickle=False)
