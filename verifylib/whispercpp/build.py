@@ -45,9 +45,10 @@ from verifylib.locks import (
     remove_owned_dir,
 )
 from verifylib.runtime.runner import RunResult, run
-from verifylib.whispercpp import cmake_steps, compiler_cache
+from verifylib.whispercpp import cmake_steps, compiler_cache, seam_sources
 from verifylib.whispercpp.build_options import (
     DEFAULT_GGML_BACKEND,
+    SEAM_VARIANTS,
     backend_of_options,
     build_key,
     effective_options,
@@ -364,6 +365,8 @@ def _produce(plan: _Plan, *, jobs: int, log: Callable[[str], None], timeout: flo
     root = plan.cache_dir / "cmake" / plan.key
     ggml = _linked_ggml(plan, jobs=jobs, log=log, timeout=timeout)
     tree, bdir = cmake_steps.build_tree(plan.src, root)
+    if plan.variant in SEAM_VARIANTS:
+        seam_sources.lay_out(tree)  # into the copy: the pinned work tree stays as proved
     # Looked up on its module: a test or a simulated Mac replaces it there.
     built, configure = cmake_steps.cmake_target(tree, bdir, plan.options, "whisper-cli",
                                                 f"whisper-cli [{plan.variant}]", jobs=jobs,

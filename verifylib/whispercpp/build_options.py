@@ -14,11 +14,20 @@ from typing import Any, Mapping
 from verifylib.canonical import dumps, is_sha256, sha256_bytes
 from verifylib.errors import ParametersInvalid
 from verifylib.runtime import contracts
+from verifylib.whispercpp import seam_sources
 
-VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan")
+VARIANTS = ("ggml", "ggml-unpatched", "coreml", "ggml-asan", "ggml-unpatched-asan", "seam",
+            "seam-unpatched", "seam-unpatched-asan")
 
-UNPATCHED_VARIANTS = ("ggml-unpatched", "ggml-unpatched-asan")
+UNPATCHED_VARIANTS = ("ggml-unpatched", "ggml-unpatched-asan", "seam-unpatched",
+                      "seam-unpatched-asan")
 """Variants built from the pristine tree: keyed with ``patch_sha256=None``."""
+
+SEAM_VARIANTS = ("seam", "seam-unpatched", "seam-unpatched-asan")
+"""Builds of whisper.cpp's Core ML path against verifylib's seam (docs/runtime-contract.md
+§9): ``src/whisper.cpp`` compiled with ``WHISPER_USE_COREML``, the three Core ML functions
+from :mod:`verifylib.whispercpp.seam_sources`. Informational evidence only: never a
+``build.coreml``."""
 
 ASAN_VARIANTS = ("ggml-asan", "ggml-unpatched-asan")
 """AddressSanitizer builds of the GGML variants, evidence for ``canary.sanitizer`` only."""
@@ -42,6 +51,18 @@ _VARIANT_OPTIONS = {
     "ggml-asan": _ASAN_OPTIONS,
     "ggml-unpatched-asan": _ASAN_OPTIONS,
 }
+# The seam: attached by a CMake file inside the build's source copy (a path relative to the
+# source folder, so the same everywhere), its sources named by digest in the key. Core ML
+# itself stays OFF: its find_library of Apple's frameworks is fatal off macOS, and the
+# seam is not Apple's runtime.
+_SEAM_OPTIONS = {"WHISPER_COREML": "OFF", "WHISPER_COREML_ALLOW_FALLBACK": "OFF",
+                 "CMAKE_PROJECT_INCLUDE": f"{seam_sources.SEAM_FOLDER}/{seam_sources.ATTACH_FILE}",
+                 "VERIFYLIB_SEAM_SHA256": seam_sources.seam_digest()}
+_VARIANT_OPTIONS.update({
+    "seam": _SEAM_OPTIONS,
+    "seam-unpatched": _SEAM_OPTIONS,
+    "seam-unpatched-asan": {**_ASAN_OPTIONS, **_SEAM_OPTIONS},
+})
 _DEFAULT_OPTIONS = {"GGML_NATIVE": "ON"}
 _OPTION_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # v3: the ggml backend pins below and, on macOS, the SDK facts of compiler_identity.
