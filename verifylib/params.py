@@ -163,6 +163,13 @@ SCHEMA = {
             "additionalProperties": False,
             "properties": {"fp16": {"type": "boolean"}},
         },
+        # verifylib's Core ML seam on any OS (docs/runtime-contract.md §11): its builds and
+        # its three informational gates.
+        "seam": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"enabled": {"type": "boolean"}},
+        },
     },
 }
 
@@ -176,6 +183,7 @@ DEFAULTS: dict[str, Any] = {
     "fixtures": [],
     "canary": {"runs": 20, "enabled": True, "timeout_s": 120, "first_run_timeout_s": 900},
     "export": {"fp16": True},
+    "seam": {"enabled": True},
 }
 
 
@@ -318,6 +326,19 @@ class ExportSection:
 
 
 @dataclass(frozen=True)
+class SeamSection:
+    """The ``seam`` section: verifylib's Core ML seam (docs/runtime-contract.md §11).
+
+    Attributes
+    ----------
+    enabled : bool
+        False builds no seam variant and disables the three seam gates (NOT_RUN(disabled)).
+    """
+
+    enabled: bool
+
+
+@dataclass(frozen=True)
 class Params:
     """A validated parameter set.
 
@@ -378,6 +399,11 @@ class Params:
     def export(self) -> ExportSection:
         """The ``export`` section, typed."""
         return ExportSection(self.data["export"].get("fp16", True))
+
+    @property
+    def seam(self) -> SeamSection:
+        """The ``seam`` section, typed (enabled in the parameters of runs made before it)."""
+        return SeamSection(self.data.get("seam", {}).get("enabled", True))
 
     def resolve(self, rel: str) -> Path:
         """Resolve a path from the parameters against :attr:`base_dir`."""

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from verifylib.canonical import is_sha256
 from verifylib.errors import EvidenceInvalid
-from verifylib.evidence import gates
+from verifylib.evidence import gates, identities
 from verifylib.evidence.gates import Status
 from verifylib.evidence.records import EvidenceView, GateRecord
 from verifylib.runtime.ledger import (
@@ -71,6 +71,32 @@ def check(run_dir: str | os.PathLike[str], records: Mapping[str, GateRecord]) ->
     problems += _shared_launches(cited_by, records)
     problems += _uncited_launches(entries, cited_by)
     problems += _single_shot_problems(records, files)
+    problems += _seam_launches(cited_by, entries, records)
+    return problems
+
+
+def _seam_launches(cited_by: Mapping[int, list[tuple[str, str]]],
+                   entries: Mapping[int, Mapping[str, Any]],
+                   records: Mapping[str, GateRecord]) -> list[str]:
+    """Name each launch of a seam binary cited by a gate that is not a seam gate.
+
+    A seam binary (docs/runtime-contract.md §11) is named by the identities of
+    :data:`verifylib.evidence.identities.SEAM_BINARIES` wherever a gate binds one; its
+    launches may stand only behind :data:`verifylib.evidence.gates.SEAM_GATES`, never behind
+    a Core ML claim (or any other).
+    """
+    seam = {rec.identities.get(key) for rec in records.values()
+            for key in identities.SEAM_BINARIES} - {None}
+    problems = []
+    for seq, cites in sorted(cited_by.items()):
+        entry = entries.get(seq)
+        if entry is None or entry.get("binary_sha256") not in seam:
+            continue
+        for gid, where in cites:
+            if gid not in gates.SEAM_GATES:
+                problems.append(f"{gid}: launch #{seq} cited at {where} ran a seam binary; "
+                                "a seam launch never stands in for another gate's (least of "
+                                "all a Core ML claim)")
     return problems
 
 

@@ -113,10 +113,14 @@ PLACEMENT_PLAN = "placement.plan"
 PARITY_PROGRAM_FP16 = "parity.program_fp16"
 PARITY_RUNTIME_FP16 = "parity.runtime_fp16"
 CANARY_SANITIZER = "canary.sanitizer"
+CANARY_SEAM_NEGATIVE = "canary.seam_negative"
+CANARY_SEAM_POSITIVE = "canary.seam_positive"
+WER_SEAM = "wer.seam"
 
 
 _CANARY_SWITCH = (("canary.enabled", False),)
 _FP16_SWITCH = (("export.fp16", False),)
+_SEAM_SWITCH = (("seam.enabled", False),)
 
 
 def _g(id: str, stage: str, required: bool, cap: Capability, prereq: Iterable[str],
@@ -164,6 +168,14 @@ PROVES = {
                            "(informational).",
     CANARY_SANITIZER: "AddressSanitizer sees the unpatched defect and no memory error in "
                         "the patched build (informational).",
+    CANARY_SEAM_NEGATIVE: "whisper.cpp's own Core ML load-failure path, run on Linux through "
+                            "verifylib's seam, fails closed in the patched build and crashes "
+                            "unpatched (informational; never a Core ML result).",
+    CANARY_SEAM_POSITIVE: "whisper.cpp's own Core ML path ran the exact encoder program, "
+                            "executed by verifylib in Apple's place (informational; never a "
+                            "Core ML result).",
+    WER_SEAM: "What the encoder program costs in words through whisper.cpp's own decoder, "
+                "fp32 and fp16, beside GGML's (informational; never a Core ML result).",
 }
 """What each gate's PASS proves, in one sentence: :attr:`Gate.proves`, written once here."""
 
@@ -235,9 +247,39 @@ GATES: tuple[Gate, ...] = (
        "every unpatched run prints a sanitizer report (kind recorded), every patched run exits "
        "3 with both markers and none (informational; supports, never replaces, "
        "canary.lifecycle_ab)", disabled_by=_CANARY_SWITCH),
+    _g(CANARY_SEAM_NEGATIVE, "03_canary", False, Capability.ANY,
+       [BUILD_PATCH_EXACT, EXPORT_GGML_MODEL],
+       "seam builds (whisper.cpp with WHISPER_USE_COREML against verifylib's three Core ML "
+       "functions), the .mlmodelc absent: patched N/N exit 3 with the load-failure and "
+       "init-failure markers, no signal (unpatched and its AddressSanitizer build recorded, "
+       "not gated; informational, never canary.coreml_negative)",
+       disabled_by=_CANARY_SWITCH + _SEAM_SWITCH),
+    _g(CANARY_SEAM_POSITIVE, "03_canary", False, Capability.ANY,
+       [EXPORT_CONTRACT, EXPORT_GGML_MODEL, CANARY_SEAM_NEGATIVE],
+       "patched seam build with the audited encoder's program at the derived path: exit 0, "
+       "COREML = 1, the load marker, no failure line, and every encode call executed by the "
+       "seam's executor on the mel whisper.cpp handed over (counts and digests agree between "
+       "the seam's lines, the executor's record and whisper.cpp's encode count; "
+       "informational, never canary.coreml_positive)",
+       disabled_by=_CANARY_SWITCH + _SEAM_SWITCH),
+    _g(WER_SEAM, "05_wer", False, Capability.ANY, [CANARY_SEAM_POSITIVE, WER_GGML_VS_SOURCE],
+       "every fixture transcribed by the patched seam build with the fp32 program (and the "
+       "fp16 one when exported) under the WER policy's decoding pin, language and unit: each "
+       "run exits 0 with the load marker and its encode calls executed and agreeing; rates "
+       "vs references and vs GGML recorded per clip (informational, never wer.hybrid)",
+       disabled_by=_SEAM_SWITCH),
 )
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
+
+SEAM_GATES: frozenset[str] = frozenset({CANARY_SEAM_NEGATIVE, CANARY_SEAM_POSITIVE, WER_SEAM})
+"""Gates whose launches run verifylib's Core ML seam (docs/runtime-contract.md §11): their
+evidence may cite a seam binary, and no other gate's may."""
+
+COREML_GATES: frozenset[str] = frozenset({BUILD_COREML, CANARY_COREML_NEGATIVE,
+                                          CANARY_COREML_POSITIVE, WER_HYBRID})
+"""Gates whose claims are about Apple's Core ML runtime in whisper.cpp: a seam binary or a
+seam line in their evidence refuses them."""
 
 PROGRAM_GATES: frozenset[str] = frozenset({EXPORT_PAIR, PARITY_PROGRAM})
 """Gates that execute the audited encoder's ML program. For a prebuilt ``.mlmodelc``

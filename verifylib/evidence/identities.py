@@ -24,6 +24,19 @@ BINARY_GGML_UNPATCHED_ASAN = "binary.ggml_unpatched_asan.sha256"
 BINARY_COREML = "binary.coreml.sha256"
 """SHA-256 of the Core ML ``whisper-cli``."""
 
+BINARY_SEAM = "binary.seam.sha256"
+"""SHA-256 of the patched seam ``whisper-cli`` (whisper.cpp's Core ML path against
+verifylib's seam, docs/runtime-contract.md §11): never a Core ML binary."""
+
+BINARY_SEAM_UNPATCHED = "binary.seam_unpatched.sha256"
+"""SHA-256 of the unpatched seam ``whisper-cli``."""
+
+BINARY_SEAM_UNPATCHED_ASAN = "binary.seam_unpatched_asan.sha256"
+"""SHA-256 of the unpatched seam ``whisper-cli`` built with AddressSanitizer."""
+
+SEAM_BINARIES = (BINARY_SEAM, BINARY_SEAM_UNPATCHED, BINARY_SEAM_UNPATCHED_ASAN)
+"""The identities of every seam binary a run may hold."""
+
 BINARY_GGML_BACKEND = "binary.ggml.backend"
 """The ggml backend (``cpu``, ``metal``) the GGML ``whisper-cli`` is pinned to and its
 ``build.ggml`` probe launch logged choosing: the backend of every launch of that binary

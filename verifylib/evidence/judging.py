@@ -15,7 +15,10 @@ from verifylib.errors import ParametersInvalid
 from verifylib.evidence import identities
 from verifylib.evidence.layout import USER_MANIFEST_EVIDENCE, USER_PATCH_EVIDENCE
 from verifylib.evidence.records import EvidenceView
+from verifylib.evidence.run_record import SeamExecutorRecord
 from verifylib.numerics.scoring import load_policy
+from verifylib.runtime import contracts
+from verifylib.runtime.contracts import seam as _seam
 from verifylib.whispercpp import source as _source
 
 
@@ -206,3 +209,75 @@ def program_source_problems(ev: EvidenceView, source: Any, encoder: str | None) 
             problems.append(f"the recorded {rel} digest {str(want)[:12]}… is not that of "
                             f"{encoder}/{rel} ({str(got)[:12]}…)")
     return problems
+
+
+def seam_launch_problems(stderr: bytes, executor: SeamExecutorRecord | None, *,
+                         folder: str, program_digest: str | None) -> list[str]:
+    """List why a seam launch's evidence does not show the program executed for every encode.
+
+    The seam prints one line per ``encode`` call with the digests it computed
+    (:func:`verifylib.runtime.contracts.seam.seam_encode_lines`); the executor recorded
+    the calls it served with the digests it computed; whisper.cpp counts its own encoder
+    runs (``encode time … / N runs``). All three must agree, the executor must have loaded
+    the named program from the derived folder, no call may be refused, and each output
+    must be ``[1, n_ctx/2, n_state]``: so an edited count or output digest shows.
+
+    Parameters
+    ----------
+    stderr : bytes
+        The launch's stored standard error.
+    executor : SeamExecutorRecord or None
+        The executor's record of the launch (None: the launch never reached it).
+    folder : str
+        The ``.mlmodelc`` path whisper.cpp derived from the launch's ``-m``.
+    program_digest : str or None
+        The tree digest of the program the evidence says was loaded (None: not checked).
+
+    Returns
+    -------
+    list of str
+        Empty when the launch ran the program for every encode.
+    """
+    text = stderr.decode("utf-8", "replace")
+    out: list[str] = []
+    if _seam.SEAM_BANNER not in text:
+        out.append("no seam banner on stderr: not a seam launch")
+    if executor is None:
+        return out + ["the launch never reached the seam's executor"]
+    if not executor.loaded or executor.program is None:
+        return out + [f"the executor loaded no program ({executor.refusal})"]
+    if executor.folder != folder:
+        out.append(f"the executor loaded {executor.folder!r}, not the derived {folder!r}")
+    if program_digest is not None and executor.program.digest != program_digest:
+        out.append(f"the executor loaded program {executor.program.digest[:12]}..., not the "
+                   f"audited {program_digest[:12]}...")
+    lines = _seam.seam_encode_lines(text)
+    calls = executor.calls
+    if not calls:
+        out.append("no encode call reached the executor")
+    refused = [c for c in calls if c.refused is not None or c.output_sha256 is None]
+    if refused:
+        out.append(f"encode #{refused[0].index} refused: {refused[0].refused}")
+    if len(lines) != len(calls):
+        out.append(f"the seam printed {len(lines)} encode line(s), the executor served "
+                   f"{len(calls)}")
+    for line, call in zip(lines, calls):
+        seen = (line.index, line.n_ctx, line.n_mel, line.input_sha256, line.output_sha256)
+        served = (call.index, call.n_ctx, call.n_mel, call.input_sha256, call.output_sha256)
+        if seen != served:
+            out.append(f"encode #{call.index}: the seam's line and the executor's record "
+                       "disagree (shape or digests)")
+        shape = call.output_shape
+        n = 1
+        for d in shape:
+            n *= d
+        if len(shape) != 3 or shape[0] != 1 or 2 * shape[1] != call.n_ctx or n != line.count:
+            out.append(f"encode #{call.index}: output {list(shape)} ({line.count} values "
+                       f"copied) is not [1, n_ctx/2, n_state] for n_ctx {call.n_ctx}")
+    timing = contracts.parse_encode_time(text)
+    if timing is None or timing[1] != len(calls):
+        out.append(f"whisper.cpp counted {None if timing is None else timing[1]} encoder "
+                   f"run(s), the executor served {len(calls)}")
+    if not executor.freed:
+        out.append("the seam never freed its context")
+    return out

@@ -134,6 +134,10 @@ UNPATCHED_IDENTITY = identities.BINARY_GGML_UNPATCHED
 ASAN_SIDECAR = "asan_builds"
 """Stage 01's sidecar for the AddressSanitizer builds (the two sides of ``canary.sanitizer``)."""
 
+SEAM_SIDECAR = "seam_builds"
+"""Stage 01's sidecar for the seam builds (patched, unpatched, unpatched under
+AddressSanitizer: docs/runtime-contract.md §11)."""
+
 
 USER_PINS_FOLDER = "user-pins"
 """Folder of stage 01's evidence holding the copy of a user's pin manifest and its patches,

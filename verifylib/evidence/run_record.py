@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from verifylib.evidence.fields import (
     Schema,
+    array_of,
     boolean,
     field,
     integer,
     integer_or_null,
+    mapping,
+    nullable,
     number,
     string,
     string_or_null,
     strings,
 )
 
-__all__ = ["Launch", "RunRecord"]
+__all__ = ["Launch", "RunRecord", "SeamCall", "SeamProgramRef", "SeamExecutorRecord"]
 
 
 class Launch(Schema, kw_only=True):
@@ -80,3 +83,84 @@ class RunRecord(Schema, kw_only=True):
     stdout_bytes: int = field(integer)
     stderr_bytes: int = field(integer)
     launch: Launch | None = field(Launch, optional=True, default=None)
+
+
+class SeamCall(Schema, kw_only=True):
+    """One ``encode`` call of a seam launch as its executor served it.
+
+    Attributes
+    ----------
+    index : int
+        1-based call number within the launch.
+    n_ctx, n_mel : int
+        The mel's shape as received.
+    input_sha256 : str
+        SHA-256 of the mel's float32 bytes.
+    output_sha256 : str or None
+        SHA-256 of the output's float32 bytes; None when the call was refused.
+    output_shape : tuple of int
+        The output's shape (empty when refused).
+    seconds : float
+        Execution wall time.
+    refused : str or None
+        Why the call got no output.
+    """
+
+    index: int = field(integer)
+    n_ctx: int = field(integer)
+    n_mel: int = field(integer)
+    input_sha256: str = field(string)
+    output_sha256: str | None = field(string_or_null)
+    output_shape: tuple[int, ...] = field(array_of(integer))
+    seconds: float = field(number)
+    refused: str | None = field(string_or_null)
+
+
+class SeamProgramRef(Schema, kw_only=True):
+    """The program a seam launch's executor loaded.
+
+    Attributes
+    ----------
+    kind : str
+        ``mlmodelc`` or ``standin``.
+    digest : str
+        The tree digest of the compiled model or of the stand-in's package.
+    source : dict
+        Where it was read from.
+    """
+
+    kind: str = field(string)
+    digest: str = field(string)
+    source: dict = field(mapping)
+
+
+class SeamExecutorRecord(Schema, kw_only=True):
+    """What the seam's executor recorded for one launch.
+
+    As :meth:`verifylib.numerics.seam_executor.SeamLaunch.to_json` writes it.
+
+    Attributes
+    ----------
+    token : str
+        The launch's token.
+    folder : str
+        The path the seam's ``init`` sent.
+    loaded : bool
+        Whether a program was loaded.
+    refusal : str or None
+        Why the load was refused.
+    program : SeamProgramRef or None
+        The loaded program.
+    calls : tuple of SeamCall
+        Every encode call, in order.
+    freed : bool
+        Whether ``free`` arrived.
+    """
+
+    token: str = field(string)
+    folder: str = field(string)
+    loaded: bool = field(boolean)
+    refusal: str | None = field(string_or_null)
+    program: SeamProgramRef | None = field(nullable(SeamProgramRef.from_json))
+    calls: tuple[SeamCall, ...] = field(array_of(SeamCall.from_json))
+    freed: bool = field(boolean)

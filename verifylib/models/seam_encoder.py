@@ -2,7 +2,7 @@
 
 whisper.cpp's ``whisper_coreml_init`` receives the ``.mlmodelc`` path it derived from
 ``-m``. Apple's framework loads the compiled model found there; the seam
-(docs/runtime-contract.md §9) loads, from the same folder, the program verifylib's executor
+(docs/runtime-contract.md §11) loads, from the same folder, the program verifylib's executor
 runs in Apple's place:
 
 - a compiled model (``model.mil`` and ``weights/weight.bin``, a given ``.mlmodelc`` or its

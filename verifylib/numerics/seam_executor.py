@@ -1,6 +1,6 @@
 """The seam's executor: whisper.cpp's Core ML calls answered by the ML-program executor.
 
-A seam build of whisper.cpp (docs/runtime-contract.md §9) connects, in
+A seam build of whisper.cpp (docs/runtime-contract.md §11) connects, in
 ``whisper_coreml_init``, to the Unix socket named by ``VERIFYLIB_SEAM_SOCKET`` and sends
 the ``.mlmodelc`` path whisper.cpp derived; each ``whisper_coreml_encode`` sends the mel
 exactly as whisper.cpp hands it and receives the program's ``output``, executed in float32

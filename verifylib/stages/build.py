@@ -56,6 +56,7 @@ from verifylib.evidence.gates import (
 )
 from verifylib.evidence.layout import (
     ASAN_SIDECAR,
+    SEAM_SIDECAR,
     UNPATCHED_IDENTITY,
     UNPATCHED_SIDECAR,
     USER_MANIFEST_EVIDENCE,
@@ -68,6 +69,7 @@ from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.resources import cache_dir
 from verifylib.runtime import contracts
+from verifylib.runtime.contracts.seam import SEAM_SIDES
 from verifylib.runtime.runner import RunResult, run_record
 from verifylib.stages.artifacts import ASAN_SIDES, source_spec
 from verifylib.stages.context import StageContext
@@ -158,6 +160,14 @@ def _run(params: Params, run_dir: str | os.PathLike[str], pool: BuildPool) -> St
                          and exact.status is Status.PASS else None,
                          pin, build_options(params), cache, jobs=params.runtime.jobs,
                          backend=ggml_backend(params), pool=pool)
+    if tree is not None and params.seam.enabled:
+        exact = ctx.records.get(BUILD_PATCH_EXACT)
+        seam_builds(ctx, tree.path,
+                    patched.path if patched is not None and exact is not None
+                    and exact.status is Status.PASS else None,
+                    pin, build_options(params), cache, jobs=params.runtime.jobs,
+                    backend=ggml_backend(params), pool=pool,
+                    canaries=params.canary.enabled)
     return _coreml_gate(ctx, params, pin, cache, tree, patched, build_result)
 
 
@@ -394,6 +404,13 @@ def start_builds(pool: BuildPool, params: Params, pin: "_source.Pin", cache: Pat
         order += [(ASAN_SIDES["patched"][0], patched, pin.patch_sha256),
                   (ASAN_SIDES["unpatched"][0], pristine, None),
                   (UNPATCHED_VARIANT, pristine, None)]
+    if params.seam.enabled:
+        # After the GGML pair: the seam builds share every object but src/whisper.cpp
+        # (and the seam's own file) with them through the compiler cache.
+        order += [(SEAM_SIDES["patched"][0], patched, pin.patch_sha256)]
+        if params.canary.enabled:
+            order += [(SEAM_SIDES["unpatched_asan"][0], pristine, None),
+                      (SEAM_SIDES["unpatched"][0], pristine, None)]
     for variant, src, patch in order:
         pool.start(variant, _build.build_whisper_cli, src, patch_sha256=patch,
                    variant=variant, **common)
@@ -552,6 +569,85 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     for side, ev in out.items():
         if ev["built"]:
             ctx.identity(ASAN_SIDES[side][1], ev["sha256"])
+    return out
+
+
+# ----------------------------------------------------------------------------- seam builds
+
+def seam_builds(ctx: StageContext, pristine: Path, patched: Path | None,
+                pin: "_source.Pin", options: Mapping[str, Any], cache: Path, *,
+                jobs: int = 2, log: Callable[[str], None] = print,
+                backend: str = DEFAULT_GGML_BACKEND, pool: BuildPool | None = None,
+                canaries: bool = True) -> dict[str, dict[str, Any]]:
+    """Build whisper.cpp's Core ML path against verifylib's seam (docs/runtime-contract.md §11).
+
+    Variant ``seam`` from the patched work tree (the seam gates' launches) and, with the
+    canaries on, ``seam-unpatched`` and ``seam-unpatched-asan`` from the pristine source
+    (the negative control's recorded sides). Each in its own content-keyed folder, with the
+    GGML build's options plus the seam's forced ones. Not a gate: the outcome goes to the
+    sidecar ``seam_builds.json`` and, per built side, to the identities of
+    :data:`verifylib.runtime.contracts.seam.SEAM_SIDES`; the source folders are re-checked
+    after the builds as for the sanitizer builds.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 01's context.
+    pristine : Path
+        The verified pristine source.
+    patched : Path or None
+        The patched work tree, or None when ``build.patch_exact`` did not pass.
+    pin : Pin
+        The runtime pin.
+    options : mapping
+        The GGML build's CMake options.
+    cache : Path
+        The shared cache.
+    jobs : int
+        Parallel compile jobs.
+    log : callable
+        Receives build progress lines.
+    backend : str
+        The ggml backend, the GGML builds'.
+    pool : BuildPool, optional
+        Where :func:`start_builds` may have started these builds already.
+    canaries : bool
+        Build the unpatched sides too (parameter ``canary.enabled``).
+
+    Returns
+    -------
+    dict
+        The sidecar content: side -> build record or ``{"built": False, "error"}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    sides = [("patched", patched, pin.patch_sha256)]
+    if canaries:
+        sides += [("unpatched", pristine, None), ("unpatched_asan", pristine, None)]
+    for side, src, patch in sides:
+        variant, _ = SEAM_SIDES[side]
+        if src is None:
+            out[side] = {"built": False, "error": "build.patch_exact did not pass: no "
+                                                  "patched work tree"}
+            continue
+        try:
+            res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
+                                           variant=variant, options=options, cache_dir=cache,
+                                           jobs=jobs, log=log, backend=backend)
+        except BuildError as exc:
+            out[side] = {"built": False, "error": str(exc)}
+            continue
+        changed = (list(_source.check_patch_exact(src, pin).problems) if patch is not None
+                   else ([] if (after := _source.git_tree_id(pristine)) == pin.tree
+                         else [f"tree {after}, expected {pin.tree}"]))
+        if changed:
+            out[side] = {"built": False, "error": f"the {side} source {src} changed during "
+                                                  f"the build: {'; '.join(changed)}"}
+            continue
+        out[side] = _sidecar_record(res)
+    ctx.write_json(SEAM_SIDECAR, out)
+    for side, ev in out.items():
+        if ev["built"]:
+            ctx.identity(SEAM_SIDES[side][1], ev["sha256"])
     return out
 
 

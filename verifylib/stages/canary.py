@@ -49,7 +49,7 @@ from verifylib.evidence.canary.result import (
     SanitizerSummary,
     canary_result_from_evidence,
 )
-from verifylib.evidence.canary.rules import asan_stream_name, stream_name
+from verifylib.evidence.canary.rules import asan_stream_name, seam_stream_name, stream_name
 from verifylib.evidence.canary.schema import (
     SIDES,
     AsanBuild,
@@ -68,20 +68,28 @@ from verifylib.evidence.canary.schema import (
     SanitizerSide,
     SanitizerSides,
 )
+from verifylib.evidence.canary.seam_schema import (
+    SeamEncoderRef,
+    SeamNegativeEvidence,
+    SeamPositiveEvidence,
+)
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import (
     CANARY_COREML_NEGATIVE,
     CANARY_COREML_POSITIVE,
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
+    CANARY_SEAM_NEGATIVE,
+    CANARY_SEAM_POSITIVE,
 )
 from verifylib.evidence.records import EvidenceRef
-from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.run_record import RunRecord, SeamExecutorRecord
 from verifylib.evidence.stage_report import StageReport
 from verifylib.params import Params
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
 from verifylib.runtime.contracts import coreml_argv, lifecycle_argv  # noqa: F401  (argv builders used below)
+from verifylib.runtime.contracts.seam import SEAM_SIDES
 from verifylib.runtime.runner import RunResult, run_record, run_whisper_cli
 from verifylib.stages.artifacts import (
     asan_build,
@@ -94,6 +102,7 @@ from verifylib.stages.artifacts import (
     user_pin_evidence,
 )
 from verifylib.stages.context import StageContext
+from verifylib.stages.seam import executor_record, seam_build, seam_encoder, seam_launch
 
 STAGE = "03_canary"
 
@@ -495,6 +504,188 @@ def coreml_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, mode
     return refs, ids
 
 
+# ----------------------------------------------------------------------------- the seam canaries
+
+def seam_negative(ctx: StageContext, *, builds: Mapping[str, Mapping[str, Any] | str],
+                  model_file: Path, audio: Path, runs: int, timeout: float, language: str,
+                  progress: bool = True) -> tuple[list[EvidenceRef], dict[str, Any]]:
+    """Run the negative control on whisper.cpp's real Core ML path, through the seam.
+
+    Only the ``ggml-*.bin`` sits in a scratch folder, so the seam's ``init`` finds no
+    folder and returns NULL, as Core ML's load would: the patched seam build must exit 3
+    with both markers every time; the unpatched one's outcomes (the lifecycle defect on
+    its own path) and the unpatched AddressSanitizer build's reports are recorded.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Where the evidence goes.
+    builds : mapping
+        ``patched`` / ``unpatched`` / ``unpatched_asan`` -> the seam build record stage 01
+        left (:func:`verifylib.stages.seam.seam_build`), or why there is none.
+    model_file : Path
+        The audited ``ggml-*.bin``.
+    audio : Path
+        The clip.
+    runs : int
+        Runs of each of the patched and unpatched builds.
+    timeout : float
+        Seconds per run.
+    language : str
+        The decoding language.
+    progress : bool
+        Show a plain-text progress bar.
+
+    Returns
+    -------
+    (list of EvidenceRef, dict)
+        The ``seam_negative`` document and every distinct stream, and the identities of
+        the binaries that ran.
+    """
+    import tqdm
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ParametersInvalid(f"runs per side (key canary.runs of the parameters) must be a "
+                                f"positive integer, got {runs!r}")
+    bins: dict[str, tuple[Path, str]] = {}
+    for side, b in builds.items():
+        if not isinstance(b, str):
+            bins[side] = (Path(b["binary"]), b["sha256"])
+    if "patched" not in bins:
+        raise PrerequisiteBroken(f"the patched seam whisper-cli is required: "
+                                 f"{builds.get('patched')}")
+    counts = {"patched": runs, "unpatched": runs, "unpatched_asan": _sanitizer.RUNS_PER_SIDE}
+    model_sha = sha256_file(model_file)
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-seam-negative-"))
+    results: dict[str, list[RunResult]] = {side: [] for side in bins}
+    try:
+        model_arg = str(scratch / model_file.name)
+        shutil.copyfile(model_file, model_arg)
+        listing = sorted(p.name for p in scratch.iterdir())
+        total = sum(counts[side] for side in bins)
+        bar = tqdm.tqdm(total=total, desc="seam negative", unit="run", file=sys.stdout,
+                        mininterval=1.0, ascii=True, disable=not progress)
+        try:
+            for i in range(max(counts.values())):
+                for side, (binary, _) in bins.items():
+                    if i < counts[side]:
+                        env = _sanitizer.sanitizer_env() if side == "unpatched_asan" else None
+                        results[side].append(run_whisper_cli(
+                            coreml_argv(binary, model_arg, audio, language), timeout=timeout,
+                            env_extra=env))
+                        bar.update(1)
+        finally:
+            bar.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    streams: dict[str, bytes] = {}
+    sides: dict[str, LifecycleSide] = {}
+    for side in ("unpatched", "patched"):
+        if side not in bins:
+            sides[side] = LifecycleSide(available=False, reason=str(builds.get(side)))
+            continue
+        rows = []
+        for i, r in enumerate(results[side]):
+            rec = run_record(r)
+            outcome = contracts.classify_negative(rec, r.stderr, r.stdout).outcome
+            rows.append(LifecycleRun.from_json({**rec, "index": i, "outcome": outcome},
+                                               f"sides.{side}.runs[{i}]"))
+            streams[r.stderr_sha256], streams[r.stdout_sha256] = r.stderr, r.stdout
+        sides[side] = LifecycleSide(
+            available=True, binary=str(bins[side][0]), binary_sha256=bins[side][1],
+            runs=tuple(rows), counts=dict(sorted(Counter(x.outcome for x in rows).items())))
+    if "unpatched_asan" in bins:
+        b = builds["unpatched_asan"]
+        assert not isinstance(b, str)
+        asan = SanitizerSide(available=True, binary=str(bins["unpatched_asan"][0]),
+                             binary_sha256=bins["unpatched_asan"][1],
+                             build=AsanBuild.from_json({k: b.get(k) for k in _BUILD_FIELDS},
+                                                       "asan.build"),
+                             runs=_sanitizer_runs("unpatched_asan", results["unpatched_asan"],
+                                                  streams))
+    else:
+        asan = SanitizerSide(available=False, reason=str(builds.get("unpatched_asan")))
+    doc = SeamNegativeEvidence(
+        runs_per_side=runs, asan_runs=_sanitizer.RUNS_PER_SIDE, timeout_s=timeout,
+        model=FileRef(path=str(model_file), sha256=model_sha),
+        audio=FileRef(path=str(audio), sha256=sha256_file(audio)), model_arg=model_arg,
+        scratch_listing=tuple(listing),
+        derived_mlmodelc=contracts.coreml_encoder_path(model_arg),
+        sides=LifecycleSides(unpatched=sides["unpatched"], patched=sides["patched"]), asan=asan)
+    refs = [ctx.write_json("seam_negative", doc.to_json())]
+    refs += [ctx.write_bytes(seam_stream_name(sha), data, f"{seam_stream_name(sha)}.txt")
+             for sha, data in sorted(streams.items())]
+    ids = {SEAM_SIDES[side][1]: sha for side, (_, sha) in bins.items()}
+    ids[identities.MODEL_GGML] = model_sha
+    return refs, ids
+
+
+def seam_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, audio: Path,
+                  timeout: float, language: str) -> tuple[list[EvidenceRef], dict[str, Any]]:
+    """Run whisper.cpp's Core ML path once with the audited encoder's program in Apple's place.
+
+    The patched seam build runs with the ``.mlmodelc`` path derived from its ``-m`` holding
+    the audited encoder (:func:`verifylib.stages.seam.seam_encoder`), served by an executor
+    started in this process; the launch is classified by the four Core ML conditions and
+    its encode calls recorded by the executor.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Where the evidence goes.
+    binary, binary_sha256 : Path, str
+        The patched seam whisper-cli and its recorded digest (re-hashed before use).
+    audio : Path
+        The clip.
+    timeout : float
+        Seconds for the launch.
+    language : str
+        The decoding language.
+
+    Returns
+    -------
+    (list of EvidenceRef, dict)
+        The ``seam_positive`` document with both streams, and the identities.
+    """
+    import time
+
+    from verifylib.models.seam_encoder import SeamLoadRefused
+    from verifylib.numerics.seam_executor import SeamExecutor
+
+    if sha256_file(binary) != binary_sha256:
+        raise PrerequisiteBroken(f"{binary} does not hash to {binary_sha256}")
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-seam-"))
+    try:
+        enc = seam_encoder(ctx, "fp32", scratch)
+        with SeamExecutor() as ex:
+            t0 = time.monotonic()
+            try:
+                ex.preload(enc.folder)
+            except SeamLoadRefused:
+                pass  # the launch's init is refused in turn, and the evidence says why
+            load_s = time.monotonic() - t0
+            res, launch = seam_launch(ex, coreml_argv(binary, enc.model_arg, audio, language),
+                                      timeout=timeout)
+            start_s = ex.started_s or 0.0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rec = run_record(res)
+    timing = contracts.parse_encode_time(res.stderr_text)
+    rec["encode_time_ms"], rec["encode_runs"] = timing if timing else (None, None)
+    c = contracts.classify_positive(rec, res.stderr, res.stdout)
+    doc = SeamPositiveEvidence(
+        binary=str(binary), binary_sha256=binary_sha256,
+        encoder=SeamEncoderRef.from_json(enc.to_json()), timeout_s=timeout,
+        run=PositiveRun.from_json(rec, "run"),
+        executor=None if launch is None else SeamExecutorRecord.from_json(
+            executor_record(launch), "executor"),
+        executor_start_s=round(start_s, 4), program_load_s=round(load_s, 3),
+        outcome=c.outcome, transcript_chars=len(res.stdout_text.strip()))
+    refs = [ctx.write_json("seam_positive", doc.to_json()),
+            ctx.write_bytes("seam_positive_stderr", res.stderr, "seam-positive.stderr.txt"),
+            ctx.write_bytes("seam_positive_stdout", res.stdout, "seam-positive.stdout.txt")]
+    return refs, {identities.BINARY_SEAM: binary_sha256, enc.identity_key: enc.tree_digest}
+
+
 # ----------------------------------------------------------------------------- the stage
 
 def run(params: Params, run_dir: str | os.PathLike[str], *, progress: bool = True) -> StageReport:
@@ -574,6 +765,31 @@ def run(params: Params, run_dir: str | os.PathLike[str], *, progress: bool = Tru
             # A user-declared pin is judged against the manifest the run carries.
             carried, carried_ids = user_pin_evidence(ctx)
             g.judge([*refs, *carried], {**ids, **carried_ids})
+    seam_off = disabled or (None if params.seam.enabled else "seam.enabled")
+    g = ctx.begin(CANARY_SEAM_NEGATIVE, seam_off)
+    if g:
+        with g:
+            seams: dict[str, Mapping[str, Any] | str] = {}
+            for side in SEAM_SIDES:
+                try:
+                    seams[side] = seam_build(ctx, side)
+                except PrerequisiteBroken as exc:
+                    seams[side] = str(exc)
+            model, _ = published_model(ctx)
+            refs, ids = seam_negative(
+                ctx, builds=seams, model_file=model,
+                audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE, runs=cfg.runs,
+                timeout=cfg.timeout_s, language=language, progress=progress)
+            g.judge(refs, ids)
+    g = ctx.begin(CANARY_SEAM_POSITIVE, seam_off)
+    if g:
+        with g:
+            b = seam_build(ctx, "patched")
+            refs, ids = seam_positive(
+                ctx, binary=Path(b["binary"]), binary_sha256=b["sha256"],
+                audio=runtime_tree(ctx) / contracts.TEST_AUDIO_IN_TREE,
+                timeout=cfg.timeout_s, language=language)
+            g.judge(refs, ids)
     report = ctx.finish()
     # What the stage returns is what open_run reads from a published run: the same builder
     # on the files the gates cite (the helpers above fill ctx.result for direct callers).

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from verifylib.errors import ParametersInvalid, RunFailure
+from verifylib.errors import ParametersInvalid, PrerequisiteBroken, RunFailure
 from verifylib.evidence import identities
-from verifylib.evidence.gates import EXPORT_GGML_MODEL, WER_GGML_VS_SOURCE, WER_HYBRID
-from verifylib.evidence.run_record import RunRecord
+from verifylib.evidence.canary.seam_schema import SeamEncoderRef
+from verifylib.evidence.gates import EXPORT_GGML_MODEL, WER_GGML_VS_SOURCE, WER_HYBRID, WER_SEAM
+from verifylib.evidence.run_record import RunRecord, SeamExecutorRecord
 from verifylib.evidence.stage_report import StageReport
 from verifylib.evidence.wer.result import wer_result_from_evidence
 from verifylib.evidence.wer.schema import (
@@ -44,6 +45,7 @@ from verifylib.evidence.wer.schema import (
     WerPolicy,
     audio_evidence,
 )
+from verifylib.evidence.wer.seam_schema import SeamWerClip, SeamWerEvidence, SeamWerVariant
 from verifylib.numerics.scoring import (
     english_normalizer,
     load_policy,
@@ -63,6 +65,13 @@ from verifylib.stages.artifacts import (
     published_model,
 )
 from verifylib.stages.context import StageContext
+from verifylib.stages.seam import (
+    executor_record,
+    seam_build,
+    seam_encoder,
+    seam_launch,
+    seam_variants,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -408,6 +417,104 @@ def hybrid(ctx: StageContext, *, binary: Path, binary_sha256: str, model_arg: st
                   identities.POLICY_WER_SHA256: policy.sha256}, shown
 
 
+def seam_wer(ctx: StageContext, *, texts: list[ClipText], language: str,
+             timeout: float = 600.0) -> tuple[list[EvidenceRef], dict[str, Any]]:
+    """Transcribe every fixture through the seam, per encoder variant; write ``wer.seam``.
+
+    The patched seam build decodes each clip under the policy's pin, in the clip's language,
+    with the same command line as the GGML leg (``-t 2``), once with the fp32 program and
+    once with the fp16 one (when exported), each executed in Apple's place by an executor
+    served from this process. Each transcript is scored against the reference and against
+    the GGML transcript of the same clip; a difference is the encoder's numbers (the
+    decoder, the mel and the pin are shared).
+
+    Parameters
+    ----------
+    ctx : StageContext
+        Stage 05's context.
+    texts : list of ClipText
+        The clips of ``wer.ggml_vs_source`` (references and GGML transcripts).
+    language : str
+        The model's language (a clip that names none).
+    timeout : float
+        Seconds per launch.
+
+    Returns
+    -------
+    (list of EvidenceRef, dict)
+        The ``seam_wer`` document and every launch's streams (stdout of public clips
+        only), and the identities.
+    """
+    from verifylib.models.seam_encoder import SeamLoadRefused
+    from verifylib.numerics.seam_executor import SeamExecutor
+
+    policy = load_policy(POLICY_ID)
+    rules = policy.rules
+    b = seam_build(ctx, "patched")
+    binary = Path(b["binary"])
+    refs: list[EvidenceRef] = []
+    ids: dict[str, Any] = {identities.BINARY_SEAM: b["sha256"],
+                           identities.POLICY_WER_SHA256: policy.sha256}
+    variants: list[SeamWerVariant] = []
+    scratch = Path(tempfile.mkdtemp(prefix="verifylib-seam-wer-"))
+    try:
+        with SeamExecutor() as ex:
+            for variant in seam_variants(ctx):
+                enc = seam_encoder(ctx, variant, scratch)
+                ids[enc.identity_key] = enc.tree_digest
+                try:
+                    ex.preload(enc.folder)
+                except SeamLoadRefused:
+                    pass  # each launch's init is refused in turn; the evidence says why
+                clips = [_seam_clip(ctx, ex, binary, enc.model_arg, variant, t, language,
+                                    rules, timeout, refs) for t in texts]
+                variants.append(SeamWerVariant(encoder=SeamEncoderRef.from_json(enc.to_json()),
+                                               clips=tuple(clips)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    refs.append(ctx.write_json("seam_wer", SeamWerEvidence(
+        policy=WerPolicy.from_json(rules), policy_sha256=policy.sha256, binary=str(binary),
+        binary_sha256=b["sha256"], fixtures=tuple(t.id for t in texts),
+        variants=tuple(variants)).to_json()))
+    return refs, ids
+
+
+def _seam_clip(ctx: StageContext, ex: Any, binary: Path, model_arg: str, variant: str,
+               t: ClipText, language: str, rules: Mapping[str, Any], timeout: float,
+               refs: list[EvidenceRef]) -> SeamWerClip:
+    """One fixture through the seam with one variant: launch, score, store its streams."""
+    sc = scoring_for(rules, t.language or language)
+    argv = [str(binary), "-m", model_arg, "-f", str(t.audio), "-t", "2",
+            *contracts.decoding_args(sc.language, **_pin(rules))]
+    res, launch = seam_launch(ex, argv, timeout=timeout)
+    raw = " ".join(res.stdout_text.split())
+    text = sc.normalize(rules, raw)
+    vs_ggml = sc.count(rules, t.ggml, text)
+    refs.append(ctx.write_bytes(f"seam_stderr_{variant}_{t.id}", res.stderr,
+                                f"seam-{variant}-{t.id}.stderr.txt"))
+    texts_of: dict[str, str] = {}
+    if t.public:
+        refs.append(ctx.write_bytes(f"seam_stdout_{variant}_{t.id}", res.stdout,
+                                    f"seam-{variant}-{t.id}.stdout.txt"))
+        texts_of = {"reference": t.reference, "ggml_text": t.ggml, "seam_text": text,
+                    "raw_seam": raw}
+    differs = text != t.ggml
+    seam_c = sc.count(rules, t.reference, text)
+    rate = "CER" if sc.unit == "characters" else "WER"
+    print(f"{t.id} ({sc.language}) seam {variant}: {rate} {seam_c.wer:.3f}, vs GGML "
+          f"{vs_ggml.wer:.3f}{' (differs: encoder)' if differs else ''}"
+          f"{'' if res.ok else f'; launch {res.describe()}'}")
+    rec = executor_record(launch)
+    return SeamWerClip(
+        id=t.id, public=t.public, language=sc.language, normalizer=sc.normalizer,
+        unit=sc.unit, run=RunRecord.from_json(run_record(res), "run"),
+        executor=None if rec is None else SeamExecutorRecord.from_json(rec, "executor"),
+        seam=Counts(**seam_c.as_dict()), ggml=Counts(**sc.count(rules, t.reference,
+                                                                  t.ggml).as_dict()),
+        seam_vs_ggml=Counts(**vs_ggml.as_dict()), seam_empty=not text.strip(),
+        cause="encoder" if differs else "same", **texts_of)
+
+
 def run(params: Params, run_dir: str | os.PathLike[str]) -> StageReport:
     """Run stage 05_wer.
 
@@ -438,6 +545,13 @@ def run(params: Params, run_dir: str | os.PathLike[str]) -> StageReport:
             _, model_arg = published_model(ctx)
             refs, ids, _ = hybrid(ctx, binary=binary, binary_sha256=sha, model_arg=model_arg,
                                   texts=texts, language=model_language(params))
+            g.judge(refs, ids)
+    g = ctx.begin(WER_SEAM, None if params.seam.enabled else "seam.enabled")
+    if g:
+        with g:
+            if not texts:
+                raise PrerequisiteBroken("wer.ggml_vs_source left no transcripts")
+            refs, ids = seam_wer(ctx, texts=texts, language=model_language(params))
             g.judge(refs, ids)
     report = ctx.finish()
     # The per-clip table comes from the files the gates cite, as open_run reads it from a

@@ -5,10 +5,13 @@ The batch-lifecycle A/B, its sanitizer runs, the Core ML controls.
 
 from __future__ import annotations
 
+from verifylib.evidence.canary.result import SEAM_DOES_NOT_PROVE, SEAM_PROVES
 from verifylib.evidence.gates import (
     CANARY_COREML_NEGATIVE,
     CANARY_COREML_POSITIVE,
     CANARY_SANITIZER,
+    CANARY_SEAM_NEGATIVE,
+    CANARY_SEAM_POSITIVE,
 )
 from verifylib.runtime import contracts
 from verifylib.views import display_html
@@ -19,11 +22,13 @@ COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT":
 
 CONTROLS = (("negative", CANARY_COREML_NEGATIVE), ("positive", CANARY_COREML_POSITIVE))
 
+SEAM_CONTROLS = (("seam_negative", CANARY_SEAM_NEGATIVE), ("seam_positive", CANARY_SEAM_POSITIVE))
+
 SANITIZER_GATE = CANARY_SANITIZER
 
 
 def show(report) -> None:
-    """Display the A/B outcome table and chart, the sanitizer runs and the Core ML runs.
+    """Display the A/B outcome table and chart, the sanitizer runs, the Core ML and seam runs.
 
     Each part that did not run is displayed as a note saying why. A clean unpatched side
     that ran on macOS is followed by the note that it is no evidence the defect is gone
@@ -47,6 +52,11 @@ def show(report) -> None:
     display_html("canary_sanitizer.html.j2", gate=SANITIZER_GATE, sz=sz,
                  sides=list(sz.sides) if sz else [], verdict=_status(report, SANITIZER_GATE))
     for key, gid in CONTROLS:
+        facts = getattr(result, key, None)
+        why = None if facts else _status(report, gid)
+        display_html("canary_coreml.html.j2", gate=gid, facts=facts, why=why)
+    display_html("seam_note.html.j2", proves=SEAM_PROVES, not_proved=SEAM_DOES_NOT_PROVE)
+    for key, gid in SEAM_CONTROLS:
         facts = getattr(result, key, None)
         why = None if facts else _status(report, gid)
         display_html("canary_coreml.html.j2", gate=gid, facts=facts, why=why)

@@ -35,6 +35,54 @@ def show(report) -> None:
         display_html("wer_decomposition.html.j2", clips=clips, rate_of=RATE_OF,
                      alignments={c.id: clip_alignments(c) for c in clips})
     _wer_chart(clips, has_hybrid)
+    if report.result.seam:
+        display_html("wer_seam.html.j2", **seam_table(report.result.seam), rate_of=RATE_OF)
+        _seam_chart(report.result.seam)
+
+
+def seam_table(seam) -> dict:
+    """Lay ``wer.seam``'s clips out as one row per fixture, GGML beside each seam variant.
+
+    Parameters
+    ----------
+    seam : list of SeamClipResult
+        :attr:`verifylib.evidence.wer.result.WerResult.seam`.
+
+    Returns
+    -------
+    dict
+        ``variants`` (in measured order) and ``rows``: per fixture its id, unit, GGML's
+        rate and text, and per variant the seam's rate, rate against GGML, cause and text.
+    """
+    variants = list(dict.fromkeys(c.variant for c in seam))
+    rows: dict[str, dict] = {}
+    for c in seam:
+        row = rows.setdefault(c.id, {"id": c.id, "unit": c.unit, "ggml": c.rate_ggml,
+                                     "ggml_text": c.ggml, "by": {}})
+        row["by"][c.variant] = c
+    return {"variants": variants, "rows": list(rows.values())}
+
+
+def _seam_chart(seam) -> None:
+    import matplotlib.pyplot as plt
+    variants = list(dict.fromkeys(c.variant for c in seam))
+    ids = list(dict.fromkeys(c.id for c in seam))
+    by = {(c.id, c.variant): c for c in seam}
+    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.35 * len(ids)))
+    height = 0.8 / (len(variants) + 1)
+    ys = range(len(ids))
+    ax.barh([y for y in ys], [by[(i, variants[0])].rate_ggml for i in ids], height,
+            label="GGML", color="#546e7a")
+    for k, v in enumerate(variants, start=1):
+        ax.barh([y + k * height for y in ys], [by[(i, v)].rate for i in ids], height,
+                label=f"seam {v}")
+    ax.set_yticks([y + height * len(variants) / 2 for y in ys], ids)
+    ax.invert_yaxis()
+    ax.set_xlabel("rate against the reference (WER, or CER where scored in characters)")
+    ax.set_title("What the encoder program costs through whisper.cpp's decoder")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    plt.show()
 
 
 @dataclass(frozen=True)

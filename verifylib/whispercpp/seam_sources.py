@@ -1,4 +1,4 @@
-"""The Core ML seam's sources, laid into a whisper.cpp build tree (docs/runtime-contract.md §9).
+"""The Core ML seam's sources, laid into a whisper.cpp build tree (docs/runtime-contract.md §11).
 
 The seam is C++ (``coreml_seam/whisper_coreml_seam.cpp``) and a CMake file
 (``coreml_seam/attach.cmake``) that attaches it to whisper.cpp's ``whisper`` library
@@ -59,7 +59,8 @@ def lay_out(tree: Path) -> Path:
     Parameters
     ----------
     tree : Path
-        The source copy a seam variant configures (:func:`verifylib.whispercpp.cmake_steps.build_tree`).
+        The source copy a seam variant configures
+        (:func:`verifylib.whispercpp.cmake_steps.build_tree`).
 
     Returns
     -------

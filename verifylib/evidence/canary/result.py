@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -12,6 +13,8 @@ from verifylib.evidence.gates import (
     CANARY_COREML_POSITIVE,
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
+    CANARY_SEAM_NEGATIVE,
+    CANARY_SEAM_POSITIVE,
 )
 from verifylib.evidence.reading import judged_evidence
 
@@ -207,7 +210,6 @@ class SanitizerSummary:
             If the document does not parse.
         """
         import statistics
-        from collections import Counter
 
         from verifylib.evidence.canary.schema import SanitizerEvidence
         from verifylib.runtime.sanitizer import Frame
@@ -361,6 +363,134 @@ class PositiveControl:
                 ("transcript", self.transcript)]
 
 
+SEAM_PROVES = ("The seam runs every line of whisper.cpp's Core ML path (the .mlmodelc path "
+               "derived from -m, the load and failure branches, the fail-closed return, the mel "
+               "handed over, the output copied into the decoder) with the exact encoder program "
+               "executed by verifylib in Apple's place.")
+"""What a seam gate shows, in one sentence (the report and docs/runtime-contract.md §11)."""
+
+SEAM_DOES_NOT_PROVE = ("It does not run Apple's Core ML runtime: not its compiler, its compute "
+                       "units or its device placement, so no seam result stands for a Core ML "
+                       "gate.")
+"""What no seam gate shows, in one sentence."""
+
+
+@dataclass(frozen=True)
+class SeamNegativeSummary:
+    """What ``canary.seam_negative`` recorded: outcome counts per seam build.
+
+    Attributes
+    ----------
+    runs_per_side : int
+    counts : dict
+        Side (``patched``, ``unpatched``, ``unpatched ASan``) -> outcome -> runs.
+    """
+
+    runs_per_side: int
+    counts: Mapping[str, Mapping[str, int]]
+
+    @classmethod
+    def from_evidence(cls, doc: Any) -> "SeamNegativeSummary":
+        """Read the summary from a ``seam_negative`` document.
+
+        Parameters
+        ----------
+        doc : mapping
+            The document as written.
+
+        Returns
+        -------
+        SeamNegativeSummary
+        """
+        from verifylib.evidence.canary.seam_schema import SeamNegativeEvidence
+        ev = SeamNegativeEvidence.from_json(doc)
+        counts: dict[str, Mapping[str, int]] = {}
+        for side in ("patched", "unpatched"):
+            s = ev.sides[side]
+            if s.available:
+                counts[side] = dict(s.counts or {})
+        if ev.asan.available:
+            kinds = Counter((r.report.kind if r.report else f"no report, {r.outcome}")
+                            for r in ev.asan.runs)
+            counts["unpatched ASan"] = dict(sorted(kinds.items()))
+        return cls(ev.runs_per_side, counts)
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the summary as (label, value) rows.
+
+        Returns
+        -------
+        list of (str, Any)
+        """
+        return [(f"{side} seam build", ", ".join(f"{n}x {k}" for k, n in c.items()))
+                for side, c in self.counts.items()]
+
+
+@dataclass(frozen=True)
+class SeamPositiveSummary:
+    """What ``canary.seam_positive`` recorded of its one launch.
+
+    Attributes
+    ----------
+    outcome : str
+    encoder : str
+        The variant, kind and tree digest of the program the seam loaded.
+    encode_calls : int
+        Calls the executor served.
+    executor_start_s, program_load_s, wall_s : float
+        The executor's start, the program's load and the launch's wall time.
+    encode_ms : float or None
+        whisper.cpp's own ``encode time``.
+    transcript : str
+    """
+
+    outcome: str
+    encoder: str
+    encode_calls: int
+    executor_start_s: float
+    program_load_s: float
+    wall_s: float
+    encode_ms: float | None
+    transcript: str
+
+    @classmethod
+    def from_evidence(cls, doc: Any, stdout: bytes) -> "SeamPositiveSummary":
+        """Read the summary from a ``seam_positive`` document and the launch's stdout.
+
+        Parameters
+        ----------
+        doc : mapping
+            The document as written.
+        stdout : bytes
+            The launch's stored standard output.
+
+        Returns
+        -------
+        SeamPositiveSummary
+        """
+        from verifylib.evidence.canary.seam_schema import SeamPositiveEvidence
+        ev = SeamPositiveEvidence.from_json(doc)
+        enc = ev.encoder
+        return cls(ev.outcome, f"{enc.variant} {enc.kind} {enc.tree_digest[:12]}...",
+                   len(ev.executor.calls) if ev.executor else 0, ev.executor_start_s,
+                   ev.program_load_s, ev.run.wall_s, ev.run.encode_time_ms,
+                   " ".join(stdout.decode("utf-8", "replace").split()))
+
+    def rows(self) -> list[tuple[str, Any]]:
+        """Return the summary as (label, value) rows.
+
+        Returns
+        -------
+        list of (str, Any)
+        """
+        return [("outcome", self.outcome), ("program", self.encoder),
+                ("encode calls executed by the seam", self.encode_calls),
+                ("executor start s", self.executor_start_s),
+                ("program load s", self.program_load_s), ("launch wall s", self.wall_s),
+                ("whisper.cpp encode time ms", self.encode_ms),
+                ("transcript", self.transcript)]
+
+
 @dataclass
 class CanaryResult:
     """Stage 03's result: whichever of the canaries ran."""
@@ -369,6 +499,8 @@ class CanaryResult:
     sanitizer: SanitizerSummary | None = None
     negative: NegativeControl | None = None
     positive: PositiveControl | None = None
+    seam_negative: SeamNegativeSummary | None = None
+    seam_positive: SeamPositiveSummary | None = None
 
 
 def canary_result_from_evidence(run_dir: str | os.PathLike[str],
@@ -406,4 +538,11 @@ def canary_result_from_evidence(run_dir: str | os.PathLike[str],
     if v is not None:
         out.positive = PositiveControl.from_evidence(
             v.json("positive"), v.bytes("measured_stderr"), v.bytes("measured_stdout"))
+    v = judged_evidence(run_dir, records, CANARY_SEAM_NEGATIVE, "seam_negative")
+    if v is not None:
+        out.seam_negative = SeamNegativeSummary.from_evidence(v.json("seam_negative"))
+    v = judged_evidence(run_dir, records, CANARY_SEAM_POSITIVE, "seam_positive")
+    if v is not None:
+        out.seam_positive = SeamPositiveSummary.from_evidence(
+            v.json("seam_positive"), v.bytes("seam_positive_stdout"))
     return out

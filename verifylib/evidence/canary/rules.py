@@ -26,24 +26,34 @@ from verifylib.evidence.canary.schema import (
     SchemaMismatch,
     SidesIncomplete,
 )
+from verifylib.evidence.canary.seam_schema import (
+    SEAM_NEGATIVE_SCHEMA,
+    SEAM_POSITIVE_SCHEMA,
+    SeamNegativeEvidence,
+    SeamPositiveEvidence,
+)
 from verifylib.evidence.fields import SchemaError
 from verifylib.evidence.gates import (
     CANARY_COREML_NEGATIVE,
     CANARY_COREML_POSITIVE,
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
+    CANARY_SEAM_NEGATIVE,
+    CANARY_SEAM_POSITIVE,
     Judgement,
 )
-from verifylib.evidence.judging import CitedPins, cited_pins
+from verifylib.evidence.judging import CitedPins, cited_pins, seam_launch_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.run_record import RunRecord
 from verifylib.runtime import contracts
 from verifylib.runtime import sanitizer as _sanitizer
+from verifylib.runtime.contracts import seam as _seam
 from verifylib.whispercpp import build_options as _build_options
 from verifylib.whispercpp import source as _source
 
 __all__ = ["stream_name", "asan_stream_name", "judge_lifecycle", "judge_sanitizer",
-           "judge_negative", "judge_positive", "UNPATCHED_CLEAN_ON_MACOS", "runs_system",
+           "judge_negative", "judge_positive", "judge_seam_negative", "judge_seam_positive",
+           "seam_stream_name", "UNPATCHED_CLEAN_ON_MACOS", "runs_system",
            "unpatched_caveat", "RULES"]
 
 UNPATCHED_CLEAN_ON_MACOS = (
@@ -485,6 +495,9 @@ def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
             problems.append(f"the scratch folder held {listing!r}, not only the ggml-*.bin")
         if ev.derived_mlmodelc != derived:
             problems.append("recorded derived path is not coreml_encoder_path(-m)")
+    if _seam.is_seam_stream(stderr.decode("utf-8", "replace")):
+        problems.append("the run printed verifylib seam lines: a seam launch is never a "
+                        "Core ML run")
     c = contracts.classify_negative(ev.run.to_json(), stderr, stdout)
     if ev.outcome != c.outcome:
         problems.append(f"recorded outcome {ev.outcome!r}, but the stored exit status "
@@ -537,6 +550,10 @@ def judge_positive(doc: Any, stderr: bytes, stdout: bytes,
             problems.append(f"no .mlmodelc at {ml.path!r} before the runs")
         elif a != b:
             problems.append("the .mlmodelc changed between the warm-up and the measured run")
+    if any(_seam.is_seam_stream(x.decode("utf-8", "replace"))
+           for x in (stderr, *(warmup or ()))):
+        problems.append("a run printed verifylib seam lines: a seam launch is never a Core ML "
+                        "run")
     c = contracts.classify_positive(run.to_json(), stderr, stdout)
     if ev.outcome != c.outcome:
         problems.append(f"recorded outcome {ev.outcome!r}, but the stored exit status "
@@ -561,10 +578,203 @@ def _rule_positive(ev: EvidenceView) -> Judgement:
                           (ev.bytes("warmup_stderr"), ev.bytes("warmup_stdout")))
 
 
+def seam_stream_name(sha: str) -> str:
+    """Return the evidence name of a stored ``canary.seam_negative`` stream.
+
+    Parameters
+    ----------
+    sha : str
+        The stream's SHA-256.
+
+    Returns
+    -------
+    str
+        ``seam-stream-<sha>``.
+    """
+    return f"seam-stream-{sha}"
+
+
+def _seam_side(side: str, s: LifecycleSide, model_arg: str,
+               stream: Callable[[str], bytes | None], problems: list[str]
+               ) -> list[tuple[int, contracts.Classification, bool]]:
+    """Re-classify a seam side's runs as the negative control; note whether each is the seam's."""
+    out = []
+    for i, rec in enumerate(s.runs):
+        streams = _run_streams(side, i, rec, stream, problems)
+        if streams is None:
+            continue
+        err, o = streams
+        record = rec.to_json()
+        bad = contracts.record_problems(record, err, o)
+        if not rec.argv or rec.argv[0] != s.binary:
+            bad.append(f"argv[0] is not the {side} seam binary")
+        if contracts.model_arg_of(list(rec.argv)) != model_arg:
+            bad.append("its -m is not the scratch model")
+        if bad:
+            problems.append(f"{side} run {i}: evidence unusable: {'; '.join(bad)}")
+        c = contracts.classify_negative(record, err, o)
+        if rec.outcome != c.outcome:
+            problems.append(f"{side} run {i}: recorded outcome {rec.outcome!r}, but the "
+                            f"stored exit status and stream give {c.outcome!r}")
+        text = err.decode("utf-8", "replace")
+        out.append((i, c, _seam.SEAM_BANNER in text and _seam.SEAM_REFUSED in text))
+    return out
+
+
+def judge_seam_negative(doc: Any, stream: Callable[[str], bytes | None],
+                        identities: Mapping[str, Any] | None = None) -> Judgement:
+    """Judge ``canary.seam_negative`` (informational) on stored evidence.
+
+    Every run of the patched and unpatched seam builds is re-classified as the negative
+    control (:func:`verifylib.runtime.contracts.classify_negative`) from its stored streams,
+    and must be a seam launch (the seam's banner and its refused load on stderr); the
+    scratch folder held only the ggml file. PASS iff the patched build made
+    ``runs_per_side`` runs, each exit 3 with both markers and no signal; the unpatched and
+    the AddressSanitizer outcomes are reported, not gated.
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``seam_negative`` document.
+    stream : callable
+        Digest to stored bytes, or None when no such stream is stored.
+    identities : mapping, optional
+        The gate's identities; each side's binary digest must be bound there.
+    """
+    try:
+        ev = SeamNegativeEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, SEAM_NEGATIVE_SCHEMA)
+    problems: list[str] = []
+    base = Path(ev.model_arg).name
+    if list(ev.scratch_listing) != [base] or not (base.startswith("ggml-")
+                                                  and base.endswith(".bin")):
+        problems.append(f"the scratch folder held {list(ev.scratch_listing)!r}, not only the "
+                        "ggml-*.bin")
+    if ev.derived_mlmodelc != contracts.coreml_encoder_path(ev.model_arg):
+        problems.append("recorded derived path is not coreml_encoder_path(-m)")
+    seen: dict[str, list[tuple[int, contracts.Classification, bool]]] = {}
+    for side in SIDES:
+        s = ev.sides[side]
+        if not s.available:
+            if side == "patched":
+                problems.append(f"patched seam build not available ({s.reason or ''})")
+            continue
+        key = _seam.SEAM_SIDES[side][1]
+        if identities is not None and identities.get(key) != s.binary_sha256:
+            problems.append(f"{side}: binary is not bound to the gate's {key}")
+        seen[side] = _seam_side(side, s, ev.model_arg, stream, problems)
+    asan = ev.asan
+    asan_reports: list[str] = []
+    if asan.available:
+        key = _seam.SEAM_SIDES["unpatched_asan"][1]
+        if identities is not None and identities.get(key) != asan.binary_sha256:
+            problems.append(f"unpatched ASan: binary is not bound to the gate's {key}")
+        for i, rec in enumerate(asan.runs):
+            streams = _run_streams("unpatched ASan", i, rec, stream, problems)
+            if streams is None:
+                continue
+            rep = _sanitizer.parse_report(streams[0])
+            recorded = None if rec.report is None else rec.report.to_json()
+            if recorded != (None if rep is None else rep.to_evidence()):
+                problems.append(f"unpatched ASan run {i}: the recorded sanitizer report is not "
+                                "the one the stored stderr holds")
+            asan_reports.append(rep.describe() if rep else "no report")
+    if problems:
+        return Judgement.failed("evidence does not support the outcomes: "
+                                + " | ".join(problems[:5]))
+    patched = seen.get("patched", [])
+    n = ev.runs_per_side
+    if len(patched) != n:
+        return Judgement.failed(f"patched seam: {len(patched)} runs recorded, expected {n}")
+    unpatched = ("unpatched seam: not available" if "unpatched" not in seen else
+                 f"unpatched seam: {_summary(Counter(c.outcome for _, c, _ in seen['unpatched']))}"
+                 " (recorded, not gated)")
+    witness = (f"; unpatched ASan seam: {_summary(Counter(asan_reports))}" if asan_reports
+               else "")
+    bad = [(i, c, mine) for i, c, mine in patched if not (c.ok and mine)]
+    if bad:
+        i, c, mine = bad[0]
+        why = c.detail if not c.ok else "no seam banner and refused load on stderr"
+        return Judgement.failed(f"patched seam {_short(ev.sides.patched.binary_sha256)}...: "
+                                f"{len(bad)}/{n} runs not clean; first, run {i}: {why}. "
+                                f"{unpatched}{witness}")
+    return Judgement.passed(f"patched seam {_short(ev.sides.patched.binary_sha256)}...: {n}/{n} "
+                            "runs refused the missing encoder and exit 3 with both markers, no "
+                            f"signal; {unpatched}{witness}")
+
+
+def _rule_seam_negative(ev: EvidenceView) -> Judgement:
+    def stream(sha: str) -> bytes | None:
+        name = seam_stream_name(sha)
+        return ev.bytes(name) if ev.has(name) else None
+    return judge_seam_negative(ev.json("seam_negative"), stream, ev.identities)
+
+
+def judge_seam_positive(doc: Any, stderr: bytes, stdout: bytes,
+                        identities: Mapping[str, Any] | None = None) -> Judgement:
+    """Judge ``canary.seam_positive`` (informational) on stored evidence.
+
+    The launch must meet the four Core ML conditions
+    (:func:`verifylib.runtime.contracts.classify_positive`) with the derived folder the
+    evidence names, and its encode calls must be the executor's, on the audited program
+    (:func:`verifylib.evidence.judging.seam_launch_problems`).
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``seam_positive`` document.
+    stderr, stdout : bytes
+        The launch's stored streams.
+    identities : mapping, optional
+        The gate's identities: the seam binary and the encoder's tree digest must be bound.
+    """
+    try:
+        ev = SeamPositiveEvidence.from_json(doc)
+    except SchemaError as exc:
+        return _refusal(exc, SEAM_POSITIVE_SCHEMA)
+    problems: list[str] = []
+    enc, run = ev.encoder, ev.run
+    if identities is not None:
+        if identities.get(_seam.SEAM_SIDES["patched"][1]) != ev.binary_sha256:
+            problems.append("the seam binary is not bound to the gate's identity")
+        if identities.get(enc.identity_key) != enc.tree_digest:
+            problems.append(f"the encoder's digest is not bound to {enc.identity_key}")
+    argv = list(run.argv)
+    if not argv or argv[0] != ev.binary:
+        problems.append("the launch did not run the recorded binary")
+    if contracts.model_arg_of(argv) != enc.model_arg:
+        problems.append("the launch's -m is not the recorded model argument")
+    if enc.folder != contracts.coreml_encoder_path(enc.model_arg):
+        problems.append("the recorded encoder folder is not coreml_encoder_path(-m)")
+    c = contracts.classify_positive(run.to_json(), stderr, stdout)
+    if ev.outcome != c.outcome:
+        problems.append(f"recorded outcome {ev.outcome!r}, but the stored exit status and "
+                        f"stream give {c.outcome!r}")
+    problems += list(c.problems)
+    problems += seam_launch_problems(stderr, ev.executor, folder=enc.folder,
+                                     program_digest=enc.tree_digest)
+    if problems:
+        return Judgement.failed("; ".join(problems[:6]))
+    calls = ev.executor.calls if ev.executor else ()
+    return Judgement.passed(
+        f"seam whisper-cli {ev.binary_sha256[:12]}...: exit 0, {contracts.COREML_ON!r}, one "
+        f"{contracts.COREML_LOAD_MARKER!r} line, no load failure; {len(calls)} encode call(s) "
+        f"executed by verifylib's executor on the {enc.variant} {enc.kind} "
+        f"{enc.tree_digest[:12]}... (wall {run.wall_s} s, encode {run.encode_time_ms} ms)")
+
+
+def _rule_seam_positive(ev: EvidenceView) -> Judgement:
+    return judge_seam_positive(ev.json("seam_positive"), ev.bytes("seam_positive_stderr"),
+                               ev.bytes("seam_positive_stdout"), ev.identities)
+
+
 RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     CANARY_LIFECYCLE_AB: _rule_lifecycle,
     CANARY_COREML_NEGATIVE: _rule_negative,
     CANARY_COREML_POSITIVE: _rule_positive,
     CANARY_SANITIZER: _rule_sanitizer,
+    CANARY_SEAM_NEGATIVE: _rule_seam_negative,
+    CANARY_SEAM_POSITIVE: _rule_seam_positive,
 }
 """Gate id to judge, for the gates of stage 03."""

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID
+from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID, WER_SEAM
 from verifylib.evidence.reading import judged_evidence
 from verifylib.evidence.wer.schema import (
     Counts,
@@ -183,6 +183,45 @@ class CorpusWer:
     pairwise: float
 
 
+@dataclass(frozen=True)
+class SeamClipResult:
+    """One fixture through verifylib's Core ML seam with one encoder variant (``wer.seam``).
+
+    Attributes
+    ----------
+    id : str
+    variant : str
+        ``fp32`` or ``fp16``.
+    unit : str
+        ``words`` or ``characters``.
+    rate : float
+        The seam transcript's rate against the reference.
+    rate_ggml : float
+        GGML's rate on the same clip.
+    rate_vs_ggml : float
+        The seam transcript's rate against GGML's.
+    cause : str
+        ``same`` or ``encoder`` (a difference from GGML comes from the encoder's numbers).
+    seam : str
+        The seam transcript (normalized; :data:`PRIVATE` for a non-public clip).
+    ggml : str
+        GGML's (normalized; :data:`PRIVATE` for a non-public clip).
+    encode_calls : int
+        Encode calls the seam's executor served for the launch.
+    """
+
+    id: str
+    variant: str
+    unit: str
+    rate: float
+    rate_ggml: float
+    rate_vs_ggml: float
+    cause: str
+    seam: str
+    ggml: str
+    encode_calls: int
+
+
 @dataclass
 class WerResult:
     """Stage 05's result: every clip, and the corpus figures.
@@ -195,6 +234,7 @@ class WerResult:
     clips: list[ClipResult] = field(default_factory=list)
     corpus: CorpusWer | None = None
     corpus_by_unit: dict[str, CorpusWer] = field(default_factory=dict)
+    seam: list[SeamClipResult] = field(default_factory=list)
 
     def ranked(self, key: str = "wer_ggml", *, worst_first: bool = True) -> list[ClipResult]:
         """Return the clips sorted by one of :data:`WER_FIELDS` (clips without that value last).
@@ -279,4 +319,25 @@ def wer_result_from_evidence(run_dir: str | os.PathLike[str],
     return WerResult(
         [replace(ClipResult.from_evidence(c, hybrid.get(c.id), stdout(c.id)), audio=audio(c.id))
          for c in clips],
-        next(iter(by_unit.values()), None), by_unit)
+        next(iter(by_unit.values()), None), by_unit, _seam_results(run_dir, records))
+
+
+def _seam_results(run_dir: str | os.PathLike[str],
+                  records: Mapping[str, GateRecord]) -> list[SeamClipResult]:
+    """Return the ``wer.seam`` clips, variant by variant (empty unless the gate was judged)."""
+    from verifylib.evidence.wer.seam_schema import SeamWerEvidence
+    from verifylib.numerics.scoring import WordCounts
+
+    sv = judged_evidence(run_dir, records, WER_SEAM, "seam_wer")
+    if sv is None:
+        return []
+    doc = SeamWerEvidence.from_json(sv.json("seam_wer"))
+
+    def rate(c: Counts) -> float:
+        return WordCounts(**c.to_json()).wer
+    return [SeamClipResult(c.id, v.encoder.variant, c.unit, rate(c.seam), rate(c.ggml),
+                           rate(c.seam_vs_ggml), c.cause,
+                           c.seam_text if c.public and c.seam_text is not None else PRIVATE,
+                           c.ggml_text if c.public and c.ggml_text is not None else PRIVATE,
+                           len(c.executor.calls) if c.executor else 0)
+            for v in doc.variants for c in v.clips]

@@ -11,8 +11,14 @@ from verifylib.canonical import is_sha256
 from verifylib.canonical import sha256_bytes as canonical_sha
 from verifylib.evidence import identities
 from verifylib.evidence.fields import SchemaError
-from verifylib.evidence.gates import WER_GGML_VS_SOURCE, WER_HYBRID, Judgement, Status
-from verifylib.evidence.judging import policy_file_problems
+from verifylib.evidence.gates import (
+    WER_GGML_VS_SOURCE,
+    WER_HYBRID,
+    WER_SEAM,
+    Judgement,
+    Status,
+)
+from verifylib.evidence.judging import policy_file_problems, seam_launch_problems
 from verifylib.evidence.records import EvidenceView
 from verifylib.evidence.run_record import RunRecord
 from verifylib.evidence.wer.schema import (
@@ -24,6 +30,7 @@ from verifylib.evidence.wer.schema import (
     WerEvidence,
     audio_evidence,
 )
+from verifylib.evidence.wer.seam_schema import SEAM_CAUSES, SeamWerClip, SeamWerEvidence
 from verifylib.numerics.scoring import (
     RATE_OF,
     WordCounts,
@@ -35,6 +42,7 @@ from verifylib.numerics.scoring import (
     scoring_for,
 )
 from verifylib.runtime import contracts
+from verifylib.runtime.contracts.seam import is_seam_stream
 
 WER_POLICY_IDS = ("wer-v1", "wer-v2", "wer-v3")
 """The WER policies a run may be judged under: wer-v1 (English normalizer, words, every
@@ -206,8 +214,11 @@ def _classifier(ev: EvidenceView) -> Callable[[HybridClip | Mapping[str, Any]], 
         if c.run is None:
             return Judgement.failed("no hybrid run is recorded")
         stdout = ev.bytes(f"hybrid_stdout_{c.id}") if c.public else None
-        got = contracts.classify_positive(c.run.to_json(), ev.bytes(f"hybrid_stderr_{c.id}"),
-                                          stdout)
+        stderr = ev.bytes(f"hybrid_stderr_{c.id}")
+        if is_seam_stream(stderr.decode("utf-8", "replace")):
+            return Judgement.failed("the run printed verifylib seam lines: a seam launch is "
+                                    "never a Core ML run")
+        got = contracts.classify_positive(c.run.to_json(), stderr, stdout)
         return Judgement.of(got.ok, got.detail)
     return classify
 
@@ -261,9 +272,122 @@ def _rule_hybrid(ev: EvidenceView) -> Judgement:
     return judge_hybrid(doc, _classifier(ev))
 
 
+def _seam_clip_problems(c: SeamWerClip, stderr: bytes, stdout: bytes | None, folder: str,
+                        digest: str, rules: Mapping[str, Any]) -> list[str]:
+    """Why one seam clip's evidence does not hold: its launch, scoring and counts."""
+    out = [f"{c.id}: {p}" for p in contracts.record_problems(c.run.to_json(), stderr, stdout)]
+    if c.run.returncode != 0 or c.run.signal is not None or c.run.timed_out:
+        out.append(f"{c.id}: the seam launch did not exit 0 ({c.run.returncode}, "
+                   f"{c.run.signal})")
+    text = stderr.decode("utf-8", "replace")
+    if contracts.COREML_LOAD_MARKER not in text or contracts.COREML_LOAD_FAILURE_MARKER in text:
+        out.append(f"{c.id}: the launch did not load its encoder through the Core ML path")
+    out += [f"{c.id}: {p}" for p in seam_launch_problems(stderr, c.executor, folder=folder,
+                                                         program_digest=digest)]
+    want = scoring_for(rules, c.language)
+    if (c.normalizer, c.unit) != (want.normalizer, want.unit):
+        out.append(f"{c.id}: scored with the {c.normalizer} normalizer in {c.unit}, not as "
+                   f"the policy scores {c.language!r}")
+    pin = rules.get("decoding")
+    if pin and list(c.run.argv[-len(contracts.decoding_args(c.language, **pin)):]) != \
+            contracts.decoding_args(c.language, **pin):
+        out.append(f"{c.id}: the launch did not decode under the policy's pin")
+    differs = any(c.seam_vs_ggml.to_json()[k] for k in ("substitutions", "deletions",
+                                                        "insertions"))
+    if c.cause not in SEAM_CAUSES or (c.cause == "encoder") != differs:
+        out.append(f"{c.id}: cause {c.cause!r} contradicts its counts against GGML")
+    if c.public:
+        if c.reference is None or c.ggml_text is None or c.seam_text is None:
+            out.append(f"{c.id}: a public clip stores its texts")
+        else:
+            for key, ref, hyp in (("seam", c.reference, c.seam_text),
+                                  ("ggml", c.reference, c.ggml_text),
+                                  ("seam_vs_ggml", c.ggml_text, c.seam_text)):
+                stored: Counts = getattr(c, key)
+                if count_units(rules, c.unit, ref, hyp).as_dict() != stored.to_json():
+                    out.append(f"{c.id}: stored {key} counts do not match its texts")
+            if (c.seam_text.strip() == "") != c.seam_empty:
+                out.append(f"{c.id}: stored seam_empty flag contradicts the text")
+    return out
+
+
+def judge_seam_wer(doc: Any, stderr_of: Callable[[str, str], bytes],
+                   stdout_of: Callable[[str, str], bytes | None],
+                   identities_: Mapping[str, Any] | None = None) -> Judgement:
+    """Judge ``wer.seam`` (informational): every fixture measured through the seam.
+
+    Each variant must hold every fixture once; each launch must be the patched seam
+    binary's, exit 0 through the Core ML load path with every encode call executed on the
+    variant's program (:func:`verifylib.evidence.judging.seam_launch_problems`), under the
+    policy's pin and scoring for the clip's language; counts of public clips are recomputed
+    from their texts, and each clip's cause must be what its counts against GGML say. PASS
+    then reports the rates; it sets no threshold (an fp16 program that loses words is news).
+
+    Parameters
+    ----------
+    doc : mapping
+        The ``seam_wer`` document.
+    stderr_of, stdout_of : callable
+        ``(variant, clip id)`` -> the stored stream (stdout: public clips; else None).
+    identities_ : mapping, optional
+        The gate's identities: the seam binary and each encoder's digest must be bound.
+    """
+    try:
+        ev = SeamWerEvidence.from_json(doc)
+    except SchemaError as exc:
+        return Judgement.failed(_refusal(exc, "seam_wer"))
+    packaged = load_policy(ev.policy.id) if ev.policy.id in WER_POLICY_IDS else None
+    if packaged is None or ev.policy.to_json() != packaged.rules or \
+            ev.policy_sha256 != packaged.sha256:
+        return Judgement.failed(f"the stored {ev.policy.id} policy is not a packaged one")
+    rules = packaged.rules
+    problems: list[str] = []
+    if identities_ is not None and identities_.get(identities.BINARY_SEAM) != ev.binary_sha256:
+        problems.append("the seam binary is not bound to the gate's identity")
+    if not ev.variants or ev.variants[0].encoder.variant != "fp32":
+        problems.append("no fp32 variant was measured")
+    figures = []
+    for v in ev.variants:
+        enc = v.encoder
+        if identities_ is not None and identities_.get(enc.identity_key) != enc.tree_digest:
+            problems.append(f"{enc.variant}: the encoder is not bound to {enc.identity_key}")
+        if [c.id for c in v.clips] != list(ev.fixtures):
+            problems.append(f"{enc.variant}: clips {[c.id for c in v.clips]} are not the "
+                            f"fixtures {list(ev.fixtures)}")
+        for c in v.clips:
+            if not c.run.argv or c.run.argv[0] != ev.binary or \
+                    contracts.model_arg_of(list(c.run.argv)) != enc.model_arg:
+                problems.append(f"{c.id}: the launch is not the seam binary on {enc.model_arg}")
+            problems += _seam_clip_problems(
+                c, stderr_of(enc.variant, c.id),
+                stdout_of(enc.variant, c.id) if c.public else None, enc.folder,
+                enc.tree_digest, rules)
+        for unit, group in _by_unit(v.clips).items():  # type: ignore[arg-type]
+            rate = RATE_OF.get(unit, "WER")
+            seam = corpus_wer(_counts(group, "seam"))
+            ggml = corpus_wer(_counts(group, "ggml"))
+            figures.append(f"{enc.variant} {rate} {seam:.3f} (GGML {ggml:.3f})")
+        n_diff = sum(c.cause == "encoder" for c in v.clips)
+        figures.append(f"{enc.variant}: {n_diff}/{len(v.clips)} clip(s) differ from GGML")
+    if problems:
+        return Judgement.failed("; ".join(problems[:6]))
+    return Judgement.passed("every fixture through whisper.cpp's Core ML path with the program "
+                            "executed by verifylib's seam: " + "; ".join(figures))
+
+
+def _rule_seam_wer(ev: EvidenceView) -> Judgement:
+    def stdout_of(variant: str, cid: str) -> bytes | None:
+        name = f"seam_stdout_{variant}_{cid}"
+        return ev.bytes(name) if ev.has(name) else None
+    return judge_seam_wer(ev.json("seam_wer"),
+                          lambda variant, cid: ev.bytes(f"seam_stderr_{variant}_{cid}"),
+                          stdout_of, ev.identities)
+
+
 RULES: dict[str, Callable[[EvidenceView], Judgement]] = {
     WER_GGML_VS_SOURCE: _rule_ggml_vs_source,
     WER_HYBRID: _rule_hybrid,
+    WER_SEAM: _rule_seam_wer,
 }
 """Gate id to judge, for the gates of stage 05."""
 

@@ -3,7 +3,7 @@
 The *seam* is the project's own implementation of the three C functions whisper.cpp calls
 Apple's Core ML through (``whisper_coreml_init``, ``whisper_coreml_encode``,
 ``whisper_coreml_free``; ``src/coreml/whisper-encoder.h``), linked into a Linux build of
-whisper.cpp compiled with ``WHISPER_USE_COREML`` (docs/runtime-contract.md §9). Its
+whisper.cpp compiled with ``WHISPER_USE_COREML`` (docs/runtime-contract.md §11). Its
 ``encode`` hands the mel to verifylib's ML-program executor over a Unix socket and copies
 the program's output back, so every line of whisper.cpp's Core ML path runs, with the
 exact program in Apple's place.
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from verifylib.evidence import identities
 
 SEAM_PREFIX = "verifylib-seam: "
 """Every line the seam prints to stderr starts with this (never a whisper.cpp line)."""
@@ -56,7 +58,7 @@ SEAM_IO_TIMEOUT_S = 900
 """Seconds the seam waits on its executor for one reply before it declares it lost."""
 
 STANDIN_FILE = "verifylib-seam-standin.json"
-"""The one file of a seam stand-in folder (docs/runtime-contract.md §9.2): a package's
+"""The one file of a seam stand-in folder (docs/runtime-contract.md §11.2): a package's
 program handed to the seam at the derived ``.mlmodelc`` path where no ``coremlc`` can
 compile one. Never an ``.mlmodelc``: Core ML would refuse it, and so do the gates that
 judge compiled models."""
@@ -80,6 +82,11 @@ STATUS_REFUSED = 1
 
 MAX_PATH_BYTES = 4096
 MAX_MESSAGE_BYTES = 1 << 16
+
+SEAM_SIDES = {"patched": ("seam", identities.BINARY_SEAM),
+              "unpatched": ("seam-unpatched", identities.BINARY_SEAM_UNPATCHED),
+              "unpatched_asan": ("seam-unpatched-asan", identities.BINARY_SEAM_UNPATCHED_ASAN)}
+"""The seam builds: side -> (build variant, the identity that binds its binary's digest)."""
 
 _ENCODE_RE = re.compile(
     r"^" + re.escape(SEAM_ENCODE) + r"#(\d+) n_ctx=(\d+) n_mel=(\d+) count=(\d+) "

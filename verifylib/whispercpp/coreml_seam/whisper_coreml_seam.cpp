@@ -6,7 +6,7 @@
 // path: the derived .mlmodelc path, init's load and failure branches, the fail-closed
 // return, the mel handed over as [1, n_mel, n_ctx], the output copied into the decoder's
 // cross-attention. The program itself is executed by verifylib's ML-program executor,
-// reached over a Unix socket named by the environment (docs/runtime-contract.md §9).
+// reached over a Unix socket named by the environment (docs/runtime-contract.md §11).
 //
 // It is informational and says so: every line it prints starts with VLS_PREFIX, and it
 // never pretends to be Apple's runtime. Where Apple's implementation drops errors
