@@ -139,7 +139,7 @@ def _closure(module: str, *, load_time: bool) -> set[str]:
 STAGE_NAMES = ["build", "canary", "export", "parity", "placement", "wer"]
 STAGES = [f"verifylib.stages.{s}" for s in STAGE_NAMES]
 PLUMBING = ["verifylib.stages.artifacts", "verifylib.stages.context",
-            "verifylib.stages.prebuilt", "verifylib.stages.pair"]
+            "verifylib.stages.prebuilt", "verifylib.stages.pair", "verifylib.stages.seam"]
 
 
 def test_the_six_stage_modules_and_their_plumbing_are_found():

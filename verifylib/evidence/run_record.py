@@ -7,6 +7,8 @@ hybrid runs all store this one shape, read here once.
 
 from __future__ import annotations
 
+from typing import Any
+
 from verifylib.evidence.fields import (
     Schema,
     array_of,
@@ -131,7 +133,7 @@ class SeamProgramRef(Schema, kw_only=True):
 
     kind: str = field(string)
     digest: str = field(string)
-    source: dict = field(mapping)
+    source: dict[str, Any] = field(mapping)
 
 
 class SeamExecutorRecord(Schema, kw_only=True):

@@ -19,10 +19,13 @@ from verifylib.evidence.gates import (
     BUILD_SOURCE_IDENTITY,
     CANARY_LIFECYCLE_AB,
     CANARY_SANITIZER,
+    CANARY_SEAM_NEGATIVE,
+    CANARY_SEAM_POSITIVE,
     EXPORT_CONTRACT,
     EXPORT_GGML_MODEL,
     EXPORT_PAIR,
     WER_GGML_VS_SOURCE,
+    WER_SEAM,
     Status,
 )
 from verifylib.evidence.layout import EVIDENCE_DIR, UNPATCHED_SIDECAR, recorded_gates
@@ -418,6 +421,71 @@ def _clip_view(clip: Mapping[str, Any]) -> dict[str, Any]:
     return {k: clip.get(k) for k in keys if k in clip}
 
 
+# ----------------------------------------------------------------------------- the seam
+
+def seam_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
+    """``canary.seam_negative``, ``canary.seam_positive``, ``wer.seam`` re-derived.
+
+    The negative control compares the patched outcomes exactly and the unpatched ones as
+    distributions; the positive launch compares its outcome and every encode call's mel and
+    output digests (the program executed again on the mel whisper.cpp handed over); the
+    seam transcripts compare clip by clip, variant by variant.
+    """
+    out = []
+    gate = CANARY_SEAM_NEGATIVE
+    why = sides.reason(gate)
+    if why:
+        out.append(not_replayable(gate, why))
+    else:
+        rec, rep = sides.recorded(gate, "seam_negative"), sides.replayed_json(gate,
+                                                                             "seam_negative")
+        rp, pp = _outcomes(rec["sides"]["patched"]), _outcomes(rep["sides"]["patched"])
+        agree, detail = distributions_agree(_outcomes(rec["sides"]["unpatched"]),
+                                            _outcomes(rep["sides"]["unpatched"]))
+        c = same_or_differs(gate, {"patched": dict(rp), "unpatched_agree": True},
+                            {"patched": dict(pp), "unpatched_agree": agree},
+                            what=f"patched outcomes; unpatched as distributions ({detail})",
+                            rebuilt=rebuilt)
+        out.append(_status_differs(sides, gate, gate) or c)
+    gate = CANARY_SEAM_POSITIVE
+    why = sides.reason(gate)
+    if why:
+        out.append(not_replayable(gate, why))
+    else:
+        views = [_seam_positive_view(d) for d in (
+            sides.recorded(gate, "seam_positive"), sides.replayed_json(gate, "seam_positive"))]
+        c = same_or_differs(gate, views[0], views[1],
+                            what="outcome and every encode call's mel and output digests",
+                            rebuilt=rebuilt)
+        out.append(_status_differs(sides, gate, gate) or c)
+    gate = WER_SEAM
+    why = sides.reason(gate)
+    if why:
+        out.append(not_replayable(gate, why))
+    else:
+        views = [_seam_wer_view(d) for d in (
+            sides.recorded(gate, "seam_wer"), sides.replayed_json(gate, "seam_wer"))]
+        c = same_or_differs(gate, views[0], views[1],
+                            what="seam transcripts, edit counts and causes per variant and clip",
+                            rebuilt=rebuilt)
+        out.append(_status_differs(sides, gate, gate) or c)
+    return out
+
+
+def _seam_positive_view(doc: Mapping[str, Any]) -> dict[str, Any]:
+    calls = (doc.get("executor") or {}).get("calls", ())
+    return {"outcome": doc.get("outcome"), "transcript_chars": doc.get("transcript_chars"),
+            "calls": [(c.get("n_ctx"), c.get("n_mel"), c.get("input_sha256"),
+                       c.get("output_sha256")) for c in calls]}
+
+
+def _seam_wer_view(doc: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("seam_text", "raw_seam", "seam", "seam_vs_ggml", "cause", "seam_empty")
+    return {v["encoder"]["variant"]: {c["id"]: {k: c.get(k) for k in keys if k in c}
+                                      for c in v["clips"]}
+            for v in doc.get("variants", ())}
+
+
 # ------------------------------------------------------------- claims not re-derived
 
 def unreplayed_claims(run: Run, made: set[str]) -> list[Claim]:
@@ -487,7 +555,8 @@ def all_claims(run: Run, rd: Rederived, parity: list[Claim], *,
     rebuilt = any(c.rebuilt for c in builds if c.id in (BUILD_GGML, "build.unpatched"))
     claims = (source_claims(sides) + builds + export_claims(sides)
               + canary_claims(sides, rebuilt=rebuilt) + parity
-              + wer_claims(sides, rd.missing, rebuilt=rebuilt))
+              + wer_claims(sides, rd.missing, rebuilt=rebuilt)
+              + seam_claims(sides, rebuilt=rebuilt))
     claims += unreplayed_claims(run, {_base(c.id) for c in claims})
     order = [c.id for c in CLAIMS]
 

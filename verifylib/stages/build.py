@@ -620,7 +620,7 @@ def seam_builds(ctx: StageContext, pristine: Path, patched: Path | None,
         The sidecar content: side -> build record or ``{"built": False, "error"}``.
     """
     out: dict[str, dict[str, Any]] = {}
-    sides = [("patched", patched, pin.patch_sha256)]
+    sides: list[tuple[str, Path | None, str | None]] = [("patched", patched, pin.patch_sha256)]
     if canaries:
         sides += [("unpatched", pristine, None), ("unpatched_asan", pristine, None)]
     for side, src, patch in sides:

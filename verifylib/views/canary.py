@@ -5,7 +5,6 @@ The batch-lifecycle A/B, its sanitizer runs, the Core ML controls.
 
 from __future__ import annotations
 
-from verifylib.evidence.canary.result import SEAM_DOES_NOT_PROVE, SEAM_PROVES
 from verifylib.evidence.gates import (
     CANARY_COREML_NEGATIVE,
     CANARY_COREML_POSITIVE,
@@ -14,6 +13,7 @@ from verifylib.evidence.gates import (
     CANARY_SEAM_POSITIVE,
 )
 from verifylib.runtime import contracts
+from verifylib.runtime.contracts.seam import SEAM_DOES_NOT_PROVE, SEAM_PROVES
 from verifylib.views import display_html
 
 COLORS = {contracts.CLEAN_LIFECYCLE: "#2e7d32", "SIGSEGV": "#c62828", "SIGABRT": "#ad1457",

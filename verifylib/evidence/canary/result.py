@@ -363,18 +363,6 @@ class PositiveControl:
                 ("transcript", self.transcript)]
 
 
-SEAM_PROVES = ("The seam runs every line of whisper.cpp's Core ML path (the .mlmodelc path "
-               "derived from -m, the load and failure branches, the fail-closed return, the mel "
-               "handed over, the output copied into the decoder) with the exact encoder program "
-               "executed by verifylib in Apple's place.")
-"""What a seam gate shows, in one sentence (the report and docs/runtime-contract.md §11)."""
-
-SEAM_DOES_NOT_PROVE = ("It does not run Apple's Core ML runtime: not its compiler, its compute "
-                       "units or its device placement, so no seam result stands for a Core ML "
-                       "gate.")
-"""What no seam gate shows, in one sentence."""
-
-
 @dataclass(frozen=True)
 class SeamNegativeSummary:
     """What ``canary.seam_negative`` recorded: outcome counts per seam build.

@@ -20,6 +20,18 @@ from dataclasses import dataclass
 
 from verifylib.evidence import identities
 
+SEAM_PROVES = ("The seam runs every line of whisper.cpp's Core ML path (the .mlmodelc path "
+               "derived from -m, the load and failure branches, the fail-closed return, the mel "
+               "handed over, the output copied into the decoder) with the exact encoder program "
+               "executed by verifylib in Apple's place.")
+"""What a seam gate shows, in one sentence (the report and docs/runtime-contract.md §11)."""
+
+SEAM_DOES_NOT_PROVE = ("It does not run Apple's Core ML runtime: not its compiler, its compute "
+                       "units or its device placement, so no seam result stands for a Core ML "
+                       "gate.")
+"""What no seam gate shows, in one sentence."""
+
+
 SEAM_PREFIX = "verifylib-seam: "
 """Every line the seam prints to stderr starts with this (never a whisper.cpp line)."""
 
