@@ -107,6 +107,7 @@ MODULE_GROUPS = {
     "tests/physical/test_mil_compression.py": "tiny-export",
     "tests/physical/test_mil_exec.py": "tiny-export",
     "tests/physical/test_pair.py": "tiny-export",
+    "tests/physical/test_seam.py": "tiny-export",
 }
 """Test module -> its pytest-xdist worker group, for the modules that share a costly session
 fixture (:data:`SHARED_FIXTURES`; collection refuses a module missing here); every other

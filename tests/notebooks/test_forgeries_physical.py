@@ -183,3 +183,89 @@ def test_the_manifest_is_what_the_validator_knows(honest):
     doc = canonical.read_json(honest / E01 / "source.json")
     pin = source.load_pins()[doc["pin"]]
     assert (doc["pin_tree"], doc["pin_commit"]) == (pin.tree, pin.commit)
+
+
+# ----------------------------------------------------------------------------- the seam
+
+E03 = "evidence/03_canary"
+
+
+def test_the_default_audit_runs_the_seam_gates_and_keeps_its_verdict(honest):
+    res = receipt.verify(honest)
+    statuses = {g: res.statuses[g] for g in ("canary.seam_negative", "canary.seam_positive",
+                                              "wer.seam")}
+    assert set(statuses.values()) == {"PASS"}, statuses
+    not_run = sorted(g for g, s in res.statuses.items() if s == "NOT_RUN")
+    assert not_run == sorted(["build.coreml", "export.compile", "canary.coreml_negative",
+                              "canary.coreml_positive", "parity.runtime", "wer.hybrid",
+                              "placement.plan", "parity.runtime_fp16"]), not_run
+    assert res.verdict == "INCOMPLETE"
+
+
+def test_a_forged_encode_count_is_rejected(forged):
+    def twice(doc):
+        calls = doc["executor"]["calls"]
+        calls.append(dict(calls[0], index=2))
+    edit_json(forged, f"{E03}/seam_positive.json", twice)
+    reseal(forged)
+    named = rejected(forged, "canary.seam_positive")
+    assert any("encode" in p for p in named), named
+
+
+def test_a_forged_output_digest_is_rejected(forged):
+    def swap(doc):
+        doc["executor"]["calls"][0]["output_sha256"] = "0" * 64
+    edit_json(forged, f"{E03}/seam_positive.json", swap)
+    reseal(forged)
+    named = rejected(forged, "canary.seam_positive")
+    assert any("disagree" in p for p in named), named
+
+
+def test_a_forged_seam_transcript_cause_is_rejected(forged):
+    def hide(doc):
+        for v in doc["variants"]:
+            for c in v["clips"]:
+                if c["cause"] == "encoder":
+                    c["cause"] = "same"
+                    return
+        # No clip differs: call one that agrees a difference instead.
+        doc["variants"][0]["clips"][0]["cause"] = "encoder"
+    edit_json(forged, f"{E05}/seam_wer.json", hide)
+    reseal(forged)
+    rejected(forged, "wer.seam", "cause")
+
+
+def test_a_seam_launch_relabelled_as_a_core_ml_launch_is_rejected(forged):
+    # The forger takes the seam's positive launch and files it as canary.coreml_positive:
+    # the document rewritten in the Core ML format, the seam gate emptied so the launch is
+    # cited once, the Core ML gate PASS on the seam's streams and binary.
+    seam = canonical.read_json(forged / E03 / "seam_positive.json")
+    run = dict(seam["run"])
+    doc = {"schema": "verifylib-coreml-positive/1", "binary": seam["binary"],
+           "binary_sha256": seam["binary_sha256"], "model_arg": seam["encoder"]["model_arg"],
+           "mlmodelc": {"path": seam["encoder"]["folder"], "tree_digest_before": "1" * 64,
+                        "tree_digest_after": "1" * 64},
+           "timeouts_s": {"warmup": 900, "measured": 120},
+           "warmup": run, "measured": run, "outcome": seam["outcome"],
+           "transcript_chars": seam["transcript_chars"]}
+    canonical.write_json(forged / E03 / "positive.json", doc)
+    stage = canonical.read_json(forged / "gates" / "03_canary.json")
+    recs = {g["id"]: g for g in stage["gates"]}
+    streams = {e["name"]: e["path"] for e in recs["canary.seam_positive"]["evidence"]}
+    recs["canary.coreml_positive"].update(
+        status="PASS", reason={"kind": "rule", "detail": "forged"},
+        evidence=[{"name": "positive", "path": f"{E03}/positive.json", "sha256": ""},
+                  *({"name": n, "path": streams[s], "sha256": ""} for n, s in (
+                      ("measured_stderr", "seam_positive_stderr"),
+                      ("measured_stdout", "seam_positive_stdout"),
+                      ("warmup_stderr", "seam_positive_stderr"),
+                      ("warmup_stdout", "seam_positive_stdout")))],
+        identities={"binary.coreml.sha256": seam["binary_sha256"]})
+    canonical.write_json(forged / "gates" / "03_canary.json", stage)
+    relabel(forged, "canary.seam_positive", "NOT_RUN", "disabled",
+            "disabled by parameter seam.enabled = false")
+    reseal(forged)
+    res = receipt.verify(forged)
+    assert not res.ok
+    named = problems_naming(res, "canary.coreml_positive")
+    assert any("seam" in p for p in named), named

@@ -333,6 +333,7 @@ class SeamExecutor:
                     self._encode(conn, launch, prog, payload)
                 elif op == contract.OP_FREE and launch is not None:
                     launch.freed = True
+                    self._reply(conn, contract.STATUS_OK, b"")
                     return
                 else:
                     return

@@ -664,7 +664,7 @@ def seam_positive(ctx: StageContext, *, binary: Path, binary_sha256: str, audio:
                 pass  # the launch's init is refused in turn, and the evidence says why
             load_s = time.monotonic() - t0
             res, launch = seam_launch(ex, coreml_argv(binary, enc.model_arg, audio, language),
-                                      timeout=timeout)
+                                      timeout=timeout, output_floats=enc.output_floats)
             start_s = ex.started_s or 0.0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

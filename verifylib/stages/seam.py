@@ -20,7 +20,7 @@ from verifylib.canonical import read_json, sha256_file
 from verifylib.errors import PrerequisiteBroken
 from verifylib.evidence.layout import EVIDENCE_DIR, SEAM_SIDECAR, read_stage_file
 from verifylib.runtime import contracts
-from verifylib.runtime.contracts.seam import SEAM_SIDES
+from verifylib.runtime.contracts.seam import SEAM_OUTPUT_FLOATS_ENV, SEAM_SIDES
 from verifylib.runtime.runner import RunResult, run_whisper_cli
 from verifylib.stages.artifacts import (
     BUILD_STAGE,
@@ -125,6 +125,9 @@ class SeamEncoder:
         That artifact's tree digest as ``export.contract`` (or ``export.compile``) bound it.
     identity_key : str
         The identity its digest is bound to.
+    output_floats : int
+        ``n_audio_ctx * n_audio_state`` of the model file: whisper.cpp's encoder output
+        buffer, which the seam refuses to overrun (not part of the evidence record).
     """
 
     variant: str
@@ -134,6 +137,7 @@ class SeamEncoder:
     artifact: str
     tree_digest: str
     identity_key: str
+    output_floats: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Return the evidence record of the encoder.
@@ -174,10 +178,21 @@ def seam_encoder(ctx: StageContext, variant: str, scratch: Path) -> SeamEncoder:
     PrerequisiteBroken
         If the variant was not exported, or its artifact's bytes changed since.
     """
+    from dataclasses import replace
+
+    from verifylib.models.ggml_file import open_ggml
+
+    model, model_arg = published_model(ctx)
+    hp = open_ggml(model).hparams
+    enc = _seam_encoder(ctx, variant, scratch, model, model_arg)
+    return replace(enc, output_floats=int(hp["n_audio_ctx"]) * int(hp["n_audio_state"]))
+
+
+def _seam_encoder(ctx: StageContext, variant: str, scratch: Path, model: Path,
+                  model_arg: str) -> SeamEncoder:
     from verifylib.canonical import tree_digest
     from verifylib.models.seam_encoder import write_standin
 
-    model, model_arg = published_model(ctx)
     exported = exported_variant(ctx, variant)
     compiled = published_mlmodelc(ctx, variant)
     if variant == "fp32":
@@ -213,8 +228,8 @@ def seam_encoder(ctx: StageContext, variant: str, scratch: Path) -> SeamEncoder:
                        ".tree_digest")
 
 
-def seam_launch(executor: SeamExecutor, argv: Sequence[str], *, timeout: float
-                ) -> tuple[RunResult, SeamLaunch | None]:
+def seam_launch(executor: SeamExecutor, argv: Sequence[str], *, timeout: float,
+                output_floats: int = 0) -> tuple[RunResult, SeamLaunch | None]:
     """Launch a seam whisper-cli once under the runtime contract, with its executor.
 
     Parameters
@@ -226,6 +241,8 @@ def seam_launch(executor: SeamExecutor, argv: Sequence[str], *, timeout: float
         The whisper-cli command line (checked by :func:`run_whisper_cli`).
     timeout : float
         Seconds before the launch is killed.
+    output_floats : int
+        whisper.cpp's encoder output size for the launch's model (0: not told).
 
     Returns
     -------
@@ -234,6 +251,8 @@ def seam_launch(executor: SeamExecutor, argv: Sequence[str], *, timeout: float
         the executor, e.g. its ``init`` found no folder).
     """
     token, env = executor.launch_env()
+    if output_floats:
+        env[SEAM_OUTPUT_FLOATS_ENV] = str(output_floats)
     res = run_whisper_cli(list(argv), timeout=timeout, env_extra=env)
     return res, executor.launch(token)
 

@@ -66,6 +66,7 @@ from verifylib.stages.artifacts import (
 )
 from verifylib.stages.context import StageContext
 from verifylib.stages.seam import (
+    SeamEncoder,
     executor_record,
     seam_build,
     seam_encoder,
@@ -466,8 +467,8 @@ def seam_wer(ctx: StageContext, *, texts: list[ClipText], language: str,
                     ex.preload(enc.folder)
                 except SeamLoadRefused:
                     pass  # each launch's init is refused in turn; the evidence says why
-                clips = [_seam_clip(ctx, ex, binary, enc.model_arg, variant, t, language,
-                                    rules, timeout, refs) for t in texts]
+                clips = [_seam_clip(ctx, ex, binary, enc, t, language, rules, timeout, refs)
+                         for t in texts]
                 variants.append(SeamWerVariant(encoder=SeamEncoderRef.from_json(enc.to_json()),
                                                clips=tuple(clips)))
     finally:
@@ -479,14 +480,15 @@ def seam_wer(ctx: StageContext, *, texts: list[ClipText], language: str,
     return refs, ids
 
 
-def _seam_clip(ctx: StageContext, ex: Any, binary: Path, model_arg: str, variant: str,
-               t: ClipText, language: str, rules: Mapping[str, Any], timeout: float,
+def _seam_clip(ctx: StageContext, ex: Any, binary: Path, enc: SeamEncoder, t: ClipText,
+               language: str, rules: Mapping[str, Any], timeout: float,
                refs: list[EvidenceRef]) -> SeamWerClip:
     """One fixture through the seam with one variant: launch, score, store its streams."""
     sc = scoring_for(rules, t.language or language)
-    argv = [str(binary), "-m", model_arg, "-f", str(t.audio), "-t", "2",
+    variant = enc.variant
+    argv = [str(binary), "-m", enc.model_arg, "-f", str(t.audio), "-t", "2",
             *contracts.decoding_args(sc.language, **_pin(rules))]
-    res, launch = seam_launch(ex, argv, timeout=timeout)
+    res, launch = seam_launch(ex, argv, timeout=timeout, output_floats=enc.output_floats)
     raw = " ".join(res.stdout_text.split())
     text = sc.normalize(rules, raw)
     vs_ggml = sc.count(rules, t.ggml, text)

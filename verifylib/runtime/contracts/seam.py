@@ -66,6 +66,12 @@ SEAM_SOCKET_ENV = "VERIFYLIB_SEAM_SOCKET"
 SEAM_LAUNCH_ENV = "VERIFYLIB_SEAM_LAUNCH"
 """A token naming the launch, sent with ``init`` so the executor files its calls under it."""
 
+SEAM_OUTPUT_FLOATS_ENV = "VERIFYLIB_SEAM_OUTPUT_FLOATS"
+"""The size of whisper.cpp's encoder output buffer (``n_audio_ctx * n_audio_state`` of the
+launch's model), handed to a seam launch: a reply larger than that ends the launch as a
+lost executor before a byte is copied. Apple's implementation copies ``output.count``
+floats unchecked (docs/runtime-contract.md §4.2); the seam refuses the overrun."""
+
 SEAM_IO_TIMEOUT_S = 900
 """Seconds the seam waits on its executor for one reply before it declares it lost."""
 
@@ -187,6 +193,7 @@ def c_header() -> str:
         "VLS_EXECUTOR_LOST": s(SEAM_EXECUTOR_LOST),
         "VLS_EXIT_EXECUTOR_LOST": str(SEAM_EXIT_EXECUTOR_LOST),
         "VLS_SOCKET_ENV": s(SEAM_SOCKET_ENV), "VLS_LAUNCH_ENV": s(SEAM_LAUNCH_ENV),
+        "VLS_OUTPUT_FLOATS_ENV": s(SEAM_OUTPUT_FLOATS_ENV),
         "VLS_IO_TIMEOUT_S": str(SEAM_IO_TIMEOUT_S),
         "VLS_OP_LOAD": s(OP_LOAD.decode()), "VLS_OP_ENCODE": s(OP_ENCODE.decode()),
         "VLS_OP_FREE": s(OP_FREE.decode()), "VLS_STATUS_OK": str(STATUS_OK),

@@ -36,6 +36,7 @@
 struct whisper_coreml_context {
     int fd;
     long calls;
+    unsigned long long max_floats;  // 0: not told (then only the reply's own count decides)
 };
 
 namespace {
@@ -242,12 +243,17 @@ struct whisper_coreml_context * whisper_coreml_init(const char * path_model) {
     auto * ctx = new whisper_coreml_context;
     ctx->fd = fd;
     ctx->calls = 0;
+    const char * cap = getenv(VLS_OUTPUT_FLOATS_ENV);
+    ctx->max_floats = cap ? strtoull(cap, nullptr, 10) : 0;
     return ctx;
 }
 
 void whisper_coreml_free(struct whisper_coreml_context * ctx) {
     if (ctx == nullptr) return;
-    send_request(ctx->fd, VLS_OP_FREE, {});
+    // Waits for the executor's acknowledgement, so its record is complete when we exit.
+    uint32_t status = 1;
+    uint64_t len = 0;
+    if (send_request(ctx->fd, VLS_OP_FREE, {})) recv_head(ctx->fd, &status, &len);
     close(ctx->fd);
     say(VLS_FREED, std::to_string(ctx->calls) + " encode call(s)");
     delete ctx;
@@ -280,8 +286,14 @@ void whisper_coreml_encode(const whisper_coreml_context * ctx, int64_t n_ctx, in
     if (len % sizeof(float) != 0) executor_lost(call, "reply is not whole float32 values");
     size_t count = (size_t) (len / sizeof(float));
     // As Apple's implementation does, the output's own element count decides the copy
-    // (src/coreml/whisper-encoder.mm: memcpy of output.count floats); the executor
-    // refuses an output that is not the contract's shape before anything is sent.
+    // (src/coreml/whisper-encoder.mm: memcpy of output.count floats). Unlike it, a reply
+    // larger than whisper.cpp's encoder buffer (its size handed over by the stage, which
+    // read the model's n_audio_ctx * n_audio_state) is refused before a byte is copied.
+    if (c->max_floats != 0 && count > c->max_floats) {
+        errno = 0;
+        executor_lost(call, "reply of " + std::to_string(count) + " floats is larger than "
+                      "whisper.cpp's encoder output of " + std::to_string(c->max_floats));
+    }
     if (!recv_all(c->fd, out, count * sizeof(float))) executor_lost(call, "short reply");
     std::string out_sha = sha256_hex(out, count * sizeof(float));
     char line[512];
