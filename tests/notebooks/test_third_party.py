@@ -9,6 +9,11 @@ file exactly as other tools write one (``model: {kind: ggml, path, language}``,
 ``verifylib verify``. The plain encoder is audited beside the f16 file (and beside the
 other model's, stages 01-02); the ``--optimize-ane`` one beside the f16 and the q5_0 file,
 so the quantized file's checks are that audit's.
+
+Each of those audits also runs whisper.cpp's Core ML path through verifylib's seam
+(docs/runtime-contract.md §11) on the upstream encoder's own program: on Linux, where no
+``coremlc`` runs, a stand-in names the published ``.mlpackage`` and the executor runs that
+package's program (tests/helpers/seam_checks.py).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
+from tests.helpers.seam_checks import assert_seam_positive, assert_seam_wer
 from verifylib import canonical
 
 pytestmark = [pytest.mark.physical, pytest.mark.notebook]
@@ -126,6 +132,17 @@ def test_upstream_fp16_encoder_with_our_f16_file(f16_audit):
     assert ver.returncode == 0, ver.stdout + ver.stderr
 
 
+def test_upstream_fp16_encoder_runs_through_the_seam_on_its_package(f16_audit, f16_given):
+    """canary.seam_positive and wer.seam ran whisper.cpp's Core ML path on upstream's plain
+    fp16 package itself (a stand-in names it; no coremlc on Linux): the program the executor
+    loaded hashes to the digest of what was given, and it served every encode call."""
+    _, run_dir, _, _ = f16_audit
+    digest = f16_given[2]
+    assert canonical.tree_digest(run_dir / "fp32" / "ggml-model-encoder.mlpackage") == digest
+    assert_seam_positive(run_dir, kind="standin", digest=digest)
+    assert_seam_wer(run_dir, kind="standin", digest=digest, fixtures=["jfk"])
+
+
 @pytest.fixture(scope="module", params=["f16", "q5_0"])
 def ane_audit(request, tmp_path_factory, files, upstream_encoders):
     """Upstream's ``--optimize-ane`` encoder beside our f16 file and beside its q5_0."""
@@ -187,8 +204,23 @@ def test_upstream_ane_encoder_audits_incomplete_with_its_layers_read(ane_audit):
     assert not [c for c in claims if c["status"] == "DIFFERS"], claims
 
 
+def test_upstream_ane_encoder_runs_through_the_seam_on_its_package(ane_audit,
+                                                                   upstream_encoders):
+    """The ``--optimize-ane`` program (its 1x1 convs, einsums and splits) executed by the
+    seam in whisper.cpp's Core ML path, beside the f16 file and beside the q5_0 one (whose
+    -m whisper.cpp strips of its ``-q5_0`` to derive the same encoder folder)."""
+    ftype, (_, run_dir, _, _) = ane_audit
+    digest = canonical.tree_digest(upstream_encoders.paths["ane"])
+    assert canonical.tree_digest(run_dir / "fp32" / "ggml-model-encoder.mlpackage") == digest
+    doc = assert_seam_positive(run_dir, kind="standin", digest=digest)
+    model = "ggml-model-q5_0.bin" if ftype == "q5_0" else "ggml-model.bin"
+    assert doc["encoder"]["model_arg"].endswith(f"/{model}"), doc["encoder"]
+    assert_seam_wer(run_dir, kind="standin", digest=digest, fixtures=["jfk"])
+
+
 def test_a_mismatched_pair_is_rejected(tmp_path, files, upstream_encoders):
-    # export.pair is stage 02's: the later stages would add nothing this test reads.
+    # export.pair is stage 02's: the later stages would add nothing this test reads (the
+    # seam gates of stages 03 and 05 included: they are not run here).
     res, run_dir, receipt, gates = _audit(tmp_path, "mismatch", files["other"],
                                           upstream_encoders.paths["plain"], canary=False,
                                           stages=("01_build", "02_export"))

@@ -8,8 +8,11 @@ patched build exits 3 with both Core ML failure markers, the unpatched one dies 
 signal, its AddressSanitizer build reports the bad free); the positive path (exit 0,
 ``COREML = 1``, one load, the seam's encode lines equal to the executor's record and to
 whisper.cpp's own run count, the jfk transcript) for a stand-in and for a compiled-model
-folder; every refusal of ``init``; and an executor lost mid-encode (exit 70, promptly).
-The contract's pure parts are tests/unit/test_seam_contract.py.
+folder; every refusal of ``init``; an executor lost mid-encode (exit 70, promptly); and a
+reply larger than whisper.cpp's encoder buffer, refused before a byte is copied when the
+launch is told the buffer's size (exit 70; no AddressSanitizer report), while a launch told
+the right size still transcribes. The contract's pure parts are
+tests/unit/test_seam_contract.py.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import select
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +31,14 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.compiled_models import compiled_folder
 from tests.helpers.model_data import JFK_TEXT, normalize
+from verifylib.models.ggml_file import open_ggml
 from verifylib.models.ggml_writer import write_ggml_model
 from verifylib.models.seam_encoder import write_standin
 from verifylib.numerics.seam_executor import SeamExecutor
 from verifylib.runtime import contracts, sanitizer
 from verifylib.runtime.contracts import seam
 from verifylib.runtime.runner import RunResult, run_record, run_whisper_cli
+from verifylib.stages.seam import seam_launch
 from verifylib.whispercpp import build
 
 RUNS = 3
@@ -163,11 +167,8 @@ def assert_transcribed(res: RunResult, ex: SeamExecutor, token: str):
 
     rec = ex.launch(token)
     assert rec is not None and rec.token == token and rec.loaded and rec.refusal is None
-    # ``free`` sends FREE and closes without waiting for an answer: the executor's thread
-    # files it as soon as it reads it, which may be just after the child has exited.
-    deadline = time.monotonic() + 10
-    while not rec.freed and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # ``free`` waits for the executor's acknowledgement of FREE, which it sends after
+    # filing it: the record is complete by the time the launch has returned.
     assert rec.freed
     (loaded,) = seam_lines(res, seam.SEAM_LOADED)
     assert rec.program["digest"] in loaded
@@ -455,3 +456,128 @@ def test_executor_process_dying_mid_encode_ends_the_launch(seam_patched, standin
             shutil.rmtree(Path(env[seam.SEAM_SOCKET_ENV]).parent, ignore_errors=True)
     assert "server: encode received, exiting" in server.stderr.read()
     assert assert_lost(res) == "connection closed during encode #1"
+
+
+# ----------------------------------------------------------------------------- overflow
+
+ENCODER_OUTPUT = 1500 * 384
+"""tiny.en's ``n_audio_ctx * n_audio_state``: whisper.cpp's encoder output buffer, in floats."""
+
+OVERSIZED = (1, 1500, 512)
+"""A reply of the right ``n_ctx/2`` (so the executor sends it) but a wider state: 768000
+floats into whisper.cpp's 576000."""
+
+
+def _oversized(program, mel):
+    return np.zeros(OVERSIZED, np.float32)
+
+
+def overflow_reason(count: int, cap: int) -> str:
+    """The seam's reason, exactly as its C++ spells it, for a reply of ``count`` floats."""
+    return (f"reply of {count} floats is larger than whisper.cpp's encoder output of {cap} "
+            f"during encode #1")
+
+
+@pytest.fixture(scope="module")
+def output_floats(tiny_en_ggml) -> int:
+    """The size as the stage hands it: read from the model file's hyperparameters."""
+    hp = open_ggml(tiny_en_ggml).hparams
+    floats = int(hp["n_audio_ctx"]) * int(hp["n_audio_state"])
+    assert floats == ENCODER_OUTPUT
+    return floats
+
+
+def assert_overflow_refused(res: RunResult, count: int, cap: int) -> None:
+    """Exit 70 promptly with the seam's one overflow line, nothing copied back."""
+    assert assert_lost(res) == overflow_reason(count, cap)
+    line = ("verifylib-seam: executor lost: reply of "
+            f"{count} floats is larger than whisper.cpp's encoder output of {cap} "
+            "during encode #1")
+    assert res.stderr_text.splitlines().count(line) == 1, res.stderr_text[-3000:]
+    assert seam_lines(res, seam.SEAM_FREED) == []  # the launch ended inside encode
+
+
+def assert_sent_not_freed(rec, shape: tuple[int, ...]) -> None:
+    """The executor's record: it ran and sent the one output; the seam never freed."""
+    assert rec is not None and rec.loaded and not rec.freed
+    (call,) = rec.calls
+    assert call.refused is None and call.output_shape == shape
+    assert call.output_sha256 is not None
+
+
+@pytest.mark.physical
+def test_a_reply_larger_than_the_encoder_buffer_is_refused(seam_patched, standin_model,
+                                                          output_floats, jfk_wav):
+    argv = contracts.coreml_argv(seam_patched.binary, standin_model, jfk_wav, "en")
+    with SeamExecutor(execute=_oversized) as ex:
+        res, rec = seam_launch(ex, argv, timeout=RUN_TIMEOUT_S, output_floats=output_floats)
+    assert_overflow_refused(res, int(np.prod(OVERSIZED)), ENCODER_OUTPUT)
+    assert_sent_not_freed(rec, OVERSIZED)
+
+
+@pytest.mark.physical
+def test_a_reply_larger_than_the_encoder_buffer_under_asan_has_no_report(
+        seam_unpatched_asan, standin_model, output_floats, jfk_wav):
+    # The refusal comes before the copy: the instrumented build sees no overrun at all.
+    with SeamExecutor(execute=_oversized) as ex:
+        token, env = ex.launch_env()
+        res = launch(seam_unpatched_asan.binary, standin_model, jfk_wav,
+                     {**env, seam.SEAM_OUTPUT_FLOATS_ENV: str(output_floats),
+                      **sanitizer.sanitizer_env()})
+        rec = ex.launch(token)
+    assert sanitizer.parse_report(res.stderr) is None, res.stderr_text[-3000:]
+    assert "AddressSanitizer" not in res.stderr_text
+    assert_overflow_refused(res, int(np.prod(OVERSIZED)), ENCODER_OUTPUT)
+    assert_sent_not_freed(rec, OVERSIZED)
+
+
+@pytest.mark.physical
+def test_untold_the_asan_seam_overruns_the_encoder_buffer(seam_unpatched_asan, standin_model,
+                                                          jfk_wav):
+    # The control: without the size the seam copies the reply's own count, as Apple's
+    # implementation does, and AddressSanitizer catches the write past the buffer.
+    with SeamExecutor(execute=_oversized) as ex:
+        token, env = ex.launch_env()
+        res = launch(seam_unpatched_asan.binary, standin_model, jfk_wav,
+                     {**env, **sanitizer.sanitizer_env()})
+    report = sanitizer.parse_report(res.stderr)
+    assert report is not None and report.tool == "AddressSanitizer", \
+        res.describe() + res.stderr_text[-3000:]
+    assert "heap-buffer-overflow" in report.kind, report
+    assert not seam_lines(res, seam.SEAM_EXECUTOR_LOST)
+    assert res.returncode == 1 and res.signal is None
+
+
+@pytest.mark.physical
+@pytest.mark.parametrize("side", ["patched", "asan"])
+def test_told_the_right_size_a_launch_transcribes(side, seam_patched, seam_unpatched_asan,
+                                                  standin_model, executor, output_floats,
+                                                  jfk_wav):
+    # The reply is exactly the buffer (the bound is ``>``, not ``>=``).
+    build_ = seam_patched if side == "patched" else seam_unpatched_asan
+    executor.preload(encoder_path(standin_model))
+    if side == "patched":
+        argv = contracts.coreml_argv(build_.binary, standin_model, jfk_wav, "en")
+        res, rec = seam_launch(executor, argv, timeout=RUN_TIMEOUT_S,
+                               output_floats=output_floats)
+        assert rec is not None
+        token = rec.token
+    else:
+        token, env = executor.launch_env()
+        res = launch(build_.binary, standin_model, jfk_wav,
+                     {**env, seam.SEAM_OUTPUT_FLOATS_ENV: str(output_floats),
+                      **sanitizer.sanitizer_env()})
+        assert sanitizer.parse_report(res.stderr) is None, res.stderr_text[-3000:]
+    rec = assert_transcribed(res, executor, token)
+    assert all(c.output_shape == (1, 1500, 384) for c in rec.calls)
+
+
+@pytest.mark.physical
+def test_told_one_float_less_the_same_launch_is_refused(seam_patched, standin_model, executor,
+                                                        output_floats, jfk_wav):
+    # The size is read on the ordinary path too: one float short, the right reply is refused.
+    argv = contracts.coreml_argv(seam_patched.binary, standin_model, jfk_wav, "en")
+    res, rec = seam_launch(executor, argv, timeout=RUN_TIMEOUT_S,
+                           output_floats=output_floats - 1)
+    assert_overflow_refused(res, ENCODER_OUTPUT, ENCODER_OUTPUT - 1)
+    assert_sent_not_freed(rec, (1, 1500, 384))

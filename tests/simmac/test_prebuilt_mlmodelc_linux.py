@@ -21,6 +21,11 @@ The same audit of that folder zipped as upstream ships it (``encoder.path`` nami
 ``ggml-tiny.en-encoder.mlmodelc.zip``) ends with the same gates, statuses and card: only
 the zip's record and digest are added, and ``verify`` holds the published folder against
 the files the zip listed.
+
+Both audits run whisper.cpp's Core ML path through verifylib's seam (docs/runtime-contract.md
+§11) on the given compiled model itself: the seam's ``init`` reads the placed folder's
+``model.mil`` and ``weights/weight.bin`` (kind ``mlmodelc``, no stand-in), for
+``canary.seam_positive`` and for ``wer.seam`` (tests/helpers/seam_checks.py).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import shutil
 import pytest
 
 from tests.helpers.prebuilt_inputs import audit_params, gate_records, given_files
+from tests.helpers.seam_checks import assert_seam_positive, assert_seam_wer
 from verifylib import canonical
 from verifylib.canonical import sha256_file
 from verifylib.evidence import gates, receipt
@@ -135,6 +141,21 @@ def test_what_linux_can_run_runs(linux_run):
     assert "audited as given" in recs["export.contract"]["reason"]["detail"]
     assert not (linux_run / "fp32/ggml-model-encoder.mlpackage").exists()
     assert (linux_run / SLOT / "model.mil").is_file()
+
+
+def test_the_seam_runs_the_given_compiled_model(linux_run, downloads):
+    """canary.seam_positive and wer.seam loaded the placed .mlmodelc's own model.mil (the
+    program export.pair read), tree digest that of the folder given, and served its encode
+    calls."""
+    given, _, _ = downloads
+    digest = canonical.tree_digest(given.encoder)
+    assert canonical.tree_digest(linux_run / SLOT) == digest
+    doc = assert_seam_positive(linux_run, kind="mlmodelc", digest=digest)
+    pair = canonical.read_json(linux_run / "evidence/02_export/pair.json")
+    src = pair["program_source"]
+    assert doc["executor"]["program"]["source"] == \
+        {k: src[k] for k in ("model_mil_sha256", "weight_bin_sha256")}
+    assert_seam_wer(linux_run, kind="mlmodelc", digest=digest, fixtures=["jfk"])
 
 
 def test_verdict_is_incomplete_and_verify_accepts_it(linux_run):
@@ -249,10 +270,17 @@ def test_the_zip_audits_to_the_same_gates_as_the_folder(linux_run, zipped):
     assert set(folder) == set(zip_)
     assert {g: (r["status"], r["reason"]["kind"]) for g, r in zip_.items()} == \
         {g: (r["status"], r["reason"]["kind"]) for g, r in folder.items()}
-    # Each run names its own folder; apart from that, every reason but the contract's
-    # (which names what was given) is word for word the folder's.
-    differ = [g for g in folder if folder[g]["reason"]["detail"].replace(str(linux_run), "RUN")
-              != zip_[g]["reason"]["detail"].replace(str(run), "RUN")]
+    # Each run names its own folder, and canary.seam_positive's PASS ends with its launch's
+    # measured times (as canary.coreml_positive's does); apart from that, every reason but
+    # the contract's (which names what was given) is word for word the folder's.
+    timed = re.compile(r" \(wall [0-9.]+ s, encode [0-9.]+ ms\)$")
+
+    def said(recs, g, run_dir):
+        detail = recs[g]["reason"]["detail"].replace(str(run_dir), "RUN")
+        return timed.sub(" (wall W s, encode E ms)", detail) \
+            if g == "canary.seam_positive" else detail
+    assert timed.search(zip_["canary.seam_positive"]["reason"]["detail"])
+    differ = [g for g in folder if said(folder, g, linux_run) != said(zip_, g, run)]
     assert differ == ["export.contract"], differ
     assert zip_["export.contract"]["status"] == "PASS"
     assert ".mlmodelc.zip audited as given (zip sha256 " in \
@@ -287,6 +315,16 @@ def test_the_zip_adds_its_record_beside_the_same_card_and_tree(linux_run, zipped
     assert ids_b == ids_a
     assert not list((run / "fp32").glob(".*"))  # the staging folder is gone
     assert sorted(p.name for p in zp.parent.iterdir()) == [zp.name]  # nothing beside the zip
+
+
+def test_the_seam_runs_the_compiled_model_the_zip_held(zipped, downloads):
+    """The unpacked zip, placed at the derived path, is what the seam's init read: kind
+    mlmodelc, the given folder's tree digest, for the canary and for every WER clip."""
+    run, _ = zipped
+    given, _, _ = downloads
+    digest = canonical.tree_digest(given.encoder)
+    assert_seam_positive(run, kind="mlmodelc", digest=digest)
+    assert_seam_wer(run, kind="mlmodelc", digest=digest, fixtures=["jfk"])
 
 
 def test_verify_holds_the_published_folder_against_the_zip(zipped, tmp_path):

@@ -137,6 +137,7 @@ def test_c_header_defines_every_marker_as_the_module_spells_it():
                "VLS_ENCODE": seam.SEAM_ENCODE, "VLS_FREED": seam.SEAM_FREED,
                "VLS_EXECUTOR_LOST": seam.SEAM_EXECUTOR_LOST,
                "VLS_SOCKET_ENV": seam.SEAM_SOCKET_ENV, "VLS_LAUNCH_ENV": seam.SEAM_LAUNCH_ENV,
+               "VLS_OUTPUT_FLOATS_ENV": seam.SEAM_OUTPUT_FLOATS_ENV,
                "VLS_OP_LOAD": seam.OP_LOAD.decode(), "VLS_OP_ENCODE": seam.OP_ENCODE.decode(),
                "VLS_OP_FREE": seam.OP_FREE.decode()}
     numbers = {"VLS_EXIT_EXECUTOR_LOST": seam.SEAM_EXIT_EXECUTOR_LOST,
@@ -176,8 +177,17 @@ def test_the_cpp_source_uses_the_header_not_its_own_strings():
     assert used <= set(_defines(seam.c_header())), used - set(_defines(seam.c_header()))
     for name in ("VLS_BANNER", "VLS_LOADED", "VLS_REFUSED", "VLS_ENCODE", "VLS_FREED",
                  "VLS_EXECUTOR_LOST", "VLS_EXIT_EXECUTOR_LOST", "VLS_SOCKET_ENV",
-                 "VLS_LAUNCH_ENV"):
+                 "VLS_LAUNCH_ENV", "VLS_OUTPUT_FLOATS_ENV", "VLS_OP_FREE", "VLS_STATUS_OK"):
         assert name in used, name
+    # The buffer's size is read from the environment once, in init, by the header's name.
+    assert cpp.count("getenv(VLS_OUTPUT_FLOATS_ENV)") == 1
+
+
+def test_the_launch_environment_names_are_distinct_and_the_seams():
+    names = (seam.SEAM_SOCKET_ENV, seam.SEAM_LAUNCH_ENV, seam.SEAM_OUTPUT_FLOATS_ENV)
+    assert seam.SEAM_OUTPUT_FLOATS_ENV == "VERIFYLIB_SEAM_OUTPUT_FLOATS"
+    assert len(set(names)) == 3
+    assert all(n.startswith("VERIFYLIB_SEAM_") and n.isupper() for n in names)
 
 
 # ----------------------------------------------------------------------------- the sources
@@ -302,3 +312,38 @@ def test_a_seam_variant_links_the_ggml_variants_ggml(seam_variant, ggml_variant,
     assert seam_ggml == ggml_options(ggml_variant, effective_options(ggml_variant, user))
     # Neither the seam's attach file nor its digest reaches ggml's own configure.
     assert not {"CMAKE_PROJECT_INCLUDE", "VERIFYLIB_SEAM_SHA256"} & set(seam_ggml)
+
+
+# ----------------------------------------------------------------------------- the stage's launch
+
+class _FakeExecutor:
+    """What :func:`verifylib.stages.seam.seam_launch` asks of an executor, no socket."""
+
+    def __init__(self):
+        self.env = {seam.SEAM_SOCKET_ENV: "/nowhere/sock", seam.SEAM_LAUNCH_ENV: "tok"}
+
+    def launch_env(self):
+        return "tok", dict(self.env)
+
+    def launch(self, token):
+        return f"record of {token}"
+
+
+@pytest.mark.parametrize("floats,told", [(1500 * 384, "576000"), (0, None)])
+def test_seam_launch_hands_the_encoder_output_size(monkeypatch, floats, told):
+    from verifylib.stages import seam as stage
+
+    seen = {}
+
+    def run(argv, *, timeout, env_extra):
+        seen.update(argv=argv, timeout=timeout, env=dict(env_extra))
+        return "result"
+
+    monkeypatch.setattr(stage, "run_whisper_cli", run)
+    ex = _FakeExecutor()
+    out = stage.seam_launch(ex, ("whisper-cli", "-m", "m"), timeout=7, output_floats=floats)
+    assert out == ("result", "record of tok")
+    assert seen["argv"] == ["whisper-cli", "-m", "m"] and seen["timeout"] == 7
+    # The launch's own variables are kept; the size is added only when it is known.
+    assert {k: v for k, v in seen["env"].items() if k != seam.SEAM_OUTPUT_FLOATS_ENV} == ex.env
+    assert seen["env"].get(seam.SEAM_OUTPUT_FLOATS_ENV) == told

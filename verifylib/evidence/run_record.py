@@ -147,6 +147,8 @@ class SeamExecutorRecord(Schema, kw_only=True):
         The launch's token.
     folder : str
         The path the seam's ``init`` sent.
+    output_floats : int
+        whisper.cpp's encoder output size the launch was told (0: not told).
     loaded : bool
         Whether a program was loaded.
     refusal : str or None
@@ -161,6 +163,7 @@ class SeamExecutorRecord(Schema, kw_only=True):
 
     token: str = field(string)
     folder: str = field(string)
+    output_floats: int = field(integer)
     loaded: bool = field(boolean)
     refusal: str | None = field(string_or_null)
     program: SeamProgramRef | None = field(nullable(SeamProgramRef.from_json))

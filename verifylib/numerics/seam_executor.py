@@ -99,6 +99,9 @@ class SeamLaunch:
         The launch's token.
     folder : str
         The path ``init`` received.
+    output_floats : int
+        whisper.cpp's encoder output size the launch was told (0: not told); a larger
+        output is refused.
     loaded : bool
         True when a program was loaded (``init`` returned a context).
     refusal : str or None
@@ -113,6 +116,7 @@ class SeamLaunch:
 
     token: str
     folder: str
+    output_floats: int = 0
     loaded: bool = False
     refusal: str | None = None
     program: dict[str, Any] | None = None
@@ -126,12 +130,14 @@ class SeamLaunch:
         -------
         dict
         """
-        return {"token": self.token, "folder": self.folder, "loaded": self.loaded,
+        return {"token": self.token, "folder": self.folder,
+                "output_floats": self.output_floats, "loaded": self.loaded,
                 "refusal": self.refusal, "program": self.program,
                 "calls": [c.to_json() for c in self.calls], "freed": self.freed}
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+def _recv_exact(conn: socket.socket, n: int) -> bytearray | None:
+    # A bytearray: the mel read from it is a writable array, which torch takes as is.
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -140,10 +146,10 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
         if k == 0:
             return None
         got += k
-    return bytes(buf)
+    return buf
 
 
-def _strings(payload: bytes, count: int) -> list[str]:
+def _strings(payload: bytes | bytearray, count: int) -> list[str]:
     out, pos = [], 0
     for _ in range(count):
         (n,) = struct.unpack_from("<I", payload, pos)
@@ -298,50 +304,58 @@ class SeamExecutor:
             conn.sendall(payload)
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._converse(conn)
+        except OSError:
+            pass  # the launch ended first (it refused a reply, or died): its record says so
+        finally:
+            conn.close()
+
+    def _converse(self, conn: socket.socket) -> None:
         launch: SeamLaunch | None = None
         prog: Any = None
-        with conn:
-            while True:
-                head = _recv_exact(conn, _HEAD.size)
-                if head is None:
+        while True:
+            head = _recv_exact(conn, _HEAD.size)
+            if head is None:
+                return
+            op, n = _HEAD.unpack(head)
+            if op == contract.OP_ENCODE:
+                payload = bytearray() if n == 0 else _recv_exact(conn, n)
+            elif n > contract.MAX_PATH_BYTES + 4096:
+                return  # not a seam: drop the connection
+            else:
+                payload = bytearray() if n == 0 else _recv_exact(conn, n)
+            if payload is None:
+                return
+            if op == contract.OP_LOAD:
+                token, folder = _strings(payload, 2)
+                (cap,) = struct.unpack_from("<Q", payload, len(payload) - 8)
+                launch = SeamLaunch(token=token, folder=folder, output_floats=int(cap))
+                with self._lock:
+                    self._launches[token] = launch
+                try:
+                    prog = self._program(folder)
+                except Exception as exc:  # every refusal is init's NULL, said why
+                    launch.refusal = str(exc)
+                    self._reply(conn, contract.STATUS_REFUSED, str(exc).encode())
                     return
-                op, n = _HEAD.unpack(head)
-                if op == contract.OP_ENCODE:
-                    payload = b"" if n == 0 else _recv_exact(conn, n)
-                elif n > contract.MAX_PATH_BYTES + 4096:
-                    return  # not a seam: drop the connection
-                else:
-                    payload = b"" if n == 0 else _recv_exact(conn, n)
-                if payload is None:
-                    return
-                if op == contract.OP_LOAD:
-                    token, folder = _strings(payload, 2)
-                    launch = SeamLaunch(token=token, folder=folder)
-                    with self._lock:
-                        self._launches[token] = launch
-                    try:
-                        prog = self._program(folder)
-                    except Exception as exc:  # every refusal is init's NULL, said why
-                        launch.refusal = str(exc)
-                        self._reply(conn, contract.STATUS_REFUSED, str(exc).encode())
-                        return
-                    launch.loaded = True
-                    launch.program = {"kind": prog.kind, "digest": prog.digest,
-                                      "source": dict(prog.source)}
-                    self._reply(conn, contract.STATUS_OK, prog.describe().encode())
-                elif op == contract.OP_ENCODE and launch is not None and prog is not None:
-                    self._encode(conn, launch, prog, payload)
-                elif op == contract.OP_FREE and launch is not None:
-                    launch.freed = True
-                    self._reply(conn, contract.STATUS_OK, b"")
-                    return
-                else:
-                    return
+                launch.loaded = True
+                launch.program = {"kind": prog.kind, "digest": prog.digest,
+                                  "source": dict(prog.source)}
+                self._reply(conn, contract.STATUS_OK, prog.describe().encode())
+            elif op == contract.OP_ENCODE and launch is not None and prog is not None:
+                self._encode(conn, launch, prog, payload)
+            elif op == contract.OP_FREE and launch is not None:
+                launch.freed = True
+                self._reply(conn, contract.STATUS_OK, b"")
+                return
+            else:
+                return
 
     def _encode(self, conn: socket.socket, launch: SeamLaunch, prog: Any,
-                payload: bytes) -> None:
+                payload: bytearray) -> None:
         n_ctx, n_mel = struct.unpack_from("<qq", payload, 0)
-        raw = payload[16:]
+        raw = memoryview(payload)[16:]
         index = len(launch.calls) + 1
         in_sha = hashlib.sha256(raw).hexdigest()
         want = prog.input_shape
@@ -357,6 +371,9 @@ class SeamExecutor:
             out = np.ascontiguousarray(self._execute(prog, mel), dtype=np.float32)
             why = None if out.ndim == 3 and out.shape[0] == 1 and 2 * out.shape[1] == n_ctx \
                 else f"output {list(out.shape)} is not [1, n_ctx/2, n_state] for n_ctx {n_ctx}"
+            if why is None and launch.output_floats and out.size > launch.output_floats:
+                why = (f"output of {out.size} floats is larger than whisper.cpp's encoder "
+                       f"output of {launch.output_floats}")
         except Exception as exc:  # the launch is told, and the evidence says why
             why = f"execution failed: {type(exc).__name__}: {exc}"
         seconds = time.monotonic() - t0

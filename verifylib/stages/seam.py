@@ -199,14 +199,21 @@ def _seam_encoder(ctx: StageContext, variant: str, scratch: Path, model: Path,
         placed = audited_encoder(ctx)  # its digest checked again
         if placed.format == "mlmodelc":
             compiled = placed.path
-    if compiled is not None and Path(contracts.coreml_encoder_path(model_arg)) == compiled:
-        rel = str(compiled.relative_to(ctx.run_dir))
-        return SeamEncoder(variant, model_arg, str(compiled), "mlmodelc", rel,
-                           tree_digest(compiled), f"artifact.{variant}.mlmodelc.tree_digest")
-    package = ctx.run_dir / exported["path"]
-    if not package.is_dir() or tree_digest(package) != exported["tree_digest"]:
-        raise PrerequisiteBroken(f"{package} is not the {variant} encoder export.contract "
-                                 "placed")
+    if compiled is not None:
+        # A compiled model (given, or compiled by coremlc on a Mac): the seam reads its
+        # model.mil, where it sits beside the model, else through a link in the scratch.
+        rel, digest = str(compiled.relative_to(ctx.run_dir)), tree_digest(compiled)
+        key = f"artifact.{variant}.mlmodelc.tree_digest"
+        if Path(contracts.coreml_encoder_path(model_arg)) == compiled:
+            return SeamEncoder(variant, model_arg, str(compiled), "mlmodelc", rel, digest, key)
+        source, kind = compiled, "mlmodelc"
+    else:
+        source, kind = ctx.run_dir / exported["path"], "standin"
+        rel, digest = exported["path"], exported["tree_digest"]
+        key = f"artifact.{variant}.mlpackage.tree_digest"
+        if not source.is_dir() or tree_digest(source) != digest:
+            raise PrerequisiteBroken(f"{source} is not the {variant} encoder export.contract "
+                                     "placed")
     folder = scratch / variant
     folder.mkdir(parents=True, exist_ok=True)
     arg = folder / model.name
@@ -215,17 +222,11 @@ def _seam_encoder(ctx: StageContext, variant: str, scratch: Path, model: Path,
     except OSError:
         shutil.copyfile(model, arg)
     derived = contracts.coreml_encoder_path(str(arg))
-    if package.name.endswith(".mlmodelc"):
-        # A compiled model whose folder does not sit at the run's derived path: linked.
-        os.symlink(package, derived)
-        kind = "mlmodelc"
+    if kind == "mlmodelc":
+        os.symlink(source, derived)
     else:
-        write_standin(package, derived)
-        kind = "standin"
-    return SeamEncoder(variant, str(arg), derived, kind, exported["path"],
-                       exported["tree_digest"],
-                       f"artifact.{variant}.{'mlmodelc' if kind == 'mlmodelc' else 'mlpackage'}"
-                       ".tree_digest")
+        write_standin(source, derived)
+    return SeamEncoder(variant, str(arg), derived, kind, rel, digest, key)
 
 
 def seam_launch(executor: SeamExecutor, argv: Sequence[str], *, timeout: float,

@@ -87,7 +87,8 @@ STANDIN_KIND = "verifylib-seam-standin/1"
 # Wire protocol: a request is a 4-byte opcode, a little-endian u64 payload length and the
 # payload; a reply is a u32 status (0 ok), a u64 length and the payload.
 OP_LOAD = b"LOAD"
-"""Payload: u32 token length, token, u32 path length, path (UTF-8)."""
+"""Payload: u32 token length, token, u32 path length, path (UTF-8), u64 output floats (the
+launch's :data:`SEAM_OUTPUT_FLOATS_ENV`, 0 when not given)."""
 
 OP_ENCODE = b"ENCD"
 """Payload: i64 n_ctx, i64 n_mel, then n_ctx * n_mel float32 (the mel, row-major)."""

@@ -221,7 +221,11 @@ struct whisper_coreml_context * whisper_coreml_init(const char * path_model) {
     }
     const char * token = getenv(VLS_LAUNCH_ENV);
     std::string tok = token ? token : "";
-    if (!send_request(fd, VLS_OP_LOAD, {bytes_of(tok), bytes_of(path_model)})) {
+    const char * cap = getenv(VLS_OUTPUT_FLOATS_ENV);
+    unsigned long long max_floats = cap ? strtoull(cap, nullptr, 10) : 0;
+    std::vector<char> cap_bytes(sizeof max_floats);
+    memcpy(cap_bytes.data(), &max_floats, sizeof max_floats);
+    if (!send_request(fd, VLS_OP_LOAD, {bytes_of(tok), bytes_of(path_model), cap_bytes})) {
         say(VLS_REFUSED, std::string("executor closed before the load: ") + strerror(errno));
         close(fd);
         return nullptr;
@@ -243,8 +247,7 @@ struct whisper_coreml_context * whisper_coreml_init(const char * path_model) {
     auto * ctx = new whisper_coreml_context;
     ctx->fd = fd;
     ctx->calls = 0;
-    const char * cap = getenv(VLS_OUTPUT_FLOATS_ENV);
-    ctx->max_floats = cap ? strtoull(cap, nullptr, 10) : 0;
+    ctx->max_floats = max_floats;
     return ctx;
 }
 
