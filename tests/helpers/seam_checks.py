@@ -40,22 +40,34 @@ def _cites(rec: dict, relpath: str) -> bool:
     return any(e["path"] == relpath for e in rec["evidence"])
 
 
+def _in_run(path: str, run_dir: Path, artifact: str) -> bool:
+    """``path`` is the run's ``artifact`` where the stage wrote it: in the run, or in the
+    folder ``verifylib run`` stages a run in before renaming it into place."""
+    return Path(path) in (run_dir / artifact,
+                          run_dir.parent / ".staging" / run_dir.name / artifact)
+
+
 def _served_by_program(ex: dict | None, run_dir: Path, kind: str, digest: str,
                        where: str) -> list[dict]:
     """The executor record loaded the encoder's own program and served every encode call."""
     assert ex is not None, f"{where}: the launch never reached the executor"
     assert ex["loaded"] and ex["refusal"] is None, (where, ex["refusal"])
+    # The launch told the executor whisper.cpp's encoder buffer: n_audio_ctx * n_audio_state.
+    assert ex["output_floats"] == 1500 * 384, (where, ex["output_floats"])
     prog = ex["program"]
     assert prog["kind"] == kind, (where, prog)
     assert prog["digest"] == digest, (where, prog["digest"], digest)
-    slot = run_dir / KINDS[kind][0]
+    artifact = KINDS[kind][0]
+    slot = run_dir / artifact
     if kind == "mlmodelc":
         # The seam read the compiled model's text where the run placed it.
         assert prog["source"] == {
             "model_mil_sha256": sha256_file(slot / "model.mil"),
             "weight_bin_sha256": sha256_file(slot / "weights" / "weight.bin")}, (where, prog)
     else:
-        assert prog["source"] == {"package": str(slot.resolve())}, (where, prog)
+        # The stand-in named the run's published package.
+        assert set(prog["source"]) == {"package"}, (where, prog)
+        assert _in_run(prog["source"]["package"], run_dir.resolve(), artifact), (where, prog)
     calls = ex["calls"]
     assert len(calls) >= 1, f"{where}: no encode call was served"
     assert [c["index"] for c in calls] == list(range(1, len(calls) + 1)), where
@@ -99,7 +111,7 @@ def assert_seam_positive(run_dir: Path, *, kind: str, digest: str) -> dict:
     assert receipt["identities"][identity] == digest
     if kind == "mlmodelc":
         # Loaded where it sits in the run, at the path whisper.cpp derives from -m.
-        assert Path(enc["folder"]) == run_dir / artifact, enc
+        assert _in_run(enc["folder"], run_dir, artifact), enc
     else:
         # A stand-in lives in a scratch folder, never in the run.
         assert not Path(enc["folder"]).is_relative_to(run_dir), enc

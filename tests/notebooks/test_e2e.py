@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.physical, pytest.mark.notebook]
 LINUX_PHYSICAL_PASS = {"build.source_identity", "build.patch_exact", "build.ggml",
                        "export.ggml_model", "wer.ggml_vs_source", "canary.lifecycle_ab",
                        "export.contract", "export.pair", "parity.program", "parity.program_fp16",
-                       "canary.sanitizer"}
+                       "canary.sanitizer", "canary.seam_negative", "canary.seam_positive",
+                       "wer.seam"}
 
 
 def _cli(*args, **kw):
@@ -60,6 +61,14 @@ def test_default_audit_is_incomplete_with_physical_gates_passing(audit):
     for key in ("binary.ggml_asan.sha256", "binary.ggml_unpatched_asan.sha256"):
         assert canonical.is_sha256(rec["identities"][key])
     assert rec["identities"]["binary.ggml_asan.sha256"] != rec["identities"]["binary.ggml.sha256"]
+    # The seam: whisper.cpp's own Core ML path, the defect crashing it unpatched, never Core ML.
+    detail = gates["canary.seam_negative"]["reason"]["detail"]
+    assert "20/20 runs refused the missing encoder" in detail and "20x SIGSEGV" in detail
+    assert "BUS on unknown address" in detail
+    seams = {rec["identities"][k] for k in ("binary.seam.sha256", "binary.seam_unpatched.sha256",
+                                             "binary.seam_unpatched_asan.sha256")}
+    assert len(seams) == 3 and rec["identities"]["binary.ggml.sha256"] not in seams
+    assert "binary.coreml.sha256" not in rec["identities"]
 
 
 def test_transcripts_side_by_side_and_wer_zero_on_jfk(audit):

@@ -473,9 +473,10 @@ def _oversized(program, mel):
 
 
 def overflow_reason(count: int, cap: int) -> str:
-    """The seam's reason, exactly as its C++ spells it, for a reply of ``count`` floats."""
-    return (f"reply of {count} floats is larger than whisper.cpp's encoder output of {cap} "
-            f"during encode #1")
+    """The seam's reason for an output of ``count`` floats: the executor, told the size with
+    the load, refuses the output itself, and the seam ends the launch on the refusal."""
+    return (f"refused: output of {count} floats is larger than whisper.cpp's encoder output "
+            f"of {cap} during encode #1")
 
 
 @pytest.fixture(scope="module")
@@ -490,19 +491,20 @@ def output_floats(tiny_en_ggml) -> int:
 def assert_overflow_refused(res: RunResult, count: int, cap: int) -> None:
     """Exit 70 promptly with the seam's one overflow line, nothing copied back."""
     assert assert_lost(res) == overflow_reason(count, cap)
-    line = ("verifylib-seam: executor lost: reply of "
-            f"{count} floats is larger than whisper.cpp's encoder output of {cap} "
-            "during encode #1")
+    line = seam.SEAM_EXECUTOR_LOST + overflow_reason(count, cap)
     assert res.stderr_text.splitlines().count(line) == 1, res.stderr_text[-3000:]
     assert seam_lines(res, seam.SEAM_FREED) == []  # the launch ended inside encode
 
 
-def assert_sent_not_freed(rec, shape: tuple[int, ...]) -> None:
-    """The executor's record: it ran and sent the one output; the seam never freed."""
+def assert_sent_not_freed(rec, shape: tuple[int, ...], cap: int = 0) -> None:
+    """The executor's record: it was told the size, ran the call and refused its output of
+    ``shape`` (nothing sent back); the seam never freed."""
     assert rec is not None and rec.loaded and not rec.freed
+    assert rec.output_floats == cap
     (call,) = rec.calls
-    assert call.refused is None and call.output_shape == shape
-    assert call.output_sha256 is not None
+    assert call.output_sha256 is None and call.output_shape == ()
+    assert call.refused == (f"output of {int(np.prod(shape))} floats is larger than "
+                            f"whisper.cpp's encoder output of {cap}")
 
 
 @pytest.mark.physical
@@ -512,7 +514,7 @@ def test_a_reply_larger_than_the_encoder_buffer_is_refused(seam_patched, standin
     with SeamExecutor(execute=_oversized) as ex:
         res, rec = seam_launch(ex, argv, timeout=RUN_TIMEOUT_S, output_floats=output_floats)
     assert_overflow_refused(res, int(np.prod(OVERSIZED)), ENCODER_OUTPUT)
-    assert_sent_not_freed(rec, OVERSIZED)
+    assert_sent_not_freed(rec, OVERSIZED, ENCODER_OUTPUT)
 
 
 @pytest.mark.physical
@@ -528,7 +530,7 @@ def test_a_reply_larger_than_the_encoder_buffer_under_asan_has_no_report(
     assert sanitizer.parse_report(res.stderr) is None, res.stderr_text[-3000:]
     assert "AddressSanitizer" not in res.stderr_text
     assert_overflow_refused(res, int(np.prod(OVERSIZED)), ENCODER_OUTPUT)
-    assert_sent_not_freed(rec, OVERSIZED)
+    assert_sent_not_freed(rec, OVERSIZED, ENCODER_OUTPUT)
 
 
 @pytest.mark.physical
@@ -580,4 +582,4 @@ def test_told_one_float_less_the_same_launch_is_refused(seam_patched, standin_mo
     res, rec = seam_launch(executor, argv, timeout=RUN_TIMEOUT_S,
                            output_floats=output_floats - 1)
     assert_overflow_refused(res, ENCODER_OUTPUT, ENCODER_OUTPUT - 1)
-    assert_sent_not_freed(rec, (1, 1500, 384))
+    assert_sent_not_freed(rec, (1, 1500, 384), ENCODER_OUTPUT - 1)

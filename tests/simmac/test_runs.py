@@ -67,7 +67,7 @@ def test_open_run_gives_the_receipt_typed(published):
     assert run.receipt_sha256 == canonical.sha256_file(published.run_dir / "receipt.json")
     assert [r.id for r in run.stage_records("parity")] == [
         g.id for g in gates.stage_gates("04_parity")]
-    assert sorted(run.sidecars("01_build")) == ["asan_builds", "unpatched_build"]
+    assert sorted(run.sidecars("01_build")) == ["asan_builds", "seam_builds", "unpatched_build"]
     assert "ADMISSIBLE" in repr(run)
 
 
