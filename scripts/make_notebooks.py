@@ -107,11 +107,13 @@ STAGES = {
         "with the `-nfa -dtw` trigger: outcome table and chart), the same trigger on both "
         "AddressSanitizer builds (informational: what ASan reports), the fail-closed Core ML "
         "negative control (first run only) and the four-condition positive gate (one warm-up, "
-        "one measured run).",
+        "one measured run); then the same controls on whisper.cpp's own Core ML path through "
+        "verifylib's seam (informational, any OS: never a Core ML result).",
         ["# The typed result (verifylib.evidence.canary.result.CanaryResult); None where a gate did not run\n"
          "result = report.result\n"
          "lifecycle, sanitizer = result.lifecycle, result.sanitizer\n"
-         "negative, positive = result.negative, result.positive",
+         "negative, positive = result.negative, result.positive\n"
+         "seam_negative, seam_positive = result.seam_negative, result.seam_positive",
          "# The A/B outcome counts: build side -> run outcome -> runs\n"
          "table(lifecycle.outcome_counts() if lifecycle else None, (\"build\", \"outcomes\"))",
          "# What AddressSanitizer reported on the unpatched build: its kind and top frames\n"
@@ -140,7 +142,8 @@ STAGES = {
     "05_wer": Notebook(
         "wer", "WER",
         "Hugging Face, GGML and hybrid transcripts under identical greedy decoding, "
-        "normalized WER and its deltas.",
+        "normalized WER and its deltas; the seam's transcripts (the encoder program through "
+        "whisper.cpp's own decoder, informational) beside GGML's.",
         ["# The typed result (verifylib.evidence.wer.result.WerResult; None when wer.ggml_vs_source did\n"
          "# not run): one ClipResult per fixture, and the corpus WER of each side\n"
          "result = report.result\n"
@@ -149,7 +152,12 @@ STAGES = {
          "# Per-clip WER, worst first (try \"wer_source\", \"wer_hybrid\" or \"wer_pairwise\")\n"
          "table([(clip.id, clip.language, clip.unit, clip.wer_ggml)\n"
          "       for clip in result.ranked(\"wer_ggml\")] if result else [],\n"
-         "      (\"clip\", \"language\", \"unit\", \"GGML rate\"))"]),
+         "      (\"clip\", \"language\", \"unit\", \"GGML rate\"))",
+         "# wer.seam: each fixture through whisper.cpp's own decoder with the encoder program\n"
+         "# (fp32, fp16) executed by verifylib's seam, beside GGML; cause \"encoder\" where they differ\n"
+         "seam = result.seam if result else []\n"
+         "table([(c.id, c.variant, c.rate, c.rate_ggml, c.rate_vs_ggml, c.cause) for c in seam],\n"
+         "      (\"clip\", \"variant\", \"seam rate\", \"GGML rate\", \"seam vs GGML\", \"cause\"))"]),
     "06_placement": Notebook(
         "placement", "Placement",
         "`MLComputePlan` per-operation preferred devices and cost shares for the published "
