@@ -88,8 +88,8 @@ def main(argv: list[str]) -> int:
 def _breakdown(run_dir: Path) -> None:
     timings = json.loads((run_dir / "timings.json").read_text(encoding="utf-8"))
     print("stage walls of the last seam audit:",
-          ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()
-                    if isinstance(v, (int, float))))
+          ", ".join(f"{k} {v['wall']:.1f} s" for k, v in timings.items()
+                    if isinstance(v, dict) and isinstance(v.get("wall"), (int, float))))
     pos = run_dir / "evidence" / "03_canary" / "seam_positive.json"
     if pos.is_file():
         doc = json.loads(pos.read_text(encoding="utf-8"))
