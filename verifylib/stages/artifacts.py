@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GGML_MODEL", "ENCODER_PACKAGE", "ENCODER_COMPILED", "ASAN_SIDES", "BUILD_STAGE",
     "runtime_tree", "user_pin_evidence", "ggml_binary", "coreml_binary", "unpatched_binary",
-    "asan_build",
+    "asan_build", "sidecar_build",
     "published_model", "published_model_name", "audited_encoder", "AuditedEncoder",
     "GivenProgram", "given_program",
     "model_source", "source_ftype", "fixture_audio",
@@ -313,24 +313,63 @@ def asan_build(ctx: StageContext, side: str) -> dict[str, Any]:
         identity differ from the record.
     """
     variant, identity = ASAN_SIDES[side]
-    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{ASAN_SIDECAR}.json"
+    return sidecar_build(ctx, ASAN_SIDECAR, side, variant, identity, "AddressSanitizer")
+
+
+def sidecar_build(ctx: StageContext, sidecar: str, side: str, variant: str, identity: str,
+                  what: str, none_recorded: str = "") -> dict[str, Any]:
+    """Return one side's build from a stage 01 sidecar of builds, re-hashed before use.
+
+    The AddressSanitizer builds (:func:`asan_build`) and the seam builds are recorded alike:
+    a sidecar maps each side to its build record, and stage 01 binds each built binary's
+    digest to an identity.
+
+    Parameters
+    ----------
+    ctx : StageContext
+        The asking stage.
+    sidecar : str
+        The sidecar's name (``asan_builds``, ``seam_builds``).
+    side : str
+        The side to return.
+    variant : str
+        The build variant the side must be.
+    identity : str
+        The identity stage 01 bound its digest to.
+    what : str
+        What the builds are, for messages (``AddressSanitizer``, ``seam``).
+    none_recorded : str
+        Added to the message when the sidecar is missing (the parameter that switches it off).
+
+    Returns
+    -------
+    dict
+        The side's build record (``binary``, ``sha256``, ``variant``, ``options``, ``key`` …).
+
+    Raises
+    ------
+    PrerequisiteBroken
+        If stage 01 recorded no such build, the build failed, or the bytes or the
+        identity differ from the record.
+    """
+    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{sidecar}.json"
     if not path.is_file():
-        raise PrerequisiteBroken("stage 01_build recorded no AddressSanitizer builds")
+        raise PrerequisiteBroken(f"stage 01_build recorded no {what} builds{none_recorded}")
     ev = (read_json(path) or {}).get(side)
     if not isinstance(ev, dict):
-        raise PrerequisiteBroken(f"stage 01_build recorded no {side} AddressSanitizer build")
+        raise PrerequisiteBroken(f"stage 01_build recorded no {side} {what} build")
     if not ev.get("built"):
-        raise PrerequisiteBroken(f"the {side} AddressSanitizer build failed: {ev.get('error')}")
+        raise PrerequisiteBroken(f"the {side} {what} build failed: {ev.get('error')}")
     if ev.get("variant") != variant:
-        raise PrerequisiteBroken(f"the {side} AddressSanitizer record is variant "
+        raise PrerequisiteBroken(f"the {side} {what} record is variant "
                                  f"{ev.get('variant')!r}, not {variant!r}")
     ids = (read_stage_file(ctx.run_dir, BUILD_STAGE) or {}).get("identities", {})
     if ids.get(identity) != ev.get("sha256"):
-        raise PrerequisiteBroken(f"the {side} AddressSanitizer build record disagrees with "
+        raise PrerequisiteBroken(f"the {side} {what} build record disagrees with "
                                  f"stage 01's identities")
     binary = Path(ev["binary"])
     if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
-        raise PrerequisiteBroken(f"{binary} is not the {side} AddressSanitizer whisper-cli "
+        raise PrerequisiteBroken(f"{binary} is not the {side} {what} whisper-cli "
                                  f"stage 01 recorded")
     return dict(ev)
 

@@ -540,31 +540,10 @@ def sanitizer_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     dict
         The sidecar content: side -> build record or ``{"built": False, "error"}``.
     """
-    out: dict[str, dict[str, Any]] = {}
-    for side, src, patch in (("unpatched", pristine, None),
-                             ("patched", patched, pin.patch_sha256)):
-        variant, _ = ASAN_SIDES[side]
-        if src is None:
-            out[side] = {"built": False, "error": "build.patch_exact did not pass: no "
-                                                  "patched work tree"}
-            continue
-        try:
-            res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
-                                           variant=variant, options=options, cache_dir=cache,
-                                           jobs=jobs, log=log, backend=backend)
-        except BuildError as exc:
-            out[side] = {"built": False, "error": str(exc)}
-            continue
-        if patch is None:
-            after = _source.git_tree_id(pristine)
-            changed = [] if after == pin.tree else [f"tree {after}, expected {pin.tree}"]
-        else:
-            changed = list(_source.check_patch_exact(src, pin).problems)
-        if changed:
-            out[side] = {"built": False, "error": f"the {side} source {src} changed during "
-                                                  f"the build: {'; '.join(changed)}"}
-            continue
-        out[side] = _sidecar_record(res)
+    sides = (("unpatched", pristine, None), ("patched", patched, pin.patch_sha256))
+    out = {side: _side_build(side, ASAN_SIDES[side][0], src, patch, pristine, pin, options,
+                             cache, jobs=jobs, log=log, backend=backend, pool=pool)
+           for side, src, patch in sides}
     ctx.write_json(ASAN_SIDECAR, out)
     for side, ev in out.items():
         if ev["built"]:
@@ -624,31 +603,41 @@ def seam_builds(ctx: StageContext, pristine: Path, patched: Path | None,
     if canaries:
         sides += [("unpatched", pristine, None), ("unpatched_asan", pristine, None)]
     for side, src, patch in sides:
-        variant, _ = SEAM_SIDES[side]
-        if src is None:
-            out[side] = {"built": False, "error": "build.patch_exact did not pass: no "
-                                                  "patched work tree"}
-            continue
-        try:
-            res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
-                                           variant=variant, options=options, cache_dir=cache,
-                                           jobs=jobs, log=log, backend=backend)
-        except BuildError as exc:
-            out[side] = {"built": False, "error": str(exc)}
-            continue
-        changed = (list(_source.check_patch_exact(src, pin).problems) if patch is not None
-                   else ([] if (after := _source.git_tree_id(pristine)) == pin.tree
-                         else [f"tree {after}, expected {pin.tree}"]))
-        if changed:
-            out[side] = {"built": False, "error": f"the {side} source {src} changed during "
-                                                  f"the build: {'; '.join(changed)}"}
-            continue
-        out[side] = _sidecar_record(res)
+        out[side] = _side_build(side, SEAM_SIDES[side][0], src, patch, pristine, pin, options,
+                                cache, jobs=jobs, log=log, backend=backend, pool=pool)
     ctx.write_json(SEAM_SIDECAR, out)
     for side, ev in out.items():
         if ev["built"]:
             ctx.identity(SEAM_SIDES[side][1], ev["sha256"])
     return out
+
+
+def _side_build(side: str, variant: str, src: Path | None, patch: str | None, pristine: Path,
+                pin: "_source.Pin", options: Mapping[str, Any], cache: Path, *, jobs: int,
+                log: Callable[[str], None], backend: str,
+                pool: BuildPool | None) -> dict[str, Any]:
+    """Build one side of a sidecar of builds; its record, or why it was not built.
+
+    The source is re-checked after the build (the pristine tree id; the patched tree's exact
+    diff): a change is recorded as a failed build, as is a build that did not build.
+    """
+    if src is None:
+        return {"built": False, "error": "build.patch_exact did not pass: no patched work tree"}
+    try:
+        res = _collect(pool, variant)(src, tree_id=pin.tree, patch_sha256=patch,
+                                       variant=variant, options=options, cache_dir=cache,
+                                       jobs=jobs, log=log, backend=backend)
+    except BuildError as exc:
+        return {"built": False, "error": str(exc)}
+    if patch is None:
+        after = _source.git_tree_id(pristine)
+        changed = [] if after == pin.tree else [f"tree {after}, expected {pin.tree}"]
+    else:
+        changed = list(_source.check_patch_exact(src, pin).problems)
+    if changed:
+        return {"built": False, "error": f"the {side} source {src} changed during the build: "
+                                         f"{'; '.join(changed)}"}
+    return _sidecar_record(res)
 
 
 # ----------------------------------------------------------------------------- Core ML build

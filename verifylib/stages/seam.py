@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from verifylib.canonical import read_json, sha256_file
 from verifylib.errors import PrerequisiteBroken
-from verifylib.evidence.layout import EVIDENCE_DIR, SEAM_SIDECAR, read_stage_file
+from verifylib.evidence.layout import SEAM_SIDECAR
 from verifylib.runtime import contracts
 from verifylib.runtime.contracts.seam import SEAM_OUTPUT_FLOATS_ENV, SEAM_SIDES
 from verifylib.runtime.runner import RunResult, run_whisper_cli
 from verifylib.stages.artifacts import (
-    BUILD_STAGE,
     audited_encoder,
     exported_variant,
     published_mlmodelc,
     published_model,
+    sidecar_build,
 )
 from verifylib.stages.context import StageContext
 
@@ -61,27 +60,8 @@ def seam_build(ctx: StageContext, side: str) -> dict[str, Any]:
         If stage 01 recorded no such build, it failed, or its bytes or identity differ.
     """
     variant, identity = SEAM_SIDES[side]
-    path = ctx.run_dir / EVIDENCE_DIR / BUILD_STAGE / f"{SEAM_SIDECAR}.json"
-    if not path.is_file():
-        raise PrerequisiteBroken("stage 01_build recorded no seam builds (parameter "
-                                 "seam.enabled)")
-    ev = (read_json(path) or {}).get(side)
-    if not isinstance(ev, dict):
-        raise PrerequisiteBroken(f"stage 01_build recorded no {side} seam build")
-    if not ev.get("built"):
-        raise PrerequisiteBroken(f"the {side} seam build failed: {ev.get('error')}")
-    if ev.get("variant") != variant:
-        raise PrerequisiteBroken(f"the {side} seam record is variant {ev.get('variant')!r}, "
-                                 f"not {variant!r}")
-    ids = (read_stage_file(ctx.run_dir, BUILD_STAGE) or {}).get("identities", {})
-    if ids.get(identity) != ev.get("sha256"):
-        raise PrerequisiteBroken(f"the {side} seam build record disagrees with stage 01's "
-                                 "identities")
-    binary = Path(ev["binary"])
-    if not binary.is_file() or sha256_file(binary) != ev["sha256"]:
-        raise PrerequisiteBroken(f"{binary} is not the {side} seam whisper-cli stage 01 "
-                                 "recorded")
-    return dict(ev)
+    return sidecar_build(ctx, SEAM_SIDECAR, side, variant, identity, "seam",
+                         " (parameter seam.enabled)")
 
 
 def seam_variants(ctx: StageContext) -> list[str]:
