@@ -447,27 +447,17 @@ def seam_claims(sides: _Sides, *, rebuilt: bool = False) -> list[Claim]:
                             what=f"patched outcomes; unpatched as distributions ({detail})",
                             rebuilt=rebuilt)
         out.append(_status_differs(sides, gate, gate) or c)
-    gate = CANARY_SEAM_POSITIVE
-    why = sides.reason(gate)
-    if why:
-        out.append(not_replayable(gate, why))
-    else:
-        views = [_seam_positive_view(d) for d in (
-            sides.recorded(gate, "seam_positive"), sides.replayed_json(gate, "seam_positive"))]
-        c = same_or_differs(gate, views[0], views[1],
-                            what="outcome and every encode call's mel and output digests",
-                            rebuilt=rebuilt)
-        out.append(_status_differs(sides, gate, gate) or c)
-    gate = WER_SEAM
-    why = sides.reason(gate)
-    if why:
-        out.append(not_replayable(gate, why))
-    else:
-        views = [_seam_wer_view(d) for d in (
-            sides.recorded(gate, "seam_wer"), sides.replayed_json(gate, "seam_wer"))]
-        c = same_or_differs(gate, views[0], views[1],
-                            what="seam transcripts, edit counts and causes per variant and clip",
-                            rebuilt=rebuilt)
+    for gate, name, view, what in (
+            (CANARY_SEAM_POSITIVE, "seam_positive", _seam_positive_view,
+             "outcome and every encode call's mel and output digests"),
+            (WER_SEAM, "seam_wer", _seam_wer_view,
+             "seam transcripts, edit counts and causes per variant and clip")):
+        why = sides.reason(gate)
+        if why:
+            out.append(not_replayable(gate, why))
+            continue
+        c = same_or_differs(gate, view(sides.recorded(gate, name)),
+                            view(sides.replayed_json(gate, name)), what=what, rebuilt=rebuilt)
         out.append(_status_differs(sides, gate, gate) or c)
     return out
 

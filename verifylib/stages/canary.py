@@ -36,7 +36,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from verifylib.canonical import sha256_file, tree_digest
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken
@@ -213,17 +213,8 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
     results = run_lifecycle(bins, model, audio, runs, timeout, progress=progress, preset=preset)
     streams: dict[str, bytes] = {}
     for side, res_list in results.items():
-        rows = []
-        for i, r in enumerate(res_list):
-            rec = run_record(r)
-            outcome = contracts.classify_lifecycle(rec, r.stderr, r.stdout).outcome
-            rows.append(LifecycleRun.from_json({**rec, "index": i, "outcome": outcome},
-                                               f"sides.{side}.runs[{i}]"))
-            streams[r.stderr_sha256] = r.stderr
-            streams[r.stdout_sha256] = r.stdout
-        sides[side] = LifecycleSide(
-            available=True, binary=str(bins[side]), binary_sha256=shas[side], runs=tuple(rows),
-            counts=dict(sorted(Counter(x.outcome for x in rows).items())))
+        sides[side] = recorded_side(side, bins[side], shas[side], res_list,
+                                    contracts.classify_lifecycle, streams)
     doc = LifecycleEvidence(
         runs_per_side=runs, timeout_s=timeout,
         trigger=tuple(contracts.lifecycle_trigger_args(preset)),
@@ -238,6 +229,43 @@ def lifecycle_ab(ctx: StageContext, *, patched: tuple[Path, str],
         ids[identities.BINARY_GGML_UNPATCHED] = shas["unpatched"]
     _result(ctx).lifecycle = LifecycleSummary.from_evidence(doc)
     return refs, ids
+
+
+def recorded_side(side: str, binary: Path, sha: str, results: list[RunResult],
+                  classify: Callable[..., contracts.Classification],
+                  streams: dict[str, bytes]) -> LifecycleSide:
+    """Record one available A/B side: each run classified, counted, its streams kept.
+
+    Parameters
+    ----------
+    side : str
+        The side's name (evidence paths name it).
+    binary : Path
+        The binary that ran.
+    sha : str
+        Its digest.
+    results : list of RunResult
+        Its runs, in order.
+    classify : callable
+        The classifier the rule re-runs (:func:`verifylib.runtime.contracts.classify_lifecycle`
+        for the lifecycle A/B, ``classify_negative`` for the seam's negative control).
+    streams : dict
+        Receives every run's streams by digest.
+
+    Returns
+    -------
+    LifecycleSide
+    """
+    rows = []
+    for i, r in enumerate(results):
+        rec = run_record(r)
+        outcome = classify(rec, r.stderr, r.stdout).outcome
+        rows.append(LifecycleRun.from_json({**rec, "index": i, "outcome": outcome},
+                                           f"sides.{side}.runs[{i}]"))
+        streams[r.stderr_sha256], streams[r.stdout_sha256] = r.stderr, r.stdout
+    return LifecycleSide(available=True, binary=str(binary), binary_sha256=sha,
+                         runs=tuple(rows),
+                         counts=dict(sorted(Counter(x.outcome for x in rows).items())))
 
 
 def _result(ctx: StageContext) -> CanaryResult:
@@ -583,16 +611,8 @@ def seam_negative(ctx: StageContext, *, builds: Mapping[str, Mapping[str, Any] |
         if side not in bins:
             sides[side] = LifecycleSide(available=False, reason=str(builds.get(side)))
             continue
-        rows = []
-        for i, r in enumerate(results[side]):
-            rec = run_record(r)
-            outcome = contracts.classify_negative(rec, r.stderr, r.stdout).outcome
-            rows.append(LifecycleRun.from_json({**rec, "index": i, "outcome": outcome},
-                                               f"sides.{side}.runs[{i}]"))
-            streams[r.stderr_sha256], streams[r.stdout_sha256] = r.stderr, r.stdout
-        sides[side] = LifecycleSide(
-            available=True, binary=str(bins[side][0]), binary_sha256=bins[side][1],
-            runs=tuple(rows), counts=dict(sorted(Counter(x.outcome for x in rows).items())))
+        sides[side] = recorded_side(side, bins[side][0], bins[side][1], results[side],
+                                    contracts.classify_negative, streams)
     if "unpatched_asan" in bins:
         b = builds["unpatched_asan"]
         assert not isinstance(b, str)

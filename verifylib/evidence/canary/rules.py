@@ -254,11 +254,16 @@ def judge_lifecycle(doc: Any, stream: Callable[[str], bytes | None]) -> Judgemen
                             f"both markers, no signal; {a_side}")
 
 
-def _rule_lifecycle(ev: EvidenceView) -> Judgement:
+def _stored(ev: EvidenceView, name_of: Callable[[str], str]) -> Callable[[str], bytes | None]:
+    """Look a stored stream up by digest under a gate's naming (None when not stored)."""
     def stream(sha: str) -> bytes | None:
-        name = stream_name(sha)
+        name = name_of(sha)
         return ev.bytes(name) if ev.has(name) else None
-    return judge_lifecycle(ev.json("lifecycle"), stream)
+    return stream
+
+
+def _rule_lifecycle(ev: EvidenceView) -> Judgement:
+    return judge_lifecycle(ev.json("lifecycle"), _stored(ev, stream_name))
 
 
 def asan_stream_name(sha: str) -> str:
@@ -458,10 +463,8 @@ def _sanitizer_outcome(runs_of: Mapping[str, list[_AsanRun]], u_sha: str, p_sha:
 
 
 def _rule_sanitizer(ev: EvidenceView) -> Judgement:
-    def stream(sha: str) -> bytes | None:
-        name = asan_stream_name(sha)
-        return ev.bytes(name) if ev.has(name) else None
-    return judge_sanitizer(ev.json("sanitizer"), stream, ev.identities, cited_pins(ev))
+    return judge_sanitizer(ev.json("sanitizer"), _stored(ev, asan_stream_name), ev.identities,
+                           cited_pins(ev))
 
 
 def judge_negative(doc: Any, stderr: bytes, stdout: bytes) -> Judgement:
@@ -705,10 +708,8 @@ def judge_seam_negative(doc: Any, stream: Callable[[str], bytes | None],
 
 
 def _rule_seam_negative(ev: EvidenceView) -> Judgement:
-    def stream(sha: str) -> bytes | None:
-        name = seam_stream_name(sha)
-        return ev.bytes(name) if ev.has(name) else None
-    return judge_seam_negative(ev.json("seam_negative"), stream, ev.identities)
+    return judge_seam_negative(ev.json("seam_negative"), _stored(ev, seam_stream_name),
+                               ev.identities)
 
 
 def judge_seam_positive(doc: Any, stderr: bytes, stdout: bytes,
