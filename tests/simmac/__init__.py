@@ -12,9 +12,14 @@ The stand-ins replace only what needs Apple's software, each at the narrowest se
 - the host: ``verifylib.runtime.capabilities.simulate`` (macOS, arm64, full Xcode unless the
   scenario says Command Line Tools only);
 - the Core ML build: a ``WHISPER_COREML=1`` target is built by the real CMake/compiler
-  without the Core ML sources (which need Apple frameworks), then marked; every launch of
-  a marked binary runs under ``runtime.py``, which prints the Core ML build's lines around
-  the real binary's own output, so transcripts and timings are physical;
+  with whisper.cpp's Core ML path compiled in and verifylib's Core ML seam linked where
+  Apple's ``whisper-encoder.mm`` would be (docs/runtime-contract.md §11), fallback OFF; a
+  GGML build of the same tree and options (its twin, for the stale and fallback
+  behaviours) and a marker are appended. Every launch of a marked binary runs under
+  ``runtime.py``; its Core ML calls are answered by a seam executor this process serves
+  (:meth:`SimulatedMac.activate`), which loads only what the simulated framework can load
+  and runs the compiled program. So every Core ML line, transcript and timing is
+  physical, and hybrid transcripts carry the program's numbers;
 - ``xcrun`` (``--find coremlc``, ``coremlc compile``): ``xcrun.py``, launched in place of
   ``xcrun`` by the same redirection of verifylib's child processes;
 - Core ML itself: only coremltools' native proxies (``libcoremlpython``'s ``_MLModelProxy``,
@@ -32,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,7 +46,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MARKER = b"\n\0verifylib-simulated-coreml-build\0\n"
-"""Appended to a binary the simulated toolchain built for WHISPER_COREML=1."""
+"""Ends a binary the simulated toolchain built for WHISPER_COREML=1 (after its GGML twin and
+the twin's size, ``<Q``)."""
+
+BUILD_RECIPE = "verifylib-simulated-coreml-build/2: the seam in Core ML's place, a GGML twin"
+"""Enters the build key of a simulated Core ML build: a binary built by an older recipe
+(the GGML binary, marked) is never taken from the cache for one of this recipe."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,7 @@ class SimulatedMac:
             {**dataclasses.asdict(self.scenario), "state_dir": str(self.state_dir),
              "framework_dir": str(self.framework_dir)}))
         self._undo: list = []
+        self._executor = None
 
     @classmethod
     def from_file(cls, scenario_file: str | os.PathLike) -> "SimulatedMac":
@@ -171,8 +183,10 @@ class SimulatedMac:
         if prog == "xcrun":
             return [sys.executable, str(HERE / "xcrun.py"), str(self.scenario_file), *argv[1:]]
         if os.sep in prog and _is_marked(prog):
-            return [sys.executable, str(HERE / "runtime.py"), str(self.scenario_file), "--",
-                    *argv]
+            seam = [] if self._executor is None else ["--seam-socket",
+                                                      self._executor.socket_path]
+            return [sys.executable, str(HERE / "runtime.py"), str(self.scenario_file), *seam,
+                    "--", *argv]
         return argv
 
     # ------------------------------------------------------------------ activation
@@ -182,16 +196,41 @@ class SimulatedMac:
 
     def activate(self) -> "SimulatedMac":
         """Install every stand-in in this process. Undo with :meth:`deactivate`."""
+        from verifylib.numerics.seam_executor import SeamExecutor
         from verifylib.runtime import capabilities, runner
-        from verifylib.whispercpp import cmake_steps
+        from verifylib.whispercpp import build, cmake_steps
 
         capabilities.simulate(self.host())
         self._undo.append((capabilities, "simulate", None))
         self._patch(runner, "subprocess", _Subprocess(self))
         self._patch(cmake_steps, "cmake_target", _coreml_cmake_target(cmake_steps.cmake_target))
+        self._patch(build, "build_key", _recipe_keyed(build.build_key))
+        self._executor = SeamExecutor(load=self.core_ml_load).__enter__()
         for module, name, value in self.native_patches():
             self._patch(module, name, value)
         return self
+
+    def core_ml_load(self, folder: str):
+        """Load an ``.mlmodelc`` for whisper.cpp's Core ML step, as this Mac's framework would.
+
+        What the simulated framework cannot load (``framework_memory.recall``) is refused
+        with its reason, so whisper.cpp's ``init`` gets NULL and fails closed; a folder it
+        can load runs its compiled ``model.mil`` with the folder's own weights
+        (:func:`verifylib.models.seam_encoder.load_seam_program`).
+        """
+        from verifylib.models.seam_encoder import SeamLoadRefused, load_seam_program
+
+        from . import framework_memory
+        try:
+            framework_memory.recall(self.framework_dir, folder)
+        except framework_memory.NotLoadable as exc:
+            raise SeamLoadRefused(f"Core ML cannot load {folder}: {exc}") from None
+        return load_seam_program(folder)
+
+    def core_ml_launches(self) -> tuple:
+        """What this Mac's Core ML step did for each launch of a Core ML build since
+        :meth:`activate` (``SeamExecutor.launches``: the load or its refusal, each encode)."""
+        return () if self._executor is None else self._executor.launches()
 
     def native_patches(self) -> list:
         """What :meth:`activate` puts where coremltools looks its native side up.
@@ -229,6 +268,9 @@ class SimulatedMac:
     def deactivate(self) -> None:
         """Remove the stand-ins installed by :meth:`activate`."""
         from verifylib.runtime import capabilities
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
         while self._undo:
             obj, name, old = self._undo.pop()
             if obj is capabilities and name == "simulate":
@@ -267,21 +309,48 @@ class SimulatedMac:
 # ---------------------------------------------------------------------- the Core ML build
 
 def _coreml_cmake_target(real):
-    """Build a WHISPER_COREML=1 target: the real GGML target from the same source and
-    options minus the Core ML ones (the Core ML sources need Apple's frameworks), marked."""
+    """Build a WHISPER_COREML=1 target as the simulated Mac's Core ML build: whisper.cpp's
+    Core ML path against verifylib's seam, with its GGML twin appended, marked.
+
+    Apple's Core ML sources need Apple's frameworks, so the seam (the ``seam`` variant's
+    options and files) stands where they would be; fallback stays OFF. The twin is the
+    same target from the same source and options minus the Core ML ones: what a stale
+    binary or a fallback build runs (``runtime.py``).
+    """
 
     def build(src, bdir, opts, target, label, *, jobs, timeout, log, ggml=None, ccache=None):
+        from verifylib.whispercpp import build_options, seam_sources
         if opts.get("WHISPER_COREML") != "1":
             return real(src, bdir, opts, target, label, jobs=jobs, timeout=timeout, log=log,
                         ggml=ggml, ccache=ccache)
         plain = {k: v for k, v in opts.items() if not k.startswith("WHISPER_COREML")}
-        built, configure = real(src, bdir, plain, target, f"{label} (simulated Mac)",
+        twin, _ = real(src, bdir.with_name(bdir.name + "-ggml-twin"), plain, target,
+                       f"{label} (simulated Mac: its GGML twin)", jobs=jobs, timeout=timeout,
+                       log=log, ggml=ggml, ccache=ccache)
+        if not (src / seam_sources.SEAM_FOLDER).is_dir():
+            seam_sources.lay_out(src)
+        built, configure = real(src, bdir, {**plain, **build_options.variant_options("seam")},
+                                target, f"{label} (simulated Mac: the seam in Core ML's place)",
                                 jobs=jobs, timeout=timeout, log=log, ggml=ggml, ccache=ccache)
+        data = twin.read_bytes()
         with open(built, "ab") as fh:
-            fh.write(MARKER)
+            fh.write(data + struct.pack("<Q", len(data)) + MARKER)
         return built, configure
 
     return build
+
+
+def _recipe_keyed(real):
+    """``build_key`` with :data:`BUILD_RECIPE` among a Core ML build's inputs."""
+
+    def key(tree_id, patch_sha256, variant, options, compiler, ggml_key=None, *, launcher=None):
+        if variant == "coreml":
+            from verifylib.whispercpp.seam_sources import seam_digest
+            options = {**options, "VERIFYLIB_SIMULATED_MAC": f"{BUILD_RECIPE}; {seam_digest()}"}
+        return real(tree_id, patch_sha256, variant, options, compiler, ggml_key,
+                    launcher=launcher)
+
+    return key
 
 
 __all__ = ["Scenario", "SimulatedMac", "MARKER"]

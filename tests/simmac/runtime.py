@@ -1,33 +1,39 @@
 #!/usr/bin/env python3
-"""The simulated Mac's Core ML runtime: what a Core ML build of whisper.cpp v1.8.5 prints.
+"""The simulated Mac's Core ML runtime: a Core ML build of whisper.cpp v1.8.5, run for real.
 
-Launched in place of a binary the simulated toolchain built for ``WHISPER_COREML=1`` (a
-real GGML ``whisper-cli`` or ``whisper-bench`` with a marker appended; the marker does not
-change how the ELF runs). Usage: ``runtime.py SCENARIO_JSON -- BINARY ARGS...``.
+Launched in place of a binary the simulated toolchain built for ``WHISPER_COREML=1``. That
+binary is upstream's ``whisper-cli`` (or ``whisper-bench``) compiled with
+``WHISPER_USE_COREML`` against verifylib's Core ML seam (docs/runtime-contract.md §11)
+instead of Apple's ``whisper-encoder.mm``, fallback OFF; a GGML build of the same tree and
+options (its *twin*) is appended to it, then the marker (``tests/simmac/__init__.py``).
+Usage: ``runtime.py SCENARIO_JSON [--seam-socket PATH] -- BINARY ARGS...``.
 
-The transcript, the timings and every GGML log line come from running that real binary
-with the same arguments: hybrid transcripts are physical. Around them this script adds
-what only the Core ML build prints, spelt as its OWN literals (it never imports verifylib,
-so a rule and its stand-in cannot share a mistake), as v1.8.5 with
-``WHISPER_COREML_ALLOW_FALLBACK`` OFF does:
+Every Core ML line a run prints is whisper.cpp's own: the load of the ``.mlmodelc`` derived
+from ``-m``, "Core ML model loaded" or the failure line and the fail-closed exit 3,
+``COREML = 1`` in ``system_info``; and an encoder that loaded runs the compiled program
+(the seam's executor, served by the simulated Mac's process at ``--seam-socket``), so
+hybrid transcripts carry the program's numbers. What the simulated framework cannot load
+(``framework_memory.py``: compiled by the simulated ``coremlc`` for macOS, its
+``model.mil`` unchanged, its weights there) the executor refuses, and whisper.cpp fails
+closed by itself. The seam's own lines (``verifylib-seam: …``) are taken out: a real Core
+ML build has none, and the Core ML rules refuse a stream that holds one.
 
-- ``whisper_init_state`` tries the ``.mlmodelc`` derived from the ``-m`` string: it logs
-  the load and either "Core ML model loaded" or the failure line, after which the state is
-  freed and the CLI exits 3 with its init-failure line (fail closed);
-- ``system_info`` says ``COREML = 1``.
-
-A loadable ``.mlmodelc`` is one the simulated framework's memory knows
-(``framework_memory.py``: compiled by the simulated ``coremlc`` for macOS, its ``model.mil``
-unchanged, its weights there); any other folder fails to load. The scenario's ``coreml``
-key switches one defect on (see :data:`BEHAVIOURS`).
+The scenario's ``coreml`` key switches one defect on (see :data:`BEHAVIOURS`), applied on
+top of that physical run; the behaviours' literals are this script's OWN (it never imports
+verifylib, so a rule and its stand-in cannot share a mistake). ``stale`` runs the twin, a
+build without Core ML; ``fallback`` runs the twin where the load fails and adds the lines a
+build with fallback ON prints before it goes on with the GGML encoder.
 """
 
 import json
 import os
+import re
+import secrets
 import signal
+import struct
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 
 # The fake whisper-cli in tests/helpers already spells whisper.cpp's derivation of the
@@ -64,6 +70,18 @@ BEHAVIOURS = {
 
 NONSENSE = " Purple lighthouse gravel seventeen umbrella quietly orbit."
 
+# whisper.cpp v1.8.5's lines, spelt here on their own (src/whisper.cpp, examples/cli).
+LOADING = b"whisper_init_state: loading Core ML model from '"
+FIRST_RUN = b"whisper_init_state: first run on a device may take a while ..."
+LOADED = b"whisper_init_state: Core ML model loaded"
+FAILED = b"whisper_init_state: failed to load Core ML model from '"
+INIT_FAILED = b"error: failed to initialize whisper context"
+SEAM_LINE = b"verifylib-seam: "
+OTHER_RUN = b"/Users/someone/old-run/ggml-base.en-encoder.mlmodelc"
+
+TRAILER = struct.Struct("<Q")
+MARKER = b"\n\0verifylib-simulated-coreml-build\0\n"  # tests/simmac/__init__.py's
+
 
 def _count(state_dir: str, key: str) -> int:
     """How many times ``key`` was seen before, counting this one (state kept in a file)."""
@@ -99,125 +117,139 @@ def _arg(argv, *names):
     return None
 
 
-CORE_ML_STEP = b"whisper_init_state: compute buffer"
-"""The first line after the point where a Core ML build of v1.8.5 tries its ``.mlmodelc``."""
+def twin(binary: str, state_dir: str) -> str:
+    """The GGML build appended to the marked ``binary``, written out once as an executable."""
+    with open(binary, "rb") as fh:
+        fh.seek(-(len(MARKER) + TRAILER.size), os.SEEK_END)
+        (size,) = TRAILER.unpack(fh.read(TRAILER.size))
+        fh.seek(-(len(MARKER) + TRAILER.size + size), os.SEEK_END)
+        data = fh.read(size)
+    import hashlib
+    folder = os.path.join(state_dir, "twins")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{hashlib.sha256(data).hexdigest()[:16]}-"
+                                f"{os.path.basename(binary)}")
+    if not os.path.isfile(path):
+        fd, tmp = tempfile.mkstemp(dir=folder)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    return path
 
 
-def _run(argv: list, *, until_core_ml_step: bool) -> tuple[bytes, bytes, int | None]:
-    """Run the real binary: stdout, stderr and its exit status.
+def _env(socket_path, give: bool) -> dict:
+    """The run's environment: the caller's, with the seam's executor when the load may succeed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERIFYLIB_SEAM_")}
+    if give and socket_path:
+        env["VERIFYLIB_SEAM_SOCKET"] = socket_path
+        env["VERIFYLIB_SEAM_LAUNCH"] = secrets.token_hex(8)
+    return env
 
-    With ``until_core_ml_step`` it is stopped as it reaches the point where a Core ML build
-    tries its ``.mlmodelc`` (:data:`CORE_ML_STEP`, which is left out): a build that cannot
-    load it goes no further, so the real run's encoder and decoder would be computed only to
-    be thrown away (a whisper-bench probe, about 20 s of one core). The status is then None.
-    A run that never gets there is read to its end, as without.
-    """
-    if not until_core_ml_step:
-        run = subprocess.run(argv, capture_output=True)
-        return run.stdout, run.stderr, run.returncode
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out: list[bytes] = []
-    # stdout is drained beside stderr, so a full pipe never blocks the run.
-    drain = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
-    drain.start()
+
+def _without_seam(stderr: bytes) -> bytes:
+    return b"".join(line for line in stderr.splitlines(keepends=True)
+                    if not line.startswith(SEAM_LINE))
+
+
+def _run(argv: list, env: dict) -> tuple[bytes, bytes, int]:
+    run = subprocess.run(argv, capture_output=True, env=env)
+    return run.stdout, _without_seam(run.stderr), run.returncode
+
+
+def _until(argv: list, env: dict, last: bytes) -> bytes:
+    """Run ``argv`` until its stderr's line starting with ``last``, then stop it: that stderr."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = []
-    stopped = False
     for line in iter(proc.stderr.readline, b""):
-        if line.startswith(CORE_ML_STEP):
-            proc.kill()
-            stopped = True
+        if not line.startswith(SEAM_LINE):
+            err.append(line)
+        if line.startswith(last):
             break
-        err.append(line)
+    proc.kill()
     proc.stderr.close()
-    code = proc.wait()
-    drain.join()
-    return b"".join(out), b"".join(err), None if stopped else code
+    proc.wait()
+    return b"".join(err)
 
 
-def _split(stderr: bytes) -> tuple[list[bytes], int]:
-    """The real run's stderr lines, and where the Core ML block of whisper_init_state goes:
-    after the KV-cache lines, before the compute buffers (or before system_info)."""
-    lines = stderr.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.startswith(b"whisper_init_state: compute buffer") or \
-                line.startswith(b"system_info:"):
-            return lines, i
-    return lines, len(lines)
+def _through(stderr: bytes, prefix: bytes) -> bytes:
+    """``stderr`` up to and including its first line starting with ``prefix``."""
+    at = stderr.find(b"\n" + prefix)
+    if at < 0:
+        return stderr
+    end = stderr.find(b"\n", at + 1)
+    return stderr if end < 0 else stderr[:end + 1]
 
 
-def cli(scenario: dict, argv: list) -> int:
+def _fallback(scenario: dict, argv: list, path: str) -> int:
+    """A build with fallback ON that cannot load: the twin's run with the failed load logged."""
+    out, err, code = _run([twin(argv[0], scenario["state_dir"]), *argv[1:]], _env(None, False))
+    lines = err.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines)
+               if line.startswith((b"whisper_init_state: compute buffer", b"system_info:"))),
+              len(lines))
+    block = (LOADING + path.encode() + b"'\n" + FIRST_RUN + b"\n" + FAILED + path.encode()
+             + b"'\n")
+    sys.stdout.buffer.write(out)
+    sys.stderr.buffer.write(b"".join(lines[:at]) + block
+                            + b"".join(lines[at:]).replace(b"COREML = 0", b"COREML = 1"))
+    return code
+
+
+def cli(scenario: dict, argv: list, socket_path) -> int:
     behaviour = scenario.get("coreml", "ok")
     state = scenario["state_dir"]
+    if behaviour == "stale":
+        out, err, code = _run([twin(argv[0], state), *argv[1:]], _env(None, False))
+        sys.stdout.buffer.write(out)
+        sys.stderr.buffer.write(err)
+        return code
     model = _arg(argv, "-m", "--model") or "models/ggml-base.en.bin"
     path = encoder_path(model)
-    # Only a build that goes on past a failed load (fallback) or has no Core ML (stale)
-    # needs the rest of the real run when the framework cannot load the encoder.
     # Asked once: the framework's answer does not change while the binary runs.
-    model_there = os.path.isfile(model)
-    can_load = model_there and loadable(path, scenario)
-    fails_to_load = behaviour not in ("stale", "fallback") and model_there and not can_load
-    run_out, run_err, code = _run(argv, until_core_ml_step=fails_to_load)
-    if behaviour == "stale":
-        sys.stdout.buffer.write(run_out)
-        sys.stderr.buffer.write(run_err)
-        return code
-    lines, at = _split(run_err)
-    head = b"".join(lines[:at])
-    tail = b"".join(lines[at:])
-    if code is not None and (not model_there
-                             or code != 0 and b"whisper_init_state" not in head):
-        # The model itself did not load: no Core ML step is reached.
-        sys.stdout.buffer.write(run_out)
-        sys.stderr.buffer.write(run_err)
-        return code
-    shown = ("/Users/someone/old-run/ggml-base.en-encoder.mlmodelc" if behaviour == "stale-log"
-             else path)
-    block = []
-    if behaviour != "exit3-no-marker":
-        block += [f"whisper_init_state: loading Core ML model from '{shown}'",
-                  "whisper_init_state: first run on a device may take a while ..."]
-    early = "".join(x + "\n" for x in block).encode()
-    if behaviour == "hang":
-        sys.stderr.buffer.write(head + early)
+    can_load = os.path.isfile(model) and loadable(path, scenario)
+    if behaviour == "fallback" and os.path.isfile(model) and not can_load:
+        return _fallback(scenario, argv, path)
+    give = True
+    if behaviour == "hang" and os.path.isfile(model):
+        sys.stderr.buffer.write(_until(argv, _env(socket_path, False), FIRST_RUN))
         sys.stderr.flush()
         time.sleep(3600)
-    ok = can_load
-    if behaviour == "abort-first" and ok and _count(state, "abort-first") == 1:
+    if behaviour == "abort-first" and can_load and _count(state, "abort-first") == 1:
         # The first run that reaches a loadable model (the warm-up) crashes while loading.
-        _die(signal.SIGABRT, head + early + b"libc++abi: terminating due to uncaught exception\n")
-    if behaviour == "flaky" and ok and _count(state, "flaky") > 1:
-        ok = False
-    if behaviour in ("exit3-no-marker",):
-        ok = False
-    if behaviour == "slow-first" and ok and _count(state, "slow-first") == 1:
+        _die(signal.SIGABRT, _until(argv, _env(socket_path, False), FIRST_RUN)
+             + b"libc++abi: terminating due to uncaught exception\n")
+    if behaviour == "flaky" and can_load and _count(state, "flaky") > 1:
+        give = False
+    if behaviour == "exit3-no-marker":
+        give = False
+    if behaviour == "slow-first" and can_load and _count(state, "slow-first") == 1:
         time.sleep(3)
-    if not ok:
-        fail = (f"whisper_init_state: failed to load Core ML model from '{path}'\n".encode()
-                if behaviour != "exit3-no-marker" else b"")
-        if behaviour == "fallback":
-            sys.stdout.buffer.write(run_out)
-            sys.stderr.buffer.write(head + early + fail + tail.replace(b"COREML = 0", b"COREML = 1"))
-            return code
-        if behaviour == "exit1-on-failure":
-            sys.stderr.buffer.write(head + early + fail + b"error: unknown failure\n")
-            return 1
-        sys.stderr.buffer.write(head + early + fail
-                                + b"error: failed to initialize whisper context\n")
-        return 3
-    loaded = early + b"whisper_init_state: Core ML model loaded\n"
-    err = head + loaded + tail.replace(b"COREML = 0", b"COREML = 1")
-    out = run_out
+    out, err, code = _run(argv, _env(socket_path, give))
+    if behaviour == "exit3-no-marker":
+        err = b"".join(line for line in err.splitlines(keepends=True)
+                       if not line.startswith((LOADING, FIRST_RUN, FAILED)))
+    if behaviour == "stale-log":
+        # The load line names another model; the failure line (if any) stays whisper.cpp's.
+        err = re.sub(rb"(?m)^(" + re.escape(LOADING) + rb")[^'\n]*'", rb"\g<1>" + OTHER_RUN + b"'",
+                     err)
+    if behaviour == "exit1-on-failure" and code == 3 and FAILED in err:
+        sys.stderr.buffer.write(err.replace(INIT_FAILED, b"error: unknown failure"))
+        return 1
+    if code != 0 or LOADED not in err:
+        sys.stdout.buffer.write(out)
+        sys.stderr.buffer.write(err)
+        return code
     if behaviour == "nil":
         out = b"\n" if out.strip() else out
     if behaviour == "nonsense" and scenario.get("clip") and \
             os.path.basename(_arg(argv, "-f", "--file") or "").startswith(scenario["clip"]):
         out = (NONSENSE + "\n").encode()
-    if behaviour == "abort":
+    if behaviour in ("abort", "segv"):
         sys.stdout.buffer.write(out)
-        _die(signal.SIGABRT, err[:len(head + loaded)] + b"free(): invalid pointer\n")
-    if behaviour == "segv":
-        sys.stdout.buffer.write(out)
-        _die(signal.SIGSEGV, err[:len(head + loaded)])
+        loaded = _through(err, LOADED)
+        _die(signal.SIGABRT if behaviour == "abort" else signal.SIGSEGV,
+             loaded + (b"free(): invalid pointer\n" if behaviour == "abort" else b""))
     if behaviour == "stdout-log":
         out, err = err + out, b""
     sys.stdout.buffer.write(out)
@@ -228,28 +260,17 @@ def cli(scenario: dict, argv: list) -> int:
     return code
 
 
-def bench(scenario: dict, argv: list) -> int:
-    """whisper-bench of a Core ML build: its system_info says COREML = 1.
+def bench(scenario: dict, argv: list, socket_path) -> int:
+    """whisper-bench of the Core ML build: its system_info says COREML = 1, physically.
 
     v1.8.5's bench prints system_info first, then initializes the model: with no loadable
     ``.mlmodelc`` beside it (how stage 01 probes the build) the Core ML load fails, the
     context is not made and the bench exits 2 without benchmarking anything.
     """
-    behaviour = scenario.get("coreml", "ok")
-    model = _arg(argv, "-m", "--model") or "models/ggml-base.en.bin"
-    path = encoder_path(model)
-    fails_to_load = behaviour != "stale" and os.path.isfile(model) \
-        and not loadable(path, scenario)
-    out, err, code = _run(argv, until_core_ml_step=fails_to_load)
+    if scenario.get("coreml", "ok") == "stale":
+        argv = [twin(argv[0], scenario["state_dir"]), *argv[1:]]
+    out, err, code = _run(argv, _env(socket_path, True))
     sys.stdout.buffer.write(out)
-    if behaviour != "stale":
-        err = err.replace(b"COREML = 0", b"COREML = 1")
-    if code is None:
-        err += (f"whisper_init_state: loading Core ML model from '{path}'\n"
-                "whisper_init_state: first run on a device may take a while ...\n"
-                f"whisper_init_state: failed to load Core ML model from '{path}'\n"
-                "error: failed to initialize whisper context\n").encode()
-        code = 2
     sys.stderr.buffer.write(err)
     return code
 
@@ -257,10 +278,14 @@ def bench(scenario: dict, argv: list) -> int:
 def main() -> int:
     with open(sys.argv[1]) as fh:
         scenario = json.load(fh)
-    argv = sys.argv[3:] if sys.argv[2] == "--" else sys.argv[2:]
+    rest = sys.argv[2:]
+    socket_path = None
+    if rest[:1] == ["--seam-socket"]:
+        socket_path, rest = rest[1], rest[2:]
+    argv = rest[1:] if rest[:1] == ["--"] else rest
     if os.path.basename(argv[0]).startswith("whisper-bench"):
-        return bench(scenario, argv)
-    return cli(scenario, argv)
+        return bench(scenario, argv, socket_path)
+    return cli(scenario, argv, socket_path)
 
 
 if __name__ == "__main__":

@@ -206,3 +206,47 @@ def test_every_read_is_digest_checked(published, tmp_path):
     _replace(run_json, run_json.read_bytes() + b"\n")
     with pytest.raises(RunInvalid, match="run.json"):
         open_run(run_dir)
+
+
+@pytest.mark.physical
+def test_the_core_ml_build_runs_the_program_through_whisper_cpps_core_ml_path(published,
+                                                                               tmp_path):
+    """The simulated Mac's Core ML whisper-cli is whisper.cpp's own Core ML path on the seam:
+    its lines are whisper.cpp's, its encoder output is the compiled program's, executed by
+    the simulated Mac's process; what the simulated framework cannot load fails closed."""
+    import shutil
+
+    from tests.simmac import Scenario, SimulatedMac
+    from verifylib.runtime import contracts
+    from verifylib.runtime.contracts.seam import SEAM_PREFIX
+    from verifylib.runtime.runner import run_whisper_cli
+
+    run = published.run_dir
+    clip = canonical.read_json(run / "evidence" / "05_wer" / "hybrid.json")["clips"][0]
+    argv = list(clip["run"]["argv"])
+    argv[argv.index("-m") + 1] = str(run / "fp32" / "ggml-model.bin")
+    with SimulatedMac(Scenario(), tmp_path / "state") as mac:
+        res = run_whisper_cli(argv, timeout=300)
+        (launch,) = mac.core_ml_launches()
+    assert res.returncode == 0, res.stderr_text
+    assert contracts.COREML_LOAD_MARKER in res.stderr_text and "COREML = 1" in res.stderr_text
+    assert SEAM_PREFIX not in res.stderr_text  # a Mac's Core ML build prints no seam line
+    assert launch.loaded and launch.folder.endswith("ggml-model-encoder.mlmodelc")
+    assert launch.calls and all(c.output_sha256 and c.refused is None for c in launch.calls)
+    assert res.stdout_text.strip()
+
+    # A folder the framework never compiled: the executor refuses, whisper.cpp fails closed.
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(run / "fp32" / "ggml-model.bin", other / "ggml-model.bin")
+    enc = other / "ggml-model-encoder.mlmodelc"
+    shutil.copytree(run / "fp32" / "ggml-model-encoder.mlmodelc", enc)
+    (enc / "model.mil").write_text((enc / "model.mil").read_text() + "\n")
+    argv[argv.index("-m") + 1] = str(other / "ggml-model.bin")
+    with SimulatedMac(Scenario(), tmp_path / "state2") as mac:
+        res = run_whisper_cli(argv, timeout=300)
+        (launch,) = mac.core_ml_launches()
+    assert res.returncode == 3
+    assert contracts.COREML_LOAD_FAILURE_MARKER in res.stderr_text
+    assert SEAM_PREFIX not in res.stderr_text
+    assert not launch.loaded and "Core ML cannot load" in launch.refusal

@@ -254,6 +254,16 @@ class SeamExecutor:
         with self._lock:
             return self._launches.get(token)
 
+    def launches(self) -> tuple[SeamLaunch, ...]:
+        """Return every launch the executor has served so far, in the order they connected.
+
+        Returns
+        -------
+        tuple of SeamLaunch
+        """
+        with self._lock:
+            return tuple(self._launches.values())
+
     def preload(self, folder: str | os.PathLike[str]) -> Any:
         """Load (or reuse) the program for ``folder`` ahead of the first launch.
 
