@@ -139,6 +139,7 @@ class SimulatedMac:
             {**dataclasses.asdict(self.scenario), "state_dir": str(self.state_dir),
              "framework_dir": str(self.framework_dir)}))
         self._undo: list = []
+        self._active = False
         self._executor = None
 
     @classmethod
@@ -183,11 +184,17 @@ class SimulatedMac:
         if prog == "xcrun":
             return [sys.executable, str(HERE / "xcrun.py"), str(self.scenario_file), *argv[1:]]
         if os.sep in prog and _is_marked(prog):
-            seam = [] if self._executor is None else ["--seam-socket",
-                                                      self._executor.socket_path]
+            seam = [] if not self._active else ["--seam-socket", self._seam_socket()]
             return [sys.executable, str(HERE / "runtime.py"), str(self.scenario_file), *seam,
                     "--", *argv]
         return argv
+
+    def _seam_socket(self) -> str:
+        """The socket of this Mac's Core ML step, served from here from the first launch on."""
+        if self._executor is None:
+            from verifylib.numerics.seam_executor import SeamExecutor
+            self._executor = SeamExecutor(load=self.core_ml_load).__enter__()
+        return self._executor.socket_path
 
     # ------------------------------------------------------------------ activation
     def _patch(self, obj, name, value) -> None:
@@ -196,7 +203,6 @@ class SimulatedMac:
 
     def activate(self) -> "SimulatedMac":
         """Install every stand-in in this process. Undo with :meth:`deactivate`."""
-        from verifylib.numerics.seam_executor import SeamExecutor
         from verifylib.runtime import capabilities, runner
         from verifylib.whispercpp import build, cmake_steps
 
@@ -205,7 +211,7 @@ class SimulatedMac:
         self._patch(runner, "subprocess", _Subprocess(self))
         self._patch(cmake_steps, "cmake_target", _coreml_cmake_target(cmake_steps.cmake_target))
         self._patch(build, "build_key", _recipe_keyed(build.build_key))
-        self._executor = SeamExecutor(load=self.core_ml_load).__enter__()
+        self._active = True
         for module, name, value in self.native_patches():
             self._patch(module, name, value)
         return self
@@ -268,6 +274,7 @@ class SimulatedMac:
     def deactivate(self) -> None:
         """Remove the stand-ins installed by :meth:`activate`."""
         from verifylib.runtime import capabilities
+        self._active = False
         if self._executor is not None:
             self._executor.close()
             self._executor = None
