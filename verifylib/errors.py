@@ -8,7 +8,8 @@ for a failed operation), so narrowing an ``except`` clause is never required.
 
 Modules define their specific exceptions as subclasses of these leaves (for example
 ``verifylib.whispercpp.cmake_steps.BuildError`` derives from :class:`BuildFailure`);
-the leaves here name the family, the module classes name the place. A check that catches
+the leaves here name the family, the module classes name the place (a host fault keeps
+``OSError``, the base a disk's errors already have). A check that catches
 verifylib calling itself wrongly (a stage beginning another stage's gate, a PASS citing
 evidence its rule never read) raises a built-in exception instead: that is a bug, not a refusal.
 
@@ -22,6 +23,10 @@ Two cases matter to the gate statuses:
   ``"exception"``.
 
 Both cite the stored traceback.
+
+A :class:`HostFault` (the host's disk is full, read-only or failing) is neither: it is
+never recorded as a gate's status, it stops the audit (see
+:mod:`verifylib.runtime.host_faults`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "VerifylibError", "ParametersInvalid", "SourceFailure", "BuildFailure",
     "ContractBroken", "ExportFailure", "EvidenceInvalid", "PrerequisiteBroken",
     "RunFailure", "ModelFailure", "PolicyInvalid", "AttestationFailure", "StageRefusal",
+    "HostFault",
 ]
 
 
@@ -83,3 +89,10 @@ class AttestationFailure(VerifylibError, RuntimeError):
 
 class StageRefusal(VerifylibError, RuntimeError):
     """A stage refuses to run: it would replace evidence or touch a published run."""
+
+
+class HostFault(VerifylibError, OSError):
+    """The host failed a write or a read the audit needs (a full, read-only or failing disk).
+
+    Never a gate's status: the audit stops, publishes nothing, and exits 3.
+    """

@@ -15,7 +15,7 @@ from verifylib import canonical
 from verifylib.cli import main as cli
 from verifylib.evidence.gates import Verdict
 
-from tests.helpers import synthetic
+from tests.helpers import ROOT, synthetic
 from tests.helpers.synthetic import install_rules
 
 BINARY_SHA = canonical.sha256_bytes(b"a statically linked whisper-cli")
@@ -368,8 +368,9 @@ def test_cli_run_signs_each_published_run(tmp_path, rules, monkeypatch, capsys):
     priv, pub = write_keys(tmp_path / "keys")
     outcome = SimpleNamespace(name="tiny-en", verdict=Verdict.INCOMPLETE,
                               report=run_dir / "report.html", run_dir=run_dir)
-    monkeypatch.setattr(inputs, "load_all",
-                        lambda *a, **k: [SimpleNamespace(name="tiny-en")])
+    from verifylib import params
+    tiny = params.load(ROOT / "parameters" / "tiny-en.yaml")
+    monkeypatch.setattr(inputs, "load_all", lambda *a, **k: [tiny])
     # The batch driver (one model after another here) calls run_one for each model.
     monkeypatch.setattr(executors, "run_one", lambda *a, **k: outcome)
     monkeypatch.setattr(report, "render_index", lambda *a, **k: tmp_path / "index.html")

@@ -65,7 +65,7 @@ def test_a_model_that_raises_gets_a_failure_record_and_the_next_one_runs(
     code = cli.main(["run", str(_params(tmp_path, "model-a")), str(_params(tmp_path, "model-b")),
                      "--reports", str(reports), *jobs])
     out = capsys.readouterr()
-    assert code == 1, out
+    assert code == cli.EXIT_NO_RUN == 3, out
     assert calls == ["model-a", "model-b"]
     lines = out.out.splitlines()
     assert (f"model-a: ERROR on {socket.gethostname()}, no run published: "
@@ -96,7 +96,7 @@ def test_when_every_model_fails_the_index_is_still_printed(tmp_path, monkeypatch
     code = cli.main(["run", str(_params(tmp_path, "model-a")), str(_params(tmp_path, "model-b")),
                      "--reports", str(reports)])
     out = capsys.readouterr().out
-    assert code == 1, out
+    assert code == cli.EXIT_NO_RUN == 3, out
     lines = out.splitlines()
     assert "worst verdict: ERROR" in lines
     assert f"  index:   {reports / report.INDEX}" in lines
@@ -113,7 +113,7 @@ def test_a_single_failed_model_prints_its_index(tmp_path, monkeypatch, capsys):
     reports = tmp_path / "reports"
     code = cli.main(["run", str(_params(tmp_path, "model-a")), "--reports", str(reports)])
     lines = capsys.readouterr().out.splitlines()
-    assert code == 1
+    assert code == cli.EXIT_NO_RUN
     assert "worst verdict: ERROR" not in lines  # one model: its own line says it
     assert f"  index:   {reports / report.INDEX}" in lines
 
@@ -127,8 +127,8 @@ def test_no_index_path_when_no_index_could_be_written(tmp_path, monkeypatch, cap
     reports = tmp_path / "reports"
     code = cli.main(["run", str(_params(tmp_path, "model-a")), "--reports", str(reports)])
     lines = capsys.readouterr().out.splitlines()
-    assert code == 1
-    assert "[model-a] failure record not written: [Errno 28] No space left on device" in lines
+    assert code == cli.EXIT_NO_RUN
+    assert "[model-a] failure record not written: No space left on device" in lines
     assert not any(line.startswith("  index:") for line in lines)
 
 

@@ -86,8 +86,9 @@ def test_run_json_is_one_object_and_the_people_lines_go_to_stderr(tmp_path, monk
                      "--json"])
     out = capsys.readouterr()
     doc = json.loads(out.out)
-    assert code == doc["exit_code"] == 1
-    assert doc["schema"] == "verifylib-cli/1" and doc["command"] == "run"
+    # A model with no run published: exit 3, whatever the others' verdicts (cli/2).
+    assert code == doc["exit_code"] == cli.EXIT_NO_RUN
+    assert doc["schema"] == "verifylib-cli/2" and doc["command"] == "run"
     assert doc["verdict"] == "ERROR"
     by = {r["name"]: r for r in doc["runs"]}
     assert [r["verdict"] for r in doc["runs"]] == ["INCOMPLETE", "REJECTED", "ERROR"]
@@ -108,7 +109,7 @@ def test_run_junit_xml_has_a_case_per_gate(tmp_path, monkeypatch, capsys):
     junit = tmp_path / "gates.xml"
     code = cli.main(["run", str(_params(tmp_path, "bad")), str(_params(tmp_path, "gone")),
                      "--reports", str(tmp_path / "r"), "--junit-xml", str(junit)])
-    assert code == 1
+    assert code == cli.EXIT_NO_RUN
     assert f"  junit:   {junit}" in capsys.readouterr().out.splitlines()
     suites = {s.name: s for s in JUnitXml.fromfile(str(junit))}
     assert set(suites) == {"bad", "gone"}
@@ -144,7 +145,7 @@ def test_verify_json_is_one_object(tmp_path, monkeypatch, capsys):
                                              "INCOMPLETE"))
     assert cli.main(["verify", str(tmp_path), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc == {"schema": "verifylib-cli/1", "command": "verify",
+    assert doc == {"schema": "verifylib-cli/2", "command": "verify",
                    "verifylib": doc["verifylib"], "run_dir": str(tmp_path), "ok": False,
                    "verdict": "INCOMPLETE", "problems": ["gates/x.json: digest differs"],
                    "exit_code": 1}

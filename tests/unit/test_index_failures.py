@@ -150,4 +150,4 @@ def test_a_record_that_cannot_be_written_does_not_stop_the_batch(tmp_path, monke
     record = executors.failure_recorder([], tmp_path, seen.append, log=lines.append)
     record(FailedRun("tiny-en", "worker exit 1"))
     assert [o.name for o in seen] == ["tiny-en"] and seen[0].record is None
-    assert lines == ["[tiny-en] failure record not written: [Errno 28] No space left on device"]
+    assert lines == ["[tiny-en] failure record not written: No space left on device"]

@@ -10,6 +10,10 @@ A staged run is verified (:func:`verifylib.evidence.receipt.verify`, as an audit
 before the rename: one that does not verify is never published; :class:`RunNotVerified`
 names why and the batch records the model as ERROR with that reason.
 
+A host fault (a full, read-only or failing disk, :mod:`verifylib.runtime.host_faults`) in
+any stage, or while publishing, stops the audit at once: no later stage runs, the staging
+folder is removed and :class:`verifylib.errors.HostFault` reaches the caller.
+
 Interrupts (SIGINT, and SIGTERM under :func:`interrupts_raise`) publish nothing: the
 stage kernel is shut down by papermill, the staging folder is removed and
 :class:`Interrupted` reaches the caller. A process killed outright (SIGKILL, power loss)
@@ -46,6 +50,7 @@ from verifylib.evidence.layout import read_stage_file
 from verifylib.evidence.receipt import build_receipt, verify
 from verifylib.notebook import make_reopenable
 from verifylib.params import Params
+from verifylib.runtime.host_faults import fault_of_cell, host_fault
 from verifylib.runtime.progress import LineRelay
 from verifylib.stages.context import init_run_dir
 from verifylib.views import report
@@ -203,6 +208,11 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                        simulated=kernel_manager is not None or _simulated_here())
         log(f"      verified before publishing: {time.perf_counter() - t0:.1f} s")
         canonical.publish_dir(staging, final)
+    except Exception as exc:
+        fault = host_fault(exc, staging)
+        if fault is None or fault is exc:
+            raise
+        raise fault from exc
     finally:
         with signals_deferred():
             if final.is_dir():
@@ -262,6 +272,12 @@ def _run_stages(params: Params, staging: Path, stages: Sequence[str], *,
             if interrupt_pending() is not None:
                 # papermill's kernel cleanup may replace the interrupt with its own error
                 raise Interrupted(interrupt_pending()) from exc
+            fault = host_fault(exc, staging) or fault_of_cell(getattr(exc, "ename", None),
+                                                     getattr(exc, "evalue", None))
+            if fault is not None:
+                # Every later write would fail too: no later stage runs.
+                log(f"      stage {stage} stopped: the host failed: {fault.strerror}")
+                raise fault from exc
             errors[stage] = _error_text(exc)
             log(f"      stage {stage} raised: {errors[stage].splitlines()[0]}")
         finally:

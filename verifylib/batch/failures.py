@@ -32,6 +32,8 @@ class FailedRun:
         failure record.
     record : Path or None
         The failure record published for it (see :func:`failure_recorder`).
+    traceback : str or None
+        A traceback for the record alone (a host fault is one line on the console).
     """
 
     name: str
@@ -39,6 +41,7 @@ class FailedRun:
     node: str | None = None
     executor: dict | None = None
     record: Path | None = None
+    traceback: str | None = None
 
 
 Outcome = Union[RunOutcome, FailedRun]
@@ -81,10 +84,42 @@ def failure_recorder(all_params: Sequence[Params], reports_root: Path,
             try:
                 outcome.record = failure_records.publish_failure(
                     reports_root, name=outcome.name, parameters=str(origin),
-                    reason=outcome.reason, executor=executor)
+                    reason=outcome.reason, executor=executor, traceback=outcome.traceback)
                 report.render_index([], reports_root)
             except OSError as exc:
-                log(f"[{outcome.name}] failure record not written: {exc}")
+                log(f"[{outcome.name}] failure record not written: {exc.strerror or exc}")
         on_outcome(outcome)
 
     return record
+
+
+def failed_run(name: str, exc: BaseException, *, node: str | None,
+               executor: dict | None) -> FailedRun:
+    """Return the ERROR outcome of a model whose audit raised ``exc``.
+
+    A host fault (:mod:`verifylib.runtime.host_faults`) reads as one line, its traceback kept
+    for the failure record; anything else as its class and message, the traceback having
+    gone to stderr.
+
+    Parameters
+    ----------
+    name : str
+        Model name.
+    exc : BaseException
+        What the audit raised.
+    node, executor
+        As :class:`FailedRun`'s.
+
+    Returns
+    -------
+    FailedRun
+    """
+    import traceback
+
+    from verifylib.runtime.host_faults import host_fault
+    fault = host_fault(exc)
+    if fault is not None:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return FailedRun(name, f"the host failed: {fault.strerror}", node, executor,
+                         traceback=text)
+    return FailedRun(name, f"{type(exc).__name__}: {exc}", node, executor)

@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 from verifylib import canonical
 from verifylib.batch.audit import RunOutcome, executor_record, record_published, run_one
-from verifylib.batch.failures import FailedRun, Outcome, failure_recorder
+from verifylib.batch.failures import FailedRun, Outcome, failed_run, failure_recorder
 from verifylib.batch.signals import (
     Interrupted,
     interrupt_pending,
@@ -119,9 +119,9 @@ def _run_here(all_params: Sequence[Params], reports_root: Path, stages: tuple[st
                 # An error raised while cleaning up after an interrupt must not turn the
                 # interrupt into one model's failure and start the next model.
                 raise Interrupted(interrupt_pending()) from exc
-            traceback.print_exc()  # the whole story on stderr, as a --jobs worker prints it
-            out = FailedRun(p.name, f"{type(exc).__name__}: {exc}", record["node"],
-                            executor=dict(record))
+            out = failed_run(p.name, exc, node=record["node"], executor=dict(record))
+            if out.traceback is None:
+                traceback.print_exc()  # the whole story on stderr, as a --jobs worker prints it
         outcomes.append(out)
         on_outcome(out)
     return outcomes
@@ -303,6 +303,7 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
     results: dict[str, Outcome] = {}
     failures: dict[str, str] = {}
     tails: dict[str, list[str]] = {}
+    tracebacks: dict[str, str] = {}
     events: "queue.Queue" = queue.Queue()
 
     def handle(kind: str, name: str, payload) -> None:
@@ -325,6 +326,8 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
                 on_outcome(out)
             if "error" in payload:
                 failures[name] = payload["error"]
+                if payload.get("traceback"):
+                    tracebacks[name] = payload["traceback"]
             for path in payload.get("published", []):
                 record_published(Path(path))
         elif kind == "exit":
@@ -334,7 +337,7 @@ def _run_jobs(all_params: Sequence[Params], reports_root: Path, jobs: int,
                 why = failures.get(name) or "; ".join(t for t in tails.get(name, [])[-3:] if t)
                 fail = FailedRun(name, f"worker {_describe_exit(payload)}"
                                        + (f": {why}" if why else ""), record["node"],
-                                 executor=dict(record))
+                                 executor=dict(record), traceback=tracebacks.get(name))
                 results[name] = fail
                 on_outcome(fail)
 
@@ -407,8 +410,10 @@ def _worker_main(argv: Sequence[str]) -> int:
             emit({"interrupted": int(sig), "published": [str(p) for p in scope.published]})
             return 128 + int(sig)
         except Exception as exc:  # noqa: BLE001 - reported as this model's ERROR outcome
-            traceback.print_exc()
-            emit({"error": f"{type(exc).__name__}: {exc}"})
+            fail = failed_run(params.name, exc, node=None, executor=None)
+            if fail.traceback is None:
+                traceback.print_exc()
+            emit({"error": fail.reason, "traceback": fail.traceback})
             return 1
     emit({"result": {"run_dir": str(out.run_dir), "verdict": out.verdict.value,
                      "report": str(out.report), "stage_seconds": out.stage_seconds}})

@@ -225,6 +225,10 @@ class DoctorReport:
         True when the host is the test suite's simulated Mac.
     audit : AuditCheck or None
         The parameter file's audit, None for the default audit.
+    disk : tuple of FolderCheck
+        The reports folder and the cache against that audit's estimated size
+        (:mod:`verifylib.batch.disk`, the check ``run`` makes before any work); empty
+        when not checked.
     """
 
     system: str
@@ -239,6 +243,7 @@ class DoctorReport:
     gates: tuple[GateCheck, ...]
     simulated: bool = False
     audit: AuditCheck | None = None
+    disk: tuple = ()
 
     @property
     def subject(self) -> str:
@@ -294,6 +299,8 @@ class DoctorReport:
             "simulated": self.simulated, "can_audit": self.can_audit,
             "exit_code": self.exit_code, "summary": self.summary(),
             "audit": None if self.audit is None else self.audit.as_json(),
+            "disk": [{"role": c.role, "path": str(c.path), "free_bytes": c.free_bytes,
+                      "need_bytes": c.need_bytes, "problem": c.problem} for c in self.disk],
         }
 
     def text(self) -> str:
@@ -330,6 +337,11 @@ class DoctorReport:
         rows += [(name, version or "not installed") for name, version in self.packages.items()]
         free = "unknown" if self.free_bytes is None else f"{self.free_bytes / 2**30:.1f} GiB free"
         rows.append(("cache", f"{self.cache} ({free})"))
+        for c in self.disk:
+            have = "unknown" if c.free_bytes is None else f"{c.free_bytes / 2**30:.1f} GiB free"
+            rows.append((f"{c.role} space", f"{c.path}: {have}, the audit needs about "
+                         f"{c.need_bytes / 2**30:.2f} GiB"
+                         + (f": {c.problem}" if c.problem else "")))
         lines += _table(rows)
         if self.audit is not None:
             lines += ["", f"audit of {self.audit.name}"]
@@ -447,7 +459,8 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
                   cache: Path | None = None,
                   package_version: Callable[[str], str | None] = _package_version,
                   audit: AuditCheck | None = None,
-                  params: Mapping[str, Any] | None = None) -> DoctorReport:
+                  params: Mapping[str, Any] | None = None,
+                  disk: tuple = ()) -> DoctorReport:
     """Examine this host (or the given parts of one).
 
     Parameters
@@ -467,6 +480,8 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
     params : mapping, optional
         That parameter file's tree, whose gates' capabilities are judged
         (:func:`gate_checks`).
+    disk : tuple of FolderCheck, optional
+        The reports folder and the cache checked against the audit's estimated size.
 
     Returns
     -------
@@ -483,7 +498,8 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
         python=platform.python_version(),
         packages={name: package_version(name) for name in PACKAGES},
         tools=tools, xcode=host.xcode, cache=str(cache), free_bytes=_free_bytes(cache),
-        gates=gate_checks(host, tools, params), simulated=host.simulated, audit=audit)
+        gates=gate_checks(host, tools, params), simulated=host.simulated, audit=audit,
+        disk=tuple(disk))
 
 
 def cli_main(args) -> int:
@@ -513,10 +529,23 @@ def cli_main(args) -> int:
             print(f"verifylib doctor: bad parameters: {exc}", file=sys.stderr)
             return EXIT_BAD_PARAMETERS
         tree = params.data
-    report = doctor_report(audit=audit, params=tree)
+    report = doctor_report(audit=audit, params=tree, disk=_disk(getattr(args, "params", None)))
     if getattr(args, "json", False):
         print(json.dumps(report.as_json(), indent=1, sort_keys=True))
     else:
         print(report.text())
     sys.stdout.flush()
     return report.exit_code
+
+
+def _disk(params_file: str | None) -> tuple:
+    """Check the reports folder (of the current directory) and the cache against the audit."""
+    from verifylib.batch.disk import check_folders, estimate_space
+    from verifylib.params import load
+    try:
+        params = load(params_file or resources.default_parameters())
+    except ParametersInvalid:
+        return ()
+    cache = resources.cache_dir()
+    return check_folders([estimate_space(params, macos=platform.system() == "Darwin",
+                                         cache_dir=cache)], resources.reports_dir(), cache)

@@ -19,6 +19,9 @@ from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
 
 EXIT_BAD_INPUT = 2
+# A host or harness problem, never the model's verdict: 1 stays REJECTED's alone. Runs made
+# before verifylib 0.2.0 exited 1 for this too (their JSON says so by its schema, cli/1).
+EXIT_NO_RUN = 3
 # 128 + signal number: what a shell reports for a process killed by the signal, so a
 # caller sees the same code whether or not verifylib got to clean up.
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
@@ -33,14 +36,19 @@ EXIT_CODES = {
     "verifylib": """\
 exit codes:
   0    success (run: every verdict ADMISSIBLE or INCOMPLETE; verify: the run verifies)
-  1    REJECTED, a run that does not verify, or no run published
+  1    REJECTED, or a run that does not verify
   2    bad input or usage (one line on stderr says which file and key)
+  3    no run published: the host or the harness failed (a full or read-only disk,
+       a worker that died); one line says why
   130  interrupted (SIGINT), 143 terminated (SIGTERM): nothing published""",
     "run": """\
 exit codes:
   0    every verdict ADMISSIBLE or INCOMPLETE (with --require admissible: ADMISSIBLE)
-  1    a verdict REJECTED, a model with no run published, or a run left unsigned
-  2    bad parameters or options, or a tool this host lacks (nothing is written)
+  1    a verdict REJECTED, or a run left unsigned
+  2    bad parameters or options, a tool this host lacks, or too little space or no
+       write access for the reports or the cache (nothing is written)
+  3    a model with no run published: the host or the harness failed (a full or
+       read-only disk, a worker that died); one line names the path and the error
   130  interrupted (SIGINT), 143 terminated (SIGTERM): nothing published""",
     "verify": """\
 exit codes:
@@ -189,6 +197,8 @@ def _run(args, holder: dict | None = None) -> int:
     from verifylib.batch.failures import FailedRun
     from verifylib.batch.ray import RayUnavailable
     reports = Path(args.reports).resolve() if args.reports else resources.reports_dir()
+    if args.executor == "local" and not _room_for(all_params, reports):
+        return EXIT_BAD_INPUT
     from verifylib.batch.staging import remove_stale_staging
     for gone in remove_stale_staging(reports):
         print(f"removed staging left by a process that is gone: {gone}")
@@ -234,6 +244,20 @@ def _run(args, holder: dict | None = None) -> int:
     return _conclude_run(args, outcomes, summaries, reports, unsigned, holder)
 
 
+def _room_for(all_params: list, reports: Path) -> bool:
+    """Check the reports folder and the cache before any work; False after one line why not."""
+    from verifylib.batch.disk import check_folders, estimate_space, problems
+    from verifylib.runtime.capabilities import detect
+    cache = resources.cache_dir()
+    macos = detect().system == "Darwin"
+    found = problems(check_folders([estimate_space(p, macos=macos, cache_dir=cache)
+                                    for p in all_params], reports, cache))
+    if found:
+        print(f"verifylib: cannot audit here: {'; '.join(found)} (see `verifylib doctor`)",
+              file=sys.stderr)
+    return not found
+
+
 def _conclude_run(args, outcomes: list, summaries: list, reports: Path, unsigned: int,
                   holder: dict | None) -> int:
     """Print ``run``'s closing lines, write its JUnit file and JSON object; the exit code."""
@@ -241,7 +265,7 @@ def _conclude_run(args, outcomes: list, summaries: list, reports: Path, unsigned
     from verifylib.cli.outputs import run_object, write_junit
     published = [o for o in outcomes if not isinstance(o, FailedRun)]
     failed = [o for o in outcomes if isinstance(o, FailedRun)]
-    code = 1  # a batch where no model published a run
+    code = EXIT_NO_RUN  # a batch where no model published a run
     from verifylib.views import report
     index = reports / report.INDEX
     if published:
@@ -256,7 +280,8 @@ def _conclude_run(args, outcomes: list, summaries: list, reports: Path, unsigned
         print(f"  index:   {index}")
     if failed:
         print(f"ERROR: no run published for {', '.join(o.name for o in failed)}")
-    code = max(code, 1) if unsigned or failed else code
+    code = max(code, 1) if unsigned else code
+    code = EXIT_NO_RUN if failed else code
     if args.junit_xml is not None:
         print(f"  junit:   {write_junit(args.junit_xml, summaries)}")
     if holder is not None:

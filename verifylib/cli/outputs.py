@@ -15,8 +15,11 @@ from typing import Any, Iterable
 
 from verifylib import canonical
 
-JSON_SCHEMA = "verifylib-cli/1"
-"""The ``schema`` of the objects ``run --json`` and ``verify --json`` print."""
+JSON_SCHEMA = "verifylib-cli/2"
+"""The ``schema`` of the objects ``run --json`` and ``verify --json`` print.
+
+``/2`` (verifylib 0.2.0): ``exit_code`` 3 for a model with no run published (``/1`` said 1,
+as for REJECTED); nothing else changed, so a reader of ``/1`` objects reads both."""
 
 
 def version() -> str:

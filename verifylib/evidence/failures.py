@@ -54,6 +54,9 @@ class FailureRecord:
         When the failure was recorded, ISO 8601 UTC (``2026-12-01T08:31:18Z``).
     status : Status
         Always ``Status.ERROR``.
+    traceback : str or None
+        The traceback, when it was kept out of the console (a host fault says one line
+        there); absent from older records.
     """
 
     id: str
@@ -63,6 +66,7 @@ class FailureRecord:
     executor: dict[str, Any]
     time: str
     status: Status = Status.ERROR
+    traceback: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as stored (with its ``format``).
@@ -73,7 +77,8 @@ class FailureRecord:
         """
         return {"format": FAILURE_FORMAT, "id": self.id, "name": self.name,
                 "parameters": self.parameters, "status": self.status.value, "reason": self.reason,
-                "executor": dict(self.executor), "time": self.time}
+                "executor": dict(self.executor), "time": self.time,
+                **({} if self.traceback is None else {"traceback": self.traceback})}
 
     @classmethod
     def from_json(cls, data: Any) -> "FailureRecord":
@@ -103,12 +108,14 @@ class FailureRecord:
             raise EvidenceInvalid(f"status {data['status']!r} is not ERROR")
         if not isinstance(data.get("executor"), dict):
             raise EvidenceInvalid("field 'executor' is missing or not an object")
+        if data.get("traceback") is not None and not isinstance(data["traceback"], str):
+            raise EvidenceInvalid("field 'traceback' is not a string")
         return cls(data["id"], data["name"], data["parameters"], data["reason"],
-                   dict(data["executor"]), data["time"], Status.ERROR)
+                   dict(data["executor"]), data["time"], Status.ERROR, data.get("traceback"))
 
 
 def publish_failure(reports_root: str | Path, *, name: str, parameters: str, reason: str,
-                    executor: dict[str, Any]) -> Path:
+                    executor: dict[str, Any], traceback: str | None = None) -> Path:
     """Record that a model's audit ended ERROR without publishing a run.
 
     The record (:class:`FailureRecord`) is written to a staging file in
@@ -128,6 +135,8 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         Why no run was published (cut to :data:`MAX_REASON_CHARS`).
     executor : dict
         How and where it ran (see :attr:`FailureRecord.executor`).
+    traceback : str, optional
+        The traceback kept out of the console (see :attr:`FailureRecord.traceback`).
 
     Returns
     -------
@@ -144,7 +153,7 @@ def publish_failure(reports_root: str | Path, *, name: str, parameters: str, rea
         record_id = new_run_id()
         stamp = run_id_time(record_id)
         rec = FailureRecord(record_id, name, parameters, reason, dict(executor),
-                            stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                            stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), traceback=traceback)
         path = folder / f"{record_id}.json"
         try:
             canonical.atomic_write_bytes(path, canonical.dumps(rec.to_json()), replace=False)

@@ -58,6 +58,7 @@ from verifylib.evidence.records import (
 )
 from verifylib.runtime import ledger
 from verifylib.runtime.capabilities import HostCapabilities
+from verifylib.runtime.host_faults import host_fault
 
 # Files the receipt covers; the rendered reports are derived from it and come after.
 COVERED_DIRS = (EVIDENCE_DIR, GATES_DIR, "notebooks", "fp32", "fp16")
@@ -264,7 +265,10 @@ def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> 
     try:
         run = canonical.read_json(run_dir / RUN_FILE)
         records, identities = collect_records(run_dir, stage_errors)
-    except Exception:  # noqa: BLE001 - always a verdict, never an abort without one
+    except Exception as exc:  # noqa: BLE001 - always a verdict, never an abort without one
+        fault = host_fault(exc)
+        if fault is not None:  # the host's disk, not the run: no verdict to give
+            raise fault from exc
         text = "building the receipt failed:\n" + traceback.format_exc()
         try:
             run = canonical.read_json(run_dir / RUN_FILE)

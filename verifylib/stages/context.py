@@ -48,6 +48,7 @@ from verifylib.evidence.stage_report import StageReport, StageResult
 from verifylib.params import Params
 from verifylib.runtime import ledger, progress
 from verifylib.runtime.capabilities import detect
+from verifylib.runtime.host_faults import host_fault
 
 _D = TypeVar("_D", bound=Schema)
 
@@ -56,8 +57,10 @@ class GateRun:
     """One gate being evaluated; created by :meth:`StageContext.begin`.
 
     Used as a context manager: leaving it without :meth:`judge` records ERROR, and an
-    exception inside it (other than KeyboardInterrupt and SystemExit) is recorded as ERROR
-    and swallowed, so the stage goes on.
+    exception inside it (other than KeyboardInterrupt, SystemExit and a host fault) is
+    recorded as ERROR and swallowed, so the stage goes on. A host fault (a full, read-only
+    or failing disk: :mod:`verifylib.runtime.host_faults`) leaves as a
+    :class:`verifylib.errors.HostFault`, which stops the audit.
 
     Parameters
     ----------
@@ -127,6 +130,13 @@ class GateRun:
             return False
         if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
             return False
+        fault = host_fault(exc, self.ctx.run_dir)
+        if fault is not None:
+            # A full or failing disk is the host's, not this gate's: no record (it would
+            # fail to write too), and no later gate or stage runs.
+            if fault is exc:
+                return False
+            raise fault from exc
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         # What the gate stood on changed under it (the environment, not the harness): the
         # record says so, so a reader does not go looking for a bug in verifylib.
