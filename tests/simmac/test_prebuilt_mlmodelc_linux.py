@@ -189,6 +189,24 @@ def test_a_pass_that_does_not_say_where_its_program_came_from_is_refused(linux_r
                for x in problems_naming(res, "export.pair")), res.problems
 
 
+def test_a_program_gate_hidden_as_not_run_platform_does_not_verify(linux_run, tmp_path):
+    """The hole verify used to have: a program gate of a given .mlmodelc relabelled
+    NOT_RUN(platform) on Linux, its evidence removed and the run resealed. The placed
+    folder's model.mil reads whole here, so the host lacked nothing: refused, by name."""
+    from tests.helpers.forge import clone, problems_naming, relabel, reseal
+
+    forged = clone(linux_run, tmp_path / "forged")
+    relabel(forged, "parity.program", "NOT_RUN", "platform",
+            "needs macOS: Core ML runs a given compiled model")
+    for ref in gate_records(linux_run)["parity.program"]["evidence"]:
+        (forged / ref["path"]).unlink()
+    reseal(forged)
+    res = receipt.verify(forged)
+    found = problems_naming(res, "parity.program")
+    assert any(f"NOT_RUN(platform) but the given compiled model's program ({SLOT}/model.mil) "
+               "reads whole here" in x for x in found), res.problems
+
+
 def test_a_recorded_digest_must_be_the_published_files(linux_run, tmp_path):
     from tests.helpers.forge import clone, edit_json, problems_naming, reseal
 
@@ -203,7 +221,14 @@ def test_a_recorded_digest_must_be_the_published_files(linux_run, tmp_path):
         res.problems
 
 
-def test_a_program_the_executor_cannot_take_exactly_stays_not_run(inexact_run):
+def test_a_program_the_executor_cannot_take_exactly_stays_not_run(inexact_run, tmp_path):
+    # Its honest NOT_RUN(platform) verifies: the model.mil does not read here either.
+    from tests.helpers.forge import clone, problems_naming
+    sealed = clone(inexact_run, tmp_path / "sealed")
+    receipt.build_receipt(sealed)
+    res = receipt.verify(sealed)
+    for gid in PROGRAM_GATES:
+        assert problems_naming(res, gid) == [], res.problems
     recs = gate_records(inexact_run)
     assert recs["export.contract"]["status"] == "PASS", recs["export.contract"]["reason"]
     for gid in PROGRAM_GATES:

@@ -594,6 +594,13 @@ class _Checker:
             if caps[cap.value]:
                 return [f"gate {g.id}: NOT_RUN(platform) but the host record has "
                         f"{cap.value}"]
+            readable = self._readable_program(g, run.get("params") or {})
+            if readable is not None:
+                # Any host runs a program read from its text, so this NOT_RUN could be
+                # hiding a FAIL: the recording host had what the gate needed.
+                return [f"gate {g.id}: NOT_RUN(platform) but the given compiled model's "
+                        f"program ({readable}/model.mil) reads whole here, and any host runs "
+                        f"it with verifylib's executor"]
         elif kind == NotRunKind.PREREQUISITE.value:
             named = _named_gates(detail, g.prerequisites)
             unmet = [p for p in named if self.verified.get(p) is not Status.PASS]
@@ -610,6 +617,28 @@ class _Checker:
             if g.implemented:
                 return [f"gate {g.id}: NOT_RUN(not-implemented) but this version implements it"]
         return []
+
+
+    def _readable_program(self, g: gates.Gate, params: Mapping[str, Any]) -> str | None:
+        """Return the placed compiled encoder when a program gate could have run it here.
+
+        A program gate of a given ``.mlmodelc`` needs macOS only when its ``model.mil``
+        cannot be read (:func:`verifylib.evidence.gates.capability_of`); this reads it
+        again, with the reader the stage used, from the folder the receipt covers.
+        """
+        if g.id not in gates.PROGRAM_GATES or gates.given_compiled_encoder(params) is None:
+            return None
+        listed = {f.get("path") for f in self.receipt.get("files", []) if isinstance(f, dict)}
+        folders = sorted({str(PurePosixPath(p).parent) for p in listed
+                          if isinstance(p, str) and p.endswith(".mlmodelc/model.mil")})
+        from verifylib.numerics.mil_compiled import load_compiled_program
+        for rel in folders:
+            try:
+                load_compiled_program(self.run_dir / rel)
+            except Exception:  # noqa: BLE001 - unreadable here too: the NOT_RUN stands
+                continue
+            return rel
+        return None
 
 
 def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResult:
