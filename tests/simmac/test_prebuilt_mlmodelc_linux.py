@@ -200,11 +200,15 @@ def test_a_program_gate_hidden_as_not_run_platform_does_not_verify(linux_run, tm
             "needs macOS: Core ML runs a given compiled model")
     for ref in gate_records(linux_run)["parity.program"]["evidence"]:
         (forged / ref["path"]).unlink()
+    # The seam's side: its gates need nothing but this host, so NOT_RUN(platform) is refused.
+    relabel(forged, "canary.seam_positive", "NOT_RUN", "platform", "needs macOS")
     reseal(forged)
     res = receipt.verify(forged)
     found = problems_naming(res, "parity.program")
     assert any(f"NOT_RUN(platform) but the given compiled model's program ({SLOT}/model.mil) "
                "reads whole here" in x for x in found), res.problems
+    assert "gate canary.seam_positive: NOT_RUN(platform) but the host record has any" in \
+        res.problems, res.problems
 
 
 def test_a_recorded_digest_must_be_the_published_files(linux_run, tmp_path):
