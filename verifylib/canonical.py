@@ -11,6 +11,7 @@ The digests count every file, so the files macOS writes into a folder on its own
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -21,7 +22,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -370,6 +371,58 @@ def read_json(path: str | os.PathLike) -> Any:
         If the file is not strict JSON.
     """
     return loads(Path(path).read_bytes())
+
+
+READ_ONLY_FILE = 0o444
+READ_ONLY_DIR = 0o555
+
+
+def seal_read_only(folder: str | os.PathLike) -> None:
+    """Make a published folder read-only on disk: files 0444, folders 0555.
+
+    Nothing then saves into a published run by accident (Jupyter refuses to write a
+    file it may not write, and cannot create its ``.ipynb_checkpoints``). It is no lock:
+    the owner can ``chmod`` it back, and root ignores modes; ``verify`` still decides.
+    Links are left as they are (their target is not the run's to change).
+
+    Parameters
+    ----------
+    folder : path-like
+        A published run.
+    """
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, READ_ONLY_FILE)
+        for name in dirs:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, READ_ONLY_DIR)
+    os.chmod(folder, READ_ONLY_DIR)
+
+
+@contextlib.contextmanager
+def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Let the owner add a file to a sealed folder for the block's duration, then seal it.
+
+    Parameters
+    ----------
+    folder : path-like
+        A folder :func:`seal_read_only` sealed (or any folder: its mode is restored).
+
+    Yields
+    ------
+    Path
+        The folder.
+    """
+    path = Path(folder)
+    mode = path.stat().st_mode & 0o7777
+    os.chmod(path, mode | 0o200)
+    try:
+        yield path
+    finally:
+        os.chmod(path, mode)
 
 
 def publish_dir(staging: str | os.PathLike, final: str | os.PathLike) -> Path:

@@ -129,12 +129,15 @@ def _published_run_dir(run_dir: Any, run_id: str) -> Path:
         if renamed is None and _run_id_of(folder) == run_id:
             renamed = folder
     if renamed is not None:
-        # The run itself, copied or moved under another name: the name is how a published
-        # notebook tells its run from any other.
-        raise ParametersInvalid(
-            f"this notebook belongs to the published run {run_id}, found in {renamed}, a "
-            f"folder named {renamed.name!r}: a copied run keeps its run id as its folder's "
-            f"name; rename the folder to {run_id}")
+        # The run itself, copied or moved under another name: its receipt names it, and it
+        # is accepted when it verifies as it is (a copy's folder name carries no evidence).
+        try:
+            open_run(renamed, verify=True, allow_simulated=True)
+        except EvidenceInvalid as exc:
+            raise ParametersInvalid(
+                f"this notebook belongs to the published run {run_id}, found in {renamed} "
+                f"under another name, which does not verify: {exc}") from None
+        return renamed
     raise ParametersInvalid(
         f"this notebook belongs to the published run {run_id}, which is not at "
         f"{candidates[0]} or {here}: open it inside its run's notebooks/ folder (or run "
@@ -177,7 +180,7 @@ def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:
     done = []
     for path in sorted(Path(run_dir, "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        changed = False
+        changed = _add_published_note(nb, run_id)
         for cell in nb.cells:
             if "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
                 continue
@@ -192,6 +195,44 @@ def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:
             canonical.atomic_write_bytes(path, nbformat.writes(nb).encode("utf-8"))
             done.append(path)
     return done
+
+
+PUBLISHED_NOTE_TAG = "verifylib-published-note"
+"""The tag of the first cell of a published notebook: how to explore it without touching it."""
+
+
+def published_note(run_id: str) -> str:
+    """Return the first cell a published notebook opens with (Markdown).
+
+    Parameters
+    ----------
+    run_id : str
+        The run's id.
+
+    Returns
+    -------
+    str
+    """
+    return (f"**This notebook is part of the published run `{run_id}`, and verified as it "
+            "is.** Running or saving it here changes the run, and `verifylib verify` then "
+            "rejects it (JupyterLab saves on its own within two minutes).\n\n"
+            "To explore it, open a working copy instead, outside the run:\n\n"
+            f"```bash\nverifylib lab path/to/{run_id}\n```\n\n"
+            "Its notebooks read this run back read-only; their checkpoints and autosaves "
+            "stay in the working folder.")
+
+
+def _add_published_note(nb: Any, run_id: str) -> bool:
+    """Put :func:`published_note` first in ``nb`` (once); True when it was added."""
+    import nbformat
+    first = nb.cells[0] if nb.cells else None
+    if first is not None and PUBLISHED_NOTE_TAG in first.get("metadata", {}).get("tags", []):
+        return False
+    note = nbformat.v4.new_markdown_cell(published_note(run_id))
+    note.metadata["tags"] = [PUBLISHED_NOTE_TAG]
+    # No fixed id: nbformat gives each cell a fresh one; the run's receipt covers the bytes.
+    nb.cells.insert(0, note)
+    return True
 
 
 def _published(namespace: Mapping[str, Any], stage: str, run_dir: Path) -> tuple[Params, Path]:

@@ -20,7 +20,12 @@ from verifylib.evidence import gates, receipt
 
 def clone(run_dir: Path, dest: Path) -> Path:
     """Copy a run directory cheaply (hard links; every edit here replaces files whole)."""
-    return Path(shutil.copytree(run_dir, dest, copy_function=os.link))
+    out = Path(shutil.copytree(run_dir, dest, copy_function=os.link))
+    # A published run is sealed read-only (folders 0555); the clone's folders are the
+    # forger's, writable, so its edits (files replaced whole) work for any user.
+    for folder in (out, *(p for p in out.rglob("*") if p.is_dir() and not p.is_symlink())):
+        folder.chmod(0o755)
+    return out
 
 
 def _stage_files(run_dir: Path):

@@ -93,3 +93,19 @@ def test_enough_room_is_no_problem(tmp_path, monkeypatch):
     checks = disk.check_folders([est], tmp_path / "reports", tmp_path / "cache")
     assert disk.problems(checks) == []
     assert [c.need_bytes for c in checks] == [est.run_bytes + est.cache_bytes] * 2
+
+
+def test_verify_names_jupyter_when_only_notebooks_changed_or_checkpoints_appeared():
+    from verifylib.evidence.receipt import JUPYTER_CAUSE, jupyter_cause
+    saved = ["notebooks/04_parity.ipynb: changed (SHA-256 differs from the receipt)",
+             "notebooks/05_wer.ipynb: changed (SHA-256 differs from the receipt)",
+             "notebooks/.ipynb_checkpoints/05_wer-checkpoint.ipynb: present but not listed "
+             "in the receipt"]
+    assert jupyter_cause(saved) == JUPYTER_CAUSE
+    assert "verifylib lab RUN" in JUPYTER_CAUSE
+    # Anything else among the problems, or none: no guess.
+    assert jupyter_cause([*saved, "evidence/05_wer/wer.json: changed (SHA-256 differs from "
+                                  "the receipt)"]) is None
+    assert jupyter_cause(["evidence/x.ipynb: changed (SHA-256 differs from the receipt)"]) \
+        is None
+    assert jupyter_cause([]) is None

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from verifylib.evidence import gates
-from verifylib.notebook import PUBLISHED_RUN, make_reopenable
+from verifylib.notebook import PUBLISHED_NOTE_TAG, PUBLISHED_RUN, make_reopenable
 from verifylib.views import transcript
 from verifylib.views.gates import EMPTY_SHA256, gate_counts, receipt_summary
 
@@ -106,12 +106,19 @@ def test_a_published_notebook_names_its_run_relative_to_itself(tmp_path):
     nbformat.write(nb, tmp_path / "notebooks" / "01_build.ipynb")
     assert make_reopenable(tmp_path, "20990101T000000Z-1") == [
         tmp_path / "notebooks" / "01_build.ipynb"]
-    cells = nbformat.read(tmp_path / "notebooks" / "01_build.ipynb", as_version=4).cells
+    note, *cells = nbformat.read(tmp_path / "notebooks" / "01_build.ipynb", as_version=4).cells
+    # First, before anything can be saved: how to explore without touching the run.
+    assert note.cell_type == "markdown" and note.metadata["tags"] == [PUBLISHED_NOTE_TAG]
+    assert "verifylib lab path/to/20990101T000000Z-1" in note.source
     assert cells[0].source == "run_dir = None"  # the defaults cell stays as it is
     lines = cells[1].source.split("\n")
     assert lines[0] == 'name = "m"'
     assert lines[1].startswith('run_dir = ".."') and ".staging" not in cells[1].source
     assert lines[2].startswith(f"{PUBLISHED_RUN} = '20990101T000000Z-1'")
+    # Once: a second pass adds no second note.
+    make_reopenable(tmp_path, "20990101T000000Z-1")
+    again = nbformat.read(tmp_path / "notebooks" / "01_build.ipynb", as_version=4).cells
+    assert [c.source for c in again] == [note.source, *(c.source for c in cells)]
 
 
 def test_a_published_notebook_away_from_its_run_refuses(tmp_path, monkeypatch):
@@ -125,7 +132,7 @@ def test_a_published_notebook_away_from_its_run_refuses(tmp_path, monkeypatch):
     assert list(Path(tmp_path).iterdir()) == []
 
 
-def test_a_published_notebook_in_a_renamed_copy_says_to_keep_the_run_id(tmp_path,
+def test_a_published_notebook_in_a_renamed_copy_reads_it_when_it_verifies(tmp_path,
                                                                           monkeypatch):
     import shutil
 
@@ -144,15 +151,18 @@ def test_a_published_notebook_in_a_renamed_copy_says_to_keep_the_run_id(tmp_path
     (copy / "notebooks").mkdir()
     before = snapshot(copy)
     monkeypatch.chdir(copy / "notebooks")
-    with pytest.raises(ParametersInvalid, match=f"named 'my-copy': a copied run keeps its run id "
-                                                f"as its folder's name; rename the folder "
-                                                f"to {run_id}"):
-        notebook.setup({"run_dir": "..", PUBLISHED_RUN: run_id}, "01_build")
+    _, found = notebook.setup({"run_dir": "..", PUBLISHED_RUN: run_id}, "01_build")
+    assert found == copy.resolve()
     # A notebook of another run in that place: the general refusal.
     with pytest.raises(ParametersInvalid, match="belongs to the published run r2, which is "
                                                 "not at"):
         notebook.setup({"run_dir": "..", PUBLISHED_RUN: "r2"}, "01_build")
     assert snapshot(copy) == before
+    # A renamed copy that does not verify is refused, saying so.
+    evidence = sorted(f for f in (copy / "evidence").rglob("*") if f.is_file())[0]
+    evidence.write_bytes(evidence.read_bytes() + b" ")
+    with pytest.raises(ParametersInvalid, match="under another name, which does not verify"):
+        notebook.setup({"run_dir": "..", PUBLISHED_RUN: run_id}, "01_build")
 
 
 def test_explore_results_are_tables_not_reprs():

@@ -243,6 +243,7 @@ def import_run(archive: bytes | str | os.PathLike, name: str, reports_root: Path
                 raise RunImportRefused(f"{name}: the returned run {run_id} does not verify: "
                                        + "; ".join(res.problems[:5]))
             canonical.publish_dir(staging, final)
+            canonical.seal_read_only(final)
         finally:
             with signals_deferred():
                 if final.is_dir():

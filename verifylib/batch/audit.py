@@ -208,6 +208,8 @@ def run_one(params: Params, reports_root: Path, *, log: Callable[[str], None] = 
                        simulated=kernel_manager is not None or _simulated_here())
         log(f"      verified before publishing: {time.perf_counter() - t0:.1f} s")
         canonical.publish_dir(staging, final)
+        # Sealed once in place (moving a folder to another parent needs it writable).
+        canonical.seal_read_only(final)
     except Exception as exc:
         fault = host_fault(exc, staging)
         if fault is None or fault is exc:

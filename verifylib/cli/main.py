@@ -83,6 +83,11 @@ exit codes:
 exit codes:
   0    this host can audit
   2    a required tool is missing, or the parameter file is refused""",
+    "lab": """\
+exit codes:
+  0    JupyterLab ended
+  2    not a published run, or a working folder inside the run
+  130  interrupted (Ctrl-C)""",
     "ray-node-resources": """\
 exit codes:
   0    printed""",
@@ -291,6 +296,11 @@ def _conclude_run(args, outcomes: list, summaries: list, reports: Path, unsigned
     return code
 
 
+def _cmd_lab(args) -> int:
+    from verifylib.cli.lab import cli_main
+    return cli_main(args)
+
+
 def _cmd_ray_node_resources(args) -> int:  # noqa: ARG001 - argparse handler signature
     import json
 
@@ -353,6 +363,8 @@ def _cmd_verify(args) -> int:
     print(f"REJECTED: {run_dir} does not verify ({len(res.problems)} problem(s)):")
     for p in res.problems:
         print(f"  - {p}")
+    if res.cause:
+        print(f"likely cause: {res.cause}")
     return 1
 
 
@@ -608,6 +620,14 @@ def _add_tool_parsers(sub) -> None:
                          "Neural Engine)")
     dc.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     dc.set_defaults(fn=_cmd_doctor)
+    lb = sub.add_parser("lab", help="explore a published run in JupyterLab without touching "
+                                    "it: its notebooks as working copies outside the run")
+    lb.add_argument("run_dir", metavar="RUN", help="a published run directory")
+    lb.add_argument("--port", type=int, help="JupyterLab's port (default: a free one)")
+    lb.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    lb.add_argument("--work", metavar="DIR",
+                    help="the working folder (default: <cache>/lab/<run-id>), outside the run")
+    lb.set_defaults(fn=_cmd_lab)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -397,7 +397,9 @@ def attest(run_dir: str | os.PathLike[str],
     envelope = Envelope(_statement_bytes(statement), PAYLOAD_TYPE, {})
     envelope.sign(signer)
     line = json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")) + "\n"
-    sha = canonical.atomic_write_bytes(out, line.encode("utf-8"))
+    with canonical.writable_folder(run_dir):  # a published run is sealed read-only
+        sha = canonical.atomic_write_bytes(out, line.encode("utf-8"))
+        os.chmod(out, canonical.READ_ONLY_FILE)
     subjects = [Subject(s["name"], s["digest"]["sha256"], s["annotations"][KIND_ANNOTATION])
                 for s in statement["subject"]]
     return AttestResult(out, sha, signer.public_key.keyid, res.verdict, subjects)

@@ -307,11 +307,15 @@ class VerifyResult:
         Each disagreement found, naming the file or gate.
     verdict : str or None
         The verdict recomputed from the evidence (None if it could not be).
+    cause : str or None
+        The likely cause, when the problems share one a reader can act on (every one a
+        notebook saved or a checkpoint written after publishing: Jupyter's).
     """
 
     ok: bool
     problems: list[str] = field(default_factory=list)
     verdict: str | None = None
+    cause: str | None = None
 
 
 def _identity_value_problem(key: str, value: Any) -> str | None:
@@ -700,4 +704,36 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         if receipt.get("verdict") != recomputed:
             chk.problems.append(f"verdict: receipt says {receipt.get('verdict')!r}, evidence "
                                 f"gives {recomputed!r}")
-    return VerifyResult(not chk.problems, chk.problems, recomputed)
+    return VerifyResult(not chk.problems, chk.problems, recomputed, jupyter_cause(chk.problems))
+
+
+JUPYTER_CAUSE = ("saved by Jupyter after publishing: only the run's notebooks changed or "
+                 "Jupyter's checkpoints appeared, its evidence is as published. Explore a run "
+                 "with `verifylib lab RUN`, which works on copies outside it; restore the "
+                 "notebooks from a copy of the run to make this one verify again")
+"""What :func:`jupyter_cause` says."""
+
+_NOTEBOOK_PROBLEM = re.compile(
+    r"^notebooks/(?:[^/]+\.ipynb: changed \(|(?:.*/)?\.ipynb_checkpoints(?:/.*)?: present but "
+    r"not listed|\.ipynb_checkpoints/)")
+
+
+def jupyter_cause(problems: Iterable[str]) -> str | None:
+    """Name Jupyter as the likely cause when it explains every problem.
+
+    Parameters
+    ----------
+    problems : iterable of str
+        A verification's problems.
+
+    Returns
+    -------
+    str or None
+        :data:`JUPYTER_CAUSE` when there are problems and each one is a published notebook
+        whose bytes changed or a ``.ipynb_checkpoints`` entry under ``notebooks/``;
+        otherwise None.
+    """
+    found = list(problems)
+    if found and all(_NOTEBOOK_PROBLEM.match(p) for p in found):
+        return JUPYTER_CAUSE
+    return None
