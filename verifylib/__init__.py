@@ -6,7 +6,10 @@ the rules in :mod:`verifylib.evidence.gates`, and writes canonical JSON sidecars
 ``verifylib verify`` can re-judge without trusting the recorded statuses.
 """
 
-__version__ = "0.1.0"
+# Semantic versioning from 0.2.0: the minor version moves whenever the gate table
+# (evidence.gates.GATE_TABLE), a policy (policies/) or the receipt format changes, so a run
+# says which rules it was judged under; older tables and policies stay, as data.
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "open_run", "Run"]
 

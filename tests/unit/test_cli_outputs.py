@@ -148,6 +148,6 @@ def test_verify_json_is_one_object(tmp_path, monkeypatch, capsys):
     assert doc == {"schema": "verifylib-cli/2", "command": "verify",
                    "verifylib": doc["verifylib"], "run_dir": str(tmp_path), "ok": False,
                    "verdict": "INCOMPLETE", "problems": ["gates/x.json: digest differs"],
-                   "cause": None, "exit_code": 1}
+                   "cause": None, "versions": None, "exit_code": 1}
     assert cli.main(["verify", str(tmp_path / "missing"), "--json"]) == 2
     assert cli.main(["verify", str(tmp_path), "--json", "--replay"]) == 2

@@ -158,7 +158,7 @@ def test_receipt_row_must_match_its_stage_file(honest, tmp_path):
 @pytest.mark.parametrize("text, expect", [
     (None, "receipt missing"),
     ("{", "not strict JSON"),
-    ('{"schema": "other"}', "not a verifylib-receipt/1 receipt"),
+    ('{"schema": "other"}', "not a verifylib-receipt/2 receipt"),
 ])
 def test_unusable_receipts(tmp_path, text, expect):
     (tmp_path / "run").mkdir()

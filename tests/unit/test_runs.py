@@ -59,7 +59,7 @@ def test_refuses_a_malformed_receipt(tmp_path, synthetic):
     with pytest.raises(RunInvalid, match="not strict JSON"):
         open_run(run_dir)
     _replace(run_dir / "receipt.json", canonical.dumps({"schema": "other/1"}))
-    with pytest.raises(RunInvalid, match="verifylib-receipt/1"):
+    with pytest.raises(RunInvalid, match="verifylib-receipt/2"):
         open_run(run_dir)
 
 

@@ -354,6 +354,8 @@ def _cmd_verify(args) -> int:
         print(json.dumps(verify_object(run_dir, res, exit_code=code), indent=2,
                          sort_keys=True))
         return code
+    if res.versions is not None:
+        print(f"judged under: {_judged_under(res.versions)}")
     if res.ok:
         print(f"OK: {run_dir} verifies; verdict {res.verdict}")
         if key is not None:
@@ -366,6 +368,14 @@ def _cmd_verify(args) -> int:
     if res.cause:
         print(f"likely cause: {res.cause}")
     return 1
+
+
+def _judged_under(versions: dict) -> str:
+    """Say in one line which versions a run was verified under."""
+    policies = sorted({p for ids in (versions.get("policies") or {}).values() for p in ids})
+    return (f"gate table {versions.get('gate_table')}, receipt {versions.get('receipt')}, "
+            f"policies {', '.join(policies) or 'none'} (made by verifylib "
+            f"{versions.get('verifylib')})")
 
 
 def _replay(args, run_dir: Path) -> int:
@@ -637,7 +647,10 @@ def _parser() -> argparse.ArgumentParser:
     plain = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(prog="verifylib", description=DESCRIPTION,
                                  epilog=EXIT_CODES["verifylib"], formatter_class=plain)
-    ap.add_argument("--version", action="version", version=f"verifylib {version()}")
+    from verifylib.evidence.gates import GATE_TABLE
+    from verifylib.evidence.receipt_schema import SCHEMA
+    ap.add_argument("--version", action="version",
+                    version=f"verifylib {version()} (gate table {GATE_TABLE}, receipt {SCHEMA})")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     _add = sub.add_parser
 

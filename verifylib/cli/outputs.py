@@ -19,7 +19,8 @@ JSON_SCHEMA = "verifylib-cli/2"
 """The ``schema`` of the objects ``run --json`` and ``verify --json`` print.
 
 ``/2`` (verifylib 0.2.0): ``exit_code`` 3 for a model with no run published (``/1`` said 1,
-as for REJECTED), and ``verify``'s ``cause`` (the likely cause of its problems, or null);
+as for REJECTED), and ``verify``'s ``cause`` (the likely cause of its problems, or null)
+and ``versions`` (what the run was judged under);
 nothing was removed or renamed, so a reader of ``/1`` objects reads both."""
 
 
@@ -158,6 +159,7 @@ def verify_object(run_dir: str | os.PathLike, result, *, exit_code: int) -> dict
             "verdict": None if result.verdict is None else str(getattr(result.verdict, "value",
                                                                         result.verdict)),
             "problems": list(result.problems), "cause": getattr(result, "cause", None),
+            "versions": getattr(result, "versions", None),
             "exit_code": exit_code}
 
 

@@ -272,6 +272,89 @@ GATES: tuple[Gate, ...] = (
 
 BY_ID: dict[str, Gate] = {g.id: g for g in GATES}
 
+GATE_TABLE = 3
+"""The version of :data:`GATES`. It moves (with the package's minor version) whenever a gate
+is added or removed or a row's stage, requirement, capability, prerequisites or switches
+change; every version stays in ``gate_tables.json``, so ``verify`` judges a run under the
+table it was made with. 1: the release at 5d1a7a1; 2: the one at 8ffc2c4 (``export.pair``);
+3: the Core ML seam's three informational gates."""
+
+_TABLES_FILE = "gate_tables.json"
+
+
+def _table_rows() -> dict[int, list[dict[str, Any]]]:
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).with_name(_TABLES_FILE)).read_text(encoding="utf-8"))
+    return {int(v): list(t["gates"]) for v, t in doc["tables"].items()}
+
+
+def row_of(g: Gate) -> dict[str, Any]:
+    """Return a gate's row as ``gate_tables.json`` keeps it (what a table version fixes).
+
+    Parameters
+    ----------
+    g : Gate
+        A row of a table.
+
+    Returns
+    -------
+    dict
+        ``id``, ``stage``, ``required``, ``capability``, ``prerequisites``, ``disabled_by``.
+    """
+    return {"id": g.id, "stage": g.stage, "required": g.required,
+            "capability": g.capability.value, "prerequisites": list(g.prerequisites),
+            "disabled_by": [list(d) for d in g.disabled_by]}
+
+
+def table(version: int) -> tuple[Gate, ...]:
+    """Return the gate table of a version, as a run made under it was judged.
+
+    Parameters
+    ----------
+    version : int
+        A gate-table version, 1 to :data:`GATE_TABLE`.
+
+    Returns
+    -------
+    tuple of Gate
+        Its rows in its order; each with today's rule text and proof sentence for its id
+        (the words, not the judgement, which the rules registry gives).
+
+    Raises
+    ------
+    KeyError
+        For a version this package does not know.
+    """
+    if version == GATE_TABLE:
+        return GATES
+    rows = _table_rows()[version]
+    return tuple(Gate(r["id"], r["stage"], r["required"], Capability(r["capability"]),
+                      tuple(r["prerequisites"]), BY_ID[r["id"]].pass_rule,
+                      disabled_by=tuple((k, v) for k, v in r["disabled_by"]),
+                      proves=BY_ID[r["id"]].proves)
+                 for r in rows)
+
+
+def table_of_ids(gate_ids: Iterable[str]) -> int | None:
+    """Return the gate-table version whose gates are exactly ``gate_ids`` (None: no table).
+
+    A receipt made before receipts named their table (``verifylib-receipt/1``) is matched
+    to its table this way: each version has a different set of gates.
+
+    Parameters
+    ----------
+    gate_ids : iterable of str
+        A receipt's gate ids.
+
+    Returns
+    -------
+    int or None
+    """
+    want = set(gate_ids)
+    found = [v for v, rows in _table_rows().items() if {r["id"] for r in rows} == want]
+    return found[0] if len(found) == 1 else None
+
 SEAM_GATES: frozenset[str] = frozenset({CANARY_SEAM_NEGATIVE, CANARY_SEAM_POSITIVE, WER_SEAM})
 """Gates whose launches run verifylib's Core ML seam (docs/runtime-contract.md §11): their
 evidence may cite a seam binary, and no other gate's may."""
@@ -408,13 +491,16 @@ class Judgement:
         return self.status is Status.PASS
 
 
-def verdict(statuses: Mapping[str, Status | str]) -> Verdict:
+def verdict(statuses: Mapping[str, Status | str], table: Iterable[Gate] | None = None
+            ) -> Verdict:
     """Combine gate statuses into the verdict.
 
     Parameters
     ----------
     statuses : mapping
         Gate id to status; every gate of the table must be present.
+    table : iterable of Gate, optional
+        The gate table the statuses are of (default :data:`GATES`; see :func:`table`).
 
     Returns
     -------
@@ -423,10 +509,11 @@ def verdict(statuses: Mapping[str, Status | str]) -> Verdict:
         every one PASSed, otherwise INCOMPLETE. An informational gate is shown and
         verified but never moves the verdict.
     """
-    missing = [g.id for g in GATES if g.id not in statuses]
+    rows = tuple(GATES if table is None else table)
+    missing = [g.id for g in rows if g.id not in statuses]
     if missing:
         raise ValueError(f"statuses missing for gates: {', '.join(missing)}")
-    st = {g.id: Status(statuses[g.id]) for g in GATES if g.required}
+    st = {g.id: Status(statuses[g.id]) for g in rows if g.required}
     if any(s in (Status.FAIL, Status.ERROR) for s in st.values()):
         return Verdict.REJECTED
     if all(s is Status.PASS for s in st.values()):

@@ -46,7 +46,14 @@ from verifylib.evidence.layout import (
     error_filename,
     read_stage_file,
 )
-from verifylib.evidence.receipt_schema import SCHEMA, FileDigest, Receipt, ReceiptGate
+from verifylib.evidence.receipt_schema import (
+    SCHEMA,
+    SCHEMA_V1,
+    SCHEMAS,
+    FileDigest,
+    Receipt,
+    ReceiptGate,
+)
 from verifylib.evidence.records import (
     ERROR_EXCEPTION,
     ERROR_KINDS,
@@ -288,9 +295,61 @@ def build_receipt(run_dir: Path, stage_errors: dict[str, str] | None = None) -> 
         verdict=gates.verdict(statuses),
         files=tuple(FileDigest(p, canonical.sha256_file(run_dir / p))
                     for p in _covered_files(run_dir)),
+        versions=versions_of(run_dir, records.values()),
     )
     canonical.write_json(run_dir / RECEIPT_FILE, receipt.to_json())
     return receipt
+
+
+def _policy_ids(doc: Any) -> set[str]:
+    """Return the ids of the policies an evidence document names (itself, or ``policy``)."""
+    found: set[str] = set()
+    if isinstance(doc, Mapping):
+        for candidate in (doc, doc.get("policy")):
+            if isinstance(candidate, Mapping) and isinstance(candidate.get("id"), str) and \
+                    isinstance(candidate.get("rules"), Mapping):
+                found.add(candidate["id"])
+    return found
+
+
+def versions_of(run_dir: Path, records: Iterable[GateRecord],
+                gate_table: int = gates.GATE_TABLE) -> dict[str, Any]:
+    """Return what a run is judged under: the ``versions`` its receipt records.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run.
+    records : iterable of GateRecord
+        Its gates' records (their evidence names the policies they were judged by).
+    gate_table : int
+        The gate table's version.
+
+    Returns
+    -------
+    dict
+        ``verifylib`` (this package's version), ``gate_table``, ``receipt`` (the receipt
+        format) and ``policies``: each gate whose evidence names policies, to their ids.
+    """
+    from importlib import metadata
+
+    try:
+        made_by = metadata.version("verifylib")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        made_by = "unknown"
+    policies: dict[str, list[str]] = {}
+    for rec in records:
+        ids: set[str] = set()
+        for ref in rec.evidence:
+            if ref.path.endswith(".json"):
+                try:
+                    ids |= _policy_ids(canonical.read_json(run_dir / ref.path))
+                except (OSError, ValueError):
+                    continue
+        if ids:
+            policies[rec.id] = sorted(ids)
+    return {"verifylib": made_by, "gate_table": gate_table, "receipt": SCHEMA,
+            "policies": dict(sorted(policies.items()))}
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -310,12 +369,16 @@ class VerifyResult:
     cause : str or None
         The likely cause, when the problems share one a reader can act on (every one a
         notebook saved or a checkpoint written after publishing: Jupyter's).
+    versions : dict or None
+        What the run was judged under (its receipt format, gate table, policies, and the
+        verifylib that made it); None when the receipt could not be read that far.
     """
 
     ok: bool
     problems: list[str] = field(default_factory=list)
     verdict: str | None = None
     cause: str | None = None
+    versions: dict[str, Any] | None = None
 
 
 def _identity_value_problem(key: str, value: Any) -> str | None:
@@ -364,10 +427,12 @@ def _named_gates(detail: str, candidates: Iterable[str]) -> list[str]:
 class _Checker:
     """One verification pass over a run directory (state shared by the checks)."""
 
-    def __init__(self, run_dir: Path, receipt: dict[str, Any], allow_simulated: bool):
+    def __init__(self, run_dir: Path, receipt: dict[str, Any], allow_simulated: bool,
+                 table: tuple[gates.Gate, ...] = gates.GATES):
         self.run_dir = run_dir
         self.receipt = receipt
         self.allow_simulated = allow_simulated
+        self.table = table  # the gate table the run was made under
         self.problems: list[str] = []
         self.verified: dict[str, Status | None] = {}
 
@@ -436,7 +501,7 @@ class _Checker:
             if isinstance(gate_rows, list) else {}
         if not isinstance(gate_rows, list) or len(rows) != len(gate_rows):
             self.problems.append("receipt gate rows are malformed or duplicated")
-        unknown = sorted(set(rows) - set(gates.BY_ID), key=str)
+        unknown = sorted(set(rows) - {g.id for g in self.table}, key=str)
         if unknown:
             self.problems.append(f"receipt names unknown gates: {unknown}")
         return rows
@@ -464,7 +529,7 @@ class _Checker:
         Gates are taken in table order, so prerequisites are verified before dependants.
         """
         records: dict[str, GateRecord] = {}
-        for g in gates.GATES:
+        for g in self.table:
             row = rows.get(g.id)
             if row is None:
                 self.problems.append(f"gate {g.id}: missing from the receipt")
@@ -497,7 +562,7 @@ class _Checker:
         """Note each PASS that rests on a prerequisite that did not pass."""
         # An identity conflict found when the receipt was built does not count: the
         # dependant ran on a PASS.
-        for g in gates.GATES:
+        for g in self.table:
             if statuses.get(g.id) is Status.PASS:
                 for p in g.prerequisites:
                     if statuses.get(p) is not Status.PASS and not (
@@ -670,10 +735,13 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
         receipt = canonical.read_json(rpath)
     except ValueError as exc:
         return VerifyResult(False, [f"{rpath}: not strict JSON: {exc}"])
-    if not isinstance(receipt, dict) or receipt.get("schema") != SCHEMA:
+    if not isinstance(receipt, dict) or receipt.get("schema") not in SCHEMAS:
         return VerifyResult(False, [f"{rpath}: not a {SCHEMA} receipt"])
+    version, why = _gate_table_of(receipt)
+    if version is None:
+        return VerifyResult(False, [f"{rpath}: {why}"])
 
-    chk = _Checker(run_dir, receipt, allow_simulated)
+    chk = _Checker(run_dir, receipt, allow_simulated, gates.table(version))
     chk.files()
     run, caps = chk.run_record()
     rows = chk.rows()
@@ -699,12 +767,44 @@ def verify(run_dir: str | Path, *, allow_simulated: bool = False) -> VerifyResul
     chk.problems += declaration_problems(run_dir, records, run.get("params"))
 
     recomputed = None
-    if len(statuses) == len(gates.GATES):
-        recomputed = gates.verdict(statuses).value
+    if len(statuses) == len(chk.table):
+        recomputed = gates.verdict(statuses, chk.table).value
         if receipt.get("verdict") != recomputed:
             chk.problems.append(f"verdict: receipt says {receipt.get('verdict')!r}, evidence "
                                 f"gives {recomputed!r}")
-    return VerifyResult(not chk.problems, chk.problems, recomputed, jupyter_cause(chk.problems))
+    used = versions_of(run_dir, records.values(), version)
+    if receipt.get("schema") == SCHEMA:
+        recorded = receipt.get("versions")
+        if not isinstance(recorded, dict) or \
+                {k: recorded.get(k) for k in ("gate_table", "receipt", "policies")} != \
+                {k: used[k] for k in ("gate_table", "receipt", "policies")}:
+            chk.problems.append("versions: the receipt's differ from what its evidence was "
+                                "judged under")
+    used["receipt"] = receipt.get("schema")
+    used["verifylib"] = (receipt.get("versions") or {}).get("verifylib") \
+        if receipt.get("schema") == SCHEMA else "0.1.0"
+    return VerifyResult(not chk.problems, chk.problems, recomputed, jupyter_cause(chk.problems),
+                        used)
+
+
+def _gate_table_of(receipt: Mapping[str, Any]) -> tuple[int | None, str]:
+    """Return the gate-table version a receipt was judged under, or None and why not."""
+    if receipt.get("schema") == SCHEMA:
+        versions = receipt.get("versions")
+        version = versions.get("gate_table") if isinstance(versions, Mapping) else None
+        if not isinstance(version, int) or isinstance(version, bool) or \
+                not 1 <= version <= gates.GATE_TABLE:
+            return None, (f"names gate table {version!r}, which this version of verifylib "
+                          f"does not know (it knows 1 to {gates.GATE_TABLE})")
+        return version, ""
+    rows = receipt.get("gates")
+    ids = [str(r.get("id")) for r in rows if isinstance(r, Mapping)] \
+        if isinstance(rows, list) else []
+    version = gates.table_of_ids(ids)
+    if version is None:
+        return None, (f"a {SCHEMA_V1} receipt whose gates are those of no gate table this "
+                      f"version knows")
+    return version, ""
 
 
 JUPYTER_CAUSE = ("saved by Jupyter after publishing: only the run's notebooks changed or "

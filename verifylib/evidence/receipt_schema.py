@@ -28,8 +28,16 @@ from verifylib.evidence.fields import (
 from verifylib.evidence.gates import Verdict
 from verifylib.evidence.records import GateRecord
 
-SCHEMA = "verifylib-receipt/1"
-"""The receipt format this version writes and reads."""
+SCHEMA = "verifylib-receipt/2"
+"""The receipt format this version writes: ``/1`` plus ``versions``, what the run was judged
+under (its gate table, its receipt format, its policies)."""
+
+SCHEMA_V1 = "verifylib-receipt/1"
+"""The format of verifylib 0.1.0 (runs made before 2026-12-07), still read and verified: its
+gate table is the one whose gates it lists (:func:`verifylib.evidence.gates.table_of_ids`)."""
+
+SCHEMAS = (SCHEMA_V1, SCHEMA)
+"""Every receipt format this version reads."""
 
 
 class ReceiptInvalid(SchemaError):
@@ -167,7 +175,11 @@ class Receipt:
     files : tuple of FileDigest
         Every covered file with its digest.
     schema : str
-        The format (:data:`SCHEMA`).
+        The format (:data:`SCHEMA`, or :data:`SCHEMA_V1` for a run made before 0.2.0).
+    versions : dict or None
+        What the run was judged under (``verifylib``, ``gate_table``, ``receipt``, and
+        ``policies``: gate id to the policy ids its evidence names); None in a
+        ``verifylib-receipt/1`` receipt, whose gate table is known by its gates.
     """
 
     run_id: str
@@ -180,6 +192,7 @@ class Receipt:
     verdict: Verdict
     files: tuple[FileDigest, ...] = ()
     schema: str = SCHEMA
+    versions: dict[str, Any] | None = None
 
     def gate(self, gate_id: str) -> ReceiptGate:
         """Return the row of one gate.
@@ -209,7 +222,7 @@ class Receipt:
         Returns
         -------
         dict
-            Keys in the order of format ``verifylib-receipt/1``.
+            Keys in the order of format ``verifylib-receipt/2`` (``versions`` last).
         """
         return {
             "schema": self.schema,
@@ -222,6 +235,7 @@ class Receipt:
             "gates": [g.to_json() for g in self.gates],
             "verdict": self.verdict.value,
             "files": [f.to_json() for f in self.files],
+            **({} if self.versions is None else {"versions": dict(self.versions)}),
         }
 
     @staticmethod
@@ -240,12 +254,12 @@ class Receipt:
         Raises
         ------
         ReceiptInvalid
-            When the document is not a ``verifylib-receipt/1`` receipt; the message names
-            the field.
+            When the document is not a receipt of :data:`SCHEMAS`; the message names the
+            field.
         """
         try:
             o = obj(doc, "")
-            if o.get("schema") != SCHEMA:
+            if o.get("schema") not in SCHEMAS:
                 raise ReceiptInvalid("schema", f"not a {SCHEMA} document "
                                                f"(schema {o.get('schema')!r})")
             verdict = req(o, "verdict", "", string)
@@ -261,6 +275,9 @@ class Receipt:
                 gates=req(o, "gates", "", array_of(ReceiptGate.from_json)),
                 verdict=Verdict(verdict),
                 files=req(o, "files", "", array_of(_file_digest)),
+                schema=o["schema"],
+                versions=(req(o, "versions", "", mapping) if o["schema"] == SCHEMA
+                          else None),
             )
         except SchemaError as exc:
             raise _refused(exc) from None

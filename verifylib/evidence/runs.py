@@ -50,6 +50,7 @@ from verifylib.evidence.layout import (
     UNPATCHED_SIDECAR,
 )
 from verifylib.evidence.receipt_schema import SCHEMA as RECEIPT_SCHEMA
+from verifylib.evidence.receipt_schema import SCHEMAS as RECEIPT_SCHEMAS
 from verifylib.evidence.receipt_schema import Receipt, ReceiptInvalid
 from verifylib.evidence.records import EvidenceRef, EvidenceView, GateRecord
 from verifylib.evidence.stage_report import StageFacts, StageReport, StageResult
@@ -642,7 +643,7 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False,
         receipt = canonical.loads(raw)
     except ValueError as exc:
         raise RunInvalid(f"{p / RECEIPT_FILE}: not strict JSON: {exc}") from None
-    if not isinstance(receipt, dict) or receipt.get("schema") != RECEIPT_SCHEMA:
+    if not isinstance(receipt, dict) or receipt.get("schema") not in RECEIPT_SCHEMAS:
         raise RunInvalid(f"{p / RECEIPT_FILE}: not a {RECEIPT_SCHEMA} receipt")
     try:
         typed = Receipt.from_json(receipt)
