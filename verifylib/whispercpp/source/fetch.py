@@ -582,7 +582,8 @@ def _cached_source(index_path: Path, sources: Path, reported: set[str],
                    log: Callable[[str], None]) -> SourceTree | None:
     """Return the cached entry an index file names, if it still hashes to its tree id.
 
-    ``reported`` holds the wrong tree ids already logged, so that each is logged once.
+    ``reported`` holds what was already logged (wrong tree ids, a damaged index), so that
+    each is logged once.
     """
     if not index_path.is_file():
         return None
@@ -590,9 +591,15 @@ def _cached_source(index_path: Path, sources: Path, reported: set[str],
         entry = read_json(index_path)
         recorded = entry["tree_id"]
         origin = dict(entry["origin"])
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
-    if not (isinstance(recorded, str) and GIT_OID_RE.match(recorded)):
+        if not (isinstance(recorded, str) and GIT_OID_RE.match(recorded)):
+            raise ValueError(f"tree_id {recorded!r} is not a git object id")
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        # Written whole or not at all (write_json), so one that does not read is damaged:
+        # the source is fetched again and the index rewritten, and the user told.
+        if "index" not in reported:  # checked once before and once under the lock
+            reported.add("index")
+            log(f"cached source index {index_path} is damaged ({type(exc).__name__}: "
+                f"{exc}): refetching")
         return None
     folder = sources / recorded
     if not folder.is_dir():
