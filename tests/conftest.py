@@ -99,6 +99,7 @@ MODULE_GROUPS = {
     "tests/notebooks/test_packaging.py": "default-audit",
     "tests/notebooks/test_replay.py": "default-audit",
     "tests/notebooks/test_report_document.py": "default-audit",
+    "tests/notebooks/test_lab.py": "default-audit",
     "tests/notebooks/test_third_party.py": "upstream",
     "tests/physical/test_ggml_file.py": "upstream",
     "tests/physical/test_upstream_encoders.py": "upstream",
