@@ -64,8 +64,13 @@ def _start_lab(run_dir: Path, work: Path, settings: Path) -> tuple[subprocess.Po
 _PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 _STATUS = (f"() => {{ const e = document.querySelector('{_PANEL} "
            ".jp-Notebook-ExecutionIndicator'); return e && e.getAttribute('data-status'); }")
-_WAITING = (f"() => [...document.querySelectorAll('{_PANEL} .jp-InputPrompt')]"
-            ".filter(e => e.textContent.includes('*')).length")
+_PROMPTS = (f"() => [...document.querySelectorAll('{_PANEL} .jp-CodeCell .jp-InputPrompt')]"
+            ".map(e => e.textContent.trim())")
+
+
+def _menu(page, menu: str, item: str) -> None:
+    page.get_by_role("menuitem", name=menu, exact=True).click()
+    page.get_by_role("menuitem", name=item, exact=True).click()
 
 
 def _run_all(page, url: str, name: str) -> None:
@@ -73,12 +78,14 @@ def _run_all(page, url: str, name: str) -> None:
     page.goto(f"{base}/lab/tree/{name}?token={token}")
     page.wait_for_selector(f"{_PANEL} .jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_function(f"() => ({_STATUS})() === 'idle'", timeout=120_000)
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-    # The cells were queued (the notebook was executed before: its prompts had numbers).
-    page.wait_for_function(f"() => ({_WAITING})() > 0 || ({_STATUS})() === 'busy'",
+    # Cleared first, so that a cell run now is told from one papermill ran: every prompt
+    # is "[ ]:" until this kernel runs it.
+    _menu(page, "Edit", "Clear Outputs of All Cells")
+    page.wait_for_function(f"() => ({_PROMPTS})().every(t => !/[0-9*]/.test(t))",
                            timeout=60_000)
-    page.wait_for_function(f"() => ({_WAITING})() === 0 && ({_STATUS})() === 'idle'",
+    _menu(page, "Run", "Run All Cells")
+    page.wait_for_function(f"() => {{ const p = ({_PROMPTS})(); return p.length > 0 && "
+                           f"p.every(t => /[0-9]/.test(t)) && ({_STATUS})() === 'idle'; }}",
                            timeout=900_000, polling=1000)
 
 
@@ -135,4 +142,5 @@ def test_exploring_a_published_run_in_jupyterlab_leaves_it_intact(default_audit,
     assert saved, "JupyterLab saved nothing: the test did not exercise autosave"
     res = subprocess.run([sys.executable, "-m", "verifylib", "verify", str(run_dir)],
                          capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0 and res.stdout.startswith("OK:"), res.stdout + res.stderr
+    assert res.returncode == 0 and f"OK: {run_dir} verifies" in res.stdout, \
+        res.stdout + res.stderr
