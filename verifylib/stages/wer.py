@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from verifylib.errors import ParametersInvalid, PrerequisiteBroken, RunFailure
 from verifylib.evidence import identities
@@ -75,10 +75,8 @@ from verifylib.stages.seam import (
 )
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
 
     from verifylib.evidence.records import EvidenceRef
-    from verifylib.models.hf import HFBundle
     from verifylib.numerics.scoring import WordCounts
     from verifylib.runtime.runner import RunResult
 
@@ -186,7 +184,6 @@ def ggml_vs_source(ctx: StageContext, params: Params
         If the parameters name no fixture.
     """
     from verifylib.models.ggml_import import import_ggml_cached
-    from verifylib.models.hf import load_hf
     from verifylib.resources import cache_dir
 
     policy = load_policy(POLICY_ID)
@@ -200,13 +197,14 @@ def ggml_vs_source(ctx: StageContext, params: Params
     ggml_ev = ctx.evidence_of(EXPORT_GGML_MODEL, "ggml")
     model_file, _ = published_model(ctx)
     binary, binary_sha = ggml_binary(ctx)
-    bundle = load_hf(model_ev["hf_dir"])
     # The third leg: the reference implementation on the weights the ggml file holds. Source
     # against it isolates the conversion (and quantization); it against whisper-cli isolates
     # the implementation (docs/runtime-contract.md §7.4).
     imported = import_ggml_cached(model_file, cache_dir(), log=print)
-    from_ggml = bundle if Path(imported.hf_dir) == Path(model_ev["hf_dir"]) \
-        else load_hf(imported.hf_dir)
+    same = Path(imported.hf_dir) == Path(model_ev["hf_dir"])
+    intakes = {fx.id: fixture_intake(ctx, fx) for fx in fixtures}
+    hf = _hf_legs(params, fixtures, intakes, _pin(policy.rules), model_ev["hf_dir"],
+                  None if same else imported.hf_dir)
     lang = model_language(params)
     clips: list[WerClip] = []
     texts: list[ClipText] = []
@@ -221,7 +219,7 @@ def ggml_vs_source(ctx: StageContext, params: Params
             shutil.copyfile(model_file, ggml_arg)
         mlmodelc_beside = os.path.exists(contracts.coreml_encoder_path(ggml_arg))
         for fx in fixtures:
-            clips.append(_ggml_clip(ctx, params, fx, (bundle, from_ggml), binary, ggml_arg,
+            clips.append(_ggml_clip(ctx, params, fx, intakes[fx.id], hf, binary, ggml_arg,
                                     policy.rules, refs, texts))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -233,7 +231,7 @@ def ggml_vs_source(ctx: StageContext, params: Params
         decoding=tuple(contracts.decoding_args(lang, **_pin(policy.rules))),
         from_ggml={"hf_dir_source_sha256": imported.source_sha256,
                    "lossy": bool(imported.lossy),
-                   "same_as_source": from_ggml is bundle}).to_json()))
+                   "same_as_source": same}).to_json()))
     ids = {identities.POLICY_WER_ID: policy.id, identities.POLICY_WER_SHA256: policy.sha256,
            "normalizer.mapping_sha256": english_normalizer().identity["mapping_sha256"],
            identities.MODEL_GGML: ggml_ev["sha256"], identities.BINARY_GGML: binary_sha}
@@ -241,20 +239,63 @@ def ggml_vs_source(ctx: StageContext, params: Params
     return refs, ids, texts
 
 
+@dataclass(frozen=True)
+class _HfHeard:
+    """What the Hugging Face legs heard on every clip: ``source`` and ``from_ggml``, by fixture.
+
+    Each value is ``(raw transcript, detected (language, p) or None)``; ``multilingual``
+    says whether the languages were detected (the source model is multilingual).
+    """
+
+    source: dict[str, tuple[str, tuple[str, float] | None]]
+    from_ggml: dict[str, tuple[str, tuple[str, float] | None]]
+    multilingual: bool
+
+
+def _hf_legs(params: Params, fixtures: Sequence[Fixture], intakes: Mapping[str, Any],
+             pin: Mapping[str, Any], source_dir: str | os.PathLike[str],
+             from_ggml_dir: str | os.PathLike[str] | None) -> _HfHeard:
+    """Run each Hugging Face leg over every clip, with one model in memory at a time.
+
+    The source model transcribes (and, multilingual, detects the language of) every clip,
+    and is released before the model imported from the ggml file is loaded, so the stage's
+    peak holds one Hugging Face model, not two (large-v3: about 6 GiB each in float32).
+    ``from_ggml_dir`` None means the ggml file holds the source's own weights: one leg.
+    """
+    import gc
+
+    from verifylib.models.hf import detect_language_hf, load_hf, transcribe_hf
+
+    hf_pin = {"num_beams": pin["beam_size"], "return_timestamps": pin["timestamps"]}
+    heard: list[dict[str, tuple[str, tuple[str, float] | None]]] = []
+    multilingual = False
+    for i, hf_dir in enumerate((source_dir, from_ggml_dir)):
+        if hf_dir is None:
+            heard.append(heard[0])
+            continue
+        bundle = load_hf(hf_dir)
+        multilingual = multilingual or (i == 0 and bundle.is_multilingual)
+        leg = {}
+        for fx in fixtures:
+            audio = read_wav_16k(intakes[fx.id].pcm_path)
+            text = transcribe_hf(bundle, audio, fixture_language(params, fx), **hf_pin)
+            leg[fx.id] = (text, detect_language_hf(bundle, audio) if multilingual else None)
+        heard.append(leg)
+        del bundle
+        gc.collect()  # the weights go before the next leg's arrive
+    return _HfHeard(heard[0], heard[1], multilingual)
+
+
 def _pin(rules: Mapping[str, Any]) -> Mapping[str, Any]:
     """Return the policy's decoding pin (wer-v3), else the greedy pin the code held before."""
     return rules.get("decoding") or contracts.GREEDY_PIN
 
 
-def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture,
-               bundles: tuple[HFBundle, HFBundle], binary: Path, ggml_arg: str,
-               rules: Mapping[str, Any], refs: list[EvidenceRef], texts: list[ClipText]
-               ) -> WerClip:
-    """Transcribe one fixture with HF and GGML in its language; score it as the policy says."""
-    from verifylib.models.hf import transcribe_hf
-
+def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture, got: Any, hf: _HfHeard,
+               binary: Path, ggml_arg: str, rules: Mapping[str, Any], refs: list[EvidenceRef],
+               texts: list[ClipText]) -> WerClip:
+    """Transcribe one fixture with GGML beside what the HF legs heard; score it by the policy."""
     # Both legs read the one 16 kHz file decoded from the fixture (runtime/audio_intake.py).
-    got = fixture_intake(ctx, fx)
     audio_path = got.pcm_path
     lang = fixture_language(params, fx)
     sc = scoring_for(rules, lang)
@@ -264,20 +305,15 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture,
 
     def count(ref: str, hyp: str) -> WordCounts:
         return sc.count(rules, ref, hyp)
-    bundle, from_ggml = bundles
-    audio = read_wav_16k(audio_path)
     pin = _pin(rules)
     # Both implementations under the policy's one pin.
-    hf_pin = {"num_beams": pin["beam_size"], "return_timestamps": pin["timestamps"]}
-    raw_src = transcribe_hf(bundle, audio, lang, **hf_pin)
-    raw_fg = raw_src if from_ggml is bundle else transcribe_hf(from_ggml, audio, lang, **hf_pin)
+    raw_src, raw_fg = hf.source[fx.id][0], hf.from_ggml[fx.id][0]
     raw_ggml, res = cli_transcribe(binary, ggml_arg, audio_path, lang, pin=pin)
     if not res.ok:
         raise RunFailure(f"whisper-cli failed on fixture {fx.id}: {res.describe()}\n"
                            f"{res.stderr_text[-2000:]}")
-    detected, detect_run = (_detect_languages(ctx, fx, bundles, binary, ggml_arg, audio_path,
-                                              audio, refs)
-                            if bundle.is_multilingual else (None, None))
+    detected, detect_run = (_detect_languages(ctx, fx, hf, binary, ggml_arg, audio_path, refs)
+                            if hf.multilingual else (None, None))
     given = fixture_text(params, fx)
     raw_ref = given or raw_src
     t = ClipText(fx.id, fx.public, audio_path, norm(raw_ref), norm(raw_src),
@@ -318,22 +354,19 @@ def _ggml_clip(ctx: StageContext, params: Params, fx: Fixture,
     return clip
 
 
-def _detect_languages(ctx: StageContext, fx: Fixture, bundles: tuple[HFBundle, HFBundle],
-                      binary: Path, ggml_arg: str, audio_path: Path, audio: NDArray[Any],
-                      refs: list[EvidenceRef]) -> tuple[Detected, RunRecord]:
-    """Detect the clip's language with each leg; the languages heard and whisper-cli's run."""
-    from verifylib.models.hf import detect_language_hf
-
+def _detect_languages(ctx: StageContext, fx: Fixture, hf: _HfHeard, binary: Path,
+                      ggml_arg: str, audio_path: Path, refs: list[EvidenceRef]
+                      ) -> tuple[Detected, RunRecord]:
+    """Detect the clip's language with whisper-cli; every leg's language, and its run."""
     # Facts, not gated: the language each leg hears, beside the one it was told.
-    bundle, from_ggml = bundles
     heard, dres = cli_detect_language(binary, ggml_arg, audio_path)
     if not dres.ok or heard is None:
         raise RunFailure(f"whisper-cli -dl failed on fixture {fx.id}: {dres.describe()}\n"
                          f"{dres.stderr_text[-2000:]}")
-    legs = {"source": detect_language_hf(bundle, audio)}
-    legs["from_ggml"] = legs["source"] if from_ggml is bundle \
-        else detect_language_hf(from_ggml, audio)
-    legs["ggml"] = heard
+    src, fg = hf.source[fx.id][1], hf.from_ggml[fx.id][1]
+    if src is None or fg is None:
+        raise RuntimeError(f"fixture {fx.id}: a multilingual leg detected no language")
+    legs = {"source": src, "from_ggml": fg, "ggml": heard}
     detected = Detected(**{leg: Heard(language=code, p=round(p, 6))
                            for leg, (code, p) in legs.items()})
     detect_run = RunRecord.from_json(run_record(dres), "detect_run")
