@@ -173,28 +173,47 @@ def make_reopenable(run_dir: str | os.PathLike, run_id: str) -> list[Path]:
     list of Path
         The notebooks rewritten.
     """
-    import re
-
     import nbformat
 
     done = []
     for path in sorted(Path(run_dir, "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         changed = _add_published_note(nb, run_id)
-        for cell in nb.cells:
-            if "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
-                continue
-            lines = [line for line in cell.source.split("\n")
-                     if not re.match(rf"^(run_dir|{PUBLISHED_RUN}) = ", line)]
-            lines += [f'run_dir = "{PUBLISHED_RUN_DIR}"  # this notebook\'s run: its folder\'s '
-                      "parent",
-                      f"{PUBLISHED_RUN} = {run_id!r}  # read back read-only, never re-run"]
-            cell.source = "\n".join(lines)
-            changed = True
+        changed = point_at_run(nb, [
+            f'run_dir = "{PUBLISHED_RUN_DIR}"  # this notebook\'s run: its folder\'s parent',
+            f"{PUBLISHED_RUN} = {run_id!r}  # read back read-only, never re-run"]) or changed
         if changed:
             canonical.atomic_write_bytes(path, nbformat.writes(nb).encode("utf-8"))
             done.append(path)
     return done
+
+
+def point_at_run(nb: Any, lines: list[str]) -> bool:
+    """Give a notebook's injected parameters new ``run_dir`` and :data:`PUBLISHED_RUN` lines.
+
+    Parameters
+    ----------
+    nb : nbformat.NotebookNode
+        An executed stage notebook (papermill tags its parameters ``injected-parameters``).
+    lines : list of str
+        The new assignments, appended after the parameters kept.
+
+    Returns
+    -------
+    bool
+        True when the notebook had injected parameters (and was changed).
+    """
+    import re
+
+    changed = False
+    for cell in nb.cells:
+        if "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        kept = [line for line in cell.source.split("\n")
+                if not re.match(rf"^(run_dir|{PUBLISHED_RUN}) = ", line)]
+        cell.source = "\n".join(kept + lines)
+        changed = True
+    return changed
 
 
 PUBLISHED_NOTE_TAG = "verifylib-published-note"

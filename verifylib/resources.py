@@ -170,3 +170,19 @@ def cache_dir() -> Path:
     """
     env = os.environ.get("VERIFYLIB_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "verifylib"
+
+
+def package_version() -> str:
+    """Return the installed verifylib's version, or ``unknown`` from a tree never installed.
+
+    Returns
+    -------
+    str
+        E.g. ``0.2.0``: what a receipt records as the package that made it.
+    """
+    from importlib import metadata
+
+    try:
+        return metadata.version("verifylib")
+    except metadata.PackageNotFoundError:
+        return "unknown"

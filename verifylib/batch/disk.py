@@ -29,7 +29,8 @@ from typing import Iterable, Sequence
 
 from verifylib.params import Params
 
-__all__ = ["SpaceEstimate", "FolderCheck", "estimate_space", "check_folders", "problems"]
+__all__ = ["SpaceEstimate", "FolderCheck", "estimate_space", "check_folders", "check_audit",
+           "free_bytes", "problems"]
 
 MIB = 1 << 20
 
@@ -177,6 +178,24 @@ def _write_problem(folder: Path) -> str | None:
     return None
 
 
+def free_bytes(folder: Path) -> int | None:
+    """Return the free space on ``folder``'s file system, or None when it cannot be read.
+
+    A folder that does not exist yet (the cache before the first audit) is on its nearest
+    existing parent's file system.
+
+    Parameters
+    ----------
+    folder : Path
+        A folder an audit writes (it may not exist yet).
+
+    Returns
+    -------
+    int or None
+    """
+    return _free(folder)[0]
+
+
 def _free(folder: Path) -> tuple[int | None, int | None]:
     base = _existing(folder)
     if base is None:
@@ -220,6 +239,31 @@ def check_folders(estimates: Sequence[SpaceEstimate], reports: Path,
                                None if problem is None else f"the {role} folder {path}: "
                                                             f"{problem}"))
     return out[0], out[1]
+
+
+def check_audit(all_params: Sequence[Params], reports: Path
+                ) -> tuple[FolderCheck, FolderCheck]:
+    """Check the reports folder and the cache against a batch's estimated size on this host.
+
+    Parameters
+    ----------
+    all_params : sequence of Params
+        The batch's models.
+    reports : Path
+        Where the runs go (the cache is :func:`verifylib.resources.cache_dir`).
+
+    Returns
+    -------
+    (FolderCheck, FolderCheck)
+        As :func:`check_folders`: the reports folder's, then the cache's.
+    """
+    from verifylib.resources import cache_dir
+    from verifylib.runtime.capabilities import detect
+
+    cache = cache_dir()
+    macos = detect().system == "Darwin"  # only macOS writes the compiled copies
+    return check_folders([estimate_space(p, macos=macos, cache_dir=cache) for p in all_params],
+                         reports, cache)
 
 
 def problems(checks: Iterable[FolderCheck]) -> list[str]:

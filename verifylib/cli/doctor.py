@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from verifylib import resources
+from verifylib.batch.disk import free_bytes
 from verifylib.errors import ParametersInvalid
 from verifylib.evidence import gates
 from verifylib.models.converter_precision import (
@@ -369,18 +369,6 @@ def _table(rows) -> list[str]:
             for r in rows]
 
 
-def _free_bytes(folder: Path) -> int | None:
-    # The cache may not exist before the first audit: its file system is its nearest
-    # existing parent's.
-    for candidate in (folder, *folder.parents):
-        if candidate.is_dir():
-            try:
-                return shutil.disk_usage(candidate).free
-            except OSError:
-                return None
-    return None
-
-
 def _package_version(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -497,7 +485,7 @@ def doctor_report(*, host: HostCapabilities | None = None, tools: Toolset | None
         else ".".join(map(str, host.macos_version)),
         python=platform.python_version(),
         packages={name: package_version(name) for name in PACKAGES},
-        tools=tools, xcode=host.xcode, cache=str(cache), free_bytes=_free_bytes(cache),
+        tools=tools, xcode=host.xcode, cache=str(cache), free_bytes=free_bytes(cache),
         gates=gate_checks(host, tools, params), simulated=host.simulated, audit=audit,
         disk=tuple(disk))
 
@@ -540,12 +528,10 @@ def cli_main(args) -> int:
 
 def _disk(params_file: str | None) -> tuple:
     """Check the reports folder (of the current directory) and the cache against the audit."""
-    from verifylib.batch.disk import check_folders, estimate_space
+    from verifylib.batch.disk import check_audit
     from verifylib.params import load
     try:
         params = load(params_file or resources.default_parameters())
     except ParametersInvalid:
         return ()
-    cache = resources.cache_dir()
-    return check_folders([estimate_space(params, macos=platform.system() == "Darwin",
-                                         cache_dir=cache)], resources.reports_dir(), cache)
+    return check_audit([params], resources.reports_dir())

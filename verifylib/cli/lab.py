@@ -67,22 +67,15 @@ def _note(run_id: str, run_dir: Path) -> str:
 
 def _working_copy(source: Path, run_id: str, run_dir: Path) -> bytes:
     """Return ``source``'s notebook as a working copy that reopens ``run_dir`` by path."""
-    import re
-
     import nbformat
 
-    from verifylib.notebook import PUBLISHED_NOTE_TAG, PUBLISHED_RUN
+    from verifylib.notebook import PUBLISHED_NOTE_TAG, PUBLISHED_RUN, point_at_run
 
     nb = nbformat.read(source, as_version=4)
     nb.cells = [c for c in nb.cells
                 if PUBLISHED_NOTE_TAG not in c.get("metadata", {}).get("tags", [])]
-    for cell in nb.cells:
-        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
-            lines = [line for line in cell.source.split("\n")
-                     if not re.match(rf"^(run_dir|{PUBLISHED_RUN}) = ", line)]
-            lines += [f"run_dir = {str(run_dir)!r}  # the published run, read back read-only",
-                      f"{PUBLISHED_RUN} = {run_id!r}"]
-            cell.source = "\n".join(lines)
+    point_at_run(nb, [f"run_dir = {str(run_dir)!r}  # the published run, read back read-only",
+                      f"{PUBLISHED_RUN} = {run_id!r}"])
     note = nbformat.v4.new_markdown_cell(_note(run_id, run_dir))
     note.metadata["tags"] = [LAB_NOTE_TAG]
     nb.cells.insert(0, note)

@@ -251,12 +251,8 @@ def _run(args, holder: dict | None = None) -> int:
 
 def _room_for(all_params: list, reports: Path) -> bool:
     """Check the reports folder and the cache before any work; False after one line why not."""
-    from verifylib.batch.disk import check_folders, estimate_space, problems
-    from verifylib.runtime.capabilities import detect
-    cache = resources.cache_dir()
-    macos = detect().system == "Darwin"
-    found = problems(check_folders([estimate_space(p, macos=macos, cache_dir=cache)
-                                    for p in all_params], reports, cache))
+    from verifylib.batch.disk import check_audit, problems
+    found = problems(check_audit(all_params, reports))
     if found:
         print(f"verifylib: cannot audit here: {'; '.join(found)} (see `verifylib doctor`)",
               file=sys.stderr)

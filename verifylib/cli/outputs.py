@@ -25,13 +25,9 @@ nothing was removed or renamed, so a reader of ``/1`` objects reads both."""
 
 
 def version() -> str:
-    """Return the installed verifylib's version (``0.1.0``), or ``unknown`` from a tree."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("verifylib")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    """Return the installed verifylib's version (``0.2.0``), or ``unknown`` from a tree."""
+    from verifylib.resources import package_version
+    return package_version()
 
 
 @dataclass(frozen=True)

@@ -331,12 +331,9 @@ def versions_of(run_dir: Path, records: Iterable[GateRecord],
         ``verifylib`` (this package's version), ``gate_table``, ``receipt`` (the receipt
         format) and ``policies``: each gate whose evidence names policies, to their ids.
     """
-    from importlib import metadata
+    from verifylib.resources import package_version
 
-    try:
-        made_by = metadata.version("verifylib")
-    except metadata.PackageNotFoundError:  # a source tree that was never installed
-        made_by = "unknown"
+    made_by = package_version()
     policies: dict[str, list[str]] = {}
     for rec in records:
         ids: set[str] = set()

@@ -103,8 +103,7 @@ def fault_of_cell(ename: str | None, evalue: str | None) -> HostFault | None:
         if m and int(m.group(1)) in HOST_FAULT_ERRNOS:
             code = int(m.group(1))
             path = text.split(": ", 1)[1].strip("'\"") if ": " in text else None
-            return HostFault(code, f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
-                                   + (f": {path}" if path else ""))
+            return HostFault(code, describe(OSError(code, os.strerror(code), path)))
     return None
 
 
